@@ -1,0 +1,76 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * Bios inside the library: per-thread caches, chaining, checks and splits.
+ */
+#ifndef RQ_INTERNAL_BIO_H
+#define RQ_INTERNAL_BIO_H
+
+#include <librequest/bio.h>
+#include <librequest/queue.h>
+
+#include "compiler.h"
+
+/* rq_bio.core_flags */
+#define RQ_BIOF_CHAIN (1u << 0)     /* remaining counts pieces: end_io waits */
+#define RQ_BIOF_CLONED (1u << 1)    /* shares another bio's vectors */
+#define RQ_BIOF_SPLIT_DONE (1u << 2) /* already checked and split to limits */
+#define RQ_BIOF_ALLOCATED (1u << 3) /* from a cache: rq_bio_put frees it */
+#define RQ_BIOF_EXT_VECS (1u << 4)  /* vecs were allocated separately */
+
+/**
+ * bio_alloc_clone() - a bio from the calling thread's cache sharing @src's
+ * vectors, op, flags, ioprio, ioc and position.  NULL on memory exhaustion.
+ */
+struct rq_bio *bio_alloc_clone(const struct rq_bio *src);
+
+/**
+ * bio_chain() - make @child a piece of @parent: @parent's end_io waits for
+ * @child's end, and takes its error if it is the first.
+ */
+void bio_chain(struct rq_bio *child, struct rq_bio *parent);
+
+/** bio_advance() - drop @bytes from the front of @bio (sector moves too). */
+void bio_advance(struct rq_bio *bio, unsigned bytes);
+
+/**
+ * bio_end_with() - set @status (first error wins) and end @bio.
+ */
+void bio_end_with(struct rq_bio *bio, rq_status_t status);
+
+/**
+ * bio_check() - is @bio acceptable for a queue with @lim and @capacity
+ * sectors (0: unbounded)?  Checks the op, data presence, alignment to the
+ * logical block size, vector sanity, capacity, discard / write-zeroes support.
+ * Return: RQ_STS_OK, or the status to end it with (RQ_STS_INVAL for a bad
+ * bio, RQ_STS_IOERR past capacity, RQ_STS_NOTSUPP for unsupported ops).
+ */
+rq_status_t bio_check(const struct rq_queue_limits *lim, uint64_t capacity,
+		      const struct rq_bio *bio);
+
+/**
+ * bio_split_to_limits() - the front of @bio that fits the limits.
+ * @lim: the queue's limits.
+ * @bio: the bio; if it does not fit, afterwards it covers only the rest.
+ * @nr_segs: receives the number of segments of the returned piece.
+ *
+ * Return: @bio itself when it fits whole; else a new chained front piece
+ * (process it, then call again with @bio); NULL when memory is exhausted
+ * (nothing changed).
+ */
+struct rq_bio *bio_split_to_limits(const struct rq_queue_limits *lim, struct rq_bio *bio,
+				   unsigned *nr_segs);
+
+/**
+ * bio_segments_fit() - count @bio's segments as the driver would see them,
+ * i.e. coalescing memory-contiguous vectors within max_segment_size and the
+ * segment boundary.  Used by tests and the merge code.
+ */
+unsigned bio_count_segments(const struct rq_queue_limits *lim, const struct rq_bio *bio);
+
+/** limits_max_sectors_for_op() - the per-request sector cap for @op. */
+unsigned limits_max_sectors_for_op(const struct rq_queue_limits *lim, unsigned op);
+
+/** Per-thread cache: drop everything cached by the calling thread. */
+void bio_cache_drain(void);
+
+#endif /* RQ_INTERNAL_BIO_H */

@@ -1,0 +1,77 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * Compiler helpers shared by the library's files.  Never installed.
+ */
+#ifndef RQ_INTERNAL_COMPILER_H
+#define RQ_INTERNAL_COMPILER_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Mark a function part of the public ABI (the rest is hidden). */
+#define RQ_EXPORT __attribute__((visibility("default")))
+
+#define likely(x) __builtin_expect(!!(x), 1)
+#define unlikely(x) __builtin_expect(!!(x), 0)
+
+#define RQ_CACHELINE 64
+#define rq_cacheline_aligned __attribute__((aligned(RQ_CACHELINE)))
+
+#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#define container_of(ptr, type, member) RQ_CONTAINER_OF(ptr, type, member)
+#define min_t(t, a, b) ((t)(a) < (t)(b) ? (t)(a) : (t)(b))
+#define max_t(t, a, b) ((t)(a) > (t)(b) ? (t)(a) : (t)(b))
+#define DIV_ROUND_UP(n, d) (((n) + (d) - 1) / (d))
+
+/* Relaxed and ordered accesses to plain fields shared between threads. */
+#define READ_ONCE(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
+#define WRITE_ONCE(x, v) __atomic_store_n(&(x), (v), __ATOMIC_RELAXED)
+#define LOAD_ACQUIRE(x) __atomic_load_n(&(x), __ATOMIC_ACQUIRE)
+#define STORE_RELEASE(x, v) __atomic_store_n(&(x), (v), __ATOMIC_RELEASE)
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#else
+	__asm__ __volatile__("" ::: "memory");
+#endif
+}
+
+/*
+ * A tiny test-and-test-and-set spinlock for short, mostly uncontended
+ * sections (per-CPU software queues, hctx dispatch lists).
+ */
+typedef struct {
+	atomic_int v;
+} rq_spinlock_t;
+
+static inline void rq_spin_init(rq_spinlock_t *l)
+{
+	atomic_init(&l->v, 0);
+}
+
+static inline void rq_spin_lock(rq_spinlock_t *l)
+{
+	for (;;) {
+		if (!atomic_exchange_explicit(&l->v, 1, memory_order_acquire))
+			return;
+		while (atomic_load_explicit(&l->v, memory_order_relaxed))
+			cpu_relax();
+	}
+}
+
+static inline bool rq_spin_trylock(rq_spinlock_t *l)
+{
+	return !atomic_load_explicit(&l->v, memory_order_relaxed) &&
+	       !atomic_exchange_explicit(&l->v, 1, memory_order_acquire);
+}
+
+static inline void rq_spin_unlock(rq_spinlock_t *l)
+{
+	atomic_store_explicit(&l->v, 0, memory_order_release);
+}
+
+#endif /* RQ_INTERNAL_COMPILER_H */
