@@ -1,0 +1,135 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * A mock multi-queue driver for tests: records every call in order, answers
+ * queue_rq as the test scripts it, completes inline or keeps requests for the
+ * test to complete, and optionally backs the device with memory.
+ */
+#ifndef RQ_TEST_MOCK_DRIVER_H
+#define RQ_TEST_MOCK_DRIVER_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <librequest/librequest.h>
+
+enum mock_call {
+	MOCK_QUEUE_RQ,
+	MOCK_COMMIT_RQS,
+	MOCK_QUEUE_RQS,
+	MOCK_COMPLETE,
+	MOCK_TIMEOUT,
+	MOCK_GET_BUDGET,
+	MOCK_PUT_BUDGET,
+	MOCK_INIT_HCTX,
+	MOCK_EXIT_HCTX,
+	MOCK_INIT_REQUEST,
+	MOCK_EXIT_REQUEST,
+	MOCK_POLL,
+};
+
+/* One recorded call. */
+struct mock_event {
+	enum mock_call call;
+	unsigned hctx;        /* hw queue index (where it applies) */
+	int op;               /* request fields at the time of the call */
+	uint32_t opf;
+	uint64_t sector;
+	uint32_t bytes;
+	uint16_t nr_segments;
+	bool last;            /* queue_rq's last */
+	rq_status_t ret;      /* what queue_rq returned */
+	int tag;
+};
+
+enum mock_completion {
+	MOCK_COMPLETE_INLINE,  /* rq_mq_end_request() inside queue_rq */
+	MOCK_COMPLETE_DEFER,   /* kept; the test calls mock_complete_*() */
+	MOCK_COMPLETE_THREAD,  /* a mock thread ends them soon after */
+};
+
+struct mock_config {
+	unsigned nr_hw_queues;     /* default 1 */
+	unsigned queue_depth;      /* default 64 */
+	unsigned reserved_tags;
+	unsigned flags;            /* RQ_TAG_SET_* */
+	unsigned timeout_ms;       /* 0: default */
+	enum mock_completion completion;
+	uint64_t mem_bytes;        /* > 0: memory backed device of this size */
+	bool use_queue_rqs;        /* provide the batch hook */
+	bool use_budget;           /* provide get/put_budget with budget_depth */
+	unsigned budget_depth;
+	bool use_complete;         /* provide ops->complete (ends the request) */
+	bool use_timeout;          /* provide ops->timeout (answers timeout_ret) */
+	enum rq_timeout_ret timeout_ret;
+	/* random RESOURCE: 0..1000 per mille of queue_rq calls */
+	unsigned resource_permille;
+};
+
+struct mock_dev {
+	struct mock_config cfg;
+	struct rq_tag_set *set;
+	struct rq_queue *q;
+	pthread_mutex_t lock;        /* guards everything below */
+	struct mock_event *events;
+	unsigned nr_events, max_events;
+	/* scripted answers for the next queue_rq calls (FIFO), then RQ_STS_OK */
+	rq_status_t script[64];
+	unsigned script_head, script_len;
+	/* deferred requests, in arrival order */
+	struct rq_request **held;
+	unsigned nr_held, max_held;
+	unsigned long queue_rq_calls, completions, timeouts;
+	uint8_t *mem;                /* memory backing */
+	int budget_used;
+	pthread_t thread;
+	bool thread_stop;
+	pthread_cond_t cond;
+	unsigned rng;
+};
+
+/**
+ * mock_create() - a tag set and one queue over the mock driver.
+ * @cfg: driver set-up (NULL: defaults).
+ * @qcfg: queue config (NULL: defaults; capacity defaults to mem_bytes or 1 GiB).
+ * Return: the device; asserts (cmocka) on failure.
+ */
+struct mock_dev *mock_create(const struct mock_config *cfg, const struct rq_queue_config *qcfg);
+/** mock_destroy() - destroy the queue (ending what is held) and the tag set. */
+void mock_destroy(struct mock_dev *m);
+
+/** mock_script() - the next queue_rq calls answer these statuses, in order. */
+void mock_script(struct mock_dev *m, const rq_status_t *sts, unsigned n);
+
+/** mock_nr_held() - requests kept in DEFER mode. */
+unsigned mock_nr_held(struct mock_dev *m);
+/** mock_complete_one() - end held request @i (0 = oldest) with @status. */
+void mock_complete_one(struct mock_dev *m, unsigned i, rq_status_t status);
+/** mock_complete_all() - end every held request with @status; returns how many. */
+unsigned mock_complete_all(struct mock_dev *m, rq_status_t status);
+/** mock_held() - held request @i. */
+struct rq_request *mock_held(struct mock_dev *m, unsigned i);
+
+/** mock_count() - recorded calls of kind @call. */
+unsigned mock_count(struct mock_dev *m, enum mock_call call);
+/** mock_event() - recorded event @i (copy). */
+struct mock_event mock_event(struct mock_dev *m, unsigned i);
+/** mock_reset_events() - forget recorded events. */
+void mock_reset_events(struct mock_dev *m);
+
+/* Synchronous helpers: submit and wait for end_io. */
+struct mock_io {
+	struct rq_bio *bio;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	int done;               /* times end_io ran (must end at 1) */
+	rq_status_t status;
+};
+/** mock_bio() - a bio from the cache for @op at @sector over @buf/@len (end_io counts into @io). */
+struct rq_bio *mock_bio(struct mock_io *io, unsigned op, uint64_t sector, void *buf, uint32_t len);
+/** mock_wait() - wait until @io ended (asserts it ended exactly once within 10 s). */
+void mock_wait(struct mock_io *io);
+/** mock_rw() - submit one bio and wait; returns its status. */
+rq_status_t mock_rw(struct mock_dev *m, unsigned op, uint64_t sector, void *buf, uint32_t len);
+
+#endif /* RQ_TEST_MOCK_DRIVER_H */
