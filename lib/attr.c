@@ -1,1 +1,642 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * Queue attributes, as /sys/block/X/queue/<name>, and the scheduler switch.
+ *
+ * Every write is parsed completely before anything changes; a bad value,
+ * an unknown name or a read-only attribute gives -EINVAL and changes
+ * nothing.  Writes take q->sysfs_lock; those that change what requests may
+ * look like (limits, depth, the scheduler) also freeze the queue, so no
+ * request in flight ever sees a half-applied change.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal/core.h"
+#include "internal/elevator.h"
+
+/* ------------------------------------------------------------ scheduler */
+
+static unsigned sched_depth_max(const struct rq_tag_set *set)
+{
+	unsigned d = 2 * set->queue_depth;
+
+	if (d < 2 * RQ_DEFAULT_NR_REQUESTS)
+		d = 2 * RQ_DEFAULT_NR_REQUESTS;
+	return d > 2048 ? 2048 : d;
+}
+
+static void sched_tags_free(struct rq_queue *q, struct rq_tags **tags)
+{
+	struct rq_tag_set *set = q->set;
+
+	if (!tags)
+		return;
+	for (unsigned i = 0; i < q->nr_hw_queues; i++) {
+		if (!tags[i])
+			continue;
+		if (set->ops.exit_request)
+			for (unsigned t = 0; t < tags[i]->nr_tags; t++)
+				set->ops.exit_request(set, tags[i]->static_rqs[t], i);
+		rq_tags_free(tags[i]);
+	}
+	free(tags);
+}
+
+static struct rq_tags **sched_tags_alloc(struct rq_queue *q, unsigned depth, unsigned active)
+{
+	struct rq_tag_set *set = q->set;
+	struct rq_tags **tags = calloc(q->nr_hw_queues, sizeof(*tags));
+
+	if (!tags)
+		return NULL;
+	for (unsigned i = 0; i < q->nr_hw_queues; i++) {
+		int node = q->hctxs[i]->numa_node;
+
+		tags[i] = rq_tags_alloc(depth, 0, set->rq_size, false, node);
+		if (!tags[i])
+			goto fail;
+		if (active < depth)
+			sbq_resize(&tags[i]->bitmap, active);
+		if (set->ops.init_request)
+			for (unsigned t = 0; t < depth; t++)
+				if (set->ops.init_request(set, tags[i]->static_rqs[t], i, node))
+					goto fail;
+	}
+	return tags;
+fail:
+	sched_tags_free(q, tags);
+	return NULL;
+}
+
+/* Undo a (possibly partial) set-up of @e on @q's hctxs [0, upto). */
+static void sched_exit_hctxs(struct rq_queue *q, const struct rq_elevator_type *e, unsigned upto)
+{
+	if (!e->ops.exit_hctx)
+		return;
+	for (unsigned i = 0; i < upto; i++)
+		e->ops.exit_hctx(q->hctxs[i], i);
+}
+
+/*
+ * Switch @q to scheduler @name ("none" for none).  The new one is built
+ * first, with the queue frozen and quiesced; if that fails the old one keeps
+ * running.  Caller holds q->sysfs_lock.
+ */
+static int elevator_switch_locked(struct rq_queue *q, const char *name)
+{
+	const struct rq_elevator_type *e = NULL, *old_type;
+	struct rq_elevator_queue *eq = NULL, *old = q->elevator;
+	struct rq_tags **new_tags = NULL;
+	void **old_sched_data = NULL;
+	unsigned old_nr_requests = q->nr_requests, i;
+	void *data = NULL;
+	int ret = 0;
+
+	if (strcmp(name, "none")) {
+		e = elevator_get(name, RQ_ELV_F_MQ);
+		if (!e)
+			return -EINVAL;
+		if (q->set->flags & RQ_TAG_SET_NO_SCHED) {
+			elevator_put(e);
+			return -EINVAL;
+		}
+	}
+	old_type = old ? old->type : NULL;
+	if (e == old_type) {
+		if (e)
+			elevator_put(e);
+		return 0;
+	}
+
+	old_sched_data = calloc(q->nr_hw_queues, sizeof(*old_sched_data));
+	if (!old_sched_data) {
+		ret = -ENOMEM;
+		goto out_put;
+	}
+	if (e) {
+		unsigned nr = 2 * min_t(unsigned, q->set->queue_depth, RQ_DEFAULT_NR_REQUESTS);
+
+		eq = calloc(1, sizeof(*eq));
+		new_tags = sched_tags_alloc(q, sched_depth_max(q->set), nr);
+		if (!eq || !new_tags) {
+			ret = -ENOMEM;
+			goto out_put;
+		}
+		eq->type = e;
+		elv_hash_init(eq);
+		q->nr_requests = nr;
+	}
+
+	mq_freeze_and_quiesce(q);
+	for (i = 0; i < q->nr_hw_queues; i++) {
+		old_sched_data[i] = q->hctxs[i]->sched_data;
+		q->hctxs[i]->sched_data = NULL;
+	}
+	if (e) {
+		if (e->ops.init_sched) {
+			ret = e->ops.init_sched(q, &data);
+			if (ret)
+				goto out_restore;
+		}
+		eq->data = data;
+		for (i = 0; i < q->nr_hw_queues; i++) {
+			if (e->ops.init_hctx && (ret = e->ops.init_hctx(q->hctxs[i], i))) {
+				sched_exit_hctxs(q, e, i);
+				if (e->ops.exit_sched)
+					e->ops.exit_sched(q, data);
+				goto out_restore;
+			}
+		}
+	}
+
+	/* the new one is ready: retire the old one with its own hctx data */
+	{
+		void **new_sched_data = calloc(q->nr_hw_queues, sizeof(*new_sched_data));
+		struct rq_tags **old_tags = calloc(q->nr_hw_queues, sizeof(*old_tags));
+
+		if (!new_sched_data || !old_tags) {
+			free(new_sched_data);
+			free(old_tags);
+			if (e) {
+				sched_exit_hctxs(q, e, q->nr_hw_queues);
+				if (e->ops.exit_sched)
+					e->ops.exit_sched(q, data);
+			}
+			ret = -ENOMEM;
+			goto out_restore;
+		}
+		for (i = 0; i < q->nr_hw_queues; i++) {
+			new_sched_data[i] = q->hctxs[i]->sched_data;
+			q->hctxs[i]->sched_data = old_sched_data[i];
+			old_tags[i] = q->hctxs[i]->sched_tags;
+		}
+		if (old) {
+			sched_exit_hctxs(q, old_type, q->nr_hw_queues);
+			if (old_type->ops.exit_sched)
+				old_type->ops.exit_sched(q, old->data);
+		}
+		for (i = 0; i < q->nr_hw_queues; i++) {
+			q->hctxs[i]->sched_data = new_sched_data[i];
+			q->hctxs[i]->sched_tags = new_tags ? new_tags[i] : NULL;
+		}
+		q->elevator = eq;
+		if (!e)
+			q->nr_requests = q->set->queue_depth;
+		free(new_sched_data);
+		mq_unquiesce_and_unfreeze(q);
+		if (old) {
+			sched_tags_free(q, old_tags);
+			elevator_put(old_type);
+			free(old);
+		} else {
+			free(old_tags);
+		}
+		free(new_tags);
+		free(old_sched_data);
+		return 0;
+	}
+
+out_restore:
+	for (i = 0; i < q->nr_hw_queues; i++)
+		q->hctxs[i]->sched_data = old_sched_data[i];
+	q->nr_requests = old_nr_requests;
+	mq_unquiesce_and_unfreeze(q);
+out_put:
+	sched_tags_free(q, new_tags);
+	free(eq);
+	free(old_sched_data);
+	if (e)
+		elevator_put(e);
+	return ret;
+}
+
+int elevator_switch(struct rq_queue *q, const char *name)
+{
+	int ret;
+
+	pthread_mutex_lock(&q->sysfs_lock);
+	ret = elevator_switch_locked(q, name);
+	pthread_mutex_unlock(&q->sysfs_lock);
+	return ret;
+}
+
+/* Teardown: the queue is empty and quiesced. */
+void elevator_detach(struct rq_queue *q)
+{
+	struct rq_elevator_queue *eq = q->elevator;
+	struct rq_tags **tags;
+
+	if (!eq)
+		return;
+	sched_exit_hctxs(q, eq->type, q->nr_hw_queues);
+	if (eq->type->ops.exit_sched)
+		eq->type->ops.exit_sched(q, eq->data);
+	tags = calloc(q->nr_hw_queues, sizeof(*tags));
+	for (unsigned i = 0; i < q->nr_hw_queues; i++) {
+		if (tags)
+			tags[i] = q->hctxs[i]->sched_tags;
+		else
+			rq_tags_free(q->hctxs[i]->sched_tags);
+		q->hctxs[i]->sched_tags = NULL;
+		q->hctxs[i]->sched_data = NULL;
+	}
+	sched_tags_free(q, tags);
+	q->elevator = NULL;
+	elevator_put(eq->type);
+	free(eq);
+}
+
+/* -------------------------------------------------------------- parsing */
+
+/* A whole unsigned decimal number, optionally followed by one newline. */
+static int parse_ulong(const char *s, unsigned long min, unsigned long max, unsigned long *out)
+{
+	unsigned long v = 0;
+	const char *p = s;
+
+	if (!s || !isdigit((unsigned char)*p))
+		return -EINVAL;
+	while (isdigit((unsigned char)*p)) {
+		unsigned d = (unsigned)(*p - '0');
+
+		if (v > (max - d) / 10 && v > (~0ul - d) / 10)
+			return -EINVAL;
+		v = v * 10 + d;
+		if (v > max)
+			return -EINVAL;
+		p++;
+	}
+	if (*p == '\n')
+		p++;
+	if (*p || v < min)
+		return -EINVAL;
+	*out = v;
+	return 0;
+}
+
+/* @s equals @word, optionally followed by one newline. */
+static bool word_is(const char *s, const char *word)
+{
+	size_t n = strlen(word);
+
+	return !strncmp(s, word, n) && (!s[n] || (s[n] == '\n' && !s[n + 1]));
+}
+
+static int emit(char *buf, size_t len, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static int emit(char *buf, size_t len, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(buf, len, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		return -EINVAL;
+	if ((size_t)n >= len)
+		return -ENOSPC;
+	return n;
+}
+
+/* ----------------------------------------------------------- attributes */
+
+struct queue_attr {
+	const char *name;
+	int (*show)(struct rq_queue *q, char *buf, size_t len);
+	int (*store)(struct rq_queue *q, const char *val); /* NULL: read-only */
+};
+
+static int scheduler_show(struct rq_queue *q, char *buf, size_t len)
+{
+	return elevator_list_names(buf, len, q->elevator ? q->elevator->type->name : "none",
+				   RQ_ELV_F_MQ);
+}
+
+static int scheduler_store(struct rq_queue *q, const char *val)
+{
+	char name[32];
+	size_t n = strcspn(val, " \t\n");
+
+	if (!n || n >= sizeof(name) || val[n + strspn(val + n, " \t\n")])
+		return -EINVAL;
+	memcpy(name, val, n);
+	name[n] = 0;
+	return elevator_switch_locked(q, name);
+}
+
+static int nr_requests_show(struct rq_queue *q, char *buf, size_t len)
+{
+	return emit(buf, len, "%u\n", q->nr_requests);
+}
+
+static int nr_requests_store(struct rq_queue *q, const char *val)
+{
+	unsigned long v;
+	unsigned max = q->elevator ? q->hctxs[0]->sched_tags->nr_tags : q->set->queue_depth -
+									       q->set->reserved_tags;
+
+	if (parse_ulong(val, 4 < max ? 4 : 1, max, &v))
+		return -EINVAL;
+	rq_queue_freeze(q);
+	q->nr_requests = (unsigned)v;
+	for (unsigned i = 0; i < q->nr_hw_queues; i++) {
+		struct rq_hw_ctx *hctx = q->hctxs[i];
+
+		if (q->elevator) {
+			sbq_resize(&hctx->sched_tags->bitmap, (unsigned)v);
+			if (q->elevator->type->ops.depth_updated)
+				q->elevator->type->ops.depth_updated(hctx);
+		} else {
+			sbq_resize(&hctx->tags->bitmap, (unsigned)v - q->set->reserved_tags);
+		}
+	}
+	rq_queue_unfreeze(q);
+	return 0;
+}
+
+static int nomerges_show(struct rq_queue *q, char *buf, size_t len)
+{
+	return emit(buf, len, "%u\n", q->nomerges);
+}
+
+static int nomerges_store(struct rq_queue *q, const char *val)
+{
+	unsigned long v;
+
+	if (parse_ulong(val, 0, 2, &v))
+		return -EINVAL;
+	WRITE_ONCE(q->nomerges, (unsigned)v);
+	return 0;
+}
+
+static int max_sectors_kb_show(struct rq_queue *q, char *buf, size_t len)
+{
+	return emit(buf, len, "%u\n", q->limits.max_sectors >> 1);
+}
+
+static int max_sectors_kb_store(struct rq_queue *q, const char *val)
+{
+	unsigned long v;
+	unsigned lbs_kb = q->limits.logical_block_size >> 10;
+
+	if (parse_ulong(val, 4, q->limits.max_hw_sectors >> 1, &v))
+		return -EINVAL;
+	if (lbs_kb > 1 && v % lbs_kb)
+		return -EINVAL;
+	rq_queue_freeze(q);
+	q->limits.max_sectors = (uint32_t)v << 1;
+	rq_queue_unfreeze(q);
+	return 0;
+}
+
+static int max_hw_sectors_kb_show(struct rq_queue *q, char *buf, size_t len)
+{
+	return emit(buf, len, "%u\n", q->limits.max_hw_sectors >> 1);
+}
+
+static int max_segments_show(struct rq_queue *q, char *buf, size_t len)
+{
+	return emit(buf, len, "%u\n", q->limits.max_segments);
+}
+
+static int max_segment_size_show(struct rq_queue *q, char *buf, size_t len)
+{
+	return emit(buf, len, "%u\n", q->limits.max_segment_size);
+}
+
+static int logical_block_size_show(struct rq_queue *q, char *buf, size_t len)
+{
+	return emit(buf, len, "%u\n", q->limits.logical_block_size);
+}
+
+static int physical_block_size_show(struct rq_queue *q, char *buf, size_t len)
+{
+	return emit(buf, len, "%u\n", q->limits.physical_block_size);
+}
+
+static int discard_max_bytes_show(struct rq_queue *q, char *buf, size_t len)
+{
+	return emit(buf, len, "%llu\n", (unsigned long long)q->limits.max_discard_sectors << 9);
+}
+
+static int write_zeroes_max_bytes_show(struct rq_queue *q, char *buf, size_t len)
+{
+	return emit(buf, len, "%llu\n",
+		    (unsigned long long)q->limits.max_write_zeroes_sectors << 9);
+}
+
+static int rotational_show(struct rq_queue *q, char *buf, size_t len)
+{
+	return emit(buf, len, "%u\n", (q->limits.features & RQ_FEAT_ROTATIONAL) ? 1u : 0u);
+}
+
+static int rotational_store(struct rq_queue *q, const char *val)
+{
+	unsigned long v;
+
+	if (parse_ulong(val, 0, 1, &v))
+		return -EINVAL;
+	if (v)
+		q->limits.features |= RQ_FEAT_ROTATIONAL;
+	else
+		q->limits.features &= ~RQ_FEAT_ROTATIONAL;
+	return 0;
+}
+
+static int rq_affinity_show(struct rq_queue *q, char *buf, size_t len)
+{
+	return emit(buf, len, "%u\n", q->rq_affinity);
+}
+
+static int rq_affinity_store(struct rq_queue *q, const char *val)
+{
+	unsigned long v;
+
+	if (parse_ulong(val, 0, 2, &v))
+		return -EINVAL;
+	WRITE_ONCE(q->rq_affinity, (unsigned)v);
+	return 0;
+}
+
+static int io_timeout_show(struct rq_queue *q, char *buf, size_t len)
+{
+	return emit(buf, len, "%u\n", q->io_timeout_ms);
+}
+
+static int io_timeout_store(struct rq_queue *q, const char *val)
+{
+	unsigned long v;
+
+	if (parse_ulong(val, 1, 0xffffffffu, &v))
+		return -EINVAL;
+	WRITE_ONCE(q->io_timeout_ms, (unsigned)v);
+	return 0;
+}
+
+static int write_cache_show(struct rq_queue *q, char *buf, size_t len)
+{
+	return emit(buf, len, "%s\n",
+		    (q->limits.features & RQ_FEAT_WRITE_CACHE) ? "write back" : "write through");
+}
+
+static int write_cache_store(struct rq_queue *q, const char *val)
+{
+	bool on;
+
+	if (word_is(val, "write back"))
+		on = true;
+	else if (word_is(val, "write through") || word_is(val, "none"))
+		on = false;
+	else
+		return -EINVAL;
+	/* like the kernel: only a cache the device has can be turned back on */
+	if (on && !q->hw_write_cache)
+		return -EINVAL;
+	rq_queue_freeze(q);
+	if (on)
+		q->limits.features |= RQ_FEAT_WRITE_CACHE;
+	else
+		q->limits.features &= ~RQ_FEAT_WRITE_CACHE;
+	rq_queue_unfreeze(q);
+	return 0;
+}
+
+static int stat_show(struct rq_queue *q, char *buf, size_t len)
+{
+	struct rq_queue_stats st;
+
+	rq_queue_get_stats(q, &st);
+	return emit(buf, len,
+		    "bios %llu splits %llu requests %llu dispatched %llu completed %llu "
+		    "merges_back %llu merges_front %llu merges_rq %llu plug_merges %llu "
+		    "resource %llu requeues %llu timeouts %llu flushes %llu errors %llu "
+		    "invalid %llu\n",
+		    (unsigned long long)st.bios, (unsigned long long)st.splits,
+		    (unsigned long long)st.requests, (unsigned long long)st.dispatched,
+		    (unsigned long long)st.completed, (unsigned long long)st.merges_back,
+		    (unsigned long long)st.merges_front, (unsigned long long)st.merges_rq,
+		    (unsigned long long)st.plug_merges, (unsigned long long)st.resource,
+		    (unsigned long long)st.requeues, (unsigned long long)st.timeouts,
+		    (unsigned long long)st.flushes, (unsigned long long)st.errors,
+		    (unsigned long long)st.invalid);
+}
+
+static int nr_hw_queues_show(struct rq_queue *q, char *buf, size_t len)
+{
+	return emit(buf, len, "%u\n", q->nr_hw_queues);
+}
+
+static const struct queue_attr queue_attrs[] = {
+	{ "scheduler", scheduler_show, scheduler_store },
+	{ "nr_requests", nr_requests_show, nr_requests_store },
+	{ "nomerges", nomerges_show, nomerges_store },
+	{ "max_sectors_kb", max_sectors_kb_show, max_sectors_kb_store },
+	{ "max_hw_sectors_kb", max_hw_sectors_kb_show, NULL },
+	{ "max_segments", max_segments_show, NULL },
+	{ "max_segment_size", max_segment_size_show, NULL },
+	{ "logical_block_size", logical_block_size_show, NULL },
+	{ "physical_block_size", physical_block_size_show, NULL },
+	{ "discard_max_bytes", discard_max_bytes_show, NULL },
+	{ "write_zeroes_max_bytes", write_zeroes_max_bytes_show, NULL },
+	{ "rotational", rotational_show, rotational_store },
+	{ "rq_affinity", rq_affinity_show, rq_affinity_store },
+	{ "io_timeout", io_timeout_show, io_timeout_store },
+	{ "write_cache", write_cache_show, write_cache_store },
+	{ "stat", stat_show, NULL },
+	{ "nr_hw_queues", nr_hw_queues_show, NULL },
+};
+
+static const struct queue_attr *find_attr(const char *name)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(queue_attrs); i++)
+		if (!strcmp(queue_attrs[i].name, name))
+			return &queue_attrs[i];
+	return NULL;
+}
+
+#define IOSCHED_PREFIX "iosched/"
+
+RQ_EXPORT int rq_queue_attr_get(struct rq_queue *q, const char *name, char *buf, size_t len)
+{
+	const struct queue_attr *a;
+	int ret;
+
+	if (!q || !name || !buf || !len)
+		return -EINVAL;
+	pthread_mutex_lock(&q->sysfs_lock);
+	if (!strncmp(name, IOSCHED_PREFIX, strlen(IOSCHED_PREFIX))) {
+		const char *tun = name + strlen(IOSCHED_PREFIX);
+
+		ret = -EINVAL;
+		if (q->elevator && *tun) {
+			ret = elevator_attr_show(q->elevator->type, q->elevator->data, tun, buf, len);
+			if (ret == -ENOENT)
+				ret = -EINVAL;
+		}
+	} else if ((a = find_attr(name))) {
+		ret = a->show(q, buf, len);
+	} else {
+		ret = -EINVAL;
+	}
+	pthread_mutex_unlock(&q->sysfs_lock);
+	return ret;
+}
+
+RQ_EXPORT int rq_queue_attr_set(struct rq_queue *q, const char *name, const char *value)
+{
+	const struct queue_attr *a;
+	int ret;
+
+	if (!q || !name || !value)
+		return -EINVAL;
+	pthread_mutex_lock(&q->sysfs_lock);
+	if (!strncmp(name, IOSCHED_PREFIX, strlen(IOSCHED_PREFIX))) {
+		const char *tun = name + strlen(IOSCHED_PREFIX);
+
+		ret = -EINVAL;
+		if (q->elevator && *tun) {
+			ret = elevator_attr_store(q->elevator->type, q->elevator->data, tun, value);
+			if (ret == -ENOENT)
+				ret = -EINVAL;
+		}
+	} else if ((a = find_attr(name)) && a->store) {
+		ret = a->store(q, value);
+	} else {
+		ret = -EINVAL;
+	}
+	pthread_mutex_unlock(&q->sysfs_lock);
+	return ret;
+}
+
+RQ_EXPORT int rq_queue_attr_list(struct rq_queue *q, char *buf, size_t len)
+{
+	size_t off = 0;
+	int n;
+
+	if (!q || !buf || !len)
+		return -EINVAL;
+	buf[0] = 0;
+	for (size_t i = 0; i < ARRAY_SIZE(queue_attrs); i++) {
+		n = emit(buf + off, len - off, "%s\n", queue_attrs[i].name);
+		if (n < 0)
+			return n;
+		off += (size_t)n;
+	}
+	pthread_mutex_lock(&q->sysfs_lock);
+	if (q->elevator) {
+		n = elevator_attr_list(q->elevator->type, buf + off, len - off);
+		if (n < 0) {
+			pthread_mutex_unlock(&q->sysfs_lock);
+			return n == -ENOSPC ? n : -EINVAL;
+		}
+		off += (size_t)n;
+	}
+	pthread_mutex_unlock(&q->sysfs_lock);
+	return (int)off;
+}

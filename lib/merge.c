@@ -1,1 +1,373 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * Merging: bios into requests (back and front), requests into requests, the
+ * back-merge hash keyed by end sector and the one-hit last_merge cache.
+ *
+ * The rules, as the kernel documents them: only reads, writes and discards
+ * merge; never across RQ_BIO_NOMERGE, PREFLUSH or FUA; only with the same op
+ * and I/O priority; only when contiguous; and never beyond max_sectors for
+ * the op or max_segments (segments of different bios are not coalesced).
+ *
+ * The hash and last_merge belong to the scheduler instance and are used
+ * under the scheduler's own lock (the callers of the rq_sched_* helpers).
+ */
+#include <errno.h>
+
+#include "internal/core.h"
+#include "internal/elevator.h"
+#include "internal/ioc.h"
+
+#define NOMERGE_FLAGS (RQ_BIO_NOMERGE | RQ_BIO_PREFLUSH | RQ_BIO_FUA)
+
+bool bio_mergeable(const struct rq_bio *bio)
+{
+	return !(bio->opf & NOMERGE_FLAGS) &&
+	       (bio->op == RQ_OP_READ || bio->op == RQ_OP_WRITE || bio->op == RQ_OP_DISCARD);
+}
+
+bool rq_mergeable(const struct rq_request *rq)
+{
+	return !(rq->opf & NOMERGE_FLAGS) &&
+	       !(rq->rq_flags & (RQ_RQF_FLUSH_SEQ | RQ_RQF_FLUSH_INTERNAL)) &&
+	       (rq->op == RQ_OP_READ || rq->op == RQ_OP_WRITE || rq->op == RQ_OP_DISCARD);
+}
+
+/* The priority a bio will have as a request on @q. */
+static uint16_t bio_effective_prio(const struct rq_queue *q, const struct rq_bio *bio)
+{
+	struct rq_io_context *ioc;
+
+	if (bio->ioprio || !q->elevator)
+		return bio->ioprio;
+	ioc = bio->ioc ? bio->ioc : rq_ioc_current();
+	return ioc ? rq_ioc_prio(ioc) : 0;
+}
+
+bool rq_merge_ok(const struct rq_request *rq, const struct rq_bio *bio)
+{
+	return rq_mergeable(rq) && bio_mergeable(bio) && rq->op == bio->op &&
+	       rq->ioprio == bio_effective_prio(rq->q, bio);
+}
+
+enum rq_elv_merge rq_try_merge_pos(const struct rq_request *rq, const struct rq_bio *bio)
+{
+	if (rq_request_end_sector(rq) == bio->iter.sector)
+		return RQ_ELV_BACK_MERGE;
+	if (rq->sector == rq_bio_end_sector(bio))
+		return RQ_ELV_FRONT_MERGE;
+	return RQ_ELV_NO_MERGE;
+}
+
+/* Would @rq grown by @sectors and @nr_segs stay within the limits? */
+static bool fits_limits(const struct rq_request *rq, unsigned sectors, unsigned nr_segs)
+{
+	const struct rq_queue_limits *lim = &rq->q->limits;
+
+	if (rq_request_sectors(rq) + sectors > limits_max_sectors_for_op(lim, rq->op))
+		return false;
+	if (rq_op_has_data(rq->op) && rq->nr_segments + nr_segs > lim->max_segments)
+		return false;
+	return true;
+}
+
+bool bio_attempt_back_merge(struct rq_request *rq, struct rq_bio *bio, unsigned nr_segs)
+{
+	if (!fits_limits(rq, rq_bio_sectors(bio), nr_segs))
+		return false;
+	bio->next = NULL;
+	rq->biotail->next = bio;
+	rq->biotail = bio;
+	rq->bytes += bio->iter.size;
+	if (rq_op_has_data(rq->op))
+		rq->nr_segments = (uint16_t)(rq->nr_segments + nr_segs);
+	rq->opf |= bio->opf & (RQ_BIO_SYNC | RQ_BIO_META | RQ_BIO_PRIO);
+	stat_inc(rq->q, ST_MERGES_BACK);
+	return true;
+}
+
+bool bio_attempt_front_merge(struct rq_request *rq, struct rq_bio *bio, unsigned nr_segs)
+{
+	if (!fits_limits(rq, rq_bio_sectors(bio), nr_segs))
+		return false;
+	bio->next = rq->bio;
+	rq->bio = bio;
+	rq->sector = bio->iter.sector;
+	rq->bytes += bio->iter.size;
+	if (rq_op_has_data(rq->op))
+		rq->nr_segments = (uint16_t)(rq->nr_segments + nr_segs);
+	rq->opf |= bio->opf & (RQ_BIO_SYNC | RQ_BIO_META | RQ_BIO_PRIO);
+	stat_inc(rq->q, ST_MERGES_FRONT);
+	return true;
+}
+
+/*
+ * Merge @bio into @rq if the rules allow, asking the scheduler's
+ * allow_merge when @sched_allow.  Plug merges do not ask it.
+ */
+bool bio_attempt_merge(struct rq_queue *q, struct rq_request *rq, struct rq_bio *bio,
+		       unsigned nr_segs, bool sched_allow)
+{
+	enum rq_elv_merge pos;
+
+	if (!rq_merge_ok(rq, bio))
+		return false;
+	pos = rq_try_merge_pos(rq, bio);
+	if (pos == RQ_ELV_NO_MERGE)
+		return false;
+	if (sched_allow && q->elevator && q->elevator->type->ops.allow_merge &&
+	    !q->elevator->type->ops.allow_merge(q, rq, bio))
+		return false;
+	if (pos == RQ_ELV_BACK_MERGE)
+		return bio_attempt_back_merge(rq, bio, nr_segs);
+	return bio_attempt_front_merge(rq, bio, nr_segs);
+}
+
+/* Merge into one of the newest requests staged on a software queue. */
+bool ctx_list_merge(struct rq_queue *q, struct rq_list_node *list, struct rq_bio *bio,
+		    unsigned nr_segs)
+{
+	unsigned checked = 0;
+
+	for (struct rq_list_node *n = list->prev; n != list && checked < 8; n = n->prev, checked++) {
+		struct rq_request *rq = RQ_CONTAINER_OF(n, struct rq_request, queuelist);
+
+		if (bio_attempt_merge(q, rq, bio, nr_segs, false))
+			return true;
+	}
+	return false;
+}
+
+/* ---------------------------------------------------------------- hash */
+
+static inline unsigned hash_bucket(uint64_t sector)
+{
+	return (unsigned)((sector * 0x9E3779B97F4A7C15ull) >> (64 - RQ_ELV_HASH_BITS));
+}
+
+void elv_hash_init(struct rq_elevator_queue *eq)
+{
+	for (unsigned i = 0; i < (1u << RQ_ELV_HASH_BITS); i++)
+		eq->hash[i] = NULL;
+}
+
+RQ_EXPORT void rq_elv_rqhash_del(struct rq_queue *q, struct rq_request *rq)
+{
+	struct rq_hlist_node *n = &rq->hash;
+
+	if (!(rq->rq_flags & RQ_RQF_HASHED))
+		return;
+	*n->pprev = n->next;
+	if (n->next)
+		n->next->pprev = n->pprev;
+	n->next = NULL;
+	n->pprev = NULL;
+	rq->rq_flags &= ~RQ_RQF_HASHED;
+	if (q->elevator && q->elevator->last_merge == rq)
+		q->elevator->last_merge = NULL;
+}
+
+RQ_EXPORT void rq_elv_rqhash_add(struct rq_queue *q, struct rq_request *rq)
+{
+	struct rq_elevator_queue *eq = q->elevator;
+	struct rq_hlist_node **head;
+
+	if (!eq || (rq->rq_flags & RQ_RQF_HASHED))
+		return;
+	head = &eq->hash[hash_bucket(rq_request_end_sector(rq))];
+	rq->hash.next = *head;
+	if (*head)
+		(*head)->pprev = &rq->hash.next;
+	*head = &rq->hash;
+	rq->hash.pprev = head;
+	rq->rq_flags |= RQ_RQF_HASHED;
+}
+
+static void rqhash_reposition(struct rq_queue *q, struct rq_request *rq)
+{
+	if (rq->rq_flags & RQ_RQF_HASHED) {
+		struct rq_request *keep = q->elevator->last_merge;
+
+		rq_elv_rqhash_del(q, rq);
+		rq_elv_rqhash_add(q, rq);
+		q->elevator->last_merge = keep;
+	}
+}
+
+/* The hashed request ending at @sector; drops unmergeable ones it meets. */
+struct rq_request *elv_hash_find(struct rq_elevator_queue *eq, uint64_t sector)
+{
+	struct rq_hlist_node *n = eq->hash[hash_bucket(sector)];
+
+	while (n) {
+		struct rq_request *rq = RQ_CONTAINER_OF(n, struct rq_request, hash);
+
+		n = n->next;
+		if (!rq_mergeable(rq)) {
+			rq_elv_rqhash_del(rq->q, rq);
+			continue;
+		}
+		if (rq_request_end_sector(rq) == sector)
+			return rq;
+	}
+	return NULL;
+}
+
+/* ------------------------------------------------- request-request merges */
+
+/*
+ * Merge @next (which starts where @rq ends) into @rq.  The scheduler is told
+ * through requests_merged and must forget @next.  Returns @next (now empty,
+ * to be freed by the caller) or NULL.
+ */
+static struct rq_request *attempt_merge(struct rq_queue *q, struct rq_request *rq,
+					struct rq_request *next)
+{
+	const struct rq_elevator_type *e = q->elevator->type;
+
+	if (!rq_mergeable(rq) || !rq_mergeable(next) || rq->op != next->op ||
+	    rq->ioprio != next->ioprio || rq_request_end_sector(rq) != next->sector)
+		return NULL;
+	if (!fits_limits(rq, rq_request_sectors(next), next->nr_segments))
+		return NULL;
+	rq->biotail->next = next->bio;
+	rq->biotail = next->biotail;
+	rq->bytes += next->bytes;
+	if (rq_op_has_data(rq->op))
+		rq->nr_segments = (uint16_t)(rq->nr_segments + next->nr_segments);
+	if (e->ops.requests_merged)
+		e->ops.requests_merged(q, rq, next);
+	rq_elv_rqhash_del(q, next);
+	rqhash_reposition(q, rq);
+	q->elevator->last_merge = rq;
+	next->bio = next->biotail = NULL;
+	next->bytes = 0;
+	stat_inc(q, ST_MERGES_RQ);
+	return next;
+}
+
+static struct rq_request *attempt_back_merge(struct rq_queue *q, struct rq_request *rq)
+{
+	const struct rq_elevator_type *e = q->elevator->type;
+	struct rq_request *next = e->ops.next_request ? e->ops.next_request(q, rq) : NULL;
+
+	return next ? attempt_merge(q, rq, next) : NULL;
+}
+
+static struct rq_request *attempt_front_merge(struct rq_queue *q, struct rq_request *rq)
+{
+	const struct rq_elevator_type *e = q->elevator->type;
+	struct rq_request *prev = e->ops.former_request ? e->ops.former_request(q, rq) : NULL;
+
+	return prev ? attempt_merge(q, prev, rq) : NULL;
+}
+
+static void elv_merged_request(struct rq_queue *q, struct rq_request *rq, enum rq_elv_merge type)
+{
+	const struct rq_elevator_type *e = q->elevator->type;
+
+	if (e->ops.request_merged)
+		e->ops.request_merged(q, rq, type);
+	if (type == RQ_ELV_BACK_MERGE)
+		rqhash_reposition(q, rq);
+	q->elevator->last_merge = rq;
+}
+
+static bool sched_allows(struct rq_queue *q, struct rq_request *rq, struct rq_bio *bio)
+{
+	const struct rq_elevator_type *e = q->elevator->type;
+
+	return !e->ops.allow_merge || e->ops.allow_merge(q, rq, bio);
+}
+
+RQ_EXPORT bool rq_sched_try_merge(struct rq_queue *q, struct rq_bio *bio, unsigned nr_segs,
+				  struct rq_request **merged)
+{
+	struct rq_elevator_queue *eq = q->elevator;
+	enum rq_elv_merge type = RQ_ELV_NO_MERGE;
+	struct rq_request *rq = NULL;
+
+	if (merged)
+		*merged = NULL;
+	if (!eq || q->nomerges == 2 || !bio_mergeable(bio))
+		return false;
+	/* the one-hit cache first */
+	if (eq->last_merge && rq_merge_ok(eq->last_merge, bio)) {
+		type = rq_try_merge_pos(eq->last_merge, bio);
+		if (type != RQ_ELV_NO_MERGE && sched_allows(q, eq->last_merge, bio))
+			rq = eq->last_merge;
+		else
+			type = RQ_ELV_NO_MERGE;
+	}
+	if (type == RQ_ELV_NO_MERGE && q->nomerges == 0) {
+		rq = elv_hash_find(eq, bio->iter.sector);
+		if (rq && rq_merge_ok(rq, bio) && sched_allows(q, rq, bio)) {
+			type = RQ_ELV_BACK_MERGE;
+		} else if (eq->type->ops.request_merge) {
+			rq = NULL;
+			type = (enum rq_elv_merge)eq->type->ops.request_merge(q, &rq, bio);
+			if (type != RQ_ELV_NO_MERGE &&
+			    (!rq || !rq_merge_ok(rq, bio) || rq_try_merge_pos(rq, bio) != type ||
+			     !sched_allows(q, rq, bio)))
+				type = RQ_ELV_NO_MERGE;
+		}
+	}
+	switch (type) {
+	case RQ_ELV_BACK_MERGE: {
+		struct rq_request *freed;
+
+		if (!bio_attempt_back_merge(rq, bio, nr_segs))
+			return false;
+		freed = attempt_back_merge(q, rq);
+		if (!freed)
+			elv_merged_request(q, rq, RQ_ELV_BACK_MERGE);
+		if (merged)
+			*merged = freed;
+		else if (freed)
+			rq_sched_free_request(freed);
+		return true;
+	}
+	case RQ_ELV_FRONT_MERGE: {
+		struct rq_request *freed;
+
+		if (!bio_attempt_front_merge(rq, bio, nr_segs))
+			return false;
+		freed = attempt_front_merge(q, rq);
+		if (!freed)
+			elv_merged_request(q, rq, RQ_ELV_FRONT_MERGE);
+		if (merged)
+			*merged = freed;
+		else if (freed)
+			rq_sched_free_request(freed);
+		return true;
+	}
+	default:
+		return false;
+	}
+}
+
+RQ_EXPORT bool rq_sched_try_insert_merge(struct rq_queue *q, struct rq_request *rq,
+					 struct rq_list_node *free)
+{
+	struct rq_elevator_queue *eq = q->elevator;
+	bool ret = false;
+
+	if (!eq || q->nomerges == 2)
+		return false;
+	if (eq->last_merge && eq->last_merge != rq && attempt_merge(q, eq->last_merge, rq)) {
+		rq_list_add(&rq->queuelist, free);
+		return true;
+	}
+	if (q->nomerges)
+		return false;
+	for (;;) {
+		struct rq_request *prev = elv_hash_find(eq, rq->sector);
+
+		if (!prev || prev == rq || !attempt_merge(q, prev, rq))
+			break;
+		rq_list_add(&rq->queuelist, free);
+		ret = true;
+		/* the grown request may now join another */
+		rq = prev;
+	}
+	return ret;
+}

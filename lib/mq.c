@@ -1,1 +1,1722 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * The multi-queue front end: tag sets, queues, submission, plugging,
+ * dispatch and completion.
+ *
+ * The path of a bio: rq_submit_bio() checks it, enters the queue (a per-CPU
+ * usage count that freezing drains), splits it to the limits, tries a plug
+ * merge and a scheduler (or software queue) merge, takes a tag and the
+ * preallocated request behind it, then either queues it on the thread's plug,
+ * inserts it into the scheduler, or issues it directly.  Dispatch of one hctx
+ * is owned by one thread at a time (run_state); others that want it run
+ * leave a note (RUN_AGAIN) that the owner honours before it lets go.
+ *
+ * What may run at the same time: see the tables in include/librequest/mq.h
+ * and queue.h.  Dispatch runs inside a liburcu-bp read-side section, so
+ * rq_queue_quiesce() can wait for every running queue_rq with one grace period.
+ */
+#define _GNU_SOURCE
+#define _LGPL_SOURCE
+#include <errno.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/sysinfo.h>
+#include <time.h>
+#include <urcu-bp.h>
+
+#include "internal/core.h"
+#include "internal/elevator.h"
+#include "internal/ioc.h"
+
+static __thread struct rq_plug *tls_plug;
+
+/* ------------------------------------------------------------- helpers */
+
+unsigned cur_cpu(void)
+{
+	int c = sched_getcpu();
+
+	return c < 0 ? 0 : (unsigned)c;
+}
+
+struct rq_sw_ctx *queue_ctx(struct rq_queue *q, unsigned cpu)
+{
+	return &q->ctxs[cpu % q->nr_cpus];
+}
+
+/* Relaxed per-CPU counters: a preempted update may rarely be lost. */
+static inline void ctx_stat_add(struct rq_sw_ctx *ctx, unsigned idx, uint64_t n)
+{
+	__atomic_store_n(&ctx->stats.v[idx], __atomic_load_n(&ctx->stats.v[idx], __ATOMIC_RELAXED) + n,
+			 __ATOMIC_RELAXED);
+}
+
+void stat_add(struct rq_queue *q, unsigned idx, uint64_t n)
+{
+	ctx_stat_add(queue_ctx(q, cur_cpu()), idx, n);
+}
+
+void stat_inc(struct rq_queue *q, unsigned idx)
+{
+	stat_add(q, idx, 1);
+}
+
+uint64_t queue_timeout_ns(const struct rq_queue *q)
+{
+	return (uint64_t)READ_ONCE(q->io_timeout_ms) * 1000000ull;
+}
+
+static inline bool queue_quiesced(struct rq_queue *q)
+{
+	return atomic_load_explicit(&q->quiesce_depth, memory_order_acquire) != 0;
+}
+
+static inline bool hctx_stopped(struct rq_hw_ctx *hctx)
+{
+	return atomic_load_explicit(&hctx->state, memory_order_acquire) & HCTX_STOPPED;
+}
+
+/* ------------------------------------------------------- usage / freeze */
+
+static void queue_exit_ctx(struct rq_queue *q, struct rq_sw_ctx *ctx)
+{
+	atomic_fetch_sub_explicit(&ctx->usage, 1, memory_order_seq_cst);
+	if (unlikely(atomic_load_explicit(&q->freeze_depth, memory_order_seq_cst))) {
+		pthread_mutex_lock(&q->freeze_lock);
+		pthread_cond_broadcast(&q->freeze_cond);
+		pthread_mutex_unlock(&q->freeze_lock);
+	}
+}
+
+void queue_exit(struct rq_queue *q)
+{
+	queue_exit_ctx(q, queue_ctx(q, cur_cpu()));
+}
+
+void queue_enter_extra(struct rq_queue *q)
+{
+	atomic_fetch_add_explicit(&queue_ctx(q, cur_cpu())->usage, 1, memory_order_seq_cst);
+}
+
+/*
+ * Take a usage reference unless the queue is frozen (wait, or fail with
+ * nowait) or dying.  Pairs with queue_exit().  Returns 0, -EAGAIN, -ENODEV.
+ */
+static int queue_enter(struct rq_queue *q, struct rq_sw_ctx *ctx, bool nowait)
+{
+	for (;;) {
+		atomic_fetch_add_explicit(&ctx->usage, 1, memory_order_seq_cst);
+		if (likely(!atomic_load_explicit(&q->freeze_depth, memory_order_seq_cst)))
+			return 0;
+		queue_exit_ctx(q, ctx);
+		if (atomic_load(&q->dying))
+			return -ENODEV;
+		if (nowait)
+			return -EAGAIN;
+		/* our plugged requests hold usage too: let them go before sleeping */
+		rq_flush_plug();
+		pthread_mutex_lock(&q->freeze_lock);
+		atomic_fetch_add(&q->freeze_waiters, 1);
+		while (atomic_load(&q->freeze_depth) && !atomic_load(&q->dying))
+			pthread_cond_wait(&q->unfreeze_cond, &q->freeze_lock);
+		atomic_fetch_sub(&q->freeze_waiters, 1);
+		pthread_mutex_unlock(&q->freeze_lock);
+	}
+}
+
+static long queue_usage(struct rq_queue *q)
+{
+	long sum = 0;
+
+	for (unsigned i = 0; i < q->nr_cpus; i++)
+		sum += atomic_load_explicit(&q->ctxs[i].usage, memory_order_seq_cst);
+	return sum;
+}
+
+static void timespec_in_ms(struct timespec *ts, unsigned ms)
+{
+	clock_gettime(CLOCK_REALTIME, ts);
+	ts->tv_nsec += (long)ms * 1000000L;
+	while (ts->tv_nsec >= 1000000000L) {
+		ts->tv_sec++;
+		ts->tv_nsec -= 1000000000L;
+	}
+}
+
+/* Wait until no request holds a usage reference. */
+static void queue_drain(struct rq_queue *q)
+{
+	struct timespec ts;
+
+	for (;;) {
+		rq_mq_run_hw_queues(q, false);
+		pthread_mutex_lock(&q->freeze_lock);
+		if (queue_usage(q) == 0) {
+			pthread_mutex_unlock(&q->freeze_lock);
+			return;
+		}
+		timespec_in_ms(&ts, 2);
+		pthread_cond_timedwait(&q->freeze_cond, &q->freeze_lock, &ts);
+		pthread_mutex_unlock(&q->freeze_lock);
+	}
+}
+
+RQ_EXPORT void rq_queue_freeze(struct rq_queue *q)
+{
+	pthread_mutex_lock(&q->freeze_lock);
+	atomic_fetch_add_explicit(&q->freeze_depth, 1, memory_order_seq_cst);
+	pthread_mutex_unlock(&q->freeze_lock);
+	queue_drain(q);
+}
+
+RQ_EXPORT void rq_queue_unfreeze(struct rq_queue *q)
+{
+	pthread_mutex_lock(&q->freeze_lock);
+	if (atomic_load(&q->freeze_depth) > 0 &&
+	    atomic_fetch_sub_explicit(&q->freeze_depth, 1, memory_order_seq_cst) == 1)
+		pthread_cond_broadcast(&q->unfreeze_cond);
+	pthread_mutex_unlock(&q->freeze_lock);
+}
+
+RQ_EXPORT void rq_queue_quiesce(struct rq_queue *q)
+{
+	atomic_fetch_add_explicit(&q->quiesce_depth, 1, memory_order_seq_cst);
+	urcu_bp_synchronize_rcu();
+}
+
+RQ_EXPORT void rq_queue_unquiesce(struct rq_queue *q)
+{
+	if (atomic_load(&q->quiesce_depth) > 0 &&
+	    atomic_fetch_sub_explicit(&q->quiesce_depth, 1, memory_order_seq_cst) == 1)
+		rq_mq_run_hw_queues(q, false);
+}
+
+void mq_freeze_and_quiesce(struct rq_queue *q)
+{
+	rq_queue_freeze(q);
+	rq_queue_quiesce(q);
+}
+
+void mq_unquiesce_and_unfreeze(struct rq_queue *q)
+{
+	rq_queue_unquiesce(q);
+	rq_queue_unfreeze(q);
+}
+
+/* ------------------------------------------------------- tags, requests */
+
+static bool queue_dying_cb(void *arg)
+{
+	return atomic_load(&((struct rq_queue *)arg)->dying);
+}
+
+static void flush_plug_cb(void *arg)
+{
+	(void)arg;
+	rq_flush_plug();
+}
+
+static struct rq_hw_ctx *map_hctx(struct rq_queue *q, unsigned cpu, unsigned opf)
+{
+	struct rq_tag_set *set = q->set;
+
+	if (unlikely(opf & RQ_BIO_POLLED) && set->nr_poll_queues) {
+		unsigned first = set->nr_hw_queues - set->nr_poll_queues;
+
+		return q->hctxs[first + cpu % set->nr_poll_queues];
+	}
+	return q->hctxs[q->map[cpu % q->nr_cpus]];
+}
+
+/* Get a tag from @tags, sleeping if allowed; -1 on failure. */
+static int get_tag(struct rq_queue *q, struct rq_tags *tags, unsigned cpu, unsigned shallow,
+		   bool nowait)
+{
+	int tag = rq_tags_get(tags, cpu, shallow);
+	int bit;
+
+	if (likely(tag >= 0) || nowait)
+		return tag;
+	bit = sbq_wait_get(&tags->bitmap, cpu, shallow, flush_plug_cb, queue_dying_cb, q);
+	return bit < 0 ? -1 : (int)(tags->nr_reserved + (unsigned)bit);
+}
+
+static void rq_init_common(struct rq_request *rq, struct rq_queue *q, struct rq_hw_ctx *hctx,
+			   struct rq_sw_ctx *ctx)
+{
+	rq->q = q;
+	rq->hctx = hctx;
+	rq->ctx = ctx;
+	rq->cpu = (int32_t)ctx->cpu;
+	rq->rq_flags = 0;
+	__atomic_store_n(&rq->state, RQ_STATE_IDLE, __ATOMIC_RELAXED);
+	rq->core_busy = 0;
+	rq->deadline_ns = 0;
+	rq->fifo_time = 0;
+	rq->rq_next = NULL;
+	rq->end_io = NULL;
+	rq->end_io_data = NULL;
+	rq->elv_priv[0] = rq->elv_priv[1] = NULL;
+	rq->hash.next = NULL;
+	rq->hash.pprev = NULL;
+	rq_rb_clear_node(&rq->rb_node);
+	rq_list_init(&rq->queuelist);
+	rq->flush.seq = 0;
+	rq->io_start_time_ns = 0;
+}
+
+/*
+ * Allocate a request for @bio on @ctx: a scheduler tag with a scheduler,
+ * else a driver tag.  Returns NULL when no tag could be had (nowait, dying).
+ */
+static struct rq_request *mq_get_request(struct rq_queue *q, struct rq_sw_ctx *ctx,
+					 struct rq_bio *bio, unsigned nr_segs)
+{
+	struct rq_elevator_queue *eq = q->elevator;
+	struct rq_hw_ctx *hctx = map_hctx(q, ctx->cpu, bio->opf);
+	bool nowait = bio->opf & RQ_BIO_NOWAIT;
+	struct rq_request *rq;
+	unsigned shallow = 0;
+	int tag;
+
+	if (eq) {
+		const struct rq_elevator_type *e = eq->type;
+
+		if (e->ops.limit_depth && !(bio->opf & (RQ_BIO_PREFLUSH | RQ_BIO_FUA)) &&
+		    bio->op != RQ_OP_FLUSH) {
+			struct rq_alloc_data data = { .q = q, .hctx = hctx, .op = bio->op,
+						      .opf = bio->opf };
+
+			e->ops.limit_depth(&data);
+			shallow = data.shallow_depth;
+		}
+		tag = get_tag(q, hctx->sched_tags, ctx->cpu, shallow, nowait);
+		if (tag < 0)
+			return NULL;
+		rq = hctx->sched_tags->static_rqs[tag];
+		rq_init_common(rq, q, hctx, ctx);
+		rq->internal_tag = tag;
+		rq->tag = -1;
+		rq->rq_flags = RQ_RQF_SCHED_TAGS;
+		rq->start_time_ns = rq_clock_ns();
+	} else {
+		tag = get_tag(q, hctx->tags, ctx->cpu, 0, nowait);
+		if (tag < 0)
+			return NULL;
+		rq = hctx->tags->static_rqs[tag];
+		rq_init_common(rq, q, hctx, ctx);
+		rq->tag = tag;
+		rq->internal_tag = -1;
+		rq->start_time_ns = 0;
+		__atomic_store_n(&hctx->tags->rqs[tag], rq, __ATOMIC_RELEASE);
+	}
+
+	rq->op = bio->op;
+	rq->opf = bio->opf;
+	rq->ioprio = bio->ioprio;
+	rq->sector = bio->iter.sector;
+	rq->bytes = bio->iter.size;
+	rq->nr_segments = (uint16_t)nr_segs;
+	rq->bio = rq->biotail = bio;
+	bio->next = NULL;
+	rq->ioc = bio->ioc;
+	ctx_stat_add(ctx, ST_REQUESTS, 1);
+
+	if (eq) {
+		if (!rq->ioc)
+			rq->ioc = rq_ioc_current();
+		if (!rq->ioprio && rq->ioc)
+			rq->ioprio = rq_ioc_prio(rq->ioc);
+		if (eq->type->ops.prepare_request && !(rq->opf & (RQ_BIO_PREFLUSH | RQ_BIO_FUA)) &&
+		    rq->op != RQ_OP_FLUSH) {
+			eq->type->ops.prepare_request(rq);
+			rq->rq_flags |= RQ_RQF_ELVPRIV;
+		}
+	}
+	return rq;
+}
+
+/*
+ * An internal request (the flush machinery's) on @hctx, with no tag of its
+ * own: it borrows one or takes a driver tag at dispatch.
+ */
+struct rq_request *mq_alloc_internal_request(struct rq_queue *q, struct rq_hw_ctx *hctx)
+{
+	struct rq_request *rq = rq_alloc_node(q->set->rq_size, hctx->numa_node);
+
+	if (rq)
+		rq_init_common(rq, q, hctx, queue_ctx(q, 0));
+	return rq;
+}
+
+/* Take a driver tag for a request made with a scheduler tag. */
+bool mq_get_driver_tag(struct rq_request *rq)
+{
+	struct rq_hw_ctx *hctx = rq->hctx;
+	int tag;
+
+	if (rq->tag >= 0)
+		return true;
+	tag = rq_tags_get(hctx->tags, cur_cpu(), 0);
+	if (tag < 0)
+		return false;
+	rq->tag = tag;
+	__atomic_store_n(&hctx->tags->rqs[tag], rq, __ATOMIC_RELEASE);
+	return true;
+}
+
+static void put_driver_tag(struct rq_request *rq, unsigned cpu)
+{
+	if (rq->tag >= 0 && (rq->rq_flags & RQ_RQF_SCHED_TAGS)) {
+		rq_tags_put(rq->hctx->tags, (unsigned)rq->tag, cpu);
+		rq->tag = -1;
+	}
+}
+
+/*
+ * Free a request that is not with the driver: scheduler told, tags back,
+ * usage reference dropped.  The request must not be touched afterwards.
+ */
+void mq_free_request(struct rq_request *rq)
+{
+	struct rq_queue *q = rq->q;
+	struct rq_hw_ctx *hctx = rq->hctx;
+	struct rq_sw_ctx *ctx = rq->ctx;
+	int tag = rq->tag, itag = rq->internal_tag;
+	unsigned cpu = ctx->cpu;
+
+	if (rq->rq_flags & RQ_RQF_ELVPRIV) {
+		struct rq_elevator_queue *eq = q->elevator;
+
+		if (eq && eq->type->ops.finish_request)
+			eq->type->ops.finish_request(rq);
+	}
+	if (unlikely(rq->rq_flags & RQ_RQF_FLUSH_INTERNAL))
+		return; /* owned by the flush queue */
+	if (q->elevator && q->elevator->last_merge == rq)
+		q->elevator->last_merge = NULL;
+	while (unlikely(__atomic_load_n(&rq->core_busy, __ATOMIC_ACQUIRE)))
+		cpu_relax();
+	rq->bio = rq->biotail = NULL;
+	__atomic_store_n(&rq->state, RQ_STATE_IDLE, __ATOMIC_RELEASE);
+	if (itag >= 0) {
+		if (tag >= 0)
+			rq_tags_put(hctx->tags, (unsigned)tag, cpu);
+		rq_tags_put(hctx->sched_tags, (unsigned)itag, cpu);
+	} else if (tag >= 0) {
+		rq_tags_put(hctx->tags, (unsigned)tag, cpu);
+	}
+	queue_exit_ctx(q, ctx);
+}
+
+RQ_EXPORT void rq_sched_free_request(struct rq_request *rq)
+{
+	mq_free_request(rq);
+}
+
+/* End every remaining bio of @rq with @status. */
+static void end_bios(struct rq_request *rq, rq_status_t status)
+{
+	struct rq_bio *bio = rq->bio;
+
+	rq->bio = rq->biotail = NULL;
+	rq->bytes = 0;
+	while (bio) {
+		struct rq_bio *next = bio->next;
+
+		bio->next = NULL;
+		bio_end_with(bio, status);
+		bio = next;
+	}
+}
+
+/* The request left the driver: in-flight count, budget, restart. */
+static void hctx_request_left_driver(struct rq_hw_ctx *hctx)
+{
+	atomic_fetch_sub_explicit(&hctx->nr_in_flight, 1, memory_order_seq_cst);
+	if (hctx->q->ops->put_budget)
+		hctx->q->ops->put_budget(hctx->q);
+}
+
+static void hctx_restart(struct rq_hw_ctx *hctx)
+{
+	if (atomic_load_explicit(&hctx->state, memory_order_seq_cst) & HCTX_RESTART) {
+		atomic_fetch_and(&hctx->state, ~HCTX_RESTART);
+		run_hw_queue(hctx);
+	}
+}
+
+/* End a request that is not with the driver (teardown, flush DONE, errors). */
+void mq_fail_request(struct rq_request *rq, rq_status_t status)
+{
+	if (status != RQ_STS_OK)
+		ctx_stat_add(rq->ctx, ST_ERRORS, 1);
+	ctx_stat_add(rq->ctx, ST_COMPLETED, 1);
+	end_bios(rq, status);
+	mq_free_request(rq);
+}
+
+/* Common end of an in-flight request whose state we just moved to COMPLETE. */
+static void mq_end_request_inflight(struct rq_request *rq, rq_status_t status)
+{
+	struct rq_hw_ctx *hctx = rq->hctx;
+
+	if (rq->end_io) {
+		/* internal sequencing (flush): it decides what happens next */
+		hctx_request_left_driver(hctx);
+		rq->end_io(rq, status);
+		hctx_restart(hctx);
+		return;
+	}
+	if (status != RQ_STS_OK)
+		ctx_stat_add(rq->ctx, ST_ERRORS, 1);
+	ctx_stat_add(rq->ctx, ST_COMPLETED, 1);
+	if (rq->q->elevator && rq->q->elevator->type->ops.completed_request &&
+	    (rq->rq_flags & RQ_RQF_ELVPRIV))
+		rq->q->elevator->type->ops.completed_request(rq, rq_clock_ns());
+	end_bios(rq, status);
+	hctx_request_left_driver(hctx);
+	mq_free_request(rq);
+	hctx_restart(hctx);
+}
+
+void mq_end_request_locked(struct rq_request *rq, rq_status_t status)
+{
+	mq_end_request_inflight(rq, status);
+}
+
+RQ_EXPORT void rq_mq_end_request(struct rq_request *rq, rq_status_t status)
+{
+	uint8_t expected = RQ_STATE_IN_FLIGHT;
+
+	if (!__atomic_compare_exchange_n(&rq->state, &expected, RQ_STATE_COMPLETE, false,
+					 __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+		expected = RQ_STATE_COMPLETING;
+		if (!__atomic_compare_exchange_n(&rq->state, &expected, RQ_STATE_COMPLETE, false,
+						 __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+			return; /* not in flight: never complete twice */
+	}
+	mq_end_request_inflight(rq, status);
+}
+
+RQ_EXPORT bool rq_update_request(struct rq_request *rq, rq_status_t status, unsigned bytes)
+{
+	uint8_t st = __atomic_load_n(&rq->state, __ATOMIC_ACQUIRE);
+
+	if (st != RQ_STATE_IN_FLIGHT && st != RQ_STATE_COMPLETING)
+		return false;
+	while (bytes && rq->bio) {
+		struct rq_bio *bio = rq->bio;
+		unsigned n = bytes < bio->iter.size ? bytes : bio->iter.size;
+
+		if (status != RQ_STS_OK && bio->status == RQ_STS_OK)
+			bio->status = status;
+		bio_advance(bio, n);
+		rq->bytes -= n;
+		rq->sector += n >> RQ_SECTOR_SHIFT;
+		bytes -= n;
+		if (!bio->iter.size) {
+			rq->bio = bio->next;
+			if (!rq->bio)
+				rq->biotail = NULL;
+			bio->next = NULL;
+			bio_end_with(bio, status);
+		}
+	}
+	return rq->bytes > 0;
+}
+
+RQ_EXPORT rq_status_t rq_mq_complete_status(const struct rq_request *rq)
+{
+	return rq->complete_status;
+}
+
+RQ_EXPORT bool rq_mq_complete_request(struct rq_request *rq, rq_status_t status)
+{
+	uint8_t expected = RQ_STATE_IN_FLIGHT;
+
+	if (!__atomic_compare_exchange_n(&rq->state, &expected, RQ_STATE_COMPLETING, false,
+					 __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+		return false;
+	rq->complete_status = status;
+	if (rq->q->ops->complete)
+		rq->q->ops->complete(rq);
+	else
+		rq_mq_end_request(rq, status);
+	return true;
+}
+
+RQ_EXPORT void rq_mq_start_request(struct rq_request *rq)
+{
+	rq->rq_flags |= RQ_RQF_STARTED;
+}
+
+RQ_EXPORT struct rq_request *rq_mq_tag_to_rq(struct rq_hw_ctx *hctx, unsigned tag)
+{
+	if (tag >= hctx->tags->nr_tags)
+		return NULL;
+	return hctx->tags->rqs[tag];
+}
+
+/* ------------------------------------------------------------ dispatch */
+
+/* Claim dispatch of @hctx, or leave a note for the thread that has it. */
+static bool hctx_try_own(struct rq_hw_ctx *hctx)
+{
+	int s = RUN_IDLE;
+
+	for (;;) {
+		if (atomic_compare_exchange_weak_explicit(&hctx->run_state, &s, RUN_BUSY,
+							  memory_order_acquire,
+							  memory_order_relaxed))
+			return true;
+		if (s == RUN_AGAIN)
+			return false;
+		if (s == RUN_BUSY &&
+		    atomic_compare_exchange_weak_explicit(&hctx->run_state, &s, RUN_AGAIN,
+							  memory_order_acq_rel,
+							  memory_order_relaxed))
+			return false;
+	}
+}
+
+static void hctx_dispatch_all(struct rq_hw_ctx *hctx);
+
+/* Let go of dispatch, running again first if someone asked meanwhile. */
+static void hctx_release(struct rq_hw_ctx *hctx)
+{
+	for (;;) {
+		int s = RUN_BUSY;
+
+		if (atomic_compare_exchange_strong_explicit(&hctx->run_state, &s, RUN_IDLE,
+							    memory_order_release,
+							    memory_order_relaxed))
+			return;
+		atomic_store_explicit(&hctx->run_state, RUN_BUSY, memory_order_relaxed);
+		hctx_dispatch_all(hctx);
+	}
+}
+
+void run_hw_queue(struct rq_hw_ctx *hctx)
+{
+	if (hctx_try_own(hctx)) {
+		hctx_dispatch_all(hctx);
+		hctx_release(hctx);
+	}
+}
+
+static void hctx_delay_run(struct rq_hw_ctx *hctx, unsigned msecs)
+{
+	uint64_t at = mono_ns() + (uint64_t)msecs * 1000000ull;
+	uint64_t cur = atomic_load(&hctx->run_at_ns);
+
+	while (cur == 0 || at < cur) {
+		if (atomic_compare_exchange_weak(&hctx->run_at_ns, &cur, at)) {
+			service_kick();
+			break;
+		}
+	}
+}
+
+/* Stage requests on the software queue @ctx for a later run of its hctx. */
+static void ctx_stage(struct rq_sw_ctx *ctx, struct rq_list_node *list, bool at_head)
+{
+	struct rq_hw_ctx *hctx = ctx->hctx;
+
+	rq_spin_lock(&ctx->lock);
+	if (at_head)
+		rq_list_splice_init(list, &ctx->rq_list);
+	else
+		rq_list_splice_tail_init(list, &ctx->rq_list);
+	rq_spin_unlock(&ctx->lock);
+	atomic_fetch_or_explicit(&hctx->pending, 1ull << (ctx->index_hw % 64),
+				 memory_order_release);
+}
+
+/* Add @list to the head of the hctx dispatch (parked) list. */
+static void hctx_park(struct rq_hw_ctx *hctx, struct rq_list_node *list, bool at_head)
+{
+	rq_spin_lock(&hctx->lock);
+	if (at_head)
+		rq_list_splice_init(list, &hctx->dispatch);
+	else
+		rq_list_splice_tail_init(list, &hctx->dispatch);
+	rq_spin_unlock(&hctx->lock);
+}
+
+static inline void rq_start(struct rq_hw_ctx *hctx, struct rq_request *rq)
+{
+	__atomic_store_n(&rq->gen, rq->gen + 1, __ATOMIC_RELAXED);
+	rq->deadline_ns = 0;
+	rq->rq_flags |= RQ_RQF_STARTED;
+	atomic_fetch_add_explicit(&hctx->nr_in_flight, 1, memory_order_relaxed);
+	__atomic_store_n(&rq->state, RQ_STATE_IN_FLIGHT, __ATOMIC_RELEASE);
+}
+
+/* Undo rq_start() for a request the driver refused. */
+static inline void rq_unstart(struct rq_hw_ctx *hctx, struct rq_request *rq)
+{
+	__atomic_store_n(&rq->state, RQ_STATE_IDLE, __ATOMIC_RELEASE);
+	atomic_fetch_sub_explicit(&hctx->nr_in_flight, 1, memory_order_relaxed);
+}
+
+/*
+ * The driver is busy: park the rest, ask for a re-run on the next
+ * completion, and as a safety net after a short delay.
+ */
+static void hctx_busy(struct rq_hw_ctx *hctx, struct rq_list_node *list)
+{
+	hctx_park(hctx, list, true);
+	atomic_fetch_or_explicit(&hctx->state, HCTX_RESTART, memory_order_seq_cst);
+	hctx_delay_run(hctx, RQ_RESOURCE_DELAY_MS);
+}
+
+/*
+ * Issue the requests of @list (linked by queuelist) to the driver.
+ * Return: true if all were issued, false if the driver (or tags, or budget)
+ * ran out; then the rest are parked on hctx->dispatch.
+ * Context: dispatch owner of @hctx, inside a read-side section.
+ */
+static bool dispatch_rq_list(struct rq_hw_ctx *hctx, struct rq_list_node *list)
+{
+	struct rq_queue *q = hctx->q;
+	const struct rq_mq_ops *ops = q->ops;
+	struct rq_sw_ctx *sctx = NULL;
+	bool need_commit = false;
+	uint64_t queued = 0, resource = 0;
+	bool busy = false;
+
+	while (!rq_list_empty(list)) {
+		struct rq_request *rq = rq_list_first_rq(list);
+		rq_status_t ret;
+		bool last;
+
+		if (unlikely(rq->tag < 0) && !mq_get_driver_tag(rq)) {
+			busy = true;
+			break;
+		}
+		if (ops->get_budget && !ops->get_budget(q)) {
+			busy = true;
+			break;
+		}
+		rq_list_del_init(&rq->queuelist);
+		last = rq_list_empty(list);
+		if (!sctx)
+			sctx = rq->ctx;
+		rq_start(hctx, rq);
+		ret = ops->queue_rq(hctx, rq, last);
+		if (likely(ret == RQ_STS_OK)) {
+			queued++;
+			need_commit = !last;
+			continue;
+		}
+		if (ret == RQ_STS_RESOURCE || ret == RQ_STS_DEV_RESOURCE) {
+			uint8_t expected = RQ_STATE_IN_FLIGHT;
+
+			__atomic_compare_exchange_n(&rq->state, &expected, RQ_STATE_IDLE, false,
+						    __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+			atomic_fetch_sub_explicit(&hctx->nr_in_flight, 1, memory_order_relaxed);
+			if (ops->put_budget)
+				ops->put_budget(q);
+			if (rq->rq_flags & RQ_RQF_SCHED_TAGS)
+				put_driver_tag(rq, cur_cpu());
+			rq_list_add(&rq->queuelist, list);
+			resource++;
+			busy = true;
+			break;
+		}
+		/* any other status ends the request */
+		rq_mq_end_request(rq, ret);
+	}
+	if (busy && need_commit && ops->commit_rqs)
+		ops->commit_rqs(hctx);
+	if (sctx) {
+		ctx_stat_add(sctx, ST_DISPATCHED, queued);
+		if (resource)
+			ctx_stat_add(sctx, ST_RESOURCE, resource);
+	}
+	if (busy)
+		hctx_busy(hctx, list);
+	return !busy;
+}
+
+/* Collect staged requests of every software queue of @hctx. */
+static void hctx_collect_staged(struct rq_hw_ctx *hctx, struct rq_list_node *list)
+{
+	uint64_t pending = atomic_exchange_explicit(&hctx->pending, 0, memory_order_acquire);
+
+	if (!pending)
+		return;
+	for (unsigned i = 0; i < hctx->nr_ctx; i++) {
+		struct rq_sw_ctx *ctx = hctx->ctxs[i];
+
+		if (!(pending & (1ull << (i % 64))))
+			continue;
+		rq_spin_lock(&ctx->lock);
+		rq_list_splice_tail_init(&ctx->rq_list, list);
+		rq_spin_unlock(&ctx->lock);
+	}
+}
+
+/* Pull up to a batch from the scheduler and issue it.  False if busy. */
+static bool sched_dispatch(struct rq_hw_ctx *hctx, bool *progress)
+{
+	const struct rq_elevator_type *e = hctx->q->elevator->type;
+	struct rq_list_node list;
+	unsigned n = 0;
+
+	rq_list_init(&list);
+	while (n < RQ_DISPATCH_BATCH && e->ops.has_work(hctx)) {
+		struct rq_request *rq = e->ops.dispatch_request(hctx);
+
+		if (!rq)
+			break;
+		rq_list_add_tail(&rq->queuelist, &list);
+		n++;
+	}
+	*progress = n != 0;
+	if (!n)
+		return true;
+	return dispatch_rq_list(hctx, &list);
+}
+
+/*
+ * One full run of @hctx: parked requests first, then the scheduler or the
+ * software queues, until nothing is left or the driver is busy.
+ * Context: dispatch owner.
+ */
+static void hctx_dispatch_all(struct rq_hw_ctx *hctx)
+{
+	struct rq_queue *q = hctx->q;
+	struct rq_list_node list;
+
+	urcu_bp_read_lock();
+	for (;;) {
+		if (queue_quiesced(q) || hctx_stopped(hctx))
+			break;
+		rq_list_init(&list);
+		if (!rq_list_empty(&hctx->dispatch)) {
+			rq_spin_lock(&hctx->lock);
+			rq_list_splice_tail_init(&hctx->dispatch, &list);
+			rq_spin_unlock(&hctx->lock);
+			if (!dispatch_rq_list(hctx, &list))
+				break;
+			continue;
+		}
+		if (q->elevator) {
+			bool progress;
+
+			if (!sched_dispatch(hctx, &progress) || !progress)
+				break;
+			continue;
+		}
+		hctx_collect_staged(hctx, &list);
+		if (rq_list_empty(&list))
+			break;
+		if (!dispatch_rq_list(hctx, &list))
+			break;
+	}
+	urcu_bp_read_unlock();
+}
+
+/*
+ * Issue @list (requests of @hctx, no scheduler) now if we can own the hctx
+ * and nothing is parked; else stage them for whoever runs it.
+ */
+static void issue_list_directly(struct rq_hw_ctx *hctx, struct rq_sw_ctx *ctx,
+				struct rq_list_node *list, bool use_queue_rqs)
+{
+	struct rq_queue *q = hctx->q;
+
+	if (!hctx_try_own(hctx)) {
+		ctx_stage(ctx, list, false);
+		run_hw_queue(hctx);
+		return;
+	}
+	urcu_bp_read_lock();
+	if (queue_quiesced(q) || hctx_stopped(hctx) || !rq_list_empty(&hctx->dispatch) ||
+	    atomic_load_explicit(&hctx->pending, memory_order_relaxed)) {
+		ctx_stage(ctx, list, false);
+		urcu_bp_read_unlock();
+		atomic_store(&hctx->run_state, RUN_AGAIN);
+		hctx_release(hctx);
+		return;
+	}
+	if (use_queue_rqs && q->ops->queue_rqs && !q->ops->get_budget) {
+		struct rq_request *head = NULL, **tail = &head;
+		struct rq_request *rq;
+		uint64_t n = 0;
+
+		while ((rq = rq_list_first_rq(list))) {
+			rq_list_del_init(&rq->queuelist);
+			rq_start(hctx, rq);
+			rq->rq_next = NULL;
+			*tail = rq;
+			tail = &rq->rq_next;
+			n++;
+		}
+		q->ops->queue_rqs(hctx, &head);
+		/* what the driver left goes the normal way */
+		while (head) {
+			rq = head;
+			head = rq->rq_next;
+			rq->rq_next = NULL;
+			rq_unstart(hctx, rq);
+			rq_list_add_tail(&rq->queuelist, list);
+			n--;
+		}
+		ctx_stat_add(ctx, ST_DISPATCHED, n);
+	}
+	if (!rq_list_empty(list))
+		dispatch_rq_list(hctx, list);
+	urcu_bp_read_unlock();
+	hctx_release(hctx);
+}
+
+/* Hand a request to the scheduler (or stage it) and optionally run. */
+void mq_insert_request(struct rq_request *rq, bool at_head, bool run)
+{
+	struct rq_hw_ctx *hctx = rq->hctx;
+	struct rq_queue *q = rq->q;
+	struct rq_list_node list;
+
+	rq_list_init(&list);
+	rq_list_add_tail(&rq->queuelist, &list);
+	if (q->elevator) {
+		rq->rq_flags |= RQ_RQF_SORTED;
+		q->elevator->type->ops.insert_requests(hctx, &list, at_head ? RQ_INSERT_AT_HEAD : 0);
+	} else {
+		ctx_stage(rq->ctx, &list, at_head);
+	}
+	if (run)
+		run_hw_queue(hctx);
+}
+
+/* ------------------------------------------------------------- plugging */
+
+RQ_EXPORT void rq_start_plug(struct rq_plug *plug)
+{
+	plug->head = plug->tail = NULL;
+	plug->count = 0;
+	plug->multiple_queues = 0;
+	plug->q = NULL;
+	plug->prev = tls_plug;
+	if (!tls_plug)
+		tls_plug = plug;
+}
+
+/* Issue a run of requests that share one queue and hctx. */
+static void plug_issue_run(struct rq_list_node *list, struct rq_request *first)
+{
+	struct rq_queue *q = first->q;
+	struct rq_hw_ctx *hctx = first->hctx;
+
+	if (q->elevator) {
+		struct rq_request *rq;
+
+		for (struct rq_list_node *n = list->next; n != list; n = n->next) {
+			rq = RQ_CONTAINER_OF(n, struct rq_request, queuelist);
+			rq->rq_flags |= RQ_RQF_SORTED;
+		}
+		q->elevator->type->ops.insert_requests(hctx, list, 0);
+		run_hw_queue(hctx);
+		return;
+	}
+	issue_list_directly(hctx, first->ctx, list, true);
+}
+
+static void plug_flush_list(struct rq_plug *plug)
+{
+	struct rq_request *rq = plug->head;
+
+	plug->head = plug->tail = NULL;
+	plug->count = 0;
+	plug->multiple_queues = 0;
+	while (rq) {
+		struct rq_request *first = rq;
+		struct rq_list_node list;
+
+		rq_list_init(&list);
+		while (rq && rq->q == first->q && rq->hctx == first->hctx) {
+			struct rq_request *next = rq->rq_next;
+
+			rq->rq_next = NULL;
+			rq_list_add_tail(&rq->queuelist, &list);
+			rq = next;
+		}
+		plug_issue_run(&list, first);
+	}
+}
+
+RQ_EXPORT void rq_flush_plug(void)
+{
+	struct rq_plug *plug = tls_plug;
+
+	if (plug && plug->head)
+		plug_flush_list(plug);
+}
+
+RQ_EXPORT void rq_finish_plug(struct rq_plug *plug)
+{
+	if (plug != tls_plug)
+		return; /* a nested plug: the outermost one flushes */
+	if (plug->head)
+		plug_flush_list(plug);
+	tls_plug = NULL;
+}
+
+#define PLUG_FLUSH_BYTES (128u * 1024u) /* BLK_PLUG_FLUSH_SIZE */
+
+static void plug_add(struct rq_plug *plug, struct rq_request *rq)
+{
+	struct rq_request *last = plug->tail;
+
+	if (last && (plug->count >= (plug->multiple_queues ? 2u * RQ_PLUG_MAX_REQUESTS :
+							      RQ_PLUG_MAX_REQUESTS) ||
+		     last->bytes >= PLUG_FLUSH_BYTES)) {
+		plug_flush_list(plug);
+		last = NULL;
+	}
+	if (last && last->q != rq->q)
+		plug->multiple_queues = 1;
+	rq->rq_next = NULL;
+	if (last)
+		last->rq_next = rq;
+	else
+		plug->head = rq;
+	plug->tail = rq;
+	plug->count++;
+	plug->q = rq->q;
+}
+
+/* ----------------------------------------------------------- submission */
+
+/* Try merging @bio into queued work without making a request. */
+static bool mq_attempt_bio_merge(struct rq_queue *q, struct rq_sw_ctx *ctx,
+				 struct rq_plug *plug, struct rq_bio *bio, unsigned nr_segs)
+{
+	if (q->nomerges == 2 || !bio_mergeable(bio))
+		return false;
+	if (plug && plug->tail && plug->tail->q == q &&
+	    bio_attempt_merge(q, plug->tail, bio, nr_segs, false)) {
+		ctx_stat_add(ctx, ST_PLUG_MERGES, 1);
+		return true;
+	}
+	if (q->elevator) {
+		const struct rq_elevator_type *e = q->elevator->type;
+
+		return e->ops.bio_merge && e->ops.bio_merge(q, bio, nr_segs);
+	}
+	if (!rq_list_empty(&ctx->rq_list)) {
+		bool merged;
+
+		rq_spin_lock(&ctx->lock);
+		merged = ctx_list_merge(q, &ctx->rq_list, bio, nr_segs);
+		rq_spin_unlock(&ctx->lock);
+		return merged;
+	}
+	return false;
+}
+
+/* Submit one piece that fits the limits; consumes one usage reference. */
+static void submit_piece(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_bio *bio,
+			 unsigned nr_segs)
+{
+	struct rq_plug *plug = tls_plug;
+	struct rq_request *rq;
+	bool flush_seq = (bio->opf & (RQ_BIO_PREFLUSH | RQ_BIO_FUA)) || bio->op == RQ_OP_FLUSH;
+
+	ctx_stat_add(ctx, ST_BIOS, 1);
+	if (!flush_seq && mq_attempt_bio_merge(q, ctx, plug, bio, nr_segs)) {
+		queue_exit_ctx(q, ctx);
+		return;
+	}
+	rq = mq_get_request(q, ctx, bio, nr_segs);
+	if (unlikely(!rq)) {
+		queue_exit_ctx(q, ctx);
+		bio_end_with(bio, atomic_load(&q->dying) ? RQ_STS_IOERR : RQ_STS_AGAIN);
+		return;
+	}
+	if (unlikely(flush_seq) && flush_insert(rq))
+		return;
+	if (plug) {
+		plug_add(plug, rq);
+		return;
+	}
+	if (q->elevator) {
+		mq_insert_request(rq, false, true);
+		return;
+	}
+	{
+		struct rq_list_node list;
+
+		rq_list_init(&list);
+		rq_list_add_tail(&rq->queuelist, &list);
+		issue_list_directly(rq->hctx, ctx, &list, false);
+	}
+}
+
+RQ_EXPORT void rq_submit_bio(struct rq_queue *q, struct rq_bio *bio)
+{
+	struct rq_sw_ctx *ctx = queue_ctx(q, cur_cpu());
+	rq_status_t status;
+	int ret;
+
+	status = bio_check(&q->limits, atomic_load_explicit(&q->capacity, memory_order_relaxed),
+			   bio);
+	if (unlikely(status != RQ_STS_OK)) {
+		ctx_stat_add(ctx, ST_INVALID, 1);
+		bio_end_with(bio, status);
+		return;
+	}
+	ret = queue_enter(q, ctx, bio->opf & RQ_BIO_NOWAIT);
+	if (unlikely(ret)) {
+		bio_end_with(bio, ret == -EAGAIN ? RQ_STS_AGAIN : RQ_STS_IOERR);
+		return;
+	}
+	if (unlikely((bio->opf & (RQ_BIO_PREFLUSH | RQ_BIO_FUA)) || bio->op == RQ_OP_FLUSH)) {
+		if (!(q->limits.features & RQ_FEAT_WRITE_CACHE)) {
+			/* nothing volatile to flush: strip, and end empty flushes */
+			bio->opf &= ~(RQ_BIO_PREFLUSH | RQ_BIO_FUA);
+			if (bio->op == RQ_OP_FLUSH) {
+				queue_exit_ctx(q, ctx);
+				bio_end_with(bio, RQ_STS_OK);
+				return;
+			}
+		}
+	}
+	for (;;) {
+		unsigned nr_segs;
+		struct rq_bio *piece = bio_split_to_limits(&q->limits, bio, &nr_segs);
+
+		if (unlikely(!piece)) {
+			queue_exit_ctx(q, ctx);
+			bio_end_with(bio, RQ_STS_RESOURCE);
+			return;
+		}
+		if (piece == bio) {
+			submit_piece(q, ctx, bio, nr_segs);
+			return;
+		}
+		/* the front piece carries the preflush; the rest need not */
+		bio->opf &= ~RQ_BIO_PREFLUSH;
+		ctx_stat_add(ctx, ST_SPLITS, 1);
+		atomic_fetch_add_explicit(&ctx->usage, 1, memory_order_seq_cst);
+		submit_piece(q, ctx, piece, nr_segs);
+	}
+}
+
+/* -------------------------------------------------------- hw queue ops */
+
+RQ_EXPORT void rq_mq_run_hw_queue(struct rq_hw_ctx *hctx, bool async)
+{
+	if (async) {
+		atomic_fetch_or(&hctx->state, HCTX_ASYNC_RUN);
+		service_kick();
+		return;
+	}
+	run_hw_queue(hctx);
+}
+
+RQ_EXPORT void rq_mq_run_hw_queues(struct rq_queue *q, bool async)
+{
+	for (unsigned i = 0; i < q->nr_hw_queues; i++)
+		rq_mq_run_hw_queue(q->hctxs[i], async);
+}
+
+RQ_EXPORT void rq_mq_delay_run_hw_queue(struct rq_hw_ctx *hctx, unsigned msecs)
+{
+	hctx_delay_run(hctx, msecs);
+}
+
+RQ_EXPORT void rq_mq_stop_hw_queue(struct rq_hw_ctx *hctx)
+{
+	atomic_fetch_or(&hctx->state, HCTX_STOPPED);
+}
+
+RQ_EXPORT void rq_mq_start_hw_queue(struct rq_hw_ctx *hctx)
+{
+	atomic_fetch_and(&hctx->state, ~HCTX_STOPPED);
+	run_hw_queue(hctx);
+}
+
+RQ_EXPORT void rq_mq_stop_hw_queues(struct rq_queue *q)
+{
+	for (unsigned i = 0; i < q->nr_hw_queues; i++)
+		rq_mq_stop_hw_queue(q->hctxs[i]);
+}
+
+RQ_EXPORT void rq_mq_start_hw_queues(struct rq_queue *q)
+{
+	for (unsigned i = 0; i < q->nr_hw_queues; i++)
+		rq_mq_start_hw_queue(q->hctxs[i]);
+}
+
+RQ_EXPORT void rq_mq_start_stopped_hw_queues(struct rq_queue *q, bool async)
+{
+	for (unsigned i = 0; i < q->nr_hw_queues; i++) {
+		struct rq_hw_ctx *hctx = q->hctxs[i];
+
+		if (atomic_fetch_and(&hctx->state, ~HCTX_STOPPED) & HCTX_STOPPED)
+			rq_mq_run_hw_queue(hctx, async);
+	}
+}
+
+RQ_EXPORT bool rq_mq_hw_queue_stopped(struct rq_hw_ctx *hctx)
+{
+	return hctx_stopped(hctx);
+}
+
+RQ_EXPORT int rq_mq_poll(struct rq_queue *q, bool all)
+{
+	struct rq_tag_set *set = q->set;
+	unsigned first, n;
+	int done = 0;
+
+	if (!set->nr_poll_queues || !q->ops->poll)
+		return 0;
+	first = set->nr_hw_queues - set->nr_poll_queues;
+	if (all) {
+		for (n = first; n < set->nr_hw_queues; n++)
+			done += q->ops->poll(q->hctxs[n], 32);
+		return done;
+	}
+	n = first + cur_cpu() % set->nr_poll_queues;
+	return q->ops->poll(q->hctxs[n], 32);
+}
+
+/* ------------------------------------------------------------- requeue */
+
+RQ_EXPORT void rq_mq_requeue_request(struct rq_request *rq, bool kick)
+{
+	struct rq_queue *q = rq->q;
+	uint8_t expected = RQ_STATE_IN_FLIGHT;
+
+	if (!__atomic_compare_exchange_n(&rq->state, &expected, RQ_STATE_IDLE, false,
+					 __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+		return;
+	hctx_request_left_driver(rq->hctx);
+	if (q->elevator && q->elevator->type->ops.requeue_request &&
+	    (rq->rq_flags & RQ_RQF_ELVPRIV))
+		q->elevator->type->ops.requeue_request(rq);
+	stat_inc(q, ST_REQUEUES);
+	rq_spin_lock(&q->requeue_lock);
+	rq_list_add_tail(&rq->queuelist, &q->requeue_list);
+	rq_spin_unlock(&q->requeue_lock);
+	if (kick)
+		rq_mq_kick_requeue_list(q);
+}
+
+RQ_EXPORT void rq_mq_kick_requeue_list(struct rq_queue *q)
+{
+	struct rq_list_node list;
+
+	rq_list_init(&list);
+	rq_spin_lock(&q->requeue_lock);
+	rq_list_splice_tail_init(&q->requeue_list, &list);
+	rq_spin_unlock(&q->requeue_lock);
+	while (!rq_list_empty(&list)) {
+		struct rq_request *rq = rq_list_first_rq(&list);
+		struct rq_list_node one;
+
+		rq_list_del_init(&rq->queuelist);
+		rq_list_init(&one);
+		rq_list_add_tail(&rq->queuelist, &one);
+		hctx_park(rq->hctx, &one, false);
+	}
+	rq_mq_run_hw_queues(q, false);
+}
+
+RQ_EXPORT void rq_mq_delay_kick_requeue_list(struct rq_queue *q, unsigned msecs)
+{
+	uint64_t at = mono_ns() + (uint64_t)msecs * 1000000ull;
+	uint64_t cur = atomic_load(&q->requeue_at_ns);
+
+	while (cur == 0 || at < cur) {
+		if (atomic_compare_exchange_weak(&q->requeue_at_ns, &cur, at)) {
+			service_kick();
+			break;
+		}
+	}
+}
+
+/* ------------------------------------------------------------ tag sets */
+
+static void default_map_queues(struct rq_tag_set *set, unsigned *map, unsigned nr_cpus)
+{
+	unsigned nr = set->nr_hw_queues - set->nr_poll_queues;
+
+	if (!nr)
+		nr = set->nr_hw_queues;
+	/* consecutive CPUs (siblings, same node first) share a queue */
+	for (unsigned cpu = 0; cpu < nr_cpus; cpu++)
+		map[cpu] = (unsigned)(((uint64_t)cpu * nr) / nr_cpus);
+}
+
+RQ_EXPORT int rq_tag_set_alloc(const struct rq_tag_set_config *cfg, struct rq_tag_set **out)
+{
+	struct rq_tag_set *set;
+	size_t ops_size;
+	unsigned nr_tags_sets;
+
+	if (!cfg || !out || !cfg->ops)
+		return -EINVAL;
+	if (cfg->ops->abi_version != RQ_MQ_OPS_ABI ||
+	    cfg->ops->size < offsetof(struct rq_mq_ops, queue_rq) + sizeof(void *))
+		return -EINVAL;
+	if (!cfg->nr_hw_queues || cfg->nr_hw_queues > 1024 || !cfg->queue_depth ||
+	    cfg->queue_depth > 65536 || cfg->reserved_tags >= cfg->queue_depth ||
+	    cfg->nr_poll_queues >= cfg->nr_hw_queues + (cfg->nr_poll_queues ? 0 : 1) ||
+	    cfg->cmd_size > (1u << 20))
+		return -EINVAL;
+	set = calloc(1, sizeof(*set));
+	if (!set)
+		return -ENOMEM;
+	ops_size = cfg->ops->size < sizeof(set->ops) ? cfg->ops->size : sizeof(set->ops);
+	memcpy(&set->ops, cfg->ops, ops_size);
+	set->ops.size = sizeof(set->ops);
+	if (!set->ops.queue_rq) {
+		free(set);
+		return -EINVAL;
+	}
+	set->nr_hw_queues = cfg->nr_hw_queues;
+	set->nr_poll_queues = cfg->nr_poll_queues;
+	set->queue_depth = cfg->queue_depth;
+	set->reserved_tags = cfg->reserved_tags;
+	set->cmd_size = cfg->cmd_size;
+	set->numa_node = cfg->numa_node;
+	set->timeout_ms = cfg->timeout_ms ? cfg->timeout_ms : RQ_DEFAULT_TIMEOUT_MS;
+	set->flags = cfg->flags;
+	set->driver_data = cfg->driver_data;
+	set->nr_cpus = (unsigned)get_nprocs_conf();
+	if (!set->nr_cpus)
+		set->nr_cpus = 1;
+	set->rq_size = (sizeof(struct rq_request) + cfg->cmd_size + 63) & ~(size_t)63;
+	pthread_mutex_init(&set->lock, NULL);
+	set->map = calloc(set->nr_cpus, sizeof(*set->map));
+	nr_tags_sets = (set->flags & RQ_TAG_SET_SHARED_TAGS) ? 1 : set->nr_hw_queues;
+	set->tags = calloc(set->nr_hw_queues, sizeof(*set->tags));
+	if (!set->map || !set->tags)
+		goto fail;
+	if (set->ops.map_queues)
+		set->ops.map_queues(set, set->map, set->nr_cpus);
+	else
+		default_map_queues(set, set->map, set->nr_cpus);
+	for (unsigned cpu = 0; cpu < set->nr_cpus; cpu++)
+		if (set->map[cpu] >= set->nr_hw_queues)
+			goto fail;
+	for (unsigned i = 0; i < nr_tags_sets; i++) {
+		int node = set->numa_node;
+
+		set->tags[i] = rq_tags_alloc(set->queue_depth, set->reserved_tags, set->rq_size,
+					     false, node);
+		if (!set->tags[i])
+			goto fail;
+		if (set->ops.init_request) {
+			for (unsigned t = 0; t < set->queue_depth; t++) {
+				if (set->ops.init_request(set, set->tags[i]->static_rqs[t], i, node))
+					goto fail;
+			}
+		}
+	}
+	for (unsigned i = nr_tags_sets; i < set->nr_hw_queues; i++)
+		set->tags[i] = set->tags[0];
+	*out = set;
+	return 0;
+fail:
+	rq_tag_set_free(set);
+	return -ENOMEM;
+}
+
+RQ_EXPORT void rq_tag_set_free(struct rq_tag_set *set)
+{
+	unsigned nr_tags_sets;
+
+	if (!set)
+		return;
+	nr_tags_sets = (set->flags & RQ_TAG_SET_SHARED_TAGS) ? 1 : set->nr_hw_queues;
+	if (set->tags) {
+		for (unsigned i = 0; i < nr_tags_sets; i++) {
+			if (!set->tags[i])
+				continue;
+			if (set->ops.exit_request) {
+				for (unsigned t = 0; t < set->queue_depth; t++)
+					set->ops.exit_request(set, set->tags[i]->static_rqs[t], i);
+			}
+			rq_tags_free(set->tags[i]);
+		}
+	}
+	free(set->tags);
+	free(set->map);
+	pthread_mutex_destroy(&set->lock);
+	free(set);
+}
+
+RQ_EXPORT void *rq_tag_set_driver_data(struct rq_tag_set *set)
+{
+	return set->driver_data;
+}
+
+/* --------------------------------------------------------------- queues */
+
+static void hctx_free(struct rq_queue *q, struct rq_hw_ctx *hctx, unsigned idx, bool inited)
+{
+	if (!hctx)
+		return;
+	if (inited && q->ops->exit_hctx)
+		q->ops->exit_hctx(hctx, idx);
+	free(hctx->ctxs);
+	free(hctx->timeout_gen);
+	free(hctx->timeout_deadline);
+	rq_free_node(hctx, sizeof(*hctx));
+}
+
+static int hctx_alloc(struct rq_queue *q, unsigned idx)
+{
+	struct rq_tag_set *set = q->set;
+	int node = set->numa_node;
+	struct rq_hw_ctx *hctx = rq_alloc_node(sizeof(*hctx), node);
+	unsigned nr_tags = set->queue_depth;
+
+	if (!hctx)
+		return -ENOMEM;
+	q->hctxs[idx] = hctx;
+	rq_spin_init(&hctx->lock);
+	rq_list_init(&hctx->dispatch);
+	hctx->q = q;
+	hctx->tags = set->tags[idx];
+	hctx->queue_num = idx;
+	hctx->numa_node = node;
+	hctx->poll = idx >= set->nr_hw_queues - set->nr_poll_queues;
+	hctx->ctxs = calloc(q->nr_cpus, sizeof(*hctx->ctxs));
+	hctx->timeout_gen = calloc(nr_tags, sizeof(*hctx->timeout_gen));
+	hctx->timeout_deadline = calloc(nr_tags, sizeof(*hctx->timeout_deadline));
+	if (!hctx->ctxs || !hctx->timeout_gen || !hctx->timeout_deadline)
+		return -ENOMEM;
+	if (set->ops.init_hctx && set->ops.init_hctx(hctx, set->driver_data, idx)) {
+		hctx_free(q, hctx, idx, false);
+		q->hctxs[idx] = NULL;
+		return -EIO;
+	}
+	return 0;
+}
+
+static void queue_free(struct rq_queue *q)
+{
+	if (q->hctxs) {
+		for (unsigned i = 0; i < q->nr_hw_queues; i++)
+			hctx_free(q, q->hctxs[i], i, true);
+	}
+	free(q->hctxs);
+	if (q->ctxs)
+		rq_free_node(q->ctxs, sizeof(*q->ctxs) * q->nr_cpus);
+	flush_queue_exit(q);
+	pthread_mutex_destroy(&q->freeze_lock);
+	pthread_cond_destroy(&q->freeze_cond);
+	pthread_cond_destroy(&q->unfreeze_cond);
+	pthread_mutex_destroy(&q->sysfs_lock);
+	free(q);
+}
+
+RQ_EXPORT int rq_mq_alloc_queue(struct rq_tag_set *set, const struct rq_queue_config *cfg,
+				struct rq_queue **out)
+{
+	struct rq_queue_limits lim;
+	struct rq_queue *q;
+	const char *sched;
+	int ret;
+
+	if (!set || !out)
+		return -EINVAL;
+	if (cfg && cfg->limits)
+		lim = *cfg->limits;
+	else
+		rq_queue_limits_default(&lim);
+	if (rq_queue_limits_validate(&lim))
+		return -EINVAL;
+	sched = cfg ? cfg->scheduler : NULL;
+	if (sched && strcmp(sched, "none") && !rq_elevator_exists(sched))
+		return -EINVAL;
+
+	q = calloc(1, sizeof(*q));
+	if (!q)
+		return -ENOMEM;
+	q->set = set;
+	q->ops = &set->ops;
+	q->queuedata = cfg ? cfg->queuedata : NULL;
+	q->limits = lim;
+	atomic_store(&q->capacity, cfg ? cfg->capacity : 0);
+	q->nr_hw_queues = set->nr_hw_queues;
+	q->nr_cpus = set->nr_cpus;
+	q->map = set->map;
+	q->io_timeout_ms = set->timeout_ms;
+	q->hw_write_cache = lim.features & RQ_FEAT_WRITE_CACHE;
+	q->rq_affinity = 1;
+	q->nr_requests = set->queue_depth;
+	pthread_mutex_init(&q->freeze_lock, NULL);
+	pthread_cond_init(&q->freeze_cond, NULL);
+	pthread_cond_init(&q->unfreeze_cond, NULL);
+	pthread_mutex_init(&q->sysfs_lock, NULL);
+	rq_spin_init(&q->requeue_lock);
+	rq_list_init(&q->requeue_list);
+
+	q->ctxs = rq_alloc_node(sizeof(*q->ctxs) * q->nr_cpus, set->numa_node);
+	q->hctxs = calloc(q->nr_hw_queues, sizeof(*q->hctxs));
+	if (!q->ctxs || !q->hctxs) {
+		queue_free(q);
+		return -ENOMEM;
+	}
+	for (unsigned i = 0; i < q->nr_hw_queues; i++) {
+		ret = hctx_alloc(q, i);
+		if (ret) {
+			queue_free(q);
+			return ret;
+		}
+	}
+	for (unsigned cpu = 0; cpu < q->nr_cpus; cpu++) {
+		struct rq_sw_ctx *ctx = &q->ctxs[cpu];
+		struct rq_hw_ctx *hctx = q->hctxs[q->map[cpu]];
+
+		rq_spin_init(&ctx->lock);
+		rq_list_init(&ctx->rq_list);
+		ctx->cpu = cpu;
+		ctx->q = q;
+		ctx->hctx = hctx;
+		ctx->index_hw = hctx->nr_ctx;
+		hctx->ctxs[hctx->nr_ctx++] = ctx;
+	}
+	if (flush_queue_init(q)) {
+		queue_free(q);
+		return -ENOMEM;
+	}
+	if (!sched && (lim.features & RQ_FEAT_ROTATIONAL) && q->nr_hw_queues == 1 &&
+	    rq_elevator_exists("mq-deadline") && !(set->flags & RQ_TAG_SET_NO_SCHED))
+		sched = "mq-deadline";
+	if (sched && strcmp(sched, "none")) {
+		if (set->flags & RQ_TAG_SET_NO_SCHED) {
+			queue_free(q);
+			return -EINVAL;
+		}
+		ret = elevator_switch(q, sched);
+		if (ret) {
+			queue_free(q);
+			return ret;
+		}
+	}
+	pthread_mutex_lock(&set->lock);
+	if (set->nr_queues >= ARRAY_SIZE(set->queues)) {
+		pthread_mutex_unlock(&set->lock);
+		elevator_detach(q);
+		queue_free(q);
+		return -ENOSPC;
+	}
+	set->queues[set->nr_queues++] = q;
+	pthread_mutex_unlock(&set->lock);
+	service_register(q);
+	*out = q;
+	return 0;
+}
+
+/* End with IOERR every request that is queued but not with the driver. */
+static void queue_fail_queued(struct rq_queue *q)
+{
+	struct rq_list_node list;
+
+	rq_list_init(&list);
+	rq_spin_lock(&q->requeue_lock);
+	rq_list_splice_tail_init(&q->requeue_list, &list);
+	rq_spin_unlock(&q->requeue_lock);
+	for (unsigned i = 0; i < q->nr_hw_queues; i++) {
+		struct rq_hw_ctx *hctx = q->hctxs[i];
+
+		rq_spin_lock(&hctx->lock);
+		rq_list_splice_tail_init(&hctx->dispatch, &list);
+		rq_spin_unlock(&hctx->lock);
+		for (unsigned c = 0; c < hctx->nr_ctx; c++) {
+			struct rq_sw_ctx *ctx = hctx->ctxs[c];
+
+			rq_spin_lock(&ctx->lock);
+			rq_list_splice_tail_init(&ctx->rq_list, &list);
+			rq_spin_unlock(&ctx->lock);
+		}
+		atomic_store(&hctx->pending, 0);
+		if (q->elevator) {
+			const struct rq_elevator_type *e = q->elevator->type;
+			struct rq_request *rq;
+
+			while (e->ops.has_work(hctx) && (rq = e->ops.dispatch_request(hctx)))
+				rq_list_add_tail(&rq->queuelist, &list);
+		}
+	}
+	while (!rq_list_empty(&list)) {
+		struct rq_request *rq = rq_list_first_rq(&list);
+
+		rq_list_del_init(&rq->queuelist);
+		if (rq->end_io) {
+			/* the flush request, or a data step: the sequence fails */
+			rq->end_io(rq, RQ_STS_IOERR);
+			continue;
+		}
+		mq_fail_request(rq, RQ_STS_IOERR);
+	}
+	flush_fail_pending(q);
+}
+
+RQ_EXPORT void rq_queue_destroy(struct rq_queue *q)
+{
+	struct rq_tag_set *set;
+
+	if (!q)
+		return;
+	set = q->set;
+	rq_flush_plug();
+	atomic_store(&q->dying, true);
+	pthread_mutex_lock(&q->freeze_lock);
+	pthread_cond_broadcast(&q->unfreeze_cond);
+	pthread_mutex_unlock(&q->freeze_lock);
+	for (unsigned i = 0; i < q->nr_hw_queues; i++) {
+		sbq_wake_all(&q->hctxs[i]->tags->bitmap);
+		if (q->hctxs[i]->sched_tags)
+			sbq_wake_all(&q->hctxs[i]->sched_tags->bitmap);
+	}
+	rq_queue_quiesce(q);
+	queue_fail_queued(q);
+	/* what the driver owns: wait (timeouts still run) */
+	for (;;) {
+		struct timespec ts;
+
+		pthread_mutex_lock(&q->freeze_lock);
+		if (queue_usage(q) == 0) {
+			pthread_mutex_unlock(&q->freeze_lock);
+			break;
+		}
+		timespec_in_ms(&ts, 2);
+		pthread_cond_timedwait(&q->freeze_cond, &q->freeze_lock, &ts);
+		pthread_mutex_unlock(&q->freeze_lock);
+		queue_fail_queued(q);
+	}
+	service_unregister(q);
+	urcu_bp_synchronize_rcu();
+	elevator_detach(q);
+	pthread_mutex_lock(&set->lock);
+	for (unsigned i = 0; i < set->nr_queues; i++) {
+		if (set->queues[i] == q) {
+			set->queues[i] = set->queues[--set->nr_queues];
+			break;
+		}
+	}
+	pthread_mutex_unlock(&set->lock);
+	queue_free(q);
+}
+
+/* -------------------------------------------------------------- getters */
+
+RQ_EXPORT void rq_queue_get_limits(struct rq_queue *q, struct rq_queue_limits *lim)
+{
+	*lim = q->limits;
+}
+
+RQ_EXPORT void rq_queue_set_capacity(struct rq_queue *q, uint64_t sectors)
+{
+	atomic_store(&q->capacity, sectors);
+}
+
+RQ_EXPORT uint64_t rq_queue_capacity(struct rq_queue *q)
+{
+	return atomic_load(&q->capacity);
+}
+
+RQ_EXPORT void *rq_queue_driver_data(struct rq_queue *q)
+{
+	return q->queuedata;
+}
+
+RQ_EXPORT void rq_queue_get_stats(struct rq_queue *q, struct rq_queue_stats *st)
+{
+	uint64_t sum[ARRAY_SIZE(((struct rq_pcpu_stats *)0)->v)] = { 0 };
+
+	for (unsigned c = 0; c < q->nr_cpus; c++)
+		for (unsigned i = 0; i < ARRAY_SIZE(sum); i++)
+			sum[i] += __atomic_load_n(&q->ctxs[c].stats.v[i], __ATOMIC_RELAXED);
+	st->bios = sum[ST_BIOS];
+	st->splits = sum[ST_SPLITS];
+	st->requests = sum[ST_REQUESTS];
+	st->dispatched = sum[ST_DISPATCHED];
+	st->completed = sum[ST_COMPLETED];
+	st->merges_back = sum[ST_MERGES_BACK];
+	st->merges_front = sum[ST_MERGES_FRONT];
+	st->merges_rq = sum[ST_MERGES_RQ];
+	st->plug_merges = sum[ST_PLUG_MERGES];
+	st->resource = sum[ST_RESOURCE];
+	st->requeues = sum[ST_REQUEUES];
+	st->timeouts = sum[ST_TIMEOUTS];
+	st->flushes = sum[ST_FLUSHES];
+	st->errors = sum[ST_ERRORS];
+	st->invalid = sum[ST_INVALID];
+}
+
+RQ_EXPORT unsigned rq_hctx_index(const struct rq_hw_ctx *hctx)
+{
+	return hctx->queue_num;
+}
+
+RQ_EXPORT struct rq_queue *rq_hctx_queue(const struct rq_hw_ctx *hctx)
+{
+	return hctx->q;
+}
+
+RQ_EXPORT void *rq_hctx_driver_data(const struct rq_hw_ctx *hctx)
+{
+	return hctx->driver_data;
+}
+
+RQ_EXPORT void rq_hctx_set_driver_data(struct rq_hw_ctx *hctx, void *data)
+{
+	hctx->driver_data = data;
+}
+
+RQ_EXPORT int rq_hctx_numa_node(const struct rq_hw_ctx *hctx)
+{
+	return hctx->numa_node;
+}
+
+RQ_EXPORT bool rq_hctx_is_poll(const struct rq_hw_ctx *hctx)
+{
+	return hctx->poll;
+}
+
+RQ_EXPORT unsigned rq_queue_nr_hw_queues(const struct rq_queue *q)
+{
+	return q->nr_hw_queues;
+}
+
+RQ_EXPORT struct rq_hw_ctx *rq_queue_hctx(struct rq_queue *q, unsigned idx)
+{
+	return idx < q->nr_hw_queues ? q->hctxs[idx] : NULL;
+}
+
+RQ_EXPORT void *rq_queue_elevator_data(struct rq_queue *q)
+{
+	return q->elevator ? q->elevator->data : NULL;
+}
+
+RQ_EXPORT void *rq_hctx_sched_data(const struct rq_hw_ctx *hctx)
+{
+	return hctx->sched_data;
+}
+
+RQ_EXPORT void rq_hctx_set_sched_data(struct rq_hw_ctx *hctx, void *data)
+{
+	hctx->sched_data = data;
+}
+
+RQ_EXPORT unsigned rq_queue_nr_requests(const struct rq_queue *q)
+{
+	return q->nr_requests;
+}
+
+RQ_EXPORT bool rq_queue_rotational(const struct rq_queue *q)
+{
+	return q->limits.features & RQ_FEAT_ROTATIONAL;
+}

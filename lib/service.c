@@ -1,1 +1,216 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * The service thread: the library's stand-in for kblockd and block timers.
+ *
+ * One thread for the whole library, started with the first queue.  It runs
+ * hardware queues asked to run asynchronously or after a delay, kicks
+ * delayed requeue lists, and scans in-flight requests for timeouts.  Others
+ * wake it with service_kick() (a semaphore post: async-signal-safe, no lock),
+ * so a driver may call the delay/async helpers from any context.
+ *
+ * Timeouts cost nothing per I/O: every issue bumps rq->gen; the scan keeps,
+ * per driver tag, the generation it last saw and a deadline set the first
+ * time it saw that generation in flight.  A request is thus timed out
+ * between io_timeout and io_timeout + one scan interval after issue.
+ * While the driver's timeout hook runs, rq->core_busy keeps the request from
+ * being reused.
+ *
+ * What may run at the same time:
+ *   service_register / unregister     each other (svc_lock), the thread
+ *   service_kick                      anything, any context
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <semaphore.h>
+#include <time.h>
+
+#include "internal/core.h"
+
+static pthread_mutex_t svc_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct rq_queue *svc_queues;
+static bool svc_started;
+static sem_t svc_sem;
+static _Atomic int svc_kicked;
+static pthread_t svc_thread;
+
+uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static pthread_once_t svc_once = PTHREAD_ONCE_INIT;
+
+static void *service_main(void *arg);
+
+/* Start the thread once, on first need. */
+static void service_start(void)
+{
+	pthread_attr_t attr;
+
+	sem_init(&svc_sem, 0, 0);
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	if (!pthread_create(&svc_thread, &attr, service_main, NULL))
+		svc_started = true;
+	pthread_attr_destroy(&attr);
+}
+
+void service_kick(void)
+{
+	pthread_once(&svc_once, service_start);
+	if (!atomic_exchange_explicit(&svc_kicked, 1, memory_order_acq_rel))
+		sem_post(&svc_sem);
+}
+
+static uint64_t scan_interval_ns(const struct rq_queue *q)
+{
+	uint64_t t = queue_timeout_ns(q) / 2;
+
+	if (t > 1000000000ull)
+		t = 1000000000ull;
+	if (t < 1000000ull)
+		t = 1000000ull;
+	return t;
+}
+
+/* Look at every in-flight request of @q once.  Context: service thread. */
+static void timeout_scan(struct rq_queue *q, uint64_t now)
+{
+	uint64_t timeout = queue_timeout_ns(q);
+
+	for (unsigned i = 0; i < q->nr_hw_queues; i++) {
+		struct rq_hw_ctx *hctx = q->hctxs[i];
+		struct rq_tags *tags = hctx->tags;
+
+		if (!atomic_load_explicit(&hctx->nr_in_flight, memory_order_relaxed))
+			continue;
+		for (unsigned tag = 0; tag < tags->nr_tags; tag++) {
+			struct rq_request *rq = __atomic_load_n(&tags->rqs[tag], __ATOMIC_ACQUIRE);
+			uint32_t gen;
+
+			if (!rq || rq->hctx != hctx ||
+			    __atomic_load_n(&rq->state, __ATOMIC_ACQUIRE) != RQ_STATE_IN_FLIGHT)
+				continue;
+			gen = __atomic_load_n(&rq->gen, __ATOMIC_ACQUIRE);
+			if (hctx->timeout_gen[tag] != gen || !hctx->timeout_deadline[tag]) {
+				hctx->timeout_gen[tag] = gen;
+				hctx->timeout_deadline[tag] = now + timeout;
+				continue;
+			}
+			if (now < hctx->timeout_deadline[tag])
+				continue;
+			__atomic_store_n(&rq->core_busy, 1, __ATOMIC_SEQ_CST);
+			if (__atomic_load_n(&rq->state, __ATOMIC_SEQ_CST) == RQ_STATE_IN_FLIGHT &&
+			    __atomic_load_n(&rq->gen, __ATOMIC_SEQ_CST) == gen) {
+				enum rq_timeout_ret ret = RQ_EH_RESET_TIMER;
+
+				stat_inc(q, ST_TIMEOUTS);
+				if (q->ops->timeout)
+					ret = q->ops->timeout(rq);
+				/* DONE: the driver ends it; never call again for this issue */
+				hctx->timeout_deadline[tag] = ret == RQ_EH_RESET_TIMER ? now + timeout :
+											 UINT64_MAX;
+			}
+			__atomic_store_n(&rq->core_busy, 0, __ATOMIC_RELEASE);
+		}
+	}
+}
+
+static uint64_t service_queue(struct rq_queue *q, uint64_t now, uint64_t next)
+{
+	uint64_t at;
+
+	for (unsigned i = 0; i < q->nr_hw_queues; i++) {
+		struct rq_hw_ctx *hctx = q->hctxs[i];
+
+		if (atomic_fetch_and(&hctx->state, ~HCTX_ASYNC_RUN) & HCTX_ASYNC_RUN)
+			run_hw_queue(hctx);
+		at = atomic_load(&hctx->run_at_ns);
+		if (at && at <= now) {
+			if (atomic_compare_exchange_strong(&hctx->run_at_ns, &at, 0))
+				run_hw_queue(hctx);
+		} else if (at && at < next) {
+			next = at;
+		}
+	}
+	at = atomic_load(&q->requeue_at_ns);
+	if (at && at <= now) {
+		if (atomic_compare_exchange_strong(&q->requeue_at_ns, &at, 0))
+			rq_mq_kick_requeue_list(q);
+	} else if (at && at < next) {
+		next = at;
+	}
+	if (now - q->svc_last_scan_ns >= scan_interval_ns(q)) {
+		q->svc_last_scan_ns = now;
+		timeout_scan(q, now);
+	}
+	if (q->svc_last_scan_ns + scan_interval_ns(q) < next)
+		next = q->svc_last_scan_ns + scan_interval_ns(q);
+	return next;
+}
+
+static void *service_main(void *arg)
+{
+	(void)arg;
+	for (;;) {
+		uint64_t now = mono_ns(), next = now + 1000000000ull, wait_ns;
+		struct timespec ts;
+		bool idle;
+
+		atomic_store_explicit(&svc_kicked, 0, memory_order_release);
+		pthread_mutex_lock(&svc_lock);
+		for (struct rq_queue *q = svc_queues; q; q = q->svc_next)
+			next = service_queue(q, now, next);
+		idle = !svc_queues;
+		pthread_mutex_unlock(&svc_lock);
+
+		if (idle) {
+			while (sem_wait(&svc_sem) && errno == EINTR)
+				;
+			continue;
+		}
+		now = mono_ns();
+		wait_ns = next > now ? next - now : 0;
+		if (!wait_ns)
+			continue;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_sec += (time_t)(wait_ns / 1000000000ull);
+		ts.tv_nsec += (long)(wait_ns % 1000000000ull);
+		if (ts.tv_nsec >= 1000000000L) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000L;
+		}
+		while (sem_timedwait(&svc_sem, &ts) && errno == EINTR)
+			;
+	}
+	return NULL;
+}
+
+void service_register(struct rq_queue *q)
+{
+	pthread_once(&svc_once, service_start);
+	pthread_mutex_lock(&svc_lock);
+	q->svc_last_scan_ns = mono_ns();
+	q->svc_next = svc_queues;
+	svc_queues = q;
+	q->svc_registered = true;
+	pthread_mutex_unlock(&svc_lock);
+	service_kick();
+}
+
+void service_unregister(struct rq_queue *q)
+{
+	pthread_mutex_lock(&svc_lock);
+	for (struct rq_queue **p = &svc_queues; *p; p = &(*p)->svc_next) {
+		if (*p == q) {
+			*p = q->svc_next;
+			break;
+		}
+	}
+	q->svc_registered = false;
+	pthread_mutex_unlock(&svc_lock);
+}

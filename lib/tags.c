@@ -1,1 +1,918 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * Scalable bitmap tags: sbitmap, sbitmap_queue and the per-hctx tag maps.
+ *
+ * A bitmap of depth bits is cut into words of 1 << shift bits, each word on
+ * its own cache line.  Every CPU starts its search at its own hint, so CPUs
+ * that allocate at the same time mostly touch different words.  A bit is
+ * taken with an atomic fetch-or (or a compare-and-swap for a batch) and
+ * freed with an atomic and-not: no locks on the fast paths.
+ *
+ * Sleeping for a bit (sbq_wait_get) uses SBQ_WAIT_QUEUES wait states, each a
+ * mutex + condition variable.  A sleeper registers in one of them (ws_active
+ * counts sleepers across all); a put checks ws_active with one load and does
+ * nothing more while nobody sleeps.  With sleepers, every put takes one from
+ * the current wait state's wait_cnt; the put that brings it to zero re-arms
+ * it with wake_batch, moves wake_index on to the next wait state, and wakes
+ * every sleeper of its state.  Sleepers also wake up every few milliseconds
+ * on their own, a safety net for wake-ups batched away (a batch needs
+ * wake_batch puts; after a shrink or with shallow allocations fewer may come).
+ *
+ * The lost wake-up argument: a put frees its bit and then loads ws_active,
+ * both sequentially consistent; a sleeper increments ws_active, issues a
+ * sequentially consistent fence and then retries the allocation.  Either the
+ * put's load sees the sleeper, or the sleeper's retry sees the freed bit.
+ * A sleeper records its state's wake_seq when it registers and only sleeps
+ * while wake_seq is unchanged, so a wake-up between its retry and its sleep
+ * is not missed either.
+ *
+ * What may run at the same time:
+ *
+ *   operation                          concurrent with
+ *   sbq_get, _shallow, _batch          everything but init/destroy
+ *   sbq_put, sbq_put_batch             everything but init/destroy
+ *   sbq_wait_get, sbq_wake_all         everything but init/destroy
+ *   sbq_resize                         get/put/wait (one resize at a time)
+ *   sbq_weight, sbq_for_each_set       everything (a snapshot, word by word)
+ *   sbq_init, sbq_destroy              nothing
+ *   rq_tags_get/_reserved/put          each other
+ *   rq_tags_alloc, rq_tags_free        nothing
+ *
+ * Puts clear bits in the word directly; the word's "cleared" field stays 0
+ * (room for a deferred-clear scheme, which a userspace put gains little from).
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/sysinfo.h>
+#include <time.h>
+
+#include "config.h"
+
+#if HAVE_NUMA
+#include <numa.h>
+#endif
+
+#include "internal/tags.h"
+
+#define BITS_PER_LONG ((unsigned)(sizeof(unsigned long) * CHAR_BIT))
+#define HINT_STRIDE 16 /* unsigned entries between two CPUs' hints: 64 bytes */
+#define SBQ_MAX_DEPTH 65536u
+#define SBQ_MAX_WAKE_BATCH 8u
+#define SBQ_SAFETY_WAIT_NS (5 * 1000 * 1000L)
+
+/* ---------------------------------------------------------- node memory */
+
+/*
+ * Every block from rq_alloc_node() is preceded by one cache line holding
+ * this header: how it was allocated and how big it is, so rq_free_node()
+ * returns it the same way whatever the caller remembers.
+ */
+enum node_alloc_kind {
+	NODE_ALLOC_HEAP = 1,
+	NODE_ALLOC_NUMA = 2,
+};
+
+#define NODE_ALLOC_MAGIC 0x72716d65u /* "rqme" */
+
+struct node_alloc_hdr {
+	size_t total;   /* bytes allocated, header included */
+	size_t size;    /* bytes asked for */
+	uint32_t kind;  /* enum node_alloc_kind */
+	uint32_t magic;
+};
+
+#if HAVE_NUMA
+static int numa_state = -2; /* -2 unknown, -1 unavailable, else max node */
+
+/* numa_max_node() once, or -1 when the kernel has no NUMA support. */
+static int numa_max_node_cached(void)
+{
+	int st = READ_ONCE(numa_state);
+
+	if (st == -2) {
+		st = numa_available() < 0 ? -1 : numa_max_node();
+		WRITE_ONCE(numa_state, st);
+	}
+	return st;
+}
+#endif
+
+/**
+ * rq_alloc_node() - zeroed memory, 64-byte aligned, on NUMA node @node.
+ * @size: bytes wanted (0 gives a valid, unique block).
+ * @node: the node, or -1 for anywhere.
+ *
+ * Placement is best effort: without libnuma, when the kernel lacks NUMA, or
+ * for a node that does not exist, the block comes from the heap.
+ * Context: any thread; may block in the allocator.
+ * Return: the block, or NULL when memory is exhausted.
+ */
+void *rq_alloc_node(size_t size, int node)
+{
+	struct node_alloc_hdr *hdr;
+	size_t total;
+
+	if (size > SIZE_MAX - 2 * RQ_CACHELINE)
+		return NULL;
+	total = (size + RQ_CACHELINE + RQ_CACHELINE - 1) & ~(size_t)(RQ_CACHELINE - 1);
+
+#if HAVE_NUMA
+	if (node >= 0 && node <= numa_max_node_cached()) {
+		hdr = numa_alloc_onnode(total, node);
+		if (hdr) {
+			memset(hdr, 0, total);
+			hdr->kind = NODE_ALLOC_NUMA;
+			goto done;
+		}
+	}
+#endif
+	hdr = aligned_alloc(RQ_CACHELINE, total);
+	if (!hdr)
+		return NULL;
+	memset(hdr, 0, total);
+	hdr->kind = NODE_ALLOC_HEAP;
+#if HAVE_NUMA
+done:
+#endif
+	hdr->total = total;
+	hdr->size = size;
+	hdr->magic = NODE_ALLOC_MAGIC;
+	return (char *)hdr + RQ_CACHELINE;
+}
+
+/**
+ * rq_free_node() - free a block from rq_alloc_node().
+ * @p: the block, or NULL.
+ * @size: its size as asked for (the header's record is what counts).
+ * Context: any thread.
+ */
+void rq_free_node(void *p, size_t size)
+{
+	struct node_alloc_hdr *hdr;
+
+	(void)size;
+	if (!p)
+		return;
+	hdr = (struct node_alloc_hdr *)((char *)p - RQ_CACHELINE);
+	if (hdr->magic != NODE_ALLOC_MAGIC)
+		abort(); /* not ours, or freed twice: memory is corrupt */
+	hdr->magic = 0;
+#if HAVE_NUMA
+	if (hdr->kind == NODE_ALLOC_NUMA) {
+		numa_free(hdr, hdr->total);
+		return;
+	}
+#endif
+	free(hdr);
+}
+
+/* ------------------------------------------------------------- sbitmap */
+
+static inline unsigned sb_bits_per_word(const struct sbitmap *sb)
+{
+	return 1u << sb->shift;
+}
+
+static inline unsigned *sb_hint(const struct sbitmap *sb, unsigned cpu)
+{
+	return &sb->alloc_hint[(cpu % sb->nr_cpus) * HINT_STRIDE];
+}
+
+/* Mask of the low @nr bits of a word. */
+static inline unsigned long low_bits(unsigned nr)
+{
+	return nr >= BITS_PER_LONG ? ~0UL : (1UL << nr) - 1;
+}
+
+/*
+ * The shift for @depth: whole longs, unless that leaves fewer than four
+ * words, in which case words shrink until there are four (spreading CPUs).
+ */
+static unsigned sb_calc_shift(unsigned depth)
+{
+	unsigned shift = __builtin_ctz(BITS_PER_LONG);
+
+	if (depth >= 4) {
+		while ((4u << shift) > depth)
+			shift--;
+	}
+	return shift;
+}
+
+/* Bits of word @index usable with @depth (0 past the end). */
+static inline unsigned sb_word_depth(const struct sbitmap *sb, unsigned depth, unsigned index)
+{
+	unsigned start = index << sb->shift;
+
+	if (start >= depth)
+		return 0;
+	return min_t(unsigned, sb_bits_per_word(sb), depth - start);
+}
+
+/*
+ * Take one clear bit below @wdepth in @w, preferring bits at or above @off;
+ * with @wrap, fall back to the bits below @off.  Return it, or -1.
+ */
+static int sb_word_get(struct sbitmap_word *w, unsigned wdepth, unsigned off, bool wrap)
+{
+	unsigned long mask = low_bits(wdepth);
+	unsigned long val = atomic_load_explicit(&w->word, memory_order_relaxed);
+
+	for (;;) {
+		unsigned long free_bits = ~val & mask;
+		unsigned long cand = free_bits & (~0UL << off);
+		unsigned long bit, old;
+		unsigned nr;
+
+		if (!cand) {
+			if (!wrap || !off || !free_bits)
+				return -1;
+			cand = free_bits;
+		}
+		nr = __builtin_ctzl(cand);
+		bit = 1UL << nr;
+		/* Acquire: pairs with the release of the put that freed it. */
+		old = atomic_fetch_or_explicit(&w->word, bit, memory_order_acquire);
+		if (!(old & bit))
+			return (int)nr;
+		val = old | bit;
+	}
+}
+
+/*
+ * Search the words from @hint on for a clear bit, using at most @shallow
+ * (0: all) bits of each word.  Round-robin maps never wrap inside a word
+ * before looking at the others, so bits come out in order.
+ */
+static int sb_find_bit(struct sbitmap *sb, unsigned hint, unsigned shallow)
+{
+	unsigned depth = READ_ONCE(sb->depth);
+	unsigned map_nr = DIV_ROUND_UP(depth, sb_bits_per_word(sb));
+	unsigned index, off, i, nr_iter;
+
+	if (hint >= depth)
+		hint = 0;
+	index = hint >> sb->shift;
+	off = hint & (sb_bits_per_word(sb) - 1);
+	nr_iter = map_nr + (sb->round_robin && off ? 1 : 0);
+
+	for (i = 0; i < nr_iter; i++) {
+		unsigned wdepth = sb_word_depth(sb, depth, index);
+		int nr = -1;
+
+		if (shallow && shallow < wdepth)
+			wdepth = shallow;
+		if (off < wdepth)
+			nr = sb_word_get(&sb->map[index], wdepth, off, !sb->round_robin);
+		else if (!sb->round_robin)
+			nr = sb_word_get(&sb->map[index], wdepth, 0, false);
+		if (nr >= 0)
+			return (int)(index << sb->shift) + nr;
+		off = 0;
+		if (++index >= map_nr)
+			index = 0;
+	}
+	return -1;
+}
+
+/* One bit with @cpu's hint, which moves on as the kernel's does. */
+static int sb_get(struct sbitmap *sb, unsigned cpu, unsigned shallow)
+{
+	unsigned *hintp = sb_hint(sb, cpu);
+	unsigned hint = READ_ONCE(*hintp);
+	int nr;
+
+	nr = sb_find_bit(sb, hint, shallow);
+	if (nr < 0)
+		return -1;
+	if ((unsigned)nr == hint || sb->round_robin) {
+		unsigned next = (unsigned)nr + 1;
+
+		if (next >= READ_ONCE(sb->depth))
+			next = 0;
+		WRITE_ONCE(*hintp, next);
+	}
+	return nr;
+}
+
+/* --------------------------------------------------------- wait states */
+
+static unsigned sbq_calc_wake_batch(const struct sbitmap_queue *sbq, unsigned depth)
+{
+	const struct sbitmap *sb = &sbq->sb;
+	unsigned bpw = sb_bits_per_word(sb);
+	unsigned shallow = min_t(unsigned, READ_ONCE(sbq->min_shallow_depth), bpw);
+	unsigned map_nr = DIV_ROUND_UP(depth, bpw);
+	unsigned usable = min_t(unsigned, depth, shallow * map_nr);
+	unsigned batch = usable / SBQ_WAIT_QUEUES;
+
+	if (batch < 1)
+		batch = 1;
+	if (batch > SBQ_MAX_WAKE_BATCH)
+		batch = SBQ_MAX_WAKE_BATCH;
+	return batch;
+}
+
+/* Set wake_batch for @depth and re-arm every wait state with it. */
+static void sbq_update_wake_batch(struct sbitmap_queue *sbq, unsigned depth)
+{
+	unsigned batch = sbq_calc_wake_batch(sbq, depth);
+	unsigned i;
+
+	WRITE_ONCE(sbq->wake_batch, batch);
+	for (i = 0; i < SBQ_WAIT_QUEUES; i++)
+		atomic_store_explicit(&sbq->ws[i].wait_cnt, (int)batch, memory_order_relaxed);
+}
+
+/*
+ * A shallow allocation below the smallest depth seen so far: fewer bits can
+ * free for its sleepers, so wake-ups must come in smaller batches.  Rare.
+ */
+static void sbq_note_shallow(struct sbitmap_queue *sbq, unsigned shallow)
+{
+	unsigned cur = READ_ONCE(sbq->min_shallow_depth);
+
+	while (shallow < cur) {
+		if (__atomic_compare_exchange_n(&sbq->min_shallow_depth, &cur, shallow, false,
+						__ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+			sbq_update_wake_batch(sbq, READ_ONCE(sbq->sb.depth));
+			return;
+		}
+	}
+}
+
+/* Wake every sleeper of @ws. */
+static void sbq_ws_wake(struct sbq_wait_state *ws)
+{
+	pthread_mutex_lock(&ws->lock);
+	ws->wake_seq++;
+	pthread_cond_broadcast(&ws->cond);
+	pthread_mutex_unlock(&ws->lock);
+}
+
+/* The first wait state from wake_index on that has sleepers, or NULL. */
+static struct sbq_wait_state *sbq_wake_ptr(struct sbitmap_queue *sbq, unsigned *idxp)
+{
+	unsigned start = atomic_load_explicit(&sbq->wake_index, memory_order_relaxed);
+	unsigned i;
+
+	for (i = 0; i < SBQ_WAIT_QUEUES; i++) {
+		unsigned idx = (start + i) % SBQ_WAIT_QUEUES;
+		struct sbq_wait_state *ws = &sbq->ws[idx];
+
+		if (READ_ONCE(ws->waiters)) {
+			if (idx != start)
+				atomic_compare_exchange_strong_explicit(&sbq->wake_index, &start, idx,
+									memory_order_relaxed,
+									memory_order_relaxed);
+			*idxp = idx;
+			return ws;
+		}
+	}
+	return NULL;
+}
+
+/* @nr bits were freed: count them against the current wait state. */
+static void sbq_wake_up(struct sbitmap_queue *sbq, unsigned nr)
+{
+	struct sbq_wait_state *ws;
+	unsigned idx, next;
+	int cnt;
+
+	/* Sequentially consistent: pairs with sbq_wait_get's fence. */
+	if (likely(atomic_load_explicit(&sbq->ws_active, memory_order_seq_cst) == 0))
+		return;
+
+	ws = sbq_wake_ptr(sbq, &idx);
+	if (!ws)
+		return;
+	cnt = atomic_fetch_sub_explicit(&ws->wait_cnt, (int)nr, memory_order_relaxed);
+	if (cnt <= 0 || cnt > (int)nr)
+		return; /* not this put's turn, or another put is waking */
+
+	atomic_store_explicit(&ws->wait_cnt, (int)READ_ONCE(sbq->wake_batch),
+			      memory_order_relaxed);
+	next = (idx + 1) % SBQ_WAIT_QUEUES;
+	atomic_compare_exchange_strong_explicit(&sbq->wake_index, &idx, next,
+						memory_order_relaxed, memory_order_relaxed);
+	sbq_ws_wake(ws);
+}
+
+/* ------------------------------------------------------- sbitmap_queue */
+
+/**
+ * sbq_init() - set up a bitmap of @depth bits with its wait states.
+ * @sbq: the queue, zeroed or not.
+ * @depth: usable bits, 1..65536; also the most sbq_resize() grows to.
+ * @round_robin: hand bits out in strict order per CPU.
+ * @node: NUMA node for the words and hints, -1 for any.
+ *
+ * Context: nothing else may use @sbq.
+ * Return: 0, -EINVAL for a bad depth, -ENOMEM.
+ */
+int sbq_init(struct sbitmap_queue *sbq, unsigned depth, bool round_robin, int node)
+{
+	struct sbitmap *sb = &sbq->sb;
+	pthread_condattr_t cattr;
+	unsigned i;
+	int nr_cpus;
+
+	memset(sbq, 0, sizeof(*sbq));
+	if (depth == 0 || depth > SBQ_MAX_DEPTH)
+		return -EINVAL;
+
+	nr_cpus = get_nprocs_conf();
+	sb->nr_cpus = nr_cpus > 0 ? (unsigned)nr_cpus : 1;
+	sb->depth = depth;
+	sb->max_depth = depth;
+	sb->shift = sb_calc_shift(depth);
+	sb->map_nr = DIV_ROUND_UP(depth, sb_bits_per_word(sb));
+	sb->round_robin = round_robin;
+
+	sb->map = rq_alloc_node(sb->map_nr * sizeof(*sb->map), node);
+	sb->alloc_hint = rq_alloc_node(sb->nr_cpus * HINT_STRIDE * sizeof(unsigned), node);
+	if (!sb->map || !sb->alloc_hint) {
+		rq_free_node(sb->map, sb->map_nr * sizeof(*sb->map));
+		rq_free_node(sb->alloc_hint, sb->nr_cpus * HINT_STRIDE * sizeof(unsigned));
+		memset(sbq, 0, sizeof(*sbq));
+		return -ENOMEM;
+	}
+	/* Spread the CPUs' first searches evenly over the map. */
+	if (!round_robin) {
+		for (i = 0; i < sb->nr_cpus; i++)
+			sb->alloc_hint[i * HINT_STRIDE] =
+				(unsigned)(((uint64_t)i * depth) / sb->nr_cpus);
+	}
+
+	sbq->min_shallow_depth = sb_bits_per_word(sb);
+	atomic_init(&sbq->wake_index, 0);
+	atomic_init(&sbq->ws_active, 0);
+
+	pthread_condattr_init(&cattr);
+	pthread_condattr_setclock(&cattr, CLOCK_MONOTONIC);
+	for (i = 0; i < SBQ_WAIT_QUEUES; i++) {
+		struct sbq_wait_state *ws = &sbq->ws[i];
+
+		pthread_mutex_init(&ws->lock, NULL);
+		pthread_cond_init(&ws->cond, &cattr);
+		ws->waiters = 0;
+		ws->wake_seq = 0;
+	}
+	pthread_condattr_destroy(&cattr);
+	sbq_update_wake_batch(sbq, depth);
+	return 0;
+}
+
+/**
+ * sbq_destroy() - free what sbq_init() allocated.
+ * @sbq: the queue, initialised or zeroed (then a no-op).
+ * Context: nothing else may use @sbq; nobody may be sleeping in it.
+ */
+void sbq_destroy(struct sbitmap_queue *sbq)
+{
+	struct sbitmap *sb = &sbq->sb;
+	unsigned i;
+
+	if (!sb->map)
+		return;
+	for (i = 0; i < SBQ_WAIT_QUEUES; i++) {
+		pthread_cond_destroy(&sbq->ws[i].cond);
+		pthread_mutex_destroy(&sbq->ws[i].lock);
+	}
+	rq_free_node(sb->map, DIV_ROUND_UP(sb->max_depth, sb_bits_per_word(sb)) *
+				      sizeof(*sb->map));
+	rq_free_node(sb->alloc_hint, sb->nr_cpus * HINT_STRIDE * sizeof(unsigned));
+	memset(sbq, 0, sizeof(*sbq));
+}
+
+/**
+ * sbq_resize() - change the usable depth.
+ * @sbq: the queue.
+ * @depth: new depth, clamped to 1..the depth at init.
+ *
+ * Bits above a smaller depth stay allocated until put, and are never handed
+ * out again while the depth is small.  Growing wakes every sleeper.
+ * Context: concurrent with get/put/wait; not with another resize.
+ */
+void sbq_resize(struct sbitmap_queue *sbq, unsigned depth)
+{
+	struct sbitmap *sb = &sbq->sb;
+	unsigned old = READ_ONCE(sb->depth);
+
+	if (depth < 1)
+		depth = 1;
+	if (depth > sb->max_depth)
+		depth = sb->max_depth;
+	WRITE_ONCE(sb->map_nr, DIV_ROUND_UP(depth, sb_bits_per_word(sb)));
+	WRITE_ONCE(sb->depth, depth);
+	sbq_update_wake_batch(sbq, depth);
+	if (depth > old)
+		sbq_wake_all(sbq);
+}
+
+/**
+ * sbq_get() - take one free bit.
+ * @sbq: the queue.
+ * @cpu: the caller's CPU (any number: taken modulo the CPUs configured).
+ * Context: any thread; never blocks.
+ * Return: the bit, or -1 when none is free.
+ */
+int sbq_get(struct sbitmap_queue *sbq, unsigned cpu)
+{
+	return sb_get(&sbq->sb, cpu, 0);
+}
+
+/**
+ * sbq_get_shallow() - take one free bit among the first @shallow_depth of
+ * each word.
+ * @sbq: the queue.
+ * @cpu: the caller's CPU.
+ * @shallow_depth: bits per word that may be used; 0 means all.
+ * Context: any thread; never blocks.
+ * Return: the bit, or -1.
+ */
+int sbq_get_shallow(struct sbitmap_queue *sbq, unsigned cpu, unsigned shallow_depth)
+{
+	if (shallow_depth >= sb_bits_per_word(&sbq->sb))
+		shallow_depth = 0;
+	if (unlikely(shallow_depth && shallow_depth < READ_ONCE(sbq->min_shallow_depth)))
+		sbq_note_shallow(sbq, shallow_depth);
+	return sb_get(&sbq->sb, cpu, shallow_depth);
+}
+
+/**
+ * sbq_get_batch() - take up to @nr free bits of one word with one
+ * compare-and-swap.
+ * @sbq: the queue.
+ * @cpu: the caller's CPU (where the search starts).
+ * @nr: bits wanted, at most the bits per word.
+ * @offset: out: the bit number of the word's bit 0.
+ * Context: any thread; never blocks.
+ * Return: the mask of bits taken (bit i is bit *@offset + i), 0 if none.
+ */
+unsigned long sbq_get_batch(struct sbitmap_queue *sbq, unsigned cpu, unsigned nr,
+			    unsigned *offset)
+{
+	struct sbitmap *sb = &sbq->sb;
+	unsigned depth = READ_ONCE(sb->depth);
+	unsigned map_nr = DIV_ROUND_UP(depth, sb_bits_per_word(sb));
+	unsigned hint = READ_ONCE(*sb_hint(sb, cpu));
+	unsigned index, i;
+
+	if (nr == 0)
+		return 0;
+	if (nr > sb_bits_per_word(sb))
+		nr = sb_bits_per_word(sb);
+	if (hint >= depth)
+		hint = 0;
+	index = hint >> sb->shift;
+
+	for (i = 0; i < map_nr; i++) {
+		struct sbitmap_word *w = &sb->map[index];
+		unsigned long mask = low_bits(sb_word_depth(sb, depth, index));
+		unsigned long val = atomic_load_explicit(&w->word, memory_order_relaxed);
+
+		for (;;) {
+			unsigned long free_bits = ~val & mask;
+			unsigned long take = 0;
+			unsigned n;
+
+			if (!free_bits)
+				break;
+			for (n = 0; n < nr && free_bits; n++) {
+				take |= free_bits & -free_bits;
+				free_bits &= free_bits - 1;
+			}
+			if (atomic_compare_exchange_weak_explicit(&w->word, &val, val | take,
+								  memory_order_acquire,
+								  memory_order_relaxed)) {
+				*offset = index << sb->shift;
+				return take;
+			}
+		}
+		if (++index >= map_nr)
+			index = 0;
+	}
+	return 0;
+}
+
+/**
+ * sbq_put() - free @bit and wake sleepers when a batch is complete.
+ * @sbq: the queue.
+ * @bit: a bit taken from @sbq and not yet put.
+ * @cpu: the caller's CPU: its hint becomes @bit (cache-warm reuse).
+ * Context: any thread; never blocks (a wake-up takes a wait state's lock).
+ */
+void sbq_put(struct sbitmap_queue *sbq, unsigned bit, unsigned cpu)
+{
+	struct sbitmap *sb = &sbq->sb;
+	unsigned long mask = 1UL << (bit & (sb_bits_per_word(sb) - 1));
+
+	/* Release for the next owner; seq_cst for the ws_active check. */
+	atomic_fetch_and_explicit(&sb->map[bit >> sb->shift].word, ~mask, memory_order_seq_cst);
+	if (!sb->round_robin && bit < READ_ONCE(sb->depth))
+		WRITE_ONCE(*sb_hint(sb, cpu), bit);
+	sbq_wake_up(sbq, 1);
+}
+
+/**
+ * sbq_put_batch() - free @nr bits, one atomic per run of bits in one word.
+ * @sbq: the queue.
+ * @bits: the bits.
+ * @nr: how many.
+ * @cpu: the caller's CPU (its hint becomes the first bit).
+ * Context: any thread.
+ */
+void sbq_put_batch(struct sbitmap_queue *sbq, const int *bits, unsigned nr, unsigned cpu)
+{
+	struct sbitmap *sb = &sbq->sb;
+	unsigned long mask = 0;
+	unsigned index = 0, i;
+
+	if (!nr)
+		return;
+	for (i = 0; i < nr; i++) {
+		unsigned bit = (unsigned)bits[i];
+		unsigned wi = bit >> sb->shift;
+
+		if (mask && wi != index) {
+			atomic_fetch_and_explicit(&sb->map[index].word, ~mask,
+						  memory_order_seq_cst);
+			mask = 0;
+		}
+		index = wi;
+		mask |= 1UL << (bit & (sb_bits_per_word(sb) - 1));
+	}
+	atomic_fetch_and_explicit(&sb->map[index].word, ~mask, memory_order_seq_cst);
+	if (!sb->round_robin && (unsigned)bits[0] < READ_ONCE(sb->depth))
+		WRITE_ONCE(*sb_hint(sb, cpu), (unsigned)bits[0]);
+	sbq_wake_up(sbq, nr);
+}
+
+static struct timespec deadline_after_ns(long ns)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	ts.tv_nsec += ns;
+	while (ts.tv_nsec >= 1000000000L) {
+		ts.tv_nsec -= 1000000000L;
+		ts.tv_sec++;
+	}
+	return ts;
+}
+
+/**
+ * sbq_wait_get() - take a bit, sleeping until one frees.
+ * @sbq: the queue.
+ * @cpu: the caller's CPU.
+ * @shallow_depth: bits per word that may be used; 0 means all.
+ * @before_sleep: run once before the first sleep (NULL: nothing).
+ * @should_abort: checked each time round before sleeping (NULL: never);
+ *	whoever makes it true calls sbq_wake_all() for a prompt return.
+ * @arg: for both callbacks.
+ *
+ * Context: any thread that may block; no lock a putter needs may be held.
+ * Return: the bit, or -1 when @should_abort turned true.
+ */
+int sbq_wait_get(struct sbitmap_queue *sbq, unsigned cpu, unsigned shallow_depth,
+		 void (*before_sleep)(void *arg), bool (*should_abort)(void *arg), void *arg)
+{
+	struct sbq_wait_state *ws;
+	uint64_t seq;
+	int bit;
+
+	bit = sbq_get_shallow(sbq, cpu, shallow_depth);
+	if (bit >= 0)
+		return bit;
+	if (before_sleep)
+		before_sleep(arg);
+
+	ws = &sbq->ws[cpu % SBQ_WAIT_QUEUES];
+	pthread_mutex_lock(&ws->lock);
+	WRITE_ONCE(ws->waiters, ws->waiters + 1);
+	atomic_fetch_add_explicit(&sbq->ws_active, 1, memory_order_seq_cst);
+	seq = ws->wake_seq;
+	pthread_mutex_unlock(&ws->lock);
+
+	for (;;) {
+		/* Pairs with the put's seq_cst free + ws_active load. */
+		atomic_thread_fence(memory_order_seq_cst);
+		bit = sbq_get_shallow(sbq, cpu, shallow_depth);
+		if (bit >= 0)
+			break;
+		if (should_abort && should_abort(arg))
+			break;
+
+		pthread_mutex_lock(&ws->lock);
+		if (ws->wake_seq == seq) {
+			struct timespec ts = deadline_after_ns(SBQ_SAFETY_WAIT_NS);
+
+			pthread_cond_timedwait(&ws->cond, &ws->lock, &ts);
+		}
+		seq = ws->wake_seq;
+		pthread_mutex_unlock(&ws->lock);
+	}
+
+	pthread_mutex_lock(&ws->lock);
+	WRITE_ONCE(ws->waiters, ws->waiters - 1);
+	pthread_mutex_unlock(&ws->lock);
+	atomic_fetch_sub_explicit(&sbq->ws_active, 1, memory_order_relaxed);
+	return bit;
+}
+
+/**
+ * sbq_wake_all() - wake every sleeper of every wait state.
+ * @sbq: the queue.
+ * Context: any thread (queue dying, depth grown, abort condition set).
+ */
+void sbq_wake_all(struct sbitmap_queue *sbq)
+{
+	unsigned i;
+
+	atomic_thread_fence(memory_order_seq_cst);
+	for (i = 0; i < SBQ_WAIT_QUEUES; i++)
+		sbq_ws_wake(&sbq->ws[i]);
+}
+
+/* Words that may hold set bits: all of them, bits above a shrunk depth too. */
+static unsigned sb_words_allocated(const struct sbitmap *sb)
+{
+	return DIV_ROUND_UP(sb->max_depth, sb_bits_per_word(sb));
+}
+
+/**
+ * sbq_weight() - bits set now, including bits above a shrunk depth not yet
+ * put.
+ * @sbq: the queue.
+ * Context: any thread; exact only when nobody gets or puts.
+ * Return: the count.
+ */
+unsigned sbq_weight(const struct sbitmap_queue *sbq)
+{
+	const struct sbitmap *sb = &sbq->sb;
+	unsigned i, weight = 0;
+
+	if (!sb->map)
+		return 0;
+	for (i = 0; i < sb_words_allocated(sb); i++)
+		weight += __builtin_popcountl(
+			atomic_load_explicit(&sb->map[i].word, memory_order_relaxed));
+	return weight;
+}
+
+/**
+ * sbq_for_each_set() - call @fn for each set bit, in order.
+ * @sbq: the queue.
+ * @fn: called with the bit and @arg; returning false stops the walk.
+ * @arg: for @fn.
+ * Context: any thread; each word is read once, so bits changing during the
+ * walk may or may not be seen.
+ */
+void sbq_for_each_set(const struct sbitmap_queue *sbq, bool (*fn)(unsigned bit, void *arg),
+		      void *arg)
+{
+	const struct sbitmap *sb = &sbq->sb;
+	unsigned i;
+
+	if (!sb->map)
+		return;
+	for (i = 0; i < sb_words_allocated(sb); i++) {
+		unsigned long val = atomic_load_explicit(&sb->map[i].word, memory_order_acquire);
+
+		while (val) {
+			unsigned nr = __builtin_ctzl(val);
+
+			if (!fn((i << sb->shift) + nr, arg))
+				return;
+			val &= val - 1;
+		}
+	}
+}
+
+/* ------------------------------------------------------------ rq_tags */
+
+/**
+ * rq_tags_alloc() - tags for one hardware queue (or scheduler), with its
+ * preallocated requests.
+ * @nr_tags: all tags, reserved included; at most 65536 normal ones.
+ * @nr_reserved: how many of them are reserved (fewer than @nr_tags).
+ * @rq_size: bytes per request, rounded up to 64; 0 for no requests.
+ * @round_robin: hand tags out in strict order.
+ * @node: NUMA node of the bitmap and requests, -1 for any.
+ *
+ * The requests are zeroed, 64-byte aligned and reachable as static_rqs[tag];
+ * rqs[] starts all NULL.
+ * Context: any thread; may block in the allocator.
+ * Return: the tags, or NULL for bad sizes or exhausted memory.
+ */
+struct rq_tags *rq_tags_alloc(unsigned nr_tags, unsigned nr_reserved, size_t rq_size,
+			      bool round_robin, int node)
+{
+	struct rq_tags *tags;
+	unsigned i;
+
+	if (nr_tags == 0 || nr_reserved >= nr_tags || nr_tags - nr_reserved > SBQ_MAX_DEPTH ||
+	    nr_reserved > SBQ_MAX_DEPTH)
+		return NULL;
+
+	tags = rq_alloc_node(sizeof(*tags), node);
+	if (!tags)
+		return NULL;
+	tags->nr_tags = nr_tags;
+	tags->nr_reserved = nr_reserved;
+	tags->node = node;
+	atomic_init(&tags->active_queues, 0);
+
+	if (sbq_init(&tags->bitmap, nr_tags - nr_reserved, round_robin, node))
+		goto fail;
+	if (nr_reserved && sbq_init(&tags->breserved, nr_reserved, round_robin, node))
+		goto fail;
+
+	tags->rqs = rq_alloc_node(nr_tags * sizeof(*tags->rqs), node);
+	tags->static_rqs = rq_alloc_node(nr_tags * sizeof(*tags->static_rqs), node);
+	if (!tags->rqs || !tags->static_rqs)
+		goto fail;
+
+	if (rq_size) {
+		if (rq_size > (SIZE_MAX - RQ_CACHELINE) / nr_tags)
+			goto fail;
+		tags->rq_size = (rq_size + RQ_CACHELINE - 1) & ~(size_t)(RQ_CACHELINE - 1);
+		tags->rq_mem_size = tags->rq_size * nr_tags;
+		tags->rq_mem = rq_alloc_node(tags->rq_mem_size, node);
+		if (!tags->rq_mem)
+			goto fail;
+		for (i = 0; i < nr_tags; i++)
+			tags->static_rqs[i] =
+				(struct rq_request *)((char *)tags->rq_mem + i * tags->rq_size);
+	}
+	return tags;
+
+fail:
+	rq_tags_free(tags);
+	return NULL;
+}
+
+/**
+ * rq_tags_free() - free tags, their bitmaps and their requests.
+ * @tags: the tags, or NULL.
+ * Context: no tag in use, nobody waiting.
+ */
+void rq_tags_free(struct rq_tags *tags)
+{
+	if (!tags)
+		return;
+	rq_free_node(tags->rq_mem, tags->rq_mem_size);
+	rq_free_node(tags->static_rqs, tags->nr_tags * sizeof(*tags->static_rqs));
+	rq_free_node(tags->rqs, tags->nr_tags * sizeof(*tags->rqs));
+	sbq_destroy(&tags->breserved);
+	sbq_destroy(&tags->bitmap);
+	rq_free_node(tags, sizeof(*tags));
+}
+
+/**
+ * rq_tags_get() - a normal tag.
+ * @tags: the tags.
+ * @cpu: the caller's CPU.
+ * @shallow_depth: bits per bitmap word that may be used; 0 means all.
+ * Context: any thread; never blocks.
+ * Return: the tag number (nr_reserved and up), or -1.
+ */
+int rq_tags_get(struct rq_tags *tags, unsigned cpu, unsigned shallow_depth)
+{
+	int bit = shallow_depth ? sbq_get_shallow(&tags->bitmap, cpu, shallow_depth)
+				: sbq_get(&tags->bitmap, cpu);
+
+	return bit < 0 ? -1 : (int)tags->nr_reserved + bit;
+}
+
+/**
+ * rq_tags_get_reserved() - a reserved tag.
+ * @tags: the tags.
+ * @cpu: the caller's CPU.
+ * Context: any thread; never blocks.
+ * Return: the tag number (below nr_reserved), or -1.
+ */
+int rq_tags_get_reserved(struct rq_tags *tags, unsigned cpu)
+{
+	if (!tags->nr_reserved)
+		return -1;
+	return sbq_get(&tags->breserved, cpu);
+}
+
+/**
+ * rq_tags_put() - free a tag from rq_tags_get() or rq_tags_get_reserved().
+ * @tags: the tags.
+ * @tag: the tag number.
+ * @cpu: the caller's CPU.
+ * Context: any thread; wakes sleepers of the bitmap it belongs to.
+ */
+void rq_tags_put(struct rq_tags *tags, unsigned tag, unsigned cpu)
+{
+	if (tag < tags->nr_reserved)
+		sbq_put(&tags->breserved, tag, cpu);
+	else
+		sbq_put(&tags->bitmap, tag - tags->nr_reserved, cpu);
+}

@@ -98,7 +98,8 @@ static inline bool rq_op_has_data(unsigned op)
 #define RQ_BIO_RAHEAD (1u << 6)   /* read-ahead: may fail early */
 #define RQ_BIO_IDLE (1u << 7)     /* anticipate more I/O: an idle hint */
 #define RQ_BIO_NOWAIT (1u << 8)   /* fail with RQ_STS_AGAIN instead of sleeping */
-#define RQ_BIO_FLAGS_ALL 0x1ffu
+#define RQ_BIO_POLLED (1u << 9)   /* go to a poll queue; reap with rq_mq_poll() */
+#define RQ_BIO_FLAGS_ALL 0x3ffu
 
 /* I/O priorities, as ioprio_set(2): class in the top 3 bits, level below. */
 #define RQ_IOPRIO_CLASS_NONE 0

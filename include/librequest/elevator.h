@@ -178,9 +178,12 @@ unsigned rq_queue_nr_requests(const struct rq_queue *q);
 bool rq_queue_rotational(const struct rq_queue *q);
 
 /**
- * rq_sched_try_merge() - the generic bio merge: back merge through the
- * core's hash, then front merge through ops->request_merge; calls
- * request_merged / requests_merged and frees a request merged away.
+ * rq_sched_try_merge() - the generic bio merge: the one-hit cache, a back
+ * merge through the core's hash, then ops->request_merge (front merges
+ * through the scheduler's sorted tree); then calls request_merged, or merges
+ * the grown request with its neighbour (requests_merged).
+ * @merged: receives a request emptied by such a request-request merge (free
+ *	it with rq_sched_free_request() after dropping the scheduler lock), or NULL.
  * Context: bio_merge, under the scheduler's own lock.
  * Return: true if @bio was merged (it is then the request's).
  */
@@ -189,11 +192,19 @@ bool rq_sched_try_merge(struct rq_queue *q, struct rq_bio *bio, unsigned nr_segs
 
 /**
  * rq_sched_try_insert_merge() - merge @rq into a queued request it is
- * contiguous with (by hash); on success @rq is freed later by the core.
+ * contiguous with (one-hit cache or hash back merge); on success @rq is
+ * emptied and added (by queuelist) to @free: free each with
+ * rq_sched_free_request() after dropping the scheduler lock.
  * Context: insert_requests, under the scheduler's lock.
  */
 bool rq_sched_try_insert_merge(struct rq_queue *q, struct rq_request *rq,
 			       struct rq_list_node *free);
+
+/**
+ * rq_sched_free_request() - free a request emptied by a merge (its bios now
+ * belong to another request).  Calls finish_request, frees its tag.
+ */
+void rq_sched_free_request(struct rq_request *rq);
 
 /** rq_elv_rqhash_add() / rq_elv_rqhash_del() - the back-merge hash. */
 void rq_elv_rqhash_add(struct rq_queue *q, struct rq_request *rq);

@@ -186,15 +186,15 @@ void rq_ioc_set_current(struct rq_io_context *ioc);
  * @name: "scheduler", "nr_requests", ..., or "iosched/<tunable>".
  * @buf: receives the value as text, newline-terminated as sysfs prints it.
  * @len: size of @buf.
- * Return: bytes written (without the NUL), -ENOENT for an unknown name,
+ * Return: bytes written (without the NUL), -EINVAL for an unknown name,
  * -ENOSPC if @buf is too small.
  */
 int rq_queue_attr_get(struct rq_queue *q, const char *name, char *buf, size_t len);
 
 /**
  * rq_queue_attr_set() - write an attribute.
- * Return: 0, -ENOENT for an unknown name, -EINVAL for a bad value or a
- * read-only attribute; on error nothing changes.
+ * Return: 0, or -EINVAL for an unknown name, a bad value or a read-only
+ * attribute; on error nothing changes.
  * Context: may sleep (a scheduler switch freezes the queue).
  */
 int rq_queue_attr_set(struct rq_queue *q, const char *name, const char *value);

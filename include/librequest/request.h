@@ -53,6 +53,7 @@ enum rq_state {
 	RQ_STATE_IDLE = 0,     /* allocated or free, not with the driver */
 	RQ_STATE_IN_FLIGHT = 1, /* handed to the driver */
 	RQ_STATE_COMPLETE = 2, /* the driver has completed it */
+	RQ_STATE_COMPLETING = 3, /* handed to rq_mq_complete_request, not ended yet */
 };
 
 /* Core request flags (rq->rq_flags); read-only for drivers. */
@@ -84,12 +85,13 @@ struct rq_request {
 	uint8_t state;            /* enum rq_state; core, atomic */
 	uint16_t ioprio;          /* RQ_IOPRIO_VALUE() */
 	uint16_t nr_segments;     /* data segments the driver will see */
-	uint16_t reserved0;
+	uint8_t core_busy;        /* core: the timeout handler holds it */
+	uint8_t complete_status;  /* core: status given to rq_mq_complete_request */
 	int32_t tag;              /* driver tag, -1 until dispatch */
 	int32_t internal_tag;     /* scheduler tag, -1 without a scheduler */
 	uint32_t rq_flags;        /* RQ_RQF_*; core */
 	int32_t cpu;              /* CPU of the submitter */
-	uint32_t timeout_ms;      /* 0: the tag set's */
+	uint32_t gen;             /* core: bumped at every issue */
 	uint64_t start_time_ns;   /* allocated */
 	uint64_t io_start_time_ns; /* handed to the driver */
 	uint64_t deadline_ns;     /* timeout deadline; core */
@@ -152,9 +154,10 @@ struct rq_req_iter {
 /** rq_req_iter_init() - start a walk at the first uncompleted byte. */
 static inline void rq_req_iter_init(struct rq_req_iter *ri, struct rq_request *rq)
 {
+	struct rq_bvec_iter none = { 0, 0, 0, 0 };
+
 	ri->bio = rq->bio;
-	if (ri->bio)
-		ri->it = ri->bio->iter;
+	ri->it = ri->bio ? ri->bio->iter : none;
 }
 
 /**

@@ -73,4 +73,13 @@ unsigned limits_max_sectors_for_op(const struct rq_queue_limits *lim, unsigned o
 /** Per-thread cache: drop everything cached by the calling thread. */
 void bio_cache_drain(void);
 
+/**
+ * bio_split_to_limits_status() - bio_split_to_limits(), and on NULL tells
+ * why in *@status: RQ_STS_RESOURCE (memory exhausted) or RQ_STS_INVAL (no
+ * piece of at least one logical block fits max_segments).  End the bio with it.
+ */
+struct rq_bio *bio_split_to_limits_status(const struct rq_queue_limits *lim,
+					  struct rq_bio *bio, unsigned *nr_segs,
+					  rq_status_t *status);
+
 #endif /* RQ_INTERNAL_BIO_H */

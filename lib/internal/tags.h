@@ -39,6 +39,7 @@ struct sbitmap {
 	struct sbitmap_word *map;
 	unsigned *alloc_hint;    /* per CPU start hint (nr_cpus entries, 16 apart) */
 	unsigned nr_cpus;
+	unsigned max_depth;      /* depth at init: the most sbq_resize grows to */
 };
 
 /* Sleepers of one wait state. */

@@ -132,4 +132,48 @@ void mock_wait(struct mock_io *io);
 /** mock_rw() - submit one bio and wait; returns its status. */
 rq_status_t mock_rw(struct mock_dev *m, unsigned op, uint64_t sector, void *buf, uint32_t len);
 
+/* ------------------------------------------------------------------ additions
+ *
+ * Notes on recording:
+ * - init/exit_hctx and init/exit_request are counted, not logged as events:
+ *   mock_count() returns their counts since mock_create() (never reset).
+ * - get_budget events have ret RQ_STS_OK when granted, RQ_STS_RESOURCE when not.
+ * - queue_rqs logs one MOCK_QUEUE_RQS event per request of the batch (fields of
+ *   the request, last set on the final one); mock_queue_rqs_calls() counts
+ *   the calls.  m->queue_rq_calls counts queue_rq calls only.
+ * - data moves (memory backing) only when a request ends with RQ_STS_OK.
+ * - from mock_destroy() on, DEFER mode completes inline.
+ */
+
+/** mock_nr_events() - events recorded since the last reset. */
+unsigned mock_nr_events(struct mock_dev *m);
+/** mock_find() - the @i-th (0-based) recorded event of kind @call; false if none. */
+bool mock_find(struct mock_dev *m, enum mock_call call, unsigned i, struct mock_event *out);
+/** mock_copy_events() - malloc'ed copy of all events of kind @call (free it); returns count. */
+unsigned mock_copy_events(struct mock_dev *m, enum mock_call call, struct mock_event **out);
+/** mock_take_held() - remove held request @i from the list without ending it (NULL if none). */
+struct rq_request *mock_take_held(struct mock_dev *m, unsigned i);
+/** mock_finish() - end @rq as the device would (data copy on OK, counted, complete/end). */
+void mock_finish(struct mock_dev *m, struct rq_request *rq, rq_status_t status);
+/** mock_queue_rqs_calls() - how many times queue_rqs was called. */
+unsigned long mock_queue_rqs_calls(struct mock_dev *m);
+/** mock_budget_range() - budget in use now, lowest and highest values it had. */
+void mock_budget_range(struct mock_dev *m, int *used, int *min, int *max);
+/** mock_wait_held() - wait until at least @n requests are held; false on timeout. */
+bool mock_wait_held(struct mock_dev *m, unsigned n, unsigned timeout_ms);
+/** mock_wait_count() - wait until at least @n events of @call were logged; false on timeout. */
+bool mock_wait_count(struct mock_dev *m, enum mock_call call, unsigned n, unsigned timeout_ms);
+/** mock_io_init() - initialise @io (mock_bio() does it) for a bio built by hand. */
+void mock_io_init(struct mock_io *io);
+/** mock_io_end_fn() - the end_io mock_bio() uses (bio->private = the mock_io). */
+rq_bio_end_io_t mock_io_end_fn(void);
+/** mock_io_wait_timeout() - wait up to @timeout_ms for @io to end; true if it did (no assert). */
+bool mock_io_wait_timeout(struct mock_io *io, unsigned timeout_ms);
+/**
+ * mock_walk_stats() - queue_rq walks every READ/WRITE request with
+ * rq_req_iter: the most pieces seen in one request, and how many requests'
+ * pieces did not add up to rq->bytes.
+ */
+void mock_walk_stats(struct mock_dev *m, unsigned *max_pieces, unsigned long *bad_requests);
+
 #endif /* RQ_TEST_MOCK_DRIVER_H */

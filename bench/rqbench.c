@@ -1,0 +1,881 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * rqbench: drive a librequest queue over the null driver and measure bios
+ * per second, submit-to-end_io latency and heap allocations.
+ *
+ * Each submitting thread keeps --depth bios in flight, submitting --batch of
+ * them under one plug; it owns one data buffer of --bs bytes that every bio
+ * points at (so successive bios are never memory-contiguous, as with user
+ * pages).  Bios are preallocated per thread (or taken from rq_bio_alloc with
+ * --bio-alloc) and recycled: the measured phase exercises the library, not
+ * malloc.  end_io hands a bio back to its thread: directly when it runs on
+ * that thread (inline completion), else through a lock-free list and a futex
+ * wake-up.  Latency is taken with clock_gettime() around each bio (or every
+ * Nth with --lat-sample, none with --no-lat: two vDSO clock reads cost about
+ * 40 ns per bio, as much as the whole target path).
+ *
+ * Allocation counting (jemalloc): "allocs" is the change of
+ * stats.arenas.<all>.{small,large}.nmalloc over the measured phase.  jemalloc
+ * serves most allocations from a per-thread cache (tcache) that those
+ * counters do not see, so rqbench turns the tcache off in its own threads and
+ * in the null driver's completion threads (--tcache keeps it); the library's
+ * own threads keep theirs.  "alloc_bytes" is the exact thread.allocated sum
+ * of the submitting threads.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "config.h"
+#if HAVE_JEMALLOC
+#include <jemalloc/jemalloc.h>
+#endif
+
+#include <librequest/mq.h>
+
+#include "hist.h"
+#include "null_blk.h"
+
+#define CACHELINE 64
+#define SPIN_LOOPS 512
+
+enum pattern { PAT_RANDREAD, PAT_RANDWRITE, PAT_READ, PAT_WRITE, PAT_RANDRW };
+static const char *const pattern_names[] = {
+	"randread", "randwrite", "read", "write", "randrw",
+};
+static const char *const completion_names[] = { "inline", "thread", "timer" };
+
+struct opts {
+	const char *front;
+	const char *sched;
+	const char *driver;
+	unsigned threads;
+	unsigned depth;
+	unsigned batch;
+	uint64_t bs;
+	enum pattern pattern;
+	double seconds;
+	uint64_t ops;
+	unsigned hw_queues;
+	unsigned hw_depth;
+	enum null_completion completion;
+	uint64_t completion_nsec;
+	unsigned max_sectors_kb;
+	unsigned max_segments;
+	int nomerges;           /* -1: leave the queue's default */
+	bool json;
+	bool no_lat;
+	unsigned lat_sample;
+	uint64_t capacity;
+	uint64_t warmup;        /* bios per thread, 0: automatic */
+	bool bio_alloc;
+	bool memory_backed;
+	bool tcache;
+	bool list_scheds;
+};
+
+struct bench_thread;
+
+/* One bio slot of a thread. */
+struct bench_bio {
+	struct rq_bio *bio;
+	struct bench_thread *t;
+	struct bench_bio *next;
+	uint64_t submit_ns;     /* 0: latency not sampled */
+	uint64_t lat_ns;
+	struct rq_bio store;    /* the bio itself unless --bio-alloc */
+};
+
+struct bench {
+	struct opts o;
+	struct null_dev *dev;
+	struct rq_queue *q;
+	uint64_t nr_blocks;     /* capacity / bs */
+	pthread_barrier_t barrier;
+	atomic_bool stop;
+};
+
+struct bench_thread {
+	struct bench *b;
+	pthread_t thread;
+	unsigned idx;
+	/* owned by the submitting thread */
+	struct bench_bio *slots;
+	struct bench_bio *free;       /* ready to submit */
+	struct bench_bio *done_local; /* ended on this thread, not reaped */
+	unsigned inflight;
+	uint64_t rng;
+	uint64_t seq_block, region_first, region_blocks;
+	uint64_t completed;           /* bios reaped while measuring */
+	uint64_t errors;
+	uint64_t lat_tick;
+	uint64_t alloc_bytes;
+	bool measuring;
+	void *buf;
+	struct hist hist;
+	/* shared with completion threads */
+	_Atomic(struct bench_bio *) done_remote __attribute__((aligned(CACHELINE)));
+	_Atomic uint32_t wake_seq;
+	atomic_bool sleeping;
+} __attribute__((aligned(CACHELINE)));
+
+static __thread struct bench_thread *current_thread;
+
+/* ------------------------------------------------------------- helpers */
+
+static inline uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + ts.tv_nsec;
+}
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ __volatile__("yield" ::: "memory");
+#endif
+}
+
+/* xorshift64*: fast, good enough for uniform offsets. */
+static inline uint64_t xrand(uint64_t *s)
+{
+	uint64_t x = *s;
+
+	x ^= x >> 12;
+	x ^= x << 25;
+	x ^= x >> 27;
+	*s = x;
+	return x * 0x2545f4914f6cdd1dull;
+}
+
+/* Uniform in [0, n). */
+static inline uint64_t xrand_below(uint64_t *s, uint64_t n)
+{
+	return (uint64_t)(((unsigned __int128)xrand(s) * n) >> 64);
+}
+
+static void die(const char *fmt, const char *arg)
+{
+	fprintf(stderr, "rqbench: ");
+	fprintf(stderr, fmt, arg);
+	fputc('\n', stderr);
+	exit(2);
+}
+
+/* Parse a size with an optional binary suffix (k, m, g). */
+static uint64_t parse_size(const char *s, const char *what)
+{
+	char *end;
+	unsigned long long v;
+
+	errno = 0;
+	v = strtoull(s, &end, 0);
+	if (errno || end == s)
+		die("bad %s", what);
+	switch (*end) {
+	case 'k': case 'K': v <<= 10; end++; break;
+	case 'm': case 'M': v <<= 20; end++; break;
+	case 'g': case 'G': v <<= 30; end++; break;
+	}
+	if (*end == 'i' || *end == 'b' || *end == 'B')
+		end++;
+	if (*end)
+		die("bad %s", what);
+	return v;
+}
+
+static unsigned parse_uint(const char *s, const char *what)
+{
+	uint64_t v = parse_size(s, what);
+
+	if (v > UINT32_MAX)
+		die("%s too large", what);
+	return (unsigned)v;
+}
+
+static int lookup(const char *s, const char *const *names, int n)
+{
+	int i;
+
+	for (i = 0; i < n; i++)
+		if (!strcmp(s, names[i]))
+			return i;
+	return -1;
+}
+
+/* ---------------------------------------------------- jemalloc statistics */
+
+#if HAVE_JEMALLOC
+static bool alloc_stats_ok = true;
+
+static uint64_t je_u64(const char *name)
+{
+	uint64_t v = 0;
+	size_t sz = sizeof(v);
+
+	if (mallctl(name, &v, &sz, NULL, 0))
+		alloc_stats_ok = false;
+	return v;
+}
+
+/* Heap allocations so far, all arenas (see the file comment). */
+static uint64_t alloc_count(void)
+{
+	uint64_t epoch = 1, n = 0;
+	size_t sz = sizeof(epoch);
+	char name[96];
+
+	if (mallctl("epoch", &epoch, &sz, &epoch, sz)) {
+		alloc_stats_ok = false;
+		return 0;
+	}
+	snprintf(name, sizeof(name), "stats.arenas.%u.small.nmalloc",
+		 (unsigned)MALLCTL_ARENAS_ALL);
+	n += je_u64(name);
+	snprintf(name, sizeof(name), "stats.arenas.%u.large.nmalloc",
+		 (unsigned)MALLCTL_ARENAS_ALL);
+	n += je_u64(name);
+	return n;
+}
+
+static uint64_t thread_alloc_bytes(void)
+{
+	return je_u64("thread.allocated");
+}
+
+static void tcache_off(void)
+{
+	bool off = false;
+
+	mallctl("thread.tcache.flush", NULL, NULL, NULL, 0);
+	mallctl("thread.tcache.enabled", NULL, NULL, &off, sizeof(off));
+}
+#else
+static bool alloc_stats_ok;
+static uint64_t alloc_count(void) { return 0; }
+static uint64_t thread_alloc_bytes(void) { return 0; }
+static void tcache_off(void) { }
+#endif
+
+/* ------------------------------------------------------------ completion */
+
+/**
+ * bench_end_io() - a bio ended: note its latency and give it back to its
+ * thread.
+ * @bio: the bio.
+ *
+ * Context: the submitting thread (inline completion) or any other.
+ */
+static void bench_end_io(struct rq_bio *bio)
+{
+	struct bench_bio *bb = bio->private;
+	struct bench_thread *t = bb->t;
+
+	if (bb->submit_ns)
+		bb->lat_ns = now_ns() - bb->submit_ns;
+	if (current_thread == t) {
+		bb->next = t->done_local;
+		t->done_local = bb;
+		return;
+	}
+	bb->next = atomic_load_explicit(&t->done_remote, memory_order_relaxed);
+	while (!atomic_compare_exchange_weak_explicit(&t->done_remote, &bb->next, bb,
+						      memory_order_seq_cst,
+						      memory_order_relaxed))
+		;
+	if (atomic_load(&t->sleeping)) {
+		atomic_fetch_add(&t->wake_seq, 1);
+		syscall(SYS_futex, &t->wake_seq, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+	}
+}
+
+/* Account one ended bio and put it on the free list. */
+static inline void reap_one(struct bench_thread *t, struct bench_bio *bb)
+{
+	struct rq_bio *bio = bb->bio;
+
+	if (bio->status != RQ_STS_OK)
+		t->errors++;
+	if (t->measuring) {
+		t->completed++;
+		if (bb->submit_ns)
+			hist_add(&t->hist, bb->lat_ns);
+	}
+	if (t->b->o.bio_alloc) {
+		rq_bio_put(bio);
+		bb->bio = NULL;
+	}
+	t->inflight--;
+	bb->next = t->free;
+	t->free = bb;
+}
+
+/* Collect every bio that ended since the last call; return how many. */
+static unsigned reap(struct bench_thread *t)
+{
+	struct bench_bio *bb, *next;
+	unsigned n = 0;
+
+	for (bb = t->done_local, t->done_local = NULL; bb; bb = next, n++) {
+		next = bb->next;
+		reap_one(t, bb);
+	}
+	if (atomic_load_explicit(&t->done_remote, memory_order_relaxed)) {
+		bb = atomic_exchange(&t->done_remote, NULL);
+		for (; bb; bb = next, n++) {
+			next = bb->next;
+			reap_one(t, bb);
+		}
+	}
+	return n;
+}
+
+/* Wait until at least one bio has ended (spin, then sleep on the futex). */
+static void wait_completion(struct bench_thread *t)
+{
+	uint32_t seq;
+	int i;
+
+	for (i = 0; i < SPIN_LOOPS; i++) {
+		if (reap(t))
+			return;
+		cpu_relax();
+	}
+	while (!reap(t)) {
+		atomic_store(&t->sleeping, true);
+		seq = atomic_load(&t->wake_seq);
+		if (!atomic_load(&t->done_remote))
+			syscall(SYS_futex, &t->wake_seq, FUTEX_WAIT_PRIVATE, seq,
+				NULL, NULL, 0);
+		atomic_store(&t->sleeping, false);
+	}
+}
+
+/* ------------------------------------------------------------- submission */
+
+/* Fill and submit one bio from the free list. */
+static inline void submit_one(struct bench_thread *t)
+{
+	const struct opts *o = &t->b->o;
+	struct bench_bio *bb = t->free;
+	struct rq_bio *bio;
+	uint64_t block;
+	unsigned op;
+
+	t->free = bb->next;
+	if (o->bio_alloc) {
+		bio = rq_bio_alloc(1);
+		if (!bio) {
+			fprintf(stderr, "rqbench: rq_bio_alloc failed\n");
+			exit(1);
+		}
+		bb->bio = bio;
+	} else {
+		bio = bb->bio;
+		rq_bio_init(bio, NULL, 1);
+	}
+
+	switch (o->pattern) {
+	case PAT_READ:
+	case PAT_WRITE:
+		block = t->region_first + t->seq_block;
+		if (++t->seq_block == t->region_blocks)
+			t->seq_block = 0;
+		op = o->pattern == PAT_READ ? RQ_OP_READ : RQ_OP_WRITE;
+		break;
+	case PAT_RANDRW:
+		block = xrand_below(&t->rng, t->b->nr_blocks);
+		op = (xrand(&t->rng) >> 63) ? RQ_OP_WRITE : RQ_OP_READ;
+		break;
+	default:
+		block = xrand_below(&t->rng, t->b->nr_blocks);
+		op = o->pattern == PAT_RANDREAD ? RQ_OP_READ : RQ_OP_WRITE;
+		break;
+	}
+	bio->op = op;
+	bio->iter.sector = block * (o->bs >> RQ_SECTOR_SHIFT);
+	rq_bio_add_vec(bio, t->buf, (uint32_t)o->bs);
+	bio->end_io = bench_end_io;
+	bio->private = bb;
+
+	bb->submit_ns = 0;
+	if (t->measuring && !o->no_lat && ++t->lat_tick >= o->lat_sample) {
+		t->lat_tick = 0;
+		bb->submit_ns = now_ns();
+	}
+	t->inflight++;
+	rq_submit_bio(t->b->q, bio);
+}
+
+/*
+ * Submit @nr bios (UINT64_MAX: until the stop flag), keeping depth in flight,
+ * then wait for all of them.
+ */
+static void run_phase(struct bench_thread *t, uint64_t nr, bool measuring)
+{
+	const struct opts *o = &t->b->o;
+	struct rq_plug plug;
+	uint64_t issued = 0;
+
+	t->measuring = measuring;
+	for (;;) {
+		unsigned n;
+
+		if (issued >= nr ||
+		    atomic_load_explicit(&t->b->stop, memory_order_relaxed))
+			break;
+		if (!t->free && !reap(t)) {
+			wait_completion(t);
+			continue;
+		}
+		if (o->batch > 1)
+			rq_start_plug(&plug);
+		for (n = 0; n < o->batch && issued < nr; n++, issued++) {
+			if (!t->free) {
+				if (o->batch > 1 || !reap(t))
+					break;
+			}
+			submit_one(t);
+		}
+		if (o->batch > 1)
+			rq_finish_plug(&plug);
+	}
+	while (t->inflight) {
+		if (!reap(t))
+			wait_completion(t);
+	}
+}
+
+static uint64_t warmup_ops(const struct opts *o, uint64_t per_thread)
+{
+	uint64_t w;
+
+	if (o->warmup)
+		return o->warmup;
+	if (!o->ops)
+		w = 20000;
+	else
+		w = per_thread / 20;
+	if (w < 1000)
+		w = 1000;
+	if (w > 100000)
+		w = 100000;
+	if (o->completion == NULL_COMPLETE_TIMER && w > 2000)
+		w = 2000;
+	return w;
+}
+
+static void *bench_thread_fn(void *arg)
+{
+	struct bench_thread *t = arg;
+	struct bench *b = t->b;
+	uint64_t per_thread, bytes0;
+
+	current_thread = t;
+	if (!b->o.tcache)
+		tcache_off();
+	per_thread = b->o.ops ? b->o.ops / b->o.threads +
+		     (t->idx < b->o.ops % b->o.threads) : UINT64_MAX;
+
+	run_phase(t, warmup_ops(&b->o, per_thread), false);
+	pthread_barrier_wait(&b->barrier); /* warmed up */
+	pthread_barrier_wait(&b->barrier); /* main took its snapshot */
+	bytes0 = thread_alloc_bytes();
+	run_phase(t, per_thread, true);
+	t->alloc_bytes = thread_alloc_bytes() - bytes0;
+	pthread_barrier_wait(&b->barrier); /* done */
+	return NULL;
+}
+
+/* ------------------------------------------------------------------ main */
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+"usage: rqbench [--front mq|sq] [--sched NAME] [--driver null] [--threads N]\n"
+"               [--depth N] [--batch N] [--bs BYTES]\n"
+"               [--pattern randread|randwrite|read|write|randrw]\n"
+"               [--seconds S | --ops N] [--hw-queues N]\n"
+"               [--completion inline|thread|timer] [--max-sectors-kb N]\n"
+"               [--max-segments N] [--nomerges 0|1|2] [--json]\n"
+"  more: --queue-depth N (= --depth), --hw-depth N (driver tags per hw queue,\n"
+"        default max(64, threads*depth)), --completion-nsec N (timer delay),\n"
+"        --capacity BYTES (default 1G), --warmup N (bios per thread),\n"
+"        --no-lat (no clock reads), --lat-sample N (time every Nth bio),\n"
+"        --bio-alloc (rq_bio_alloc/rq_bio_put per bio), --memory-backed,\n"
+"        --tcache (keep jemalloc's thread cache: allocs undercounts),\n"
+"        --list-scheds (print the schedulers the queue offers)\n");
+}
+
+enum {
+	OPT_FRONT = 256, OPT_SCHED, OPT_DRIVER, OPT_THREADS, OPT_DEPTH, OPT_BATCH,
+	OPT_BS, OPT_PATTERN, OPT_SECONDS, OPT_OPS, OPT_HWQ, OPT_COMPLETION,
+	OPT_MAXSECT, OPT_MAXSEG, OPT_NOMERGES, OPT_JSON, OPT_HWDEPTH, OPT_CNSEC,
+	OPT_CAPACITY, OPT_WARMUP, OPT_NOLAT, OPT_LATSAMPLE, OPT_BIOALLOC,
+	OPT_MEMORY, OPT_TCACHE, OPT_LIST, OPT_HELP, OPT_ALLOCSTATS,
+};
+
+static const struct option long_opts[] = {
+	{ "front", required_argument, NULL, OPT_FRONT },
+	{ "sched", required_argument, NULL, OPT_SCHED },
+	{ "driver", required_argument, NULL, OPT_DRIVER },
+	{ "threads", required_argument, NULL, OPT_THREADS },
+	{ "depth", required_argument, NULL, OPT_DEPTH },
+	{ "queue-depth", required_argument, NULL, OPT_DEPTH },
+	{ "batch", required_argument, NULL, OPT_BATCH },
+	{ "bs", required_argument, NULL, OPT_BS },
+	{ "pattern", required_argument, NULL, OPT_PATTERN },
+	{ "seconds", required_argument, NULL, OPT_SECONDS },
+	{ "ops", required_argument, NULL, OPT_OPS },
+	{ "hw-queues", required_argument, NULL, OPT_HWQ },
+	{ "completion", required_argument, NULL, OPT_COMPLETION },
+	{ "max-sectors-kb", required_argument, NULL, OPT_MAXSECT },
+	{ "max-segments", required_argument, NULL, OPT_MAXSEG },
+	{ "nomerges", required_argument, NULL, OPT_NOMERGES },
+	{ "json", no_argument, NULL, OPT_JSON },
+	{ "hw-depth", required_argument, NULL, OPT_HWDEPTH },
+	{ "completion-nsec", required_argument, NULL, OPT_CNSEC },
+	{ "capacity", required_argument, NULL, OPT_CAPACITY },
+	{ "warmup", required_argument, NULL, OPT_WARMUP },
+	{ "no-lat", no_argument, NULL, OPT_NOLAT },
+	{ "lat-sample", required_argument, NULL, OPT_LATSAMPLE },
+	{ "bio-alloc", no_argument, NULL, OPT_BIOALLOC },
+	{ "memory-backed", no_argument, NULL, OPT_MEMORY },
+	{ "tcache", no_argument, NULL, OPT_TCACHE },
+	{ "alloc-stats", no_argument, NULL, OPT_ALLOCSTATS },
+	{ "list-scheds", no_argument, NULL, OPT_LIST },
+	{ "help", no_argument, NULL, OPT_HELP },
+	{ NULL, 0, NULL, 0 },
+};
+
+static void parse_args(int argc, char **argv, struct opts *o)
+{
+	int c, v;
+
+	memset(o, 0, sizeof(*o));
+	o->front = "mq";
+	o->sched = "none";
+	o->driver = "null";
+	o->threads = 1;
+	o->depth = 32;
+	o->batch = 1;
+	o->bs = 4096;
+	o->pattern = PAT_RANDREAD;
+	o->hw_queues = 1;
+	o->completion = NULL_COMPLETE_INLINE;
+	o->nomerges = -1;
+	o->lat_sample = 1;
+	o->capacity = 1ull << 30;
+
+	while ((c = getopt_long(argc, argv, "h", long_opts, NULL)) != -1) {
+		switch (c) {
+		case OPT_FRONT: o->front = optarg; break;
+		case OPT_SCHED: o->sched = optarg; break;
+		case OPT_DRIVER: o->driver = optarg; break;
+		case OPT_THREADS: o->threads = parse_uint(optarg, "--threads"); break;
+		case OPT_DEPTH: o->depth = parse_uint(optarg, "--depth"); break;
+		case OPT_BATCH: o->batch = parse_uint(optarg, "--batch"); break;
+		case OPT_BS: o->bs = parse_size(optarg, "--bs"); break;
+		case OPT_PATTERN:
+			v = lookup(optarg, pattern_names, 5);
+			if (v < 0)
+				die("unknown --pattern %s", optarg);
+			o->pattern = v;
+			break;
+		case OPT_SECONDS:
+			o->seconds = strtod(optarg, NULL);
+			if (o->seconds <= 0)
+				die("bad --seconds %s", optarg);
+			break;
+		case OPT_OPS: o->ops = parse_size(optarg, "--ops"); break;
+		case OPT_HWQ: o->hw_queues = parse_uint(optarg, "--hw-queues"); break;
+		case OPT_COMPLETION:
+			v = lookup(optarg, completion_names, 3);
+			if (v < 0)
+				die("unknown --completion %s", optarg);
+			o->completion = v;
+			break;
+		case OPT_MAXSECT: o->max_sectors_kb = parse_uint(optarg, "--max-sectors-kb"); break;
+		case OPT_MAXSEG: o->max_segments = parse_uint(optarg, "--max-segments"); break;
+		case OPT_NOMERGES:
+			if (strcmp(optarg, "0") && strcmp(optarg, "1") && strcmp(optarg, "2"))
+				die("--nomerges takes 0, 1 or 2, not %s", optarg);
+			o->nomerges = optarg[0] - '0';
+			break;
+		case OPT_JSON: o->json = true; break;
+		case OPT_HWDEPTH: o->hw_depth = parse_uint(optarg, "--hw-depth"); break;
+		case OPT_CNSEC: o->completion_nsec = parse_size(optarg, "--completion-nsec"); break;
+		case OPT_CAPACITY: o->capacity = parse_size(optarg, "--capacity"); break;
+		case OPT_WARMUP: o->warmup = parse_size(optarg, "--warmup"); break;
+		case OPT_NOLAT: o->no_lat = true; break;
+		case OPT_LATSAMPLE: o->lat_sample = parse_uint(optarg, "--lat-sample"); break;
+		case OPT_BIOALLOC: o->bio_alloc = true; break;
+		case OPT_MEMORY: o->memory_backed = true; break;
+		case OPT_TCACHE: o->tcache = true; break;
+		case OPT_ALLOCSTATS: o->tcache = false; break;
+		case OPT_LIST: o->list_scheds = true; break;
+		case OPT_HELP: case 'h': usage(stdout); exit(0);
+		default: usage(stderr); exit(2);
+		}
+	}
+	if (optind < argc)
+		die("unexpected argument %s", argv[optind]);
+	if (!strcmp(o->front, "sq"))
+		die("--front %s: the single-queue front end is not implemented yet", o->front);
+	if (strcmp(o->front, "mq"))
+		die("unknown --front %s (mq or sq)", o->front);
+	if (strcmp(o->driver, "null"))
+		die("unknown --driver %s (only null)", o->driver);
+	if (o->seconds && o->ops)
+		die("%s", "--seconds and --ops exclude each other");
+	if (!o->seconds && !o->ops)
+		o->seconds = 3;
+	if (!o->threads || !o->depth || !o->batch || !o->hw_queues || !o->lat_sample)
+		die("%s", "--threads, --depth, --batch, --hw-queues, --lat-sample must be > 0");
+	if (!o->bs || o->bs % 512 || o->bs > UINT32_MAX)
+		die("%s", "--bs must be a multiple of 512 below 4 GiB");
+	if (o->capacity < o->bs * o->threads)
+		die("%s", "--capacity smaller than --bs times --threads");
+	if (o->bio_alloc && o->bs > UINT32_MAX)
+		die("%s", "--bs too large");
+}
+
+/* Make the device and queue as the options say; exits on failure. */
+static void bench_setup(struct bench *b)
+{
+	struct opts *o = &b->o;
+	struct null_config cfg;
+	struct rq_queue_limits *lim = &cfg.limits;
+	char val[16];
+	int ret;
+
+	null_config_default(&cfg);
+	cfg.nr_hw_queues = o->hw_queues;
+	cfg.hw_queue_depth = o->hw_depth;
+	if (!cfg.hw_queue_depth) {
+		uint64_t d = (uint64_t)o->threads * o->depth;
+
+		cfg.hw_queue_depth = d < 64 ? 64 : d > 65536 ? 65536 : (unsigned)d;
+	}
+	cfg.completion = o->completion;
+	if (o->completion_nsec)
+		cfg.completion_nsec = o->completion_nsec;
+	cfg.size_bytes = o->capacity - o->capacity % 4096;
+	cfg.memory_backed = o->memory_backed;
+	cfg.sched = o->sched;
+	if (!o->tcache)
+		cfg.thread_init = tcache_off;
+
+	/* requests may grow to max_sectors_kb (default 1280 KiB, as Linux) */
+	lim->max_sectors = o->max_sectors_kb ? o->max_sectors_kb * 2 : 2560;
+	lim->max_hw_sectors = lim->max_sectors > 2560 ? lim->max_sectors : 2560;
+	lim->max_segments = o->max_segments;
+
+	ret = null_create(&cfg, &b->dev);
+	if (ret) {
+		fprintf(stderr, "rqbench: cannot create the null device (sched %s): %s\n",
+			o->sched, strerror(-ret));
+		exit(1);
+	}
+	b->q = null_queue(b->dev);
+	b->nr_blocks = cfg.size_bytes / o->bs;
+	if (o->nomerges >= 0) {
+		snprintf(val, sizeof(val), "%d", o->nomerges);
+		ret = rq_queue_attr_set(b->q, "nomerges", val);
+		if (ret) {
+			fprintf(stderr, "rqbench: nomerges=%s: %s\n", val, strerror(-ret));
+			exit(1);
+		}
+	}
+}
+
+/* Print the scheduler names the queue offers, one per line. */
+static int list_scheds(struct bench *b)
+{
+	char buf[512], *tok, *save = NULL;
+	int ret;
+
+	ret = rq_queue_attr_get(b->q, "scheduler", buf, sizeof(buf));
+	if (ret < 0) {
+		fprintf(stderr, "rqbench: reading scheduler: %s\n", strerror(-ret));
+		return 1;
+	}
+	for (tok = strtok_r(buf, " \t\n", &save); tok;
+	     tok = strtok_r(NULL, " \t\n", &save)) {
+		size_t n = strlen(tok);
+
+		if (tok[0] == '[' && n > 1 && tok[n - 1] == ']') {
+			tok[n - 1] = '\0';
+			tok++;
+		}
+		printf("%s\n", tok);
+	}
+	return 0;
+}
+
+static uint64_t merges_of(const struct rq_queue_stats *s)
+{
+	return s->merges_back + s->merges_front + s->merges_rq + s->plug_merges;
+}
+
+static double elapsed_s(uint64_t t0, uint64_t t1)
+{
+	return (double)(t1 - t0) / 1e9;
+}
+
+int main(int argc, char **argv)
+{
+	struct bench b;
+	struct bench_thread *th;
+	struct rq_queue_stats qs0, qs1;
+	struct null_stats ns0, ns1;
+	struct hist *all;
+	uint64_t t0, t1, a0, a1, ops = 0, errors = 0, abytes = 0;
+	double secs, iops;
+	unsigned i, j;
+
+	memset(&b, 0, sizeof(b));
+	parse_args(argc, argv, &b.o);
+	if (!b.o.tcache)
+		tcache_off();
+	bench_setup(&b);
+	if (b.o.list_scheds) {
+		int ret = list_scheds(&b);
+
+		null_destroy(b.dev);
+		return ret;
+	}
+
+	if (posix_memalign((void **)&th, CACHELINE, b.o.threads * sizeof(*th)))
+		return 1;
+	memset(th, 0, b.o.threads * sizeof(*th));
+	all = calloc(1, sizeof(*all));
+	if (!all)
+		return 1;
+	pthread_barrier_init(&b.barrier, NULL, b.o.threads + 1);
+	for (i = 0; i < b.o.threads; i++) {
+		struct bench_thread *t = &th[i];
+		uint64_t region = b.nr_blocks / b.o.threads;
+
+		t->b = &b;
+		t->idx = i;
+		t->rng = 0x9e3779b97f4a7c15ull * (i + 1) ^ 0xd1b54a32d192ed03ull;
+		t->region_first = region * i;
+		t->region_blocks = region;
+		t->slots = calloc(b.o.depth, sizeof(*t->slots));
+		if (posix_memalign(&t->buf, 4096, b.o.bs) || !t->slots) {
+			fprintf(stderr, "rqbench: out of memory\n");
+			return 1;
+		}
+		memset(t->buf, 0xa5, b.o.bs);
+		for (j = 0; j < b.o.depth; j++) {
+			struct bench_bio *bb = &t->slots[j];
+
+			bb->t = t;
+			bb->bio = &bb->store;
+			bb->next = t->free;
+			t->free = bb;
+		}
+		if (pthread_create(&t->thread, NULL, bench_thread_fn, t)) {
+			fprintf(stderr, "rqbench: cannot start threads\n");
+			return 1;
+		}
+	}
+
+	pthread_barrier_wait(&b.barrier); /* all warmed up and idle */
+	rq_queue_get_stats(b.q, &qs0);
+	null_get_stats(b.dev, &ns0);
+	a0 = alloc_count();
+	t0 = now_ns();
+	pthread_barrier_wait(&b.barrier); /* go */
+	if (b.o.seconds) {
+		struct timespec ts = {
+			.tv_sec = (time_t)b.o.seconds,
+			.tv_nsec = (long)((b.o.seconds - (double)(time_t)b.o.seconds) * 1e9),
+		};
+
+		while (nanosleep(&ts, &ts) && errno == EINTR)
+			;
+		atomic_store(&b.stop, true);
+	}
+	pthread_barrier_wait(&b.barrier); /* done */
+	t1 = now_ns();
+	a1 = alloc_count();
+	rq_queue_get_stats(b.q, &qs1);
+	null_get_stats(b.dev, &ns1);
+
+	for (i = 0; i < b.o.threads; i++) {
+		pthread_join(th[i].thread, NULL);
+		ops += th[i].completed;
+		errors += th[i].errors;
+		abytes += th[i].alloc_bytes;
+		hist_merge(all, &th[i].hist);
+	}
+	secs = elapsed_s(t0, t1);
+	iops = secs > 0 ? (double)ops / secs : 0;
+
+	if (b.o.json) {
+		printf("{\"front\":\"%s\",\"sched\":\"%s\",\"driver\":\"%s\","
+		       "\"threads\":%u,\"depth\":%u,\"batch\":%u,\"bs\":%" PRIu64 ","
+		       "\"pattern\":\"%s\",\"completion\":\"%s\",\"hw_queues\":%u,"
+		       "\"ops\":%" PRIu64 ",\"requests\":%" PRIu64 ",\"merges\":%" PRIu64 ","
+		       "\"seconds\":%.6f,\"iops\":%.0f,\"ns_per_bio\":%.2f,"
+		       "\"lat_ns\":{\"p50\":%" PRIu64 ",\"p99\":%" PRIu64
+		       ",\"p999\":%" PRIu64 ",\"max\":%" PRIu64 "},"
+		       "\"lat_samples\":%" PRIu64 ",\"errors\":%" PRIu64 ",",
+		       b.o.front, b.o.sched, b.o.driver, b.o.threads, b.o.depth,
+		       b.o.batch, b.o.bs, pattern_names[b.o.pattern],
+		       completion_names[b.o.completion], b.o.hw_queues, ops,
+		       ns1.requests - ns0.requests, merges_of(&qs1) - merges_of(&qs0),
+		       secs, iops, ops ? secs * 1e9 * b.o.threads / ops : 0.0,
+		       hist_percentile(all, 50), hist_percentile(all, 99),
+		       hist_percentile(all, 99.9), all->max, all->count, errors);
+		if (alloc_stats_ok)
+			printf("\"allocs\":%" PRIu64 ",\"alloc_bytes\":%" PRIu64 "}\n",
+			       a1 - a0, abytes);
+		else
+			printf("\"allocs\":null,\"alloc_bytes\":null}\n");
+	} else {
+		printf("%s/%s null %s: %u thr depth %u batch %u bs %" PRIu64 " %s: "
+		       "%.2f M IOPS (%.1f ns/bio/thread), %" PRIu64 " bios, %" PRIu64
+		       " requests, %" PRIu64 " merges, %.3f s",
+		       b.o.front, b.o.sched, completion_names[b.o.completion],
+		       b.o.threads, b.o.depth, b.o.batch, b.o.bs,
+		       pattern_names[b.o.pattern], iops / 1e6,
+		       ops ? secs * 1e9 * b.o.threads / ops : 0.0, ops,
+		       ns1.requests - ns0.requests, merges_of(&qs1) - merges_of(&qs0), secs);
+		if (all->count)
+			printf("; lat ns p50 %" PRIu64 " p99 %" PRIu64 " p99.9 %" PRIu64
+			       " max %" PRIu64, hist_percentile(all, 50),
+			       hist_percentile(all, 99), hist_percentile(all, 99.9), all->max);
+		if (alloc_stats_ok)
+			printf("; allocs %" PRIu64, a1 - a0);
+		if (errors)
+			printf("; %" PRIu64 " ERRORS", errors);
+		printf("\n");
+	}
+
+	null_destroy(b.dev);
+	for (i = 0; i < b.o.threads; i++) {
+		free(th[i].slots);
+		free(th[i].buf);
+	}
+	free(th);
+	free(all);
+	pthread_barrier_destroy(&b.barrier);
+	return errors ? 1 : 0;
+}

@@ -1,0 +1,816 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * null_blk: the example multi-queue driver.  See null_blk.h.
+ *
+ * Reading order: configuration defaults, the memory store (a two-level page
+ * table filled on first write), the per-hw-queue completion list and its
+ * thread, the rq_mq_ops, then creation and teardown.
+ *
+ * Concurrency: the core calls queue_rq for one hw queue from one thread at a
+ * time, and for different hw queues at once.  Every per-hw-queue counter
+ * therefore has one writer (queue_rq, or the completion thread) and is read
+ * with relaxed atomics by null_get_stats().  The store is shared by all hw
+ * queues: data copies hold its rwlock shared (pages are only ever added, with
+ * a compare-and-swap), discard and write-zeroes hold it exclusive because
+ * they free pages.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "null_blk.h"
+
+#define NULL_PAGE_SHIFT 12
+#define NULL_PAGE_SIZE (1u << NULL_PAGE_SHIFT)
+#define NULL_CHUNK_SHIFT 9 /* 512 pages (2 MiB) per second-level table */
+#define NULL_CHUNK_PAGES (1u << NULL_CHUNK_SHIFT)
+
+#define NULL_DEFAULT_DEPTH 64
+#define NULL_DEFAULT_NSEC 10000ull
+#define NULL_DEFAULT_SIZE (1ull << 30)
+#define NULL_SPIN_LOOPS 256         /* idle polls before the thread sleeps */
+#define NULL_SLEEP_THRESHOLD_NS 20000 /* shorter waits spin on the clock */
+
+#define NULL_CACHELINE 64
+
+/* The driver's payload of every request (tag set cmd_size). */
+struct null_cmd {
+	struct null_cmd *next;   /* completion list link */
+	uint64_t queued_ns;      /* timer mode: when queue_rq took it */
+};
+
+/* Counters with one writer each; see the file comment. */
+struct null_counters {
+	uint64_t requests;
+	uint64_t bytes;
+	uint64_t reads;
+	uint64_t writes;
+	uint64_t flushes;
+	uint64_t discards;
+	uint64_t write_zeroes;
+};
+
+/* One hardware queue. */
+struct null_hq {
+	struct null_dev *dev;
+	unsigned idx;
+	pthread_t thread;
+	bool thread_started;
+
+	/* written by queue_rq */
+	struct null_counters qc __attribute__((aligned(NULL_CACHELINE)));
+	/* pushed by queue_rq, taken whole by the completion thread */
+	_Atomic(struct null_cmd *) pending;
+
+	/* written by the completion thread (or queue_rq when inline) */
+	uint64_t completed __attribute__((aligned(NULL_CACHELINE)));
+	uint64_t segments;
+	_Atomic uint32_t wake_seq;  /* futex word */
+	atomic_bool sleeping;
+	atomic_bool stop;
+} __attribute__((aligned(NULL_CACHELINE)));
+
+/* Memory backing: chunks[i][j] is page i * NULL_CHUNK_PAGES + j. */
+struct null_store {
+	uint64_t nr_pages;
+	size_t nr_chunks;
+	_Atomic(_Atomic(void *) *) *chunks;
+	atomic_uint_fast64_t allocated;
+	pthread_rwlock_t lock;
+};
+
+struct null_dev {
+	struct null_config cfg;
+	struct rq_tag_set *set;
+	struct rq_queue *q;
+	struct null_store store;
+	struct null_hq *hqs;
+};
+
+/* ------------------------------------------------------------- helpers */
+
+static uint64_t null_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + ts.tv_nsec;
+}
+
+/* Add to a counter that only the calling thread writes. */
+static inline void null_count(uint64_t *c, uint64_t n)
+{
+	__atomic_store_n(c, *c + n, __ATOMIC_RELAXED);
+}
+
+static inline uint64_t null_read(const uint64_t *c)
+{
+	return __atomic_load_n(c, __ATOMIC_RELAXED);
+}
+
+static inline void null_cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ __volatile__("yield" ::: "memory");
+#endif
+}
+
+static void null_futex_wait(_Atomic uint32_t *word, uint32_t val)
+{
+	syscall(SYS_futex, word, FUTEX_WAIT_PRIVATE, val, NULL, NULL, 0);
+}
+
+static void null_futex_wake(_Atomic uint32_t *word)
+{
+	syscall(SYS_futex, word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
+
+/**
+ * null_config_default() - fill @cfg with the defaults.
+ * @cfg: configuration to overwrite.
+ */
+void null_config_default(struct null_config *cfg)
+{
+	memset(cfg, 0, sizeof(*cfg));
+	cfg->nr_hw_queues = 1;
+	cfg->hw_queue_depth = NULL_DEFAULT_DEPTH;
+	cfg->completion = NULL_COMPLETE_INLINE;
+	cfg->completion_nsec = NULL_DEFAULT_NSEC;
+	cfg->size_bytes = NULL_DEFAULT_SIZE;
+	cfg->blocksize = 512;
+}
+
+/* ---------------------------------------------------------------- store */
+
+static int null_store_init(struct null_store *st, uint64_t size)
+{
+	st->nr_pages = (size + NULL_PAGE_SIZE - 1) >> NULL_PAGE_SHIFT;
+	st->nr_chunks = (st->nr_pages + NULL_CHUNK_PAGES - 1) >> NULL_CHUNK_SHIFT;
+	st->chunks = calloc(st->nr_chunks, sizeof(*st->chunks));
+	if (!st->chunks)
+		return -ENOMEM;
+	atomic_init(&st->allocated, 0);
+	if (pthread_rwlock_init(&st->lock, NULL)) {
+		free(st->chunks);
+		st->chunks = NULL;
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+static void null_store_exit(struct null_store *st)
+{
+	size_t i, j;
+
+	if (!st->chunks)
+		return;
+	for (i = 0; i < st->nr_chunks; i++) {
+		_Atomic(void *) *chunk = atomic_load(&st->chunks[i]);
+
+		if (!chunk)
+			continue;
+		for (j = 0; j < NULL_CHUNK_PAGES; j++)
+			free(atomic_load(&chunk[j]));
+		free(chunk);
+	}
+	free(st->chunks);
+	st->chunks = NULL;
+	pthread_rwlock_destroy(&st->lock);
+}
+
+/*
+ * The slot of page @pgno; with @create, make its chunk if missing.  Returns
+ * NULL only when the chunk is missing and !@create, or on ENOMEM.
+ */
+static _Atomic(void *) *null_store_slot(struct null_store *st, uint64_t pgno,
+					bool create)
+{
+	_Atomic(_Atomic(void *) *) *cp = &st->chunks[pgno >> NULL_CHUNK_SHIFT];
+	_Atomic(void *) *chunk = atomic_load_explicit(cp, memory_order_acquire);
+
+	if (!chunk && create) {
+		_Atomic(void *) *fresh = calloc(NULL_CHUNK_PAGES, sizeof(*fresh));
+
+		if (!fresh)
+			return NULL;
+		if (atomic_compare_exchange_strong_explicit(cp, &chunk, fresh,
+							    memory_order_acq_rel,
+							    memory_order_acquire))
+			chunk = fresh;
+		else
+			free(fresh); /* someone else won; chunk holds theirs */
+	}
+	if (!chunk)
+		return NULL;
+	return &chunk[pgno & (NULL_CHUNK_PAGES - 1)];
+}
+
+/* The page @pgno for reading (NULL: never written, reads as zeros). */
+static void *null_store_lookup(struct null_store *st, uint64_t pgno)
+{
+	_Atomic(void *) *slot = null_store_slot(st, pgno, false);
+
+	return slot ? atomic_load_explicit(slot, memory_order_acquire) : NULL;
+}
+
+/* The page @pgno for writing, allocated zeroed if missing. */
+static void *null_store_get(struct null_store *st, uint64_t pgno)
+{
+	_Atomic(void *) *slot = null_store_slot(st, pgno, true);
+	void *page, *fresh;
+
+	if (!slot)
+		return NULL;
+	page = atomic_load_explicit(slot, memory_order_acquire);
+	if (page)
+		return page;
+	fresh = calloc(1, NULL_PAGE_SIZE);
+	if (!fresh)
+		return NULL;
+	if (atomic_compare_exchange_strong_explicit(slot, &page, fresh,
+						    memory_order_acq_rel,
+						    memory_order_acquire)) {
+		atomic_fetch_add_explicit(&st->allocated, 1, memory_order_relaxed);
+		return fresh;
+	}
+	free(fresh);
+	return page;
+}
+
+/* Copy one segment between @buf and the store at byte @pos. */
+static rq_status_t null_store_copy(struct null_store *st, uint64_t pos,
+				   char *buf, uint32_t len, bool write)
+{
+	while (len) {
+		uint64_t pgno = pos >> NULL_PAGE_SHIFT;
+		uint32_t off = pos & (NULL_PAGE_SIZE - 1);
+		uint32_t n = NULL_PAGE_SIZE - off;
+		char *page;
+
+		if (n > len)
+			n = len;
+		if (pgno >= st->nr_pages)
+			return RQ_STS_IOERR;
+		if (write) {
+			page = null_store_get(st, pgno);
+			if (!page)
+				return RQ_STS_RESOURCE;
+			memcpy(page + off, buf, n);
+		} else {
+			page = null_store_lookup(st, pgno);
+			if (page)
+				memcpy(buf, page + off, n);
+			else
+				memset(buf, 0, n);
+		}
+		pos += n;
+		buf += n;
+		len -= n;
+	}
+	return RQ_STS_OK;
+}
+
+/*
+ * Zero [@pos, @pos + @len): whole pages are freed (they read back as zeros),
+ * partial ones cleared.  Caller holds the store lock exclusive.
+ */
+static void null_store_zero(struct null_store *st, uint64_t pos, uint64_t len)
+{
+	while (len) {
+		uint64_t pgno = pos >> NULL_PAGE_SHIFT;
+		uint32_t off = pos & (NULL_PAGE_SIZE - 1);
+		uint64_t n = NULL_PAGE_SIZE - off;
+		_Atomic(void *) *slot;
+
+		if (n > len)
+			n = len;
+		if (pgno >= st->nr_pages)
+			break;
+		slot = null_store_slot(st, pgno, false);
+		if (slot) {
+			char *page = atomic_load_explicit(slot, memory_order_relaxed);
+
+			if (page && n == NULL_PAGE_SIZE) {
+				atomic_store_explicit(slot, NULL, memory_order_relaxed);
+				atomic_fetch_sub_explicit(&st->allocated, 1,
+							  memory_order_relaxed);
+				free(page);
+			} else if (page) {
+				memset(page + off, 0, n);
+			}
+		}
+		pos += n;
+		len -= n;
+	}
+}
+
+/* --------------------------------------------------------- data handling */
+
+/*
+ * Do what @rq asks of the store.  Runs where the request completes: inside
+ * queue_rq (inline) or on the completion thread.
+ */
+static rq_status_t null_handle_rq(struct null_dev *dev, struct null_hq *hq,
+				  struct rq_request *rq)
+{
+	struct null_store *st = &dev->store;
+	struct rq_req_iter ri = { 0 };
+	struct rq_segment seg;
+	rq_status_t status = RQ_STS_OK;
+	uint64_t pos, nsegs = 0;
+
+	if (!dev->cfg.memory_backed)
+		return RQ_STS_OK;
+
+	pos = rq->sector << RQ_SECTOR_SHIFT;
+	switch (rq->op) {
+	case RQ_OP_READ:
+	case RQ_OP_WRITE:
+		pthread_rwlock_rdlock(&st->lock);
+		rq_req_iter_init(&ri, rq);
+		while (status == RQ_STS_OK && rq_req_iter_next(&ri, &seg)) {
+			status = null_store_copy(st, pos, seg.base, seg.len,
+						 rq->op == RQ_OP_WRITE);
+			pos += seg.len;
+			nsegs++;
+		}
+		pthread_rwlock_unlock(&st->lock);
+		null_count(&hq->segments, nsegs);
+		return status;
+	case RQ_OP_DISCARD:
+	case RQ_OP_WRITE_ZEROES:
+		pthread_rwlock_wrlock(&st->lock);
+		null_store_zero(st, pos, rq->bytes);
+		pthread_rwlock_unlock(&st->lock);
+		return RQ_STS_OK;
+	case RQ_OP_FLUSH:
+	default:
+		return RQ_STS_OK;
+	}
+}
+
+/* ------------------------------------------------------ completion thread */
+
+/* Hand a command to the hw queue's completion thread; wake it if asleep. */
+static void null_hq_push(struct null_hq *hq, struct null_cmd *cmd)
+{
+	struct null_cmd *head = atomic_load_explicit(&hq->pending, memory_order_relaxed);
+
+	do {
+		cmd->next = head;
+	} while (!atomic_compare_exchange_weak_explicit(&hq->pending, &head, cmd,
+							memory_order_seq_cst,
+							memory_order_relaxed));
+	if (atomic_load(&hq->sleeping)) {
+		atomic_fetch_add(&hq->wake_seq, 1);
+		null_futex_wake(&hq->wake_seq);
+	}
+}
+
+/* Take everything pushed so far, oldest first; append it to the head/tail list. */
+static void null_hq_take(struct null_hq *hq, struct null_cmd **head,
+			 struct null_cmd **tail)
+{
+	struct null_cmd *list = atomic_exchange(&hq->pending, NULL);
+	struct null_cmd *rev = NULL, *first;
+
+	if (!list)
+		return;
+	first = list;
+	while (list) {
+		struct null_cmd *next = list->next;
+
+		list->next = rev;
+		rev = list;
+		list = next;
+	}
+	/* rev is now oldest first, and first (newest) is its last element */
+	if (*tail)
+		(*tail)->next = rev;
+	else
+		*head = rev;
+	*tail = first;
+}
+
+/* Sleep until something is pushed or stop is set. */
+static void null_hq_idle(struct null_hq *hq)
+{
+	uint32_t seq;
+	int i;
+
+	for (i = 0; i < NULL_SPIN_LOOPS; i++) {
+		if (atomic_load_explicit(&hq->pending, memory_order_relaxed) ||
+		    atomic_load_explicit(&hq->stop, memory_order_relaxed))
+			return;
+		null_cpu_relax();
+	}
+	atomic_store(&hq->sleeping, true);
+	seq = atomic_load(&hq->wake_seq);
+	if (!atomic_load(&hq->pending) && !atomic_load(&hq->stop))
+		null_futex_wait(&hq->wake_seq, seq);
+	atomic_store(&hq->sleeping, false);
+}
+
+/* Wait until @deadline (CLOCK_MONOTONIC ns); new pushes do not interrupt. */
+static void null_wait_until(uint64_t deadline)
+{
+	uint64_t now = null_now_ns();
+
+	if (now >= deadline)
+		return;
+	if (deadline - now > NULL_SLEEP_THRESHOLD_NS) {
+		struct timespec ts = {
+			.tv_sec = (deadline - NULL_SLEEP_THRESHOLD_NS / 4) / 1000000000ull,
+			.tv_nsec = (deadline - NULL_SLEEP_THRESHOLD_NS / 4) % 1000000000ull,
+		};
+
+		clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
+	}
+	while (null_now_ns() < deadline)
+		null_cpu_relax();
+}
+
+/* Finish one command on the completion thread. */
+static void null_finish_cmd(struct null_hq *hq, struct null_cmd *cmd)
+{
+	struct rq_request *rq = rq_request_from_pdu(cmd);
+	rq_status_t status = null_handle_rq(hq->dev, hq, rq);
+
+	null_count(&hq->completed, 1);
+	/* ops->complete (null_complete_rq) ends it, here or on the submitter */
+	rq_mq_complete_request(rq, status);
+}
+
+/**
+ * null_complete_thread() - a hw queue's completion thread: ends requests in
+ * arrival order, in timer mode each once its delay has passed.
+ * @arg: the struct null_hq.
+ *
+ * Context: own thread, from null_create() until null_destroy().
+ * Return: NULL.
+ */
+static void *null_complete_thread(void *arg)
+{
+	struct null_hq *hq = arg;
+	struct null_dev *dev = hq->dev;
+	bool timer = dev->cfg.completion == NULL_COMPLETE_TIMER;
+	uint64_t delay = dev->cfg.completion_nsec;
+	struct null_cmd *head = NULL, *tail = NULL;
+
+	/* precise sleeps for timer mode (default slack is 50 us) */
+	prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
+	if (dev->cfg.thread_init)
+		dev->cfg.thread_init();
+
+	for (;;) {
+		null_hq_take(hq, &head, &tail);
+		if (!head) {
+			if (atomic_load(&hq->stop))
+				break;
+			null_hq_idle(hq);
+			continue;
+		}
+		if (timer) {
+			/* one delay for all: FIFO order is deadline order */
+			uint64_t now = null_now_ns();
+
+			while (head && now >= head->queued_ns + delay) {
+				struct null_cmd *cmd = head;
+
+				head = cmd->next;
+				null_finish_cmd(hq, cmd);
+			}
+			if (!head)
+				tail = NULL;
+			else
+				null_wait_until(head->queued_ns + delay);
+			continue;
+		}
+		while (head) {
+			struct null_cmd *cmd = head;
+
+			/* read the link first: the request may be reused at once */
+			head = cmd->next;
+			null_finish_cmd(hq, cmd);
+		}
+		tail = NULL;
+	}
+	return NULL;
+}
+
+/* ------------------------------------------------------------- mq ops */
+
+static struct null_hq *null_hq_of(struct rq_hw_ctx *hctx)
+{
+	struct null_hq *hq = rq_hctx_driver_data(hctx);
+
+	if (!hq) {
+		struct null_dev *dev = rq_queue_driver_data(rq_hctx_queue(hctx));
+
+		hq = &dev->hqs[rq_hctx_index(hctx)];
+	}
+	return hq;
+}
+
+static void null_account(struct null_hq *hq, const struct rq_request *rq)
+{
+	struct null_counters *c = &hq->qc;
+
+	null_count(&c->requests, 1);
+	switch (rq->op) {
+	case RQ_OP_READ:
+		null_count(&c->reads, 1);
+		null_count(&c->bytes, rq->bytes);
+		break;
+	case RQ_OP_WRITE:
+		null_count(&c->writes, 1);
+		null_count(&c->bytes, rq->bytes);
+		break;
+	case RQ_OP_FLUSH:
+		null_count(&c->flushes, 1);
+		break;
+	case RQ_OP_DISCARD:
+		null_count(&c->discards, 1);
+		break;
+	case RQ_OP_WRITE_ZEROES:
+		null_count(&c->write_zeroes, 1);
+		break;
+	}
+}
+
+/**
+ * null_queue_rq() - issue one request: end it now (inline) or queue it for
+ * the hw queue's completion thread.
+ * @hctx: hardware queue.
+ * @rq: the request.
+ * @last: unused: nothing to kick.
+ *
+ * Context: dispatch; never concurrently on one hctx.  Sleeps only in
+ * blocking mode.
+ * Return: RQ_STS_OK (the request is taken; it may already have ended).
+ */
+static rq_status_t null_queue_rq(struct rq_hw_ctx *hctx, struct rq_request *rq,
+				 bool last)
+{
+	struct null_hq *hq = null_hq_of(hctx);
+	struct null_dev *dev = hq->dev;
+	struct null_cmd *cmd;
+	rq_status_t status;
+
+	null_account(hq, rq);
+
+	if (dev->cfg.blocking && dev->cfg.blocking_nsec) {
+		struct timespec ts = {
+			.tv_sec = dev->cfg.blocking_nsec / 1000000000ull,
+			.tv_nsec = dev->cfg.blocking_nsec % 1000000000ull,
+		};
+
+		nanosleep(&ts, NULL);
+	}
+
+	if (dev->cfg.completion == NULL_COMPLETE_INLINE) {
+		status = null_handle_rq(dev, hq, rq);
+		null_count(&hq->completed, 1);
+		rq_mq_end_request(rq, status);
+		return RQ_STS_OK;
+	}
+
+	cmd = rq_request_pdu(rq);
+	if (dev->cfg.completion == NULL_COMPLETE_TIMER)
+		cmd->queued_ns = null_now_ns();
+	null_hq_push(hq, cmd);
+	return RQ_STS_OK;
+}
+
+/**
+ * null_complete_rq() - ops->complete: end a request handed to
+ * rq_mq_complete_request() by the completion thread.
+ * @rq: the request.
+ *
+ * Context: the completion thread, or the submitter (rq_affinity).
+ */
+static void null_complete_rq(struct rq_request *rq)
+{
+	rq_mq_end_request(rq, rq_mq_complete_status(rq));
+}
+
+/**
+ * null_init_hctx() - remember our per-hw-queue state in the hctx.
+ * @hctx: hardware queue.
+ * @set_data: the struct null_dev.
+ * @idx: hardware queue index.
+ *
+ * Return: 0.
+ */
+static int null_init_hctx(struct rq_hw_ctx *hctx, void *set_data, unsigned idx)
+{
+	struct null_dev *dev = set_data;
+
+	rq_hctx_set_driver_data(hctx, &dev->hqs[idx]);
+	return 0;
+}
+
+static const struct rq_mq_ops null_mq_ops = {
+	RQ_MQ_OPS_INIT,
+	.queue_rq = null_queue_rq,
+	.complete = null_complete_rq,
+	.init_hctx = null_init_hctx,
+};
+
+/* ----------------------------------------------------- create / destroy */
+
+static int null_fill_config(struct null_config *cfg)
+{
+	struct rq_queue_limits *lim = &cfg->limits;
+
+	if (!cfg->nr_hw_queues)
+		cfg->nr_hw_queues = 1;
+	if (!cfg->hw_queue_depth)
+		cfg->hw_queue_depth = NULL_DEFAULT_DEPTH;
+	if (!cfg->completion_nsec)
+		cfg->completion_nsec = NULL_DEFAULT_NSEC;
+	if (!cfg->size_bytes)
+		cfg->size_bytes = NULL_DEFAULT_SIZE;
+	if (!cfg->blocksize)
+		cfg->blocksize = 512;
+	if (cfg->completion > NULL_COMPLETE_TIMER)
+		return -EINVAL;
+	if (cfg->blocksize < 512 || cfg->blocksize > NULL_PAGE_SIZE ||
+	    (cfg->blocksize & (cfg->blocksize - 1)))
+		return -EINVAL;
+	if (cfg->size_bytes % cfg->blocksize)
+		return -EINVAL;
+	if (!lim->logical_block_size)
+		lim->logical_block_size = cfg->blocksize;
+	else if (lim->logical_block_size != cfg->blocksize)
+		return -EINVAL;
+	/* a null device supports both; whole pages are freed when backed */
+	if (!lim->max_discard_sectors)
+		lim->max_discard_sectors = UINT32_MAX >> RQ_SECTOR_SHIFT;
+	if (!lim->max_write_zeroes_sectors)
+		lim->max_write_zeroes_sectors = UINT32_MAX >> RQ_SECTOR_SHIFT;
+	return 0;
+}
+
+static void null_stop_threads(struct null_dev *dev)
+{
+	unsigned i;
+
+	for (i = 0; i < dev->cfg.nr_hw_queues; i++) {
+		struct null_hq *hq = &dev->hqs[i];
+
+		if (!hq->thread_started)
+			continue;
+		atomic_store(&hq->stop, true);
+		atomic_fetch_add(&hq->wake_seq, 1);
+		null_futex_wake(&hq->wake_seq);
+		pthread_join(hq->thread, NULL);
+		hq->thread_started = false;
+	}
+}
+
+/**
+ * null_create() - make a null device and its queue.  See null_blk.h.
+ * @cfg: configuration.
+ * @out: receives the device.
+ *
+ * Return: 0, or a negative errno.
+ */
+int null_create(const struct null_config *cfg, struct null_dev **out)
+{
+	struct rq_tag_set_config sc = { 0 };
+	struct rq_queue_config qc = { 0 };
+	struct null_dev *dev;
+	unsigned i;
+	int ret;
+
+	if (!cfg || !out)
+		return -EINVAL;
+	dev = calloc(1, sizeof(*dev));
+	if (!dev)
+		return -ENOMEM;
+	dev->cfg = *cfg;
+	ret = null_fill_config(&dev->cfg);
+	if (ret)
+		goto fail;
+
+	ret = -ENOMEM;
+	if (posix_memalign((void **)&dev->hqs, NULL_CACHELINE,
+			   dev->cfg.nr_hw_queues * sizeof(*dev->hqs)))
+		goto fail;
+	memset(dev->hqs, 0, dev->cfg.nr_hw_queues * sizeof(*dev->hqs));
+	for (i = 0; i < dev->cfg.nr_hw_queues; i++) {
+		dev->hqs[i].dev = dev;
+		dev->hqs[i].idx = i;
+	}
+	if (dev->cfg.memory_backed) {
+		ret = null_store_init(&dev->store, dev->cfg.size_bytes);
+		if (ret)
+			goto fail;
+	}
+
+	if (dev->cfg.completion != NULL_COMPLETE_INLINE) {
+		for (i = 0; i < dev->cfg.nr_hw_queues; i++) {
+			if (pthread_create(&dev->hqs[i].thread, NULL,
+					   null_complete_thread, &dev->hqs[i])) {
+				ret = -EAGAIN;
+				goto fail;
+			}
+			dev->hqs[i].thread_started = true;
+		}
+	}
+
+	sc.ops = &null_mq_ops;
+	sc.nr_hw_queues = dev->cfg.nr_hw_queues;
+	sc.queue_depth = dev->cfg.hw_queue_depth;
+	sc.cmd_size = sizeof(struct null_cmd);
+	sc.numa_node = -1;
+	sc.flags = dev->cfg.flags | (dev->cfg.blocking ? RQ_TAG_SET_BLOCKING : 0);
+	sc.driver_data = dev;
+	ret = rq_tag_set_alloc(&sc, &dev->set);
+	if (ret)
+		goto fail;
+
+	qc.limits = &dev->cfg.limits;
+	qc.capacity = dev->cfg.size_bytes >> RQ_SECTOR_SHIFT;
+	qc.scheduler = dev->cfg.sched;
+	qc.queuedata = dev;
+	ret = rq_mq_alloc_queue(dev->set, &qc, &dev->q);
+	if (ret)
+		goto fail;
+
+	*out = dev;
+	return 0;
+fail:
+	null_destroy(dev);
+	return ret;
+}
+
+/**
+ * null_queue() - the device's queue.
+ * @dev: the device.
+ */
+struct rq_queue *null_queue(struct null_dev *dev)
+{
+	return dev->q;
+}
+
+/**
+ * null_get_stats() - sum the per-hw-queue counters.
+ * @dev: the device.
+ * @st: receives the sums.
+ */
+void null_get_stats(struct null_dev *dev, struct null_stats *st)
+{
+	unsigned i;
+
+	memset(st, 0, sizeof(*st));
+	for (i = 0; i < dev->cfg.nr_hw_queues; i++) {
+		const struct null_hq *hq = &dev->hqs[i];
+
+		st->requests += null_read(&hq->qc.requests);
+		st->bytes += null_read(&hq->qc.bytes);
+		st->reads += null_read(&hq->qc.reads);
+		st->writes += null_read(&hq->qc.writes);
+		st->flushes += null_read(&hq->qc.flushes);
+		st->discards += null_read(&hq->qc.discards);
+		st->write_zeroes += null_read(&hq->qc.write_zeroes);
+		st->completed += null_read(&hq->completed);
+		st->segments += null_read(&hq->segments);
+	}
+	if (dev->cfg.memory_backed)
+		st->pages = atomic_load_explicit(&dev->store.allocated,
+						 memory_order_relaxed);
+}
+
+/**
+ * null_destroy() - tear a device down.  See null_blk.h.
+ * @dev: the device, or NULL.
+ */
+void null_destroy(struct null_dev *dev)
+{
+	if (!dev)
+		return;
+	/* waits for requests with the driver: the threads still run */
+	if (dev->q)
+		rq_queue_destroy(dev->q);
+	if (dev->hqs)
+		null_stop_threads(dev);
+	if (dev->set)
+		rq_tag_set_free(dev->set);
+	if (dev->cfg.memory_backed)
+		null_store_exit(&dev->store);
+	free(dev->hqs);
+	free(dev);
+}

@@ -1,0 +1,121 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * null_blk: a device that does nothing, quickly.
+ *
+ * The example multi-queue driver of librequest, meant to be copied from.  It
+ * completes every request either inside queue_rq (inline), from one
+ * completion thread per hardware queue (thread), or from that thread after a
+ * fixed delay (timer).  Optionally it keeps the data in memory, allocated one
+ * 4 KiB page at a time on first write, so a large device costs only what is
+ * written to it.
+ *
+ * What may run at the same time:
+ *
+ *   operation                 concurrent with
+ *   null_create               anything (each device is independent)
+ *   null_queue, null_get_stats everything
+ *   null_destroy              nothing on that device: stop submitting first
+ */
+#ifndef NULL_BLK_H
+#define NULL_BLK_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <librequest/mq.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** enum null_completion - where requests end. */
+enum null_completion {
+	NULL_COMPLETE_INLINE = 0, /* inside queue_rq */
+	NULL_COMPLETE_THREAD = 1, /* on the hw queue's completion thread */
+	NULL_COMPLETE_TIMER = 2,  /* there, completion_nsec after queue_rq */
+};
+
+/**
+ * struct null_config - how to make a null device.  Zero fields take the
+ * defaults given in brackets; null_config_default() fills them explicitly.
+ */
+struct null_config {
+	unsigned nr_hw_queues;          /* [1] */
+	unsigned hw_queue_depth;        /* [64] tags per hw queue */
+	enum null_completion completion; /* [NULL_COMPLETE_INLINE] */
+	uint64_t completion_nsec;       /* [10000] timer mode delay */
+	bool memory_backed;             /* keep written data (lazy 4 KiB pages) */
+	uint64_t size_bytes;            /* [1 GiB] device size */
+	bool blocking;                  /* RQ_TAG_SET_BLOCKING: queue_rq may sleep */
+	uint64_t blocking_nsec;         /* blocking mode: queue_rq sleeps this long */
+	unsigned blocksize;             /* [512] logical block size */
+	struct rq_queue_limits limits;  /* zero fields: library defaults;
+					   discard and write-zeroes are enabled
+					   when their limits are left 0 */
+	const char *sched;              /* NULL: the library's choice */
+	unsigned flags;                 /* extra RQ_TAG_SET_* flags */
+	void (*thread_init)(void);      /* NULL, or run first on every
+					   completion thread (e.g. to set up
+					   allocator or tracing state) */
+};
+
+/** struct null_stats - what the device saw, summed over hw queues. */
+struct null_stats {
+	uint64_t requests;      /* queue_rq calls */
+	uint64_t completed;     /* requests ended by the driver */
+	uint64_t bytes;         /* data bytes of read and write requests */
+	uint64_t reads;
+	uint64_t writes;
+	uint64_t flushes;
+	uint64_t discards;
+	uint64_t write_zeroes;
+	uint64_t segments;      /* data segments walked (memory-backed only) */
+	uint64_t pages;         /* memory-backed pages currently allocated */
+};
+
+struct null_dev;
+
+/**
+ * null_config_default() - fill @cfg with the defaults.
+ * @cfg: configuration to overwrite.
+ */
+void null_config_default(struct null_config *cfg);
+
+/**
+ * null_create() - make a null device and its queue.
+ * @cfg: configuration; copied, need not outlive the call.
+ * @out: receives the device.
+ *
+ * Context: may sleep; starts one thread per hw queue in thread/timer mode.
+ * Return: 0, -EINVAL for a bad configuration (including an unknown
+ * scheduler), -ENOMEM, or another negative errno from the library.
+ */
+int null_create(const struct null_config *cfg, struct null_dev **out);
+
+/**
+ * null_queue() - the queue to submit bios to.
+ * @dev: the device.
+ */
+struct rq_queue *null_queue(struct null_dev *dev);
+
+/**
+ * null_get_stats() - read the counters (exact once the device is idle).
+ * @dev: the device.
+ * @st: receives the sums.
+ */
+void null_get_stats(struct null_dev *dev, struct null_stats *st);
+
+/**
+ * null_destroy() - tear down the queue, wait for every request, stop the
+ * completion threads and free the memory.
+ * @dev: the device; NULL is allowed.
+ *
+ * Context: may sleep; the caller has stopped submitting.
+ */
+void null_destroy(struct null_dev *dev);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* NULL_BLK_H */

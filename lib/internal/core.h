@@ -1,0 +1,225 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * The core's private structures: tag sets, queues, hardware and software
+ * contexts, the elevator instance, the flush queue.  Never installed.
+ *
+ * Locking, from outermost to innermost:
+ *   q->sysfs_lock (mutex)     attribute writes, scheduler switch
+ *   q->freeze_lock (mutex)    freeze depth and its waiters
+ *   hctx run ownership        one dispatcher per hctx (run_state), not a lock
+ *   scheduler's own lock      inside insert/dispatch/merge hooks
+ *   fq->lock (spin)           flush sequencing
+ *   hctx->lock, ctx->lock     dispatch list / staged requests (short)
+ *   q->requeue_lock           requeue list
+ */
+#ifndef RQ_INTERNAL_CORE_H
+#define RQ_INTERNAL_CORE_H
+
+#include <pthread.h>
+#include <semaphore.h>
+
+#include <librequest/librequest.h>
+
+#include "compiler.h"
+#include "tags.h"
+#include "bio.h"
+
+struct rq_elevator_type;
+
+#define RQ_RESOURCE_DELAY_MS 3      /* re-run after RESOURCE with nothing in flight */
+#define RQ_DEFAULT_TIMEOUT_MS 30000
+#define RQ_DEFAULT_NR_REQUESTS 128  /* BLKDEV_DEFAULT_RQ */
+#define RQ_ELV_HASH_BITS 6
+#define RQ_DISPATCH_BATCH 32        /* requests pulled from a scheduler per round */
+
+/* hctx->state bits */
+#define HCTX_STOPPED (1u << 0)
+#define HCTX_RESTART (1u << 1)      /* re-run when a request completes */
+#define HCTX_ASYNC_RUN (1u << 2)    /* the service thread should run it */
+
+/* run_state values: dispatch ownership of one hctx */
+#define RUN_IDLE 0
+#define RUN_BUSY 1
+#define RUN_AGAIN 2
+
+/* Counters kept per CPU, summed by rq_queue_get_stats(). */
+struct rq_pcpu_stats {
+	uint64_t v[15];
+};
+
+enum {
+	ST_BIOS, ST_SPLITS, ST_REQUESTS, ST_DISPATCHED, ST_COMPLETED, ST_MERGES_BACK,
+	ST_MERGES_FRONT, ST_MERGES_RQ, ST_PLUG_MERGES, ST_RESOURCE, ST_REQUEUES,
+	ST_TIMEOUTS, ST_FLUSHES, ST_ERRORS, ST_INVALID,
+};
+
+/* Per CPU software queue (blk_mq_ctx). */
+struct rq_sw_ctx {
+	rq_spinlock_t lock;
+	struct rq_list_node rq_list;   /* staged requests (no scheduler) */
+	struct rq_hw_ctx *hctx;
+	struct rq_queue *q;
+	unsigned cpu;
+	unsigned index_hw;             /* bit in hctx->pending */
+	_Atomic long usage;            /* this CPU's share of the queue usage count */
+	struct rq_pcpu_stats stats;    /* relaxed per-CPU counters */
+} rq_cacheline_aligned;
+
+/* Hardware queue (blk_mq_hw_ctx). */
+struct rq_hw_ctx {
+	rq_spinlock_t lock;            /* guards dispatch */
+	struct rq_list_node dispatch;  /* parked requests, issued first */
+	_Atomic unsigned state;        /* HCTX_* */
+	_Atomic int run_state;         /* RUN_* */
+	_Atomic uint64_t pending;      /* sw ctxs (by index_hw, mod 64) with staged work */
+	_Atomic int nr_in_flight;      /* requests the driver owns */
+	_Atomic uint64_t run_at_ns;    /* delayed run deadline for the service thread */
+	struct rq_queue *q;
+	struct rq_tags *tags;          /* driver tags */
+	struct rq_tags *sched_tags;    /* scheduler tags, with a scheduler */
+	unsigned queue_num;
+	int numa_node;
+	bool poll;
+	void *driver_data;
+	void *sched_data;
+	unsigned nr_ctx;
+	struct rq_sw_ctx **ctxs;
+	uint32_t *timeout_gen;         /* service thread: per driver tag */
+	uint64_t *timeout_deadline;
+} rq_cacheline_aligned;
+
+struct rq_tag_set {
+	struct rq_mq_ops ops;          /* copy, zero-filled past the driver's size */
+	unsigned nr_hw_queues;
+	unsigned nr_poll_queues;
+	unsigned queue_depth;
+	unsigned reserved_tags;
+	unsigned cmd_size;
+	int numa_node;
+	unsigned timeout_ms;
+	unsigned flags;
+	void *driver_data;
+	unsigned nr_cpus;
+	unsigned *map;                 /* cpu -> hw queue */
+	struct rq_tags **tags;         /* per hw queue (or one shared) */
+	size_t rq_size;
+	pthread_mutex_t lock;          /* queue list */
+	unsigned nr_queues;
+	struct rq_queue *queues[64];
+};
+
+/* An attached scheduler (elevator_queue). */
+struct rq_elevator_queue {
+	const struct rq_elevator_type *type;
+	void *data;
+	struct rq_hlist_node *hash[1u << RQ_ELV_HASH_BITS];
+	struct rq_request *last_merge;
+};
+
+/* Flush sequencing state (blk_flush_queue). */
+struct rq_flush_queue {
+	rq_spinlock_t lock;
+	unsigned pending_idx;          /* which pending list collects new waiters */
+	bool flush_in_flight;
+	uint64_t pending_since;
+	struct rq_list_node pending[2];
+	struct rq_request *flush_rq;   /* the queue's own flush request */
+	struct rq_request *orig_rq;    /* whose tag the flush borrowed */
+};
+
+struct rq_queue {
+	struct rq_tag_set *set;
+	const struct rq_mq_ops *ops;   /* &set->ops */
+	void *queuedata;
+	struct rq_queue_limits limits;
+	_Atomic uint64_t capacity;
+	unsigned nr_hw_queues;
+	struct rq_hw_ctx **hctxs;
+	unsigned nr_cpus;
+	struct rq_sw_ctx *ctxs;        /* nr_cpus, cache aligned */
+	unsigned *map;                 /* cpu -> hctx index (set->map) */
+
+	struct rq_elevator_queue *elevator; /* NULL: none */
+	unsigned nr_requests;
+
+	/* tunables (attributes) */
+	unsigned nomerges;             /* 0, 1 (no extended), 2 (none) */
+	unsigned rq_affinity;
+	unsigned io_timeout_ms;
+	bool hw_write_cache;           /* the device has a write cache */
+
+	/* freeze / quiesce */
+	_Atomic int freeze_depth;
+	_Atomic int quiesce_depth;
+	_Atomic bool dying;
+	pthread_mutex_t freeze_lock;
+	pthread_cond_t freeze_cond;    /* freezers wait here for usage == 0 */
+	pthread_cond_t unfreeze_cond;  /* entries wait here for unfreeze */
+	_Atomic int freeze_waiters;
+
+	pthread_mutex_t sysfs_lock;
+
+	/* requeue */
+	rq_spinlock_t requeue_lock;
+	struct rq_list_node requeue_list;
+	_Atomic uint64_t requeue_at_ns;
+
+	struct rq_flush_queue fq;
+
+	/* service thread bookkeeping */
+	struct rq_queue *svc_next;
+	bool svc_registered;
+	uint64_t svc_last_scan_ns;
+};
+
+/* ---- lib/mq.c ---- */
+unsigned cur_cpu(void);
+struct rq_sw_ctx *queue_ctx(struct rq_queue *q, unsigned cpu);
+void stat_inc(struct rq_queue *q, unsigned idx);
+void stat_add(struct rq_queue *q, unsigned idx, uint64_t n);
+void queue_enter_extra(struct rq_queue *q);
+void queue_exit(struct rq_queue *q);
+void run_hw_queue(struct rq_hw_ctx *hctx);
+void mq_insert_request(struct rq_request *rq, bool at_head, bool run);
+void mq_free_request(struct rq_request *rq);
+bool mq_get_driver_tag(struct rq_request *rq);
+void mq_end_request_locked(struct rq_request *rq, rq_status_t status);
+void mq_fail_request(struct rq_request *rq, rq_status_t status);
+uint64_t queue_timeout_ns(const struct rq_queue *q);
+void mq_freeze_and_quiesce(struct rq_queue *q);
+void mq_unquiesce_and_unfreeze(struct rq_queue *q);
+struct rq_request *mq_alloc_internal_request(struct rq_queue *q, struct rq_hw_ctx *hctx);
+
+/* ---- lib/merge.c ---- */
+bool rq_merge_ok(const struct rq_request *rq, const struct rq_bio *bio);
+enum rq_elv_merge rq_try_merge_pos(const struct rq_request *rq, const struct rq_bio *bio);
+bool bio_attempt_back_merge(struct rq_request *rq, struct rq_bio *bio, unsigned nr_segs);
+bool bio_attempt_front_merge(struct rq_request *rq, struct rq_bio *bio, unsigned nr_segs);
+bool bio_attempt_merge(struct rq_queue *q, struct rq_request *rq, struct rq_bio *bio,
+		       unsigned nr_segs, bool sched_allow);
+bool bio_mergeable(const struct rq_bio *bio);
+bool rq_mergeable(const struct rq_request *rq);
+void elv_hash_init(struct rq_elevator_queue *eq);
+struct rq_request *elv_hash_find(struct rq_elevator_queue *eq, uint64_t sector);
+bool ctx_list_merge(struct rq_queue *q, struct rq_list_node *list, struct rq_bio *bio,
+		    unsigned nr_segs);
+
+/* ---- lib/flush.c ---- */
+/* Return true if the flush machinery took @rq (with a write cache). */
+bool flush_insert(struct rq_request *rq);
+bool flush_needs_sequencing(const struct rq_queue *q, const struct rq_bio *bio);
+int flush_queue_init(struct rq_queue *q);
+void flush_queue_exit(struct rq_queue *q);
+void flush_fail_pending(struct rq_queue *q);
+
+/* ---- lib/attr.c ---- */
+int elevator_switch(struct rq_queue *q, const char *name);
+void elevator_detach(struct rq_queue *q);
+
+/* ---- lib/service.c ---- */
+void service_register(struct rq_queue *q);
+void service_unregister(struct rq_queue *q);
+void service_kick(void);
+uint64_t mono_ns(void);
+
+#endif /* RQ_INTERNAL_CORE_H */

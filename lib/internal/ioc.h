@@ -1,0 +1,70 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * I/O contexts inside the library: who a bio is submitted for.  Schedulers
+ * that are fair between submitters (cfq, bfq) keep their per-context state
+ * in sched_priv.
+ *
+ * What may run at the same time:
+ *
+ *   operation                          concurrent with
+ *   rq_ioc_get / rq_ioc_put            everything
+ *   rq_ioc_prio, ioc_weight (reads)    everything (relaxed atomics)
+ *   rq_ioc_set_prio, ioc_set_weight    everything; readers see old or new
+ *   rq_ioc_current / set_current       everything; per-thread state
+ */
+#ifndef RQ_INTERNAL_IOC_H
+#define RQ_INTERNAL_IOC_H
+
+#include <librequest/bio.h>
+#include <librequest/queue.h>
+
+#include "compiler.h"
+
+/* Scheduler slots in an io context. */
+#define RQ_IOC_SCHED_SLOTS 4
+
+/* Default and bounds of an io context's weight (as the io.weight of cgroups). */
+#define RQ_IOC_WEIGHT_DEFAULT 100u
+#define RQ_IOC_WEIGHT_MIN 1u
+#define RQ_IOC_WEIGHT_MAX 1000u
+
+/* The priority an io context gets for 0: best effort, level 4. */
+#define RQ_IOC_PRIO_DEFAULT RQ_IOPRIO_VALUE(RQ_IOPRIO_CLASS_BE, 4)
+
+struct rq_io_context {
+	atomic_uint refcount;
+	uint16_t ioprio;        /* RQ_IOPRIO_VALUE(); access with READ/WRITE_ONCE */
+	uint64_t id;            /* unique, from a global counter */
+	unsigned weight;        /* 1..1000; access with READ/WRITE_ONCE */
+	void *sched_priv[RQ_IOC_SCHED_SLOTS]; /* owned by schedulers */
+};
+
+/**
+ * ioc_of_bio() - the io context a bio is submitted for: bio->ioc, else the
+ * calling thread's (rq_ioc_current()).  No reference is taken.
+ * Context: the submitting thread.  Return: NULL only on memory exhaustion.
+ */
+struct rq_io_context *ioc_of_bio(const struct rq_bio *bio);
+
+/**
+ * ioc_bio_prio() - a bio's effective priority: bio->ioprio, else its
+ * context's.  Context: the submitting thread.
+ */
+uint16_t ioc_bio_prio(const struct rq_bio *bio);
+
+/**
+ * ioc_set_weight() - a context's share weight for proportional schedulers.
+ * Return: 0, or -EINVAL outside 1..1000.
+ */
+int ioc_set_weight(struct rq_io_context *ioc, unsigned weight);
+
+/** ioc_weight() - a context's weight (100 unless set). */
+unsigned ioc_weight(const struct rq_io_context *ioc);
+
+/**
+ * ioprio_valid() - is @ioprio a valid RQ_IOPRIO_VALUE(): class 0..3, level
+ * 0..7, no other bits, and class NONE only with level 0?
+ */
+bool ioprio_valid(uint16_t ioprio);
+
+#endif /* RQ_INTERNAL_IOC_H */

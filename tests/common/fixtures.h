@@ -1,0 +1,64 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * Shared test fixtures: a toy FIFO scheduler ("test-fifo") and small helpers.
+ */
+#ifndef RQ_TEST_FIXTURES_H
+#define RQ_TEST_FIXTURES_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <librequest/librequest.h>
+
+/** Name the FIFO scheduler registers under. */
+#define FIXTURE_FIFO_NAME "test-fifo"
+
+/**
+ * fixture_register_fifo() - register "test-fifo" once per process (later
+ * calls do nothing).  Per hw queue FIFO lists, one sector-sorted tree per
+ * queue for front merges, the core's hash for back merges (bio_merge through
+ * rq_sched_try_merge, insert merges through rq_sched_try_insert_merge).
+ * It has one tunable, "iosched/insert_merge" (0/1, default 1).
+ * Return: 0 or the negative errno of rq_elevator_register.
+ */
+int fixture_register_fifo(void);
+
+/** fixture_fifo_stats() - calls seen by every test-fifo instance of the process. */
+struct fixture_fifo_stats {
+	unsigned long inserted, dispatched, bio_merges, insert_merges, requests_merged;
+};
+void fixture_fifo_stats(struct fixture_fifo_stats *st);
+
+/** fixture_fill() - a deterministic byte pattern for (@seed, byte offset). */
+void fixture_fill(void *buf, uint32_t len, uint32_t seed, uint64_t offset);
+
+/** fixture_now_ms() - CLOCK_MONOTONIC in milliseconds. */
+uint64_t fixture_now_ms(void);
+
+/** fixture_sleep_us() - sleep a little. */
+void fixture_sleep_us(unsigned us);
+
+/*
+ * Bio records: many bios in flight, each counting its end_io calls.  The
+ * bio is not put from end_io (so a second end_io is counted, not a crash);
+ * fx_put() gives them back once the test has checked.
+ */
+struct fx_rec {
+	int done;            /* end_io calls (atomic) */
+	int status;          /* status at the last end_io */
+	struct rq_bio *bio;
+	void *arg;           /* for the test */
+};
+
+/** fx_bio() - a cache bio over @buf/@len (NULL/len: data-less size) that counts into @rec. */
+struct rq_bio *fx_bio(struct fx_rec *rec, unsigned op, uint64_t sector, void *buf, uint32_t len);
+/** fx_wait() - wait up to @timeout_ms until every record ended at least once. */
+bool fx_wait(struct fx_rec *recs, unsigned n, unsigned timeout_ms);
+/** fx_done() - end_io calls of @rec so far. */
+int fx_done(struct fx_rec *rec);
+/** fx_put() - give the bios back (after checking). */
+void fx_put(struct fx_rec *recs, unsigned n);
+/** fx_end_io() - the end_io fx_bio() sets (bio->private = the record). */
+void fx_end_io(struct rq_bio *bio);
+
+#endif /* RQ_TEST_FIXTURES_H */

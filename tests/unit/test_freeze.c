@@ -1,0 +1,370 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * Freeze and quiesce (doc/semantics-draft.md, "Freeze"; queue.h):
+ * rq_queue_freeze waits for requests in flight, holds new submissions until
+ * unfreeze (NOWAIT ones end with RQ_STS_AGAIN) and nests; rq_queue_quiesce
+ * stops queue_rq calls while submissions queue up, and unquiesce dispatches
+ * them all.  Quiesce nesting is not documented, so it is not tested.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "mock_driver.h"
+#include "fixtures.h"
+
+/* Wait up to @ms for @cond; evaluates to its final value. */
+#define WAIT_FOR(cond, ms)                                                  \
+	({                                                                  \
+		uint64_t end_ = fixture_now_ms() + (ms);                    \
+		bool ok_;                                                   \
+		while (!(ok_ = (cond)) && fixture_now_ms() < end_)          \
+			fixture_sleep_us(200);                              \
+		ok_;                                                        \
+	})
+
+static struct mock_dev *dev(enum mock_completion c, const char *sched)
+{
+	struct mock_config cfg;
+	struct rq_queue_config qc;
+
+	memset(&cfg, 0, sizeof(cfg));
+	cfg.completion = c;
+	memset(&qc, 0, sizeof(qc));
+	qc.scheduler = sched ? sched : "none";
+	return mock_create(&cfg, &qc);
+}
+
+static int io_done(struct mock_io *io)
+{
+	int d;
+
+	pthread_mutex_lock(&io->lock);
+	d = io->done;
+	pthread_mutex_unlock(&io->lock);
+	return d;
+}
+
+/* Wait (bounded) for @io, assert it ended exactly once, drop its bio. */
+static rq_status_t io_finish(struct mock_io *io)
+{
+	mock_wait(io);
+	return io->status;
+}
+
+static char zero_buf[4096];
+
+/* --------------------------------------------------------------- freeze */
+
+struct freezer {
+	struct mock_dev *m;
+	atomic_int returned;
+};
+
+static void *freeze_thread(void *arg)
+{
+	struct freezer *f = arg;
+
+	rq_queue_freeze(f->m->q);
+	atomic_store(&f->returned, 1);
+	return NULL;
+}
+
+/*
+ * rq_queue_freeze (in a second thread) does not return while a DEFER
+ * driver holds requests; it returns once the test completes them.
+ */
+static void test_freeze_waits_for_in_flight(void **state)
+{
+	struct freezer f = { .m = dev(MOCK_COMPLETE_DEFER, NULL) };
+	struct mock_io a, b;
+	pthread_t th;
+
+	rq_submit_bio(f.m->q, mock_bio(&a, RQ_OP_WRITE, 0, zero_buf, 4096));
+	rq_submit_bio(f.m->q, mock_bio(&b, RQ_OP_WRITE, 512, zero_buf, 4096));
+	assert_true(mock_wait_held(f.m, 2, 10000));
+
+	assert_int_equal(pthread_create(&th, NULL, freeze_thread, &f), 0);
+	fixture_sleep_us(50 * 1000); /* give a wrong freeze the chance to return */
+	assert_int_equal(atomic_load(&f.returned), 0);
+
+	mock_complete_one(f.m, 0, RQ_STS_OK);
+	fixture_sleep_us(20 * 1000);
+	assert_int_equal(atomic_load(&f.returned), 0); /* one still in flight */
+	mock_complete_all(f.m, RQ_STS_OK);
+
+	assert_true(WAIT_FOR(atomic_load(&f.returned) == 1, 10000));
+	pthread_join(th, NULL);
+	assert_int_equal(io_finish(&a), RQ_STS_OK);
+	assert_int_equal(io_finish(&b), RQ_STS_OK);
+	rq_queue_unfreeze(f.m->q);
+
+	/* the queue works again */
+	rq_submit_bio(f.m->q, mock_bio(&a, RQ_OP_READ, 8, zero_buf, 4096));
+	assert_true(mock_wait_held(f.m, 1, 10000));
+	mock_complete_all(f.m, RQ_STS_OK);
+	assert_int_equal(io_finish(&a), RQ_STS_OK);
+	mock_destroy(f.m);
+}
+
+struct submitter {
+	struct mock_dev *m;
+	struct mock_io io;
+	struct rq_bio *bio;  /* built by the main thread before the submitter starts */
+	atomic_int returned;
+};
+
+static void *submit_thread(void *arg)
+{
+	struct submitter *s = arg;
+
+	rq_submit_bio(s->m->q, s->bio);
+	atomic_store(&s->returned, 1);
+	return NULL;
+}
+
+/*
+ * A bio submitted (from another thread) while the queue is frozen does not
+ * reach the driver, nor end, until rq_queue_unfreeze; then it is issued
+ * and ends once with OK.
+ */
+static void test_submit_while_frozen_waits(void **state)
+{
+	struct submitter s = { .m = dev(MOCK_COMPLETE_INLINE, NULL) };
+	pthread_t th;
+
+	s.bio = mock_bio(&s.io, RQ_OP_WRITE, 64, zero_buf, 4096);
+	rq_queue_freeze(s.m->q); /* idle queue: returns at once */
+	assert_int_equal(pthread_create(&th, NULL, submit_thread, &s), 0);
+	fixture_sleep_us(50 * 1000); /* let it get into rq_submit_bio */
+	assert_int_equal(mock_count(s.m, MOCK_QUEUE_RQ), 0);
+	assert_int_equal(io_done(&s.io), 0);
+	assert_int_equal(atomic_load(&s.returned), 0); /* it blocks inside */
+
+	rq_queue_unfreeze(s.m->q);
+	assert_true(WAIT_FOR(atomic_load(&s.returned) == 1, 10000));
+	pthread_join(th, NULL);
+	assert_int_equal(io_finish(&s.io), RQ_STS_OK);
+	assert_int_equal(mock_count(s.m, MOCK_QUEUE_RQ), 1);
+	mock_destroy(s.m);
+}
+
+/* A NOWAIT bio on a frozen queue ends with RQ_STS_AGAIN, without the driver. */
+static void test_nowait_while_frozen(void **state)
+{
+	struct mock_dev *m = dev(MOCK_COMPLETE_INLINE, NULL);
+	struct mock_io io;
+	struct rq_bio *bio;
+
+	rq_queue_freeze(m->q);
+	bio = mock_bio(&io, RQ_OP_WRITE, 0, zero_buf, 4096);
+	bio->opf |= RQ_BIO_NOWAIT;
+	rq_submit_bio(m->q, bio);
+	assert_int_equal(io_finish(&io), RQ_STS_AGAIN);
+	assert_int_equal(mock_count(m, MOCK_QUEUE_RQ), 0);
+	rq_queue_unfreeze(m->q);
+
+	/* unfrozen: the same NOWAIT bio goes through */
+	bio = mock_bio(&io, RQ_OP_WRITE, 0, zero_buf, 4096);
+	bio->opf |= RQ_BIO_NOWAIT;
+	rq_submit_bio(m->q, bio);
+	assert_int_equal(io_finish(&io), RQ_STS_OK);
+	assert_int_equal(mock_count(m, MOCK_QUEUE_RQ), 1);
+	mock_destroy(m);
+}
+
+/* Freeze is counted: two freezes need two unfreezes before bios flow again. */
+static void test_nested_freeze(void **state)
+{
+	struct mock_dev *m = dev(MOCK_COMPLETE_INLINE, NULL);
+	struct mock_io io;
+	struct rq_bio *bio;
+
+	rq_queue_freeze(m->q);
+	rq_queue_freeze(m->q);
+	rq_queue_unfreeze(m->q);
+
+	bio = mock_bio(&io, RQ_OP_WRITE, 0, zero_buf, 4096);
+	bio->opf |= RQ_BIO_NOWAIT;
+	rq_submit_bio(m->q, bio);
+	assert_int_equal(io_finish(&io), RQ_STS_AGAIN); /* still frozen once */
+	assert_int_equal(mock_count(m, MOCK_QUEUE_RQ), 0);
+
+	rq_queue_unfreeze(m->q);
+	bio = mock_bio(&io, RQ_OP_WRITE, 0, zero_buf, 4096);
+	bio->opf |= RQ_BIO_NOWAIT;
+	rq_submit_bio(m->q, bio);
+	assert_int_equal(io_finish(&io), RQ_STS_OK);
+	assert_int_equal(mock_count(m, MOCK_QUEUE_RQ), 1);
+	mock_destroy(m);
+}
+
+/* -------------------------------------------------------------- quiesce */
+
+#define NQ 8
+
+/*
+ * Quiesced (no scheduler, then test-fifo): submissions return but no
+ * queue_rq happens (dispatch would have been synchronous); unquiesce
+ * dispatches every one of them and each ends once with OK.
+ */
+static void test_quiesce_queues_up(void **state)
+{
+	static const char *scheds[] = { "none", FIXTURE_FIFO_NAME };
+
+	assert_int_equal(fixture_register_fifo(), 0);
+	for (unsigned s = 0; s < 2; s++) {
+		struct mock_dev *m = dev(MOCK_COMPLETE_INLINE, scheds[s]);
+		struct mock_io io[NQ];
+
+		rq_queue_quiesce(m->q);
+		for (unsigned i = 0; i < NQ; i++)
+			rq_submit_bio(m->q, mock_bio(&io[i], RQ_OP_WRITE, i * 1000, zero_buf, 4096));
+		assert_int_equal(mock_count(m, MOCK_QUEUE_RQ), 0);
+		for (unsigned i = 0; i < NQ; i++)
+			assert_int_equal(io_done(&io[i]), 0);
+
+		rq_queue_unquiesce(m->q);
+		for (unsigned i = 0; i < NQ; i++)
+			assert_int_equal(io_finish(&io[i]), RQ_STS_OK);
+		/* non-contiguous sectors: one request each */
+		assert_int_equal(mock_count(m, MOCK_QUEUE_RQ), NQ);
+		mock_destroy(m);
+	}
+}
+
+/*
+ * Quiesce with a DEFER driver: requests the driver already holds stay its
+ * own and can be completed while quiesced; new ones wait for unquiesce.
+ */
+static void test_quiesce_with_held(void **state)
+{
+	struct mock_dev *m = dev(MOCK_COMPLETE_DEFER, NULL);
+	struct mock_io a, b;
+
+	rq_submit_bio(m->q, mock_bio(&a, RQ_OP_WRITE, 0, zero_buf, 4096));
+	assert_true(mock_wait_held(m, 1, 10000));
+	rq_queue_quiesce(m->q);
+	rq_submit_bio(m->q, mock_bio(&b, RQ_OP_WRITE, 4096, zero_buf, 4096));
+	assert_int_equal(mock_count(m, MOCK_QUEUE_RQ), 1);
+
+	mock_complete_all(m, RQ_STS_OK); /* a completion must not dispatch b */
+	assert_int_equal(io_finish(&a), RQ_STS_OK);
+	assert_int_equal(mock_count(m, MOCK_QUEUE_RQ), 1);
+	assert_int_equal(io_done(&b), 0);
+
+	rq_queue_unquiesce(m->q);
+	assert_true(mock_wait_held(m, 1, 10000));
+	mock_complete_all(m, RQ_STS_OK);
+	assert_int_equal(io_finish(&b), RQ_STS_OK);
+	assert_int_equal(mock_count(m, MOCK_QUEUE_RQ), 2);
+	mock_destroy(m);
+}
+
+/* A thread submitting asynchronously while the main thread quiesces. */
+#define STREAM_BIOS 400
+
+struct stream {
+	struct mock_dev *m;
+	atomic_uint ends[STREAM_BIOS];
+	atomic_uint bad;
+	atomic_uint finished;
+	atomic_uint submitted;
+};
+
+static struct stream *stream_state;
+
+static void stream_end_io(struct rq_bio *bio)
+{
+	struct stream *s = stream_state;
+
+	if (bio->status != RQ_STS_OK)
+		atomic_fetch_add(&s->bad, 1);
+	atomic_fetch_add(&s->ends[(uintptr_t)bio->private], 1);
+	atomic_fetch_add(&s->finished, 1);
+	rq_bio_put(bio);
+}
+
+static void *stream_thread(void *arg)
+{
+	struct stream *s = arg;
+
+	for (unsigned i = 0; i < STREAM_BIOS; i++) {
+		struct rq_bio *bio = rq_bio_alloc(1);
+
+		if (!bio)
+			break;
+		rq_bio_add_vec(bio, zero_buf, 4096);
+		bio->op = RQ_OP_WRITE;
+		bio->iter.sector = (uint64_t)i * 64;
+		bio->iter.size = 4096;
+		bio->end_io = stream_end_io;
+		bio->private = (void *)(uintptr_t)i;
+		rq_submit_bio(s->m->q, bio);
+		atomic_fetch_add(&s->submitted, 1);
+		if (i % 16 == 0)
+			fixture_sleep_us(100);
+	}
+	return NULL;
+}
+
+/*
+ * Once rq_queue_quiesce returns no queue_rq call starts, even with another
+ * thread submitting (and completions arriving on the mock's thread), until
+ * unquiesce; then everything is dispatched and ends exactly once with OK.
+ */
+static void test_quiesce_under_load(void **state)
+{
+	struct stream *s = calloc(1, sizeof(*s));
+	struct mock_config cfg;
+	unsigned c1;
+	pthread_t th;
+
+	assert_non_null(s);
+	memset(&cfg, 0, sizeof(cfg));
+	cfg.completion = MOCK_COMPLETE_THREAD;
+	s->m = mock_create(&cfg, NULL);
+	stream_state = s;
+
+	assert_int_equal(pthread_create(&th, NULL, stream_thread, s), 0);
+	assert_true(mock_wait_count(s->m, MOCK_QUEUE_RQ, 10, 10000));
+	rq_queue_quiesce(s->m->q);
+	c1 = mock_count(s->m, MOCK_QUEUE_RQ);
+	/* the submitter keeps going (or waits for tags); nothing is dispatched */
+	fixture_sleep_us(30 * 1000);
+	assert_int_equal(mock_count(s->m, MOCK_QUEUE_RQ), c1);
+	rq_queue_unquiesce(s->m->q);
+
+	pthread_join(th, NULL);
+	assert_true(WAIT_FOR(atomic_load(&s->finished) >= STREAM_BIOS, 10000));
+	fixture_sleep_us(10 * 1000);
+	for (unsigned i = 0; i < STREAM_BIOS; i++)
+		assert_int_equal(atomic_load(&s->ends[i]), 1);
+	assert_int_equal(atomic_load(&s->bad), 0);
+	mock_destroy(s->m);
+	stream_state = NULL;
+	free(s);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_freeze_waits_for_in_flight),
+		cmocka_unit_test(test_submit_while_frozen_waits),
+		cmocka_unit_test(test_nowait_while_frozen),
+		cmocka_unit_test(test_nested_freeze),
+		cmocka_unit_test(test_quiesce_queues_up),
+		cmocka_unit_test(test_quiesce_with_held),
+		cmocka_unit_test(test_quiesce_under_load),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

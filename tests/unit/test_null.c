@@ -1,0 +1,428 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * The null driver end to end through librequest: every completion mode ends
+ * each bio exactly once; the memory backing keeps what was written (several
+ * sizes, offsets, multi-vector bios); discard and write-zeroes read back as
+ * zeros; blocking mode works.
+ */
+#define _GNU_SOURCE
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <librequest/mq.h>
+
+#include "null_blk.h"
+
+#define MAX_VECS 4
+#define WAIT_NS (10ull * 1000000000ull)
+
+/* A test bio in caller memory that counts its end_io calls. */
+struct tbio {
+	struct rq_bio bio;
+	struct rq_bvec vecs[MAX_VECS];
+	atomic_int ends;
+	atomic_int *done;   /* shared counter of ended bios */
+};
+
+static void tbio_end_io(struct rq_bio *bio)
+{
+	struct tbio *tb = bio->private;
+
+	atomic_fetch_add(&tb->ends, 1);
+	atomic_fetch_add(tb->done, 1);
+}
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + ts.tv_nsec;
+}
+
+/* Wait (bounded) until *@done reaches @want. */
+static void wait_for(atomic_int *done, int want)
+{
+	uint64_t end = mono_ns() + WAIT_NS;
+
+	while (atomic_load(done) < want && mono_ns() < end)
+		sched_yield();
+	assert_int_equal(atomic_load(done), want);
+}
+
+static void tbio_prep(struct tbio *tb, atomic_int *done, unsigned op, uint64_t sector)
+{
+	memset(tb, 0, sizeof(*tb));
+	rq_bio_init(&tb->bio, tb->vecs, MAX_VECS);
+	tb->bio.op = op;
+	tb->bio.iter.sector = sector;
+	tb->bio.end_io = tbio_end_io;
+	tb->bio.private = tb;
+	tb->done = done;
+}
+
+/* Submit one bio and wait for it; returns its status. */
+static rq_status_t tbio_sync(struct rq_queue *q, struct tbio *tb)
+{
+	atomic_int *done = tb->done;
+	int before = atomic_load(done);
+
+	rq_submit_bio(q, &tb->bio);
+	wait_for(done, before + 1);
+	assert_int_equal(atomic_load(&tb->ends), 1);
+	return tb->bio.status;
+}
+
+/* Data-less op of @bytes at @sector. */
+static rq_status_t op_sync(struct rq_queue *q, unsigned op, uint64_t sector,
+			   uint32_t bytes)
+{
+	atomic_int done = 0;
+	struct tbio tb;
+
+	tbio_prep(&tb, &done, op, sector);
+	tb.bio.iter.size = bytes;
+	return tbio_sync(q, &tb);
+}
+
+/* Read or write @len bytes of @buf at @sector, split over @nvec vectors. */
+static rq_status_t rw_sync(struct rq_queue *q, unsigned op, uint64_t sector,
+			   char *buf, uint32_t len, unsigned nvec)
+{
+	atomic_int done = 0;
+	struct tbio tb;
+	uint32_t off = 0;
+	unsigned i;
+
+	tbio_prep(&tb, &done, op, sector);
+	for (i = 0; i < nvec; i++) {
+		/* uneven 512-multiples; the last vector takes the rest */
+		uint32_t part = i + 1 < nvec ? ((len / nvec) & ~511u) + (i & 1) * 512 : len - off;
+
+		if (part > len - off)
+			part = len - off;
+		if (!part)
+			continue;
+		assert_int_equal(rq_bio_add_vec(&tb.bio, buf + off, part), 0);
+		off += part;
+	}
+	assert_int_equal(off, len);
+	return tbio_sync(q, &tb);
+}
+
+static struct null_dev *make_dev(enum null_completion mode, bool memory,
+				 bool blocking)
+{
+	struct null_config cfg;
+	struct null_dev *dev = NULL;
+
+	null_config_default(&cfg);
+	cfg.completion = mode;
+	cfg.memory_backed = memory;
+	cfg.blocking = blocking;
+	cfg.size_bytes = 64ull << 20;
+	cfg.sched = "none";
+	cfg.limits.max_hw_sectors = 2560;
+	cfg.limits.max_sectors = 2560;
+	if (mode == NULL_COMPLETE_TIMER)
+		cfg.completion_nsec = 20000;
+	if (blocking)
+		cfg.blocking_nsec = 1000;
+	assert_int_equal(null_create(&cfg, &dev), 0);
+	assert_non_null(dev);
+	return dev;
+}
+
+/* ------------------------------------------------------- exactly once */
+
+#define N_BIOS 3000
+
+static void run_exactly_once(enum null_completion mode, bool blocking)
+{
+	static struct tbio bios[N_BIOS];
+	static char buf[4096];
+	struct null_dev *dev = make_dev(mode, false, blocking);
+	struct rq_queue *q = null_queue(dev);
+	struct null_stats st;
+	atomic_int done = 0;
+	struct rq_plug plug;
+	int i;
+
+	for (i = 0; i < N_BIOS; i++) {
+		tbio_prep(&bios[i], &done, i & 1 ? RQ_OP_WRITE : RQ_OP_READ,
+			  (uint64_t)(i * 37 % 16384) * 8);
+		/* random-looking offsets: little merging */
+		rq_bio_add_vec(&bios[i].bio, buf, sizeof(buf));
+		if (i % 64 == 0)
+			rq_start_plug(&plug);
+		rq_submit_bio(q, &bios[i].bio);
+		if (i % 64 == 63 || i == N_BIOS - 1)
+			rq_finish_plug(&plug);
+	}
+	wait_for(&done, N_BIOS);
+	for (i = 0; i < N_BIOS; i++) {
+		assert_int_equal(atomic_load(&bios[i].ends), 1);
+		assert_int_equal(bios[i].bio.status, RQ_STS_OK);
+	}
+	null_get_stats(dev, &st);
+	assert_true(st.requests >= 1 && st.requests <= N_BIOS);
+	assert_int_equal(st.requests, st.completed);
+	assert_int_equal(st.bytes, (uint64_t)N_BIOS * sizeof(buf));
+	null_destroy(dev);
+
+	/* nothing ends twice after teardown either */
+	for (i = 0; i < N_BIOS; i++)
+		assert_int_equal(atomic_load(&bios[i].ends), 1);
+}
+
+static void test_inline_once(void **state)
+{
+	run_exactly_once(NULL_COMPLETE_INLINE, false);
+}
+
+static void test_thread_once(void **state)
+{
+	run_exactly_once(NULL_COMPLETE_THREAD, false);
+}
+
+static void test_timer_once(void **state)
+{
+	run_exactly_once(NULL_COMPLETE_TIMER, false);
+}
+
+/* The timer mode really waits completion_nsec. */
+static void test_timer_delay(void **state)
+{
+	struct null_config cfg;
+	struct null_dev *dev;
+	uint64_t t0, t1;
+
+	null_config_default(&cfg);
+	cfg.completion = NULL_COMPLETE_TIMER;
+	cfg.completion_nsec = 2000000; /* 2 ms */
+	cfg.sched = "none";
+	assert_int_equal(null_create(&cfg, &dev), 0);
+	t0 = mono_ns();
+	assert_int_equal(op_sync(null_queue(dev), RQ_OP_FLUSH, 0, 0), RQ_STS_OK);
+	t1 = mono_ns();
+	assert_true(t1 - t0 >= 2000000);
+	null_destroy(dev);
+}
+
+/* ------------------------------------------------------ memory backing */
+
+static void fill_pattern(char *buf, size_t len, unsigned seed)
+{
+	size_t i;
+
+	for (i = 0; i < len; i++)
+		buf[i] = (char)(i * 31 + seed * 7 + (i >> 9));
+}
+
+static void run_readback(enum null_completion mode)
+{
+	static const uint32_t sizes[] = { 512, 4096, 4608, 8192, 65536, 200704, 1048576 };
+	static const uint64_t sectors[] = { 0, 7, 8, 1023, 4096 + 3, 131071 - 2048 };
+	struct null_dev *dev = make_dev(mode, true, false);
+	struct rq_queue *q = null_queue(dev);
+	char *wbuf = malloc(1 << 20), *rbuf = malloc(1 << 20);
+	unsigned si, oi, nvec, seed = 1;
+
+	assert_non_null(wbuf);
+	assert_non_null(rbuf);
+	for (si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++) {
+		for (oi = 0; oi < sizeof(sectors) / sizeof(sectors[0]); oi++) {
+			uint32_t len = sizes[si];
+
+			nvec = 1 + (si + oi) % MAX_VECS;
+			if (nvec > len / 512)
+				nvec = len / 512;
+			fill_pattern(wbuf, len, seed++);
+			memset(rbuf, 0x5a, len);
+			assert_int_equal(rw_sync(q, RQ_OP_WRITE, sectors[oi], wbuf,
+						 len, nvec), RQ_STS_OK);
+			/* read back with a different vector layout */
+			assert_int_equal(rw_sync(q, RQ_OP_READ, sectors[oi], rbuf, len,
+						 1 + (nvec % MAX_VECS)), RQ_STS_OK);
+			assert_memory_equal(wbuf, rbuf, len);
+		}
+	}
+	free(wbuf);
+	free(rbuf);
+	null_destroy(dev);
+}
+
+static void test_readback_inline(void **state)
+{
+	run_readback(NULL_COMPLETE_INLINE);
+}
+
+static void test_readback_thread(void **state)
+{
+	run_readback(NULL_COMPLETE_THREAD);
+}
+
+/* Never written: reads as zeros without allocating pages. */
+static void test_unwritten_zero(void **state)
+{
+	struct null_dev *dev = make_dev(NULL_COMPLETE_INLINE, true, false);
+	static char buf[16384], zero[16384];
+	struct null_stats st;
+
+	memset(buf, 0x77, sizeof(buf));
+	assert_int_equal(rw_sync(null_queue(dev), RQ_OP_READ, 4096, buf,
+				 sizeof(buf), 2), RQ_STS_OK);
+	assert_memory_equal(buf, zero, sizeof(buf));
+	null_get_stats(dev, &st);
+	assert_int_equal(st.pages, 0);
+	null_destroy(dev);
+}
+
+/* Write 32 KiB, zero a middle range with @op, check zeros and the rest. */
+static void run_zeroing(unsigned op, uint64_t zsector, uint32_t zbytes)
+{
+	struct null_dev *dev = make_dev(NULL_COMPLETE_INLINE, true, false);
+	struct rq_queue *q = null_queue(dev);
+	static char wbuf[32768], rbuf[32768];
+	const uint64_t base = 64; /* sector of the 32 KiB area (page aligned) */
+	struct null_stats st0, st1;
+	uint64_t zoff = (zsector - base) << RQ_SECTOR_SHIFT;
+	uint32_t i;
+
+	fill_pattern(wbuf, sizeof(wbuf), 99);
+	assert_int_equal(rw_sync(q, RQ_OP_WRITE, base, wbuf, sizeof(wbuf), 3), RQ_STS_OK);
+	null_get_stats(dev, &st0);
+	assert_int_equal(st0.pages, 8);
+
+	assert_int_equal(op_sync(q, op, zsector, zbytes), RQ_STS_OK);
+	assert_int_equal(rw_sync(q, RQ_OP_READ, base, rbuf, sizeof(rbuf), 1), RQ_STS_OK);
+	for (i = 0; i < sizeof(rbuf); i++) {
+		if (i >= zoff && i < zoff + zbytes)
+			assert_int_equal(rbuf[i], 0);
+		else
+			assert_int_equal(rbuf[i], wbuf[i]);
+	}
+	null_get_stats(dev, &st1);
+	/* whole pages inside the range were given back */
+	assert_true(st1.pages <= st0.pages);
+	if (zoff % 4096 == 0 && zbytes >= 8192)
+		assert_true(st1.pages <= st0.pages - zbytes / 4096 + 1);
+	null_destroy(dev);
+}
+
+static void test_discard(void **state)
+{
+	run_zeroing(RQ_OP_DISCARD, 64 + 8, 16384);  /* aligned pages */
+	run_zeroing(RQ_OP_DISCARD, 64 + 3, 5120);   /* partial pages */
+}
+
+static void test_write_zeroes(void **state)
+{
+	run_zeroing(RQ_OP_WRITE_ZEROES, 64 + 16, 8192);
+	run_zeroing(RQ_OP_WRITE_ZEROES, 64 + 1, 12800);
+}
+
+static void test_flush(void **state)
+{
+	struct null_dev *dev = make_dev(NULL_COMPLETE_THREAD, true, false);
+
+	assert_int_equal(op_sync(null_queue(dev), RQ_OP_FLUSH, 0, 0), RQ_STS_OK);
+	null_destroy(dev);
+}
+
+/* ------------------------------------------------------------ blocking */
+
+struct blk_arg {
+	struct rq_queue *q;
+	unsigned first;
+	struct tbio *bios;
+	atomic_int *done;
+};
+
+#define N_BLOCKING 400
+
+static void *blocking_submitter(void *p)
+{
+	struct blk_arg *a = p;
+	static char buf[4096];
+	unsigned i;
+
+	for (i = a->first; i < N_BLOCKING; i += 2) {
+		tbio_prep(&a->bios[i], a->done, RQ_OP_WRITE, (uint64_t)i * 8);
+		rq_bio_add_vec(&a->bios[i].bio, buf, sizeof(buf));
+		rq_submit_bio(a->q, &a->bios[i].bio);
+	}
+	return NULL;
+}
+
+static void test_blocking(void **state)
+{
+	static struct tbio bios[N_BLOCKING];
+	struct null_dev *dev = make_dev(NULL_COMPLETE_INLINE, false, true);
+	struct blk_arg args[2];
+	pthread_t th[2];
+	atomic_int done = 0;
+	struct null_stats st;
+	int i;
+
+	for (i = 0; i < 2; i++) {
+		args[i] = (struct blk_arg){ null_queue(dev), i, bios, &done };
+		assert_int_equal(pthread_create(&th[i], NULL, blocking_submitter,
+						&args[i]), 0);
+	}
+	for (i = 0; i < 2; i++)
+		pthread_join(th[i], NULL);
+	wait_for(&done, N_BLOCKING);
+	for (i = 0; i < N_BLOCKING; i++)
+		assert_int_equal(atomic_load(&bios[i].ends), 1);
+	null_get_stats(dev, &st);
+	assert_int_equal(st.requests, st.completed);
+	null_destroy(dev);
+}
+
+/* ---------------------------------------------------------- config */
+
+static void test_bad_config(void **state)
+{
+	struct null_config cfg;
+	struct null_dev *dev = NULL;
+
+	null_config_default(&cfg);
+	cfg.blocksize = 1000;
+	assert_int_equal(null_create(&cfg, &dev), -EINVAL);
+	null_config_default(&cfg);
+	cfg.sched = "no-such-scheduler";
+	assert_true(null_create(&cfg, &dev) < 0);
+	assert_int_equal(null_create(NULL, &dev), -EINVAL);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_inline_once),
+		cmocka_unit_test(test_thread_once),
+		cmocka_unit_test(test_timer_once),
+		cmocka_unit_test(test_timer_delay),
+		cmocka_unit_test(test_readback_inline),
+		cmocka_unit_test(test_readback_thread),
+		cmocka_unit_test(test_unwritten_zero),
+		cmocka_unit_test(test_discard),
+		cmocka_unit_test(test_write_zeroes),
+		cmocka_unit_test(test_flush),
+		cmocka_unit_test(test_blocking),
+		cmocka_unit_test(test_bad_config),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
