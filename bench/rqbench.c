@@ -282,7 +282,7 @@ static void tcache_off(void) { }
  */
 static void bench_end_io(struct rq_bio *bio)
 {
-	struct bench_bio *bb = bio->private;
+	struct bench_bio *bb = bio->private_data;
 	struct bench_thread *t = bb->t;
 
 	if (bb->submit_ns)
@@ -410,7 +410,7 @@ static inline void submit_one(struct bench_thread *t)
 	bio->iter.sector = block * (o->bs >> RQ_SECTOR_SHIFT);
 	rq_bio_add_vec(bio, t->buf, (uint32_t)o->bs);
 	bio->end_io = bench_end_io;
-	bio->private = bb;
+	bio->private_data = bb;
 
 	bb->submit_ns = 0;
 	if (t->measuring && !o->no_lat && ++t->lat_tick >= o->lat_sample) {

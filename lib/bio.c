@@ -293,7 +293,7 @@ static inline void bio_setup(struct rq_bio *bio, struct bio_cache *c, struct rq_
 	bio->opf = 0;
 	bio->vecs = vecs;
 	bio->end_io = NULL;
-	bio->private = NULL;
+	bio->private_data = NULL;
 	bio->ioc = NULL;
 	bio->next = NULL;
 	bio->parent = NULL;

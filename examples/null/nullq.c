@@ -28,7 +28,7 @@ struct sync_bio {
 /* end_io: runs once, on whichever thread completed the bio. */
 static void sync_end_io(struct rq_bio *bio)
 {
-	struct sync_bio *sb = bio->private;
+	struct sync_bio *sb = bio->private_data;
 
 	pthread_mutex_lock(&sb->lock);
 	sb->done = 1;
@@ -59,7 +59,7 @@ static rq_status_t submit_wait(struct rq_queue *q, unsigned op, uint64_t sector,
 	sb.bio.op = op;
 	sb.bio.iter.sector = sector;
 	sb.bio.end_io = sync_end_io;
-	sb.bio.private = &sb;
+	sb.bio.private_data = &sb;
 	if (a) {
 		rq_bio_add_vec(&sb.bio, a, len);
 		if (b)

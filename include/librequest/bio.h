@@ -159,7 +159,7 @@ struct rq_bio {
 	uint32_t opf;             /* RQ_BIO_* flags */
 	struct rq_bvec *vecs;     /* caller buffers */
 	rq_bio_end_io_t end_io;   /* called once when the bio has ended */
-	void *private;            /* for the submitter */
+	void *private_data;       /* for the submitter */
 	struct rq_io_context *ioc; /* NULL: the submitting thread's context */
 
 	/* core */

@@ -361,7 +361,7 @@ void fixture_sleep_us(unsigned us)
 
 void fx_end_io(struct rq_bio *bio)
 {
-	struct fx_rec *rec = bio->private;
+	struct fx_rec *rec = bio->private_data;
 
 	__atomic_store_n(&rec->status, bio->status, __ATOMIC_RELAXED);
 	__atomic_fetch_add(&rec->done, 1, __ATOMIC_RELEASE);
@@ -382,7 +382,7 @@ struct rq_bio *fx_bio(struct fx_rec *rec, unsigned op, uint64_t sector, void *bu
 		abort();
 	bio->iter.size = len;
 	bio->end_io = fx_end_io;
-	bio->private = rec;
+	bio->private_data = rec;
 	return bio;
 }
 

@@ -58,7 +58,7 @@ bool fx_wait(struct fx_rec *recs, unsigned n, unsigned timeout_ms);
 int fx_done(struct fx_rec *rec);
 /** fx_put() - give the bios back (after checking). */
 void fx_put(struct fx_rec *recs, unsigned n);
-/** fx_end_io() - the end_io fx_bio() sets (bio->private = the record). */
+/** fx_end_io() - the end_io fx_bio() sets (bio->private_data = the record). */
 void fx_end_io(struct rq_bio *bio);
 
 #endif /* RQ_TEST_FIXTURES_H */

@@ -731,7 +731,7 @@ bool mock_wait_count(struct mock_dev *m, enum mock_call call, unsigned n, unsign
 
 static void mock_io_end(struct rq_bio *bio)
 {
-	struct mock_io *io = bio->private;
+	struct mock_io *io = bio->private_data;
 
 	pthread_mutex_lock(&io->lock);
 	io->done++;
@@ -770,7 +770,7 @@ struct rq_bio *mock_bio(struct mock_io *io, unsigned op, uint64_t sector, void *
 		assert_int_equal(rq_bio_add_vec(bio, buf, len), 0);
 	bio->iter.size = len;
 	bio->end_io = mock_io_end;
-	bio->private = io;
+	bio->private_data = io;
 	io->bio = bio;
 	return bio;
 }

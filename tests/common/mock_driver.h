@@ -165,7 +165,7 @@ bool mock_wait_held(struct mock_dev *m, unsigned n, unsigned timeout_ms);
 bool mock_wait_count(struct mock_dev *m, enum mock_call call, unsigned n, unsigned timeout_ms);
 /** mock_io_init() - initialise @io (mock_bio() does it) for a bio built by hand. */
 void mock_io_init(struct mock_io *io);
-/** mock_io_end_fn() - the end_io mock_bio() uses (bio->private = the mock_io). */
+/** mock_io_end_fn() - the end_io mock_bio() uses (bio->private_data = the mock_io). */
 rq_bio_end_io_t mock_io_end_fn(void);
 /** mock_io_wait_timeout() - wait up to @timeout_ms for @io to end; true if it did (no assert). */
 bool mock_io_wait_timeout(struct mock_io *io, unsigned timeout_ms);

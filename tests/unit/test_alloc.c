@@ -44,7 +44,7 @@ static unsigned long ended;
 
 static void slot_end_io(struct rq_bio *bio)
 {
-	struct slot *s = bio->private;
+	struct slot *s = bio->private_data;
 
 	s->ended++;
 	ended++;
@@ -73,7 +73,7 @@ static void run_bios(struct rq_queue *q, unsigned long nr, uint64_t nr_blocks)
 			bio->iter.sector = (rng % nr_blocks) * (BS >> RQ_SECTOR_SHIFT);
 			rq_bio_add_vec(bio, buf, BS);
 			bio->end_io = slot_end_io;
-			bio->private = &slots[i];
+			bio->private_data = &slots[i];
 			rq_submit_bio(q, bio);
 		}
 		rq_finish_plug(&plug);

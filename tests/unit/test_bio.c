@@ -27,7 +27,7 @@ struct end_record {
 
 static void record_end_io(struct rq_bio *bio)
 {
-	struct end_record *r = bio->private;
+	struct end_record *r = bio->private_data;
 
 	__atomic_add_fetch(&r->calls, 1, __ATOMIC_RELAXED);
 	r->status = bio->status;
@@ -70,13 +70,13 @@ static void test_alloc_put_reuse(void **state)
 	for (int i = 0; i < 16; i++) {
 		a[i] = rq_bio_alloc(1);
 		assert_non_null(a[i]);
-		a[i]->private = FAKE(0x1234); /* dirty it: the next user must not see it */
+		a[i]->private_data = FAKE(0x1234); /* dirty it: the next user must not see it */
 	}
 	for (int i = 0; i < 16; i++)
 		rq_bio_put(a[i]);
 	for (int i = 0; i < 16; i++) {
 		b[i] = rq_bio_alloc(RQ_BIO_INLINE_VECS);
-		assert_null(b[i]->private);
+		assert_null(b[i]->private_data);
 	}
 	for (int i = 0; i < 16; i++) {
 		found = 0;
@@ -307,7 +307,7 @@ static void test_remote_put_racing_exit(void **state)
 
 static void put_in_end_io(struct rq_bio *bio)
 {
-	struct end_record *r = bio->private;
+	struct end_record *r = bio->private_data;
 
 	r->calls++;
 	rq_bio_put(bio);
@@ -321,7 +321,7 @@ static void test_put_from_end_io(void **state)
 
 	(void)state;
 	bio->end_io = put_in_end_io;
-	bio->private = &rec;
+	bio->private_data = &rec;
 	rq_bio_endio(bio);
 	assert_int_equal(rec.calls, 1);
 	again = rq_bio_alloc(1);
@@ -366,7 +366,7 @@ static void test_clone(void **state)
 	bio->opf = RQ_BIO_SYNC | RQ_BIO_FUA;
 	bio->ioprio = RQ_IOPRIO_VALUE(RQ_IOPRIO_CLASS_RT, 1);
 	bio->iter.sector = 64;
-	bio->private = FAKE(0x77);
+	bio->private_data = FAKE(0x77);
 	rq_bio_add_vec(bio, FAKE(0x10000), 4096);
 	rq_bio_add_vec(bio, FAKE(0x20000), 4096);
 	bio_advance(bio, 512);
@@ -380,7 +380,7 @@ static void test_clone(void **state)
 	assert_int_equal(clone->ioprio, bio->ioprio);
 	assert_memory_equal(&clone->iter, &bio->iter, sizeof(bio->iter));
 	assert_true(clone->core_flags & RQ_BIOF_CLONED);
-	assert_null(clone->private);
+	assert_null(clone->private_data);
 	assert_null(clone->end_io);
 	assert_int_equal(rq_bio_add_vec(clone, FAKE(0x30000), 512), -EINVAL);
 	rq_bio_put(clone);
@@ -415,7 +415,7 @@ static void test_split_pieces(void **state)
 	bio->op = RQ_OP_READ;
 	bio->iter.sector = 1000;
 	bio->end_io = record_end_io;
-	bio->private = &rec;
+	bio->private_data = &rec;
 	rq_bio_add_vec(bio, FAKE(0x10000), 4096);
 	rq_bio_add_vec(bio, FAKE(0x40000), 4096);
 
@@ -449,7 +449,7 @@ static void test_chain_first_error(void **state)
 
 	(void)state;
 	bio->end_io = record_end_io;
-	bio->private = &rec;
+	bio->private_data = &rec;
 	rq_bio_add_vec(bio, FAKE(0x10000), 8 * 512);
 	for (int i = 0; i < 3; i++) {
 		p[i] = rq_bio_split(bio, 2);
@@ -474,7 +474,7 @@ static void test_chain_nested(void **state)
 
 	(void)state;
 	bio->end_io = record_end_io;
-	bio->private = &rec;
+	bio->private_data = &rec;
 	rq_bio_add_vec(bio, FAKE(0x10000), 16 * 512);
 	front = rq_bio_split(bio, 8);
 	inner = rq_bio_split(front, 4); /* front keeps 4, inner takes 4 */
@@ -517,7 +517,7 @@ static void test_chain_concurrent(void **state)
 
 	(void)state;
 	bio->end_io = record_end_io;
-	bio->private = &rec;
+	bio->private_data = &rec;
 	rq_bio_add_vec(bio, FAKE(0x100000), (N + 1) * 512);
 	for (int i = 0; i < N; i++)
 		pieces[i] = rq_bio_split(bio, 1);
@@ -544,7 +544,7 @@ static void test_end_with_first_error(void **state)
 	(void)state;
 	rq_bio_init(&bio, NULL, 0);
 	bio.end_io = record_end_io;
-	bio.private = &rec;
+	bio.private_data = &rec;
 	bio.status = RQ_STS_AGAIN;
 	bio_end_with(&bio, RQ_STS_IOERR);
 	assert_int_equal(rec.status, RQ_STS_AGAIN);

@@ -306,7 +306,7 @@ static void test_split_max_segments(void **state)
 		assert_int_equal(rq_bio_add_vec(bio, bufs[i], 4096), 0);
 	bio->iter.size = 8 * 4096;
 	bio->end_io = mock_io_end_fn();
-	bio->private = &io;
+	bio->private_data = &io;
 	io.bio = bio;
 	rq_submit_bio(m->q, bio);
 	assert_true(mock_wait_held(m, 4, 10000));

@@ -409,7 +409,7 @@ static struct conc *conc_state;
 
 static void conc_end_io(struct rq_bio *bio)
 {
-	uintptr_t idx = (uintptr_t)bio->private;
+	uintptr_t idx = (uintptr_t)bio->private_data;
 
 	if (bio->status != RQ_STS_OK)
 		atomic_fetch_add(&conc_state->bad_status, 1);
@@ -435,7 +435,7 @@ static void *conc_thread(void *arg)
 		bio->iter.sector = (uint64_t)t * 16384 + (uint64_t)(i % 1024) * 8;
 		bio->iter.size = sizeof(c->buf[t]);
 		bio->end_io = conc_end_io;
-		bio->private = (void *)(uintptr_t)(t * CONC_BIOS + i);
+		bio->private_data = (void *)(uintptr_t)(t * CONC_BIOS + i);
 		rq_submit_bio(c->m->q, bio);
 	}
 	return NULL;

@@ -288,7 +288,7 @@ static void stream_end_io(struct rq_bio *bio)
 
 	if (bio->status != RQ_STS_OK)
 		atomic_fetch_add(&s->bad, 1);
-	atomic_fetch_add(&s->ends[(uintptr_t)bio->private], 1);
+	atomic_fetch_add(&s->ends[(uintptr_t)bio->private_data], 1);
 	atomic_fetch_add(&s->finished, 1);
 	rq_bio_put(bio);
 }
@@ -307,7 +307,7 @@ static void *stream_thread(void *arg)
 		bio->iter.sector = (uint64_t)i * 64;
 		bio->iter.size = 4096;
 		bio->end_io = stream_end_io;
-		bio->private = (void *)(uintptr_t)i;
+		bio->private_data = (void *)(uintptr_t)i;
 		rq_submit_bio(s->m->q, bio);
 		atomic_fetch_add(&s->submitted, 1);
 		if (i % 16 == 0)

@@ -37,7 +37,7 @@ struct tbio {
 
 static void tbio_end_io(struct rq_bio *bio)
 {
-	struct tbio *tb = bio->private;
+	struct tbio *tb = bio->private_data;
 
 	atomic_fetch_add(&tb->ends, 1);
 	atomic_fetch_add(tb->done, 1);
@@ -68,7 +68,7 @@ static void tbio_prep(struct tbio *tb, atomic_int *done, unsigned op, uint64_t s
 	tb->bio.op = op;
 	tb->bio.iter.sector = sector;
 	tb->bio.end_io = tbio_end_io;
-	tb->bio.private = tb;
+	tb->bio.private_data = tb;
 	tb->done = done;
 }
 

@@ -31,7 +31,7 @@ struct end_record {
 
 static void record_end_io(struct rq_bio *bio)
 {
-	struct end_record *r = bio->private;
+	struct end_record *r = bio->private_data;
 
 	r->calls++;
 	r->status = bio->status;
@@ -57,7 +57,7 @@ static struct rq_bio *make_bio(unsigned n, uint32_t len, uintptr_t base, uintptr
 	assert_non_null(bio);
 	bio->op = RQ_OP_WRITE;
 	bio->end_io = record_end_io;
-	bio->private = rec;
+	bio->private_data = rec;
 	for (unsigned i = 0; i < n; i++)
 		assert_int_equal(rq_bio_add_vec(bio, FAKE(base + i * stride), len), 0);
 	return bio;
@@ -312,7 +312,7 @@ static void test_discard_split(void **state)
 	bio.iter.sector = 100;
 	bio.iter.size = 5000 * 512;
 	bio.end_io = record_end_io;
-	bio.private = &rec;
+	bio.private_data = &rec;
 	assert_int_equal(bio_check(&lim, 0, &bio), RQ_STS_OK);
 	do {
 		piece = bio_split_to_limits(&lim, &bio, &nsegs);
@@ -349,7 +349,7 @@ static void test_write_zeroes_and_flush(void **state)
 	bio.op = RQ_OP_WRITE_ZEROES;
 	bio.iter.size = 250 * 512;
 	bio.end_io = record_end_io;
-	bio.private = &rec;
+	bio.private_data = &rec;
 	do {
 		piece = bio_split_to_limits(&lim, &bio, &nsegs);
 		assert_int_equal(rq_bio_sectors(piece), pieces < 2 ? 100 : 50);
@@ -415,7 +415,7 @@ static void test_property_random_layouts(void **state)
 		bio = rq_bio_alloc(nvec);
 		bio->op = rng(2) ? RQ_OP_READ : RQ_OP_WRITE;
 		bio->end_io = record_end_io;
-		bio->private = &rec;
+		bio->private_data = &rec;
 		bio->iter.sector = sector = start = (uint64_t)rng(1 << 20) * (lbs / 512);
 		for (unsigned i = 0; i < nvec; i++) {
 			uint32_t len = 512 * (1 + rng(32));

@@ -409,7 +409,7 @@ static void load_end_io(struct rq_bio *bio)
 
 	if (bio->status != RQ_STS_OK)
 		atomic_fetch_add(&l->bad, 1);
-	atomic_fetch_add(&l->ends[(uintptr_t)bio->private], 1);
+	atomic_fetch_add(&l->ends[(uintptr_t)bio->private_data], 1);
 	atomic_fetch_add(&l->finished, 1);
 	rq_bio_put(bio);
 }
@@ -434,7 +434,7 @@ static void *load_thread(void *arg)
 				   (((rng >> 8) % 16 == 0) ? 4096 : 0);
 		bio->iter.size = 4096;
 		bio->end_io = load_end_io;
-		bio->private = (void *)(uintptr_t)(t * LOAD_BIOS + i);
+		bio->private_data = (void *)(uintptr_t)(t * LOAD_BIOS + i);
 		rq_submit_bio(l->m->q, bio);
 	}
 	atomic_fetch_add(&l->submitters_done, 1);
