@@ -481,7 +481,7 @@ RQ_EXPORT int rq_bio_add_vec(struct rq_bio *bio, void *base, uint32_t len)
  *
  * The clone copies op, opf, ioprio, ioc, the iterator and the vector
  * pointer (flagged RQ_BIOF_CLONED: it never frees or extends them); end_io,
- * private and the chain are left empty.
+ * private_data and the chain are left empty.
  *
  * Context: any thread; from the calling thread's cache.
  * Return: the clone, NULL on memory exhaustion.

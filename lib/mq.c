@@ -434,7 +434,6 @@ static void end_bios(struct rq_request *rq, rq_status_t status)
 /* The request left the driver: in-flight count, budget, restart. */
 static void hctx_request_left_driver(struct rq_hw_ctx *hctx)
 {
-	atomic_fetch_sub_explicit(&hctx->nr_in_flight, 1, memory_order_seq_cst);
 	if (hctx->q->ops->put_budget)
 		hctx->q->ops->put_budget(hctx->q);
 }
@@ -650,7 +649,6 @@ static inline void rq_start(struct rq_hw_ctx *hctx, struct rq_request *rq)
 	__atomic_store_n(&rq->gen, rq->gen + 1, __ATOMIC_RELAXED);
 	rq->deadline_ns = 0;
 	rq->rq_flags |= RQ_RQF_STARTED;
-	atomic_fetch_add_explicit(&hctx->nr_in_flight, 1, memory_order_relaxed);
 	__atomic_store_n(&rq->state, RQ_STATE_IN_FLIGHT, __ATOMIC_RELEASE);
 }
 
@@ -658,7 +656,6 @@ static inline void rq_start(struct rq_hw_ctx *hctx, struct rq_request *rq)
 static inline void rq_unstart(struct rq_hw_ctx *hctx, struct rq_request *rq)
 {
 	__atomic_store_n(&rq->state, RQ_STATE_IDLE, __ATOMIC_RELEASE);
-	atomic_fetch_sub_explicit(&hctx->nr_in_flight, 1, memory_order_relaxed);
 }
 
 /*
@@ -716,7 +713,6 @@ static bool dispatch_rq_list(struct rq_hw_ctx *hctx, struct rq_list_node *list)
 
 			__atomic_compare_exchange_n(&rq->state, &expected, RQ_STATE_IDLE, false,
 						    __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
-			atomic_fetch_sub_explicit(&hctx->nr_in_flight, 1, memory_order_relaxed);
 			if (ops->put_budget)
 				ops->put_budget(q);
 			if (rq->rq_flags & RQ_RQF_SCHED_TAGS)
@@ -1563,6 +1559,29 @@ static void queue_fail_queued(struct rq_queue *q)
 	flush_fail_pending(q);
 }
 
+/* Teardown: requests of @q on the calling thread's plug end with IOERR. */
+static void plug_fail_queue(struct rq_queue *q)
+{
+	struct rq_plug *plug = tls_plug;
+	struct rq_request *rq, **link;
+
+	if (!plug)
+		return;
+	link = &plug->head;
+	plug->tail = NULL;
+	while ((rq = *link)) {
+		if (rq->q != q) {
+			plug->tail = rq;
+			link = &rq->rq_next;
+			continue;
+		}
+		*link = rq->rq_next;
+		rq->rq_next = NULL;
+		plug->count--;
+		mq_fail_request(rq, RQ_STS_IOERR);
+	}
+}
+
 RQ_EXPORT void rq_queue_destroy(struct rq_queue *q)
 {
 	struct rq_tag_set *set;
@@ -1570,8 +1589,8 @@ RQ_EXPORT void rq_queue_destroy(struct rq_queue *q)
 	if (!q)
 		return;
 	set = q->set;
-	rq_flush_plug();
 	atomic_store(&q->dying, true);
+	plug_fail_queue(q);
 	pthread_mutex_lock(&q->freeze_lock);
 	pthread_cond_broadcast(&q->unfreeze_cond);
 	pthread_mutex_unlock(&q->freeze_lock);

@@ -86,8 +86,6 @@ static void timeout_scan(struct rq_queue *q, uint64_t now)
 		struct rq_hw_ctx *hctx = q->hctxs[i];
 		struct rq_tags *tags = hctx->tags;
 
-		if (!atomic_load_explicit(&hctx->nr_in_flight, memory_order_relaxed))
-			continue;
 		for (unsigned tag = 0; tag < tags->nr_tags; tag++) {
 			struct rq_request *rq = __atomic_load_n(&tags->rqs[tag], __ATOMIC_ACQUIRE);
 			uint32_t gen;

@@ -372,7 +372,8 @@ static void null_hq_push(struct null_hq *hq, struct null_cmd *cmd)
 	} while (!atomic_compare_exchange_weak_explicit(&hq->pending, &head, cmd,
 							memory_order_seq_cst,
 							memory_order_relaxed));
-	if (atomic_load(&hq->sleeping)) {
+	/* only the first pusher after the thread fell asleep wakes it */
+	if (atomic_load(&hq->sleeping) && atomic_exchange(&hq->sleeping, false)) {
 		atomic_fetch_add(&hq->wake_seq, 1);
 		null_futex_wake(&hq->wake_seq);
 	}

@@ -72,7 +72,6 @@ struct rq_hw_ctx {
 	_Atomic unsigned state;        /* HCTX_* */
 	_Atomic int run_state;         /* RUN_* */
 	_Atomic uint64_t pending;      /* sw ctxs (by index_hw, mod 64) with staged work */
-	_Atomic int nr_in_flight;      /* requests the driver owns */
 	_Atomic uint64_t run_at_ns;    /* delayed run deadline for the service thread */
 	struct rq_queue *q;
 	struct rq_tags *tags;          /* driver tags */

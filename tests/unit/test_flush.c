@@ -432,7 +432,7 @@ static void *conc_thread(void *arg)
 		}
 		bio->op = RQ_OP_WRITE;
 		bio->opf = RQ_BIO_PREFLUSH | RQ_BIO_FUA;
-		bio->iter.sector = (uint64_t)t * 16384 + (uint64_t)(i % 1024) * 8;
+		bio->iter.sector = (uint64_t)t * 1024 + (uint64_t)(i % 128) * 8; /* within 1 MiB */
 		bio->iter.size = sizeof(c->buf[t]);
 		bio->end_io = conc_end_io;
 		bio->private_data = (void *)(uintptr_t)(t * CONC_BIOS + i);

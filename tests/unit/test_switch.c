@@ -430,7 +430,7 @@ static void *load_thread(void *arg)
 		rng = rng * 1103515245u + 12345u;
 		bio->op = (rng >> 16) % 4 ? RQ_OP_WRITE : RQ_OP_READ;
 		/* mostly sequential per thread (merges), sometimes a jump */
-		bio->iter.sector = ((uint64_t)t << 24) + (uint64_t)i * 8 +
+		bio->iter.sector = ((uint64_t)t << 20) + (uint64_t)i * 8 + /* within 1 GiB */
 				   (((rng >> 8) % 16 == 0) ? 4096 : 0);
 		bio->iter.size = 4096;
 		bio->end_io = load_end_io;
@@ -443,7 +443,7 @@ static void *load_thread(void *arg)
 
 /*
  * 2 threads submit 20000 bios each (completion on the mock's thread) while
- * the main thread switches none <-> test-fifo every ~2 ms: every switch
+ * the main thread switches none <-> test-fifo every 0.5..2 ms: every switch
  * succeeds, every bio ends exactly once with OK, and test-fifo saw I/O.
  */
 static void test_switch_under_load(void **state)
@@ -470,7 +470,7 @@ static void test_switch_under_load(void **state)
 		if (rq_queue_attr_set(l->m->q, "scheduler", name))
 			failures++;
 		switches++;
-		fixture_sleep_us(2000);
+		fixture_sleep_us(500 + 500 * (switches % 4)); /* 0.5..2 ms apart */
 	}
 	for (unsigned t = 0; t < LOAD_THREADS; t++)
 		pthread_join(th[t], NULL);
