@@ -25,11 +25,19 @@
 #include <time.h>
 #include <urcu-bp.h>
 
+#include "config.h"
+#if HAVE_NUMA
+#include <numa.h>
+#endif
+
 #include "internal/core.h"
 #include "internal/elevator.h"
 #include "internal/ioc.h"
 
 static __thread struct rq_plug *tls_plug;
+
+struct rq_mailbox;
+static struct rq_mailbox *mbox_self(void);
 
 /* ------------------------------------------------------------- helpers */
 
@@ -321,6 +329,8 @@ static struct rq_request *mq_get_request(struct rq_queue *q, struct rq_sw_ctx *c
 	rq->bio = rq->biotail = bio;
 	bio->next = NULL;
 	rq->ioc = bio->ioc;
+	if (unlikely(READ_ONCE(q->rq_affinity) == 2))
+		rq->end_io_data = mbox_self();
 	ctx_stat_add(ctx, ST_REQUESTS, 1);
 
 	if (eq) {
@@ -531,18 +541,163 @@ RQ_EXPORT rq_status_t rq_mq_complete_status(const struct rq_request *rq)
 	return rq->complete_status;
 }
 
+/* Run ops->complete (or end the request) here and now. */
+static void complete_here(struct rq_request *rq)
+{
+	if (rq->q->ops->complete)
+		rq->q->ops->complete(rq);
+	else
+		rq_mq_end_request(rq, rq->complete_status);
+}
+
+/*
+ * Completion mailboxes (rq_affinity 2): a request completed by another
+ * thread is pushed on its submitter's lock-free stack and completed by the
+ * submitter at its next entry into the library (or rq_process_completions),
+ * or by the service thread if the submitter does not come within a
+ * millisecond, so nothing waits forever on an idle submitter.
+ */
+struct rq_mailbox {
+	_Atomic(struct rq_request *) head;
+	uint64_t pushed_ns;
+	struct rq_mailbox *next;  /* registry, under mbox_lock */
+	bool dead;                /* owner thread exited */
+};
+
+static pthread_mutex_t mbox_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct rq_mailbox *mbox_list;
+static _Atomic int mbox_pending; /* mailboxes that may hold requests */
+static __thread struct rq_mailbox *tls_mbox;
+static pthread_key_t mbox_key;
+static pthread_once_t mbox_once = PTHREAD_ONCE_INIT;
+
+static void mbox_drain(struct rq_mailbox *mb)
+{
+	struct rq_request *rq = atomic_exchange_explicit(&mb->head, NULL, memory_order_acquire);
+
+	while (rq) {
+		struct rq_request *next = rq->rq_next;
+
+		rq->rq_next = NULL;
+		complete_here(rq);
+		rq = next;
+	}
+}
+
+static void mbox_thread_exit(void *arg)
+{
+	struct rq_mailbox *mb = arg;
+
+	mbox_drain(mb);
+	pthread_mutex_lock(&mbox_lock);
+	__atomic_store_n(&mb->dead, true, __ATOMIC_RELEASE); /* the service thread frees it */
+	pthread_mutex_unlock(&mbox_lock);
+	atomic_fetch_add(&mbox_pending, 1);
+	service_kick();
+}
+
+static void mbox_key_init(void)
+{
+	pthread_key_create(&mbox_key, mbox_thread_exit);
+}
+
+/* The calling thread's mailbox, made on first use. */
+static struct rq_mailbox *mbox_self(void)
+{
+	struct rq_mailbox *mb = tls_mbox;
+
+	if (likely(mb))
+		return mb;
+	pthread_once(&mbox_once, mbox_key_init);
+	mb = calloc(1, sizeof(*mb));
+	if (!mb)
+		return NULL;
+	pthread_mutex_lock(&mbox_lock);
+	mb->next = mbox_list;
+	mbox_list = mb;
+	pthread_mutex_unlock(&mbox_lock);
+	pthread_setspecific(mbox_key, mb);
+	tls_mbox = mb;
+	return mb;
+}
+
+/* Complete what other threads left for this one. */
+static inline void mbox_run_own(void)
+{
+	struct rq_mailbox *mb = tls_mbox;
+
+	if (unlikely(mb && atomic_load_explicit(&mb->head, memory_order_relaxed)))
+		mbox_drain(mb);
+}
+
+/* Service thread: drain mailboxes whose owner did not come (or exited). */
+void mbox_service(uint64_t now)
+{
+	struct rq_mailbox **p;
+
+	if (!atomic_load(&mbox_pending))
+		return;
+	atomic_store(&mbox_pending, 0);
+	pthread_mutex_lock(&mbox_lock);
+	for (p = &mbox_list; *p;) {
+		struct rq_mailbox *mb = *p;
+
+		if (atomic_load(&mb->head)) {
+			if (mb->dead || now - __atomic_load_n(&mb->pushed_ns, __ATOMIC_RELAXED) >= 1000000)
+				mbox_drain(mb);
+			else
+				atomic_store(&mbox_pending, 1);
+		}
+		if (mb->dead && !atomic_load(&mb->head)) {
+			*p = mb->next;
+			free(mb);
+			continue;
+		}
+		p = &mb->next;
+	}
+	pthread_mutex_unlock(&mbox_lock);
+}
+
+RQ_EXPORT int rq_process_completions(void)
+{
+	struct rq_mailbox *mb = tls_mbox;
+	int n = 0;
+
+	if (!mb)
+		return 0;
+	for (struct rq_request *rq = atomic_load(&mb->head); rq; rq = rq->rq_next)
+		n++;
+	mbox_drain(mb);
+	return n;
+}
+
 RQ_EXPORT bool rq_mq_complete_request(struct rq_request *rq, rq_status_t status)
 {
 	uint8_t expected = RQ_STATE_IN_FLIGHT;
+	struct rq_mailbox *mb;
 
 	if (!__atomic_compare_exchange_n(&rq->state, &expected, RQ_STATE_COMPLETING, false,
 					 __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
 		return false;
 	rq->complete_status = status;
-	if (rq->q->ops->complete)
-		rq->q->ops->complete(rq);
-	else
-		rq_mq_end_request(rq, status);
+	mb = rq->end_io_data;
+	if (READ_ONCE(rq->q->rq_affinity) == 2 && mb && mb != tls_mbox &&
+	    !__atomic_load_n(&mb->dead, __ATOMIC_ACQUIRE)) {
+		struct rq_request *head = atomic_load_explicit(&mb->head, memory_order_relaxed);
+
+		do {
+			rq->rq_next = head;
+		} while (!atomic_compare_exchange_weak_explicit(&mb->head, &head, rq,
+								memory_order_release,
+								memory_order_relaxed));
+		if (!head) {
+			__atomic_store_n(&mb->pushed_ns, mono_ns(), __ATOMIC_RELAXED);
+			atomic_store(&mbox_pending, 1);
+			rq_mq_delay_kick_service(1);
+		}
+		return true;
+	}
+	complete_here(rq);
 	return true;
 }
 
@@ -960,6 +1115,7 @@ RQ_EXPORT void rq_finish_plug(struct rq_plug *plug)
 	if (plug->head)
 		plug_flush_list(plug);
 	tls_plug = NULL;
+	mbox_run_own();
 }
 
 #define PLUG_FLUSH_BYTES (128u * 1024u) /* BLK_PLUG_FLUSH_SIZE */
@@ -1059,6 +1215,7 @@ RQ_EXPORT void rq_submit_bio(struct rq_queue *q, struct rq_bio *bio)
 	rq_status_t status;
 	int ret;
 
+	mbox_run_own();
 	status = bio_check(&q->limits, atomic_load_explicit(&q->capacity, memory_order_relaxed),
 			   bio);
 	if (unlikely(status != RQ_STS_OK)) {
@@ -1084,11 +1241,15 @@ RQ_EXPORT void rq_submit_bio(struct rq_queue *q, struct rq_bio *bio)
 	}
 	for (;;) {
 		unsigned nr_segs;
-		struct rq_bio *piece = bio_split_to_limits(&q->limits, bio, &nr_segs);
+		rq_status_t split_status = RQ_STS_OK;
+		struct rq_bio *piece = bio_split_to_limits_status(&q->limits, bio, &nr_segs,
+								  &split_status);
 
 		if (unlikely(!piece)) {
 			queue_exit_ctx(q, ctx);
-			bio_end_with(bio, RQ_STS_RESOURCE);
+			if (split_status == RQ_STS_INVAL)
+				ctx_stat_add(ctx, ST_INVALID, 1);
+			bio_end_with(bio, split_status);
 			return;
 		}
 		if (piece == bio) {
@@ -1170,8 +1331,9 @@ RQ_EXPORT int rq_mq_poll(struct rq_queue *q, bool all)
 	unsigned first, n;
 	int done = 0;
 
+	done = rq_process_completions();
 	if (!set->nr_poll_queues || !q->ops->poll)
-		return 0;
+		return done;
 	first = set->nr_hw_queues - set->nr_poll_queues;
 	if (all) {
 		for (n = first; n < set->nr_hw_queues; n++)
@@ -1179,7 +1341,7 @@ RQ_EXPORT int rq_mq_poll(struct rq_queue *q, bool all)
 		return done;
 	}
 	n = first + cur_cpu() % set->nr_poll_queues;
-	return q->ops->poll(q->hctxs[n], 32);
+	return done + q->ops->poll(q->hctxs[n], 32);
 }
 
 /* ------------------------------------------------------------- requeue */
@@ -1239,15 +1401,57 @@ RQ_EXPORT void rq_mq_delay_kick_requeue_list(struct rq_queue *q, unsigned msecs)
 
 /* ------------------------------------------------------------ tag sets */
 
+static int cpu_node(unsigned cpu)
+{
+#if HAVE_NUMA
+	if (numa_available() >= 0) {
+		int node = numa_node_of_cpu((int)cpu);
+
+		return node < 0 ? 0 : node;
+	}
+#endif
+	(void)cpu;
+	return 0;
+}
+
+/*
+ * Spread CPUs over the (non-poll) hw queues node by node: CPUs are ordered
+ * by NUMA node, then cut into equal runs, so a queue serves CPUs of one node
+ * whenever there are at least as many queues as nodes.
+ */
 static void default_map_queues(struct rq_tag_set *set, unsigned *map, unsigned nr_cpus)
 {
 	unsigned nr = set->nr_hw_queues - set->nr_poll_queues;
+	unsigned *order = calloc(nr_cpus, sizeof(*order));
+	int *node = calloc(nr_cpus, sizeof(*node));
 
 	if (!nr)
 		nr = set->nr_hw_queues;
-	/* consecutive CPUs (siblings, same node first) share a queue */
-	for (unsigned cpu = 0; cpu < nr_cpus; cpu++)
-		map[cpu] = (unsigned)(((uint64_t)cpu * nr) / nr_cpus);
+	if (!order || !node) {
+		for (unsigned cpu = 0; cpu < nr_cpus; cpu++)
+			map[cpu] = (unsigned)(((uint64_t)cpu * nr) / nr_cpus);
+		free(order);
+		free(node);
+		return;
+	}
+	for (unsigned cpu = 0; cpu < nr_cpus; cpu++) {
+		order[cpu] = cpu;
+		node[cpu] = cpu_node(cpu);
+	}
+	/* stable insertion sort by node (CPU counts are small) */
+	for (unsigned i = 1; i < nr_cpus; i++) {
+		unsigned c = order[i], j = i;
+
+		while (j && node[order[j - 1]] > node[c]) {
+			order[j] = order[j - 1];
+			j--;
+		}
+		order[j] = c;
+	}
+	for (unsigned i = 0; i < nr_cpus; i++)
+		map[order[i]] = (unsigned)(((uint64_t)i * nr) / nr_cpus);
+	free(order);
+	free(node);
 }
 
 RQ_EXPORT int rq_tag_set_alloc(const struct rq_tag_set_config *cfg, struct rq_tag_set **out)

@@ -43,6 +43,7 @@ uint64_t mono_ns(void)
 }
 
 static pthread_once_t svc_once = PTHREAD_ONCE_INIT;
+static _Atomic uint64_t svc_wake_at; /* an extra wake-up (mailboxes) */
 
 static void *service_main(void *arg);
 
@@ -160,11 +161,14 @@ static void *service_main(void *arg)
 		bool idle;
 
 		atomic_store_explicit(&svc_kicked, 0, memory_order_release);
+		mbox_service(now);
 		pthread_mutex_lock(&svc_lock);
 		for (struct rq_queue *q = svc_queues; q; q = q->svc_next)
 			next = service_queue(q, now, next);
 		idle = !svc_queues;
 		pthread_mutex_unlock(&svc_lock);
+		if (atomic_load(&svc_wake_at) && atomic_load(&svc_wake_at) < next)
+			next = atomic_exchange(&svc_wake_at, 0);
 
 		if (idle) {
 			while (sem_wait(&svc_sem) && errno == EINTR)
@@ -186,6 +190,17 @@ static void *service_main(void *arg)
 			;
 	}
 	return NULL;
+}
+
+/* Have the service thread look again in @msecs (completion mailboxes). */
+void rq_mq_delay_kick_service(unsigned msecs)
+{
+	uint64_t at = mono_ns() + (uint64_t)msecs * 1000000ull;
+	uint64_t cur = atomic_load(&svc_wake_at);
+
+	while ((cur == 0 || at < cur) && !atomic_compare_exchange_weak(&svc_wake_at, &cur, at))
+		;
+	service_kick();
 }
 
 void service_register(struct rq_queue *q)

@@ -193,11 +193,22 @@ void rq_mq_end_request(struct rq_request *rq, rq_status_t status);
 bool rq_update_request(struct rq_request *rq, rq_status_t status, unsigned bytes);
 
 /**
- * rq_mq_complete_request() - hand a finished request to ops->complete, on
- * the submitting thread when rq_affinity asks for it (see doc/architecture.md).
+ * rq_mq_complete_request() - hand a finished request to ops->complete.
+ * With rq_affinity 0 or 1 ops->complete runs right here; with 2 it runs on
+ * the thread that submitted the request (see rq_process_completions()),
+ * unless that is the calling thread.
  * Return: false if the request was not in flight (already completed).
  */
 bool rq_mq_complete_request(struct rq_request *rq, rq_status_t status);
+
+/**
+ * rq_process_completions() - run the completions other threads handed to
+ * the calling thread (rq_affinity 2).  The library also does this whenever
+ * the thread submits or finishes a plug, and the service thread does it for
+ * a submitter that has not come back within a millisecond.
+ * Return: how many requests were completed.
+ */
+int rq_process_completions(void);
 
 /**
  * rq_mq_complete_status() - the status given to rq_mq_complete_request(),

@@ -219,6 +219,8 @@ void elevator_detach(struct rq_queue *q);
 void service_register(struct rq_queue *q);
 void service_unregister(struct rq_queue *q);
 void service_kick(void);
+void mbox_service(uint64_t now);
+void rq_mq_delay_kick_service(unsigned msecs);
 uint64_t mono_ns(void);
 
 #endif /* RQ_INTERNAL_CORE_H */
