@@ -114,26 +114,28 @@ static void kick_flush(struct rq_queue *q, struct rq_flush_queue *fq, struct flu
 
 static void run_actions(struct rq_queue *q, struct flush_actions *act)
 {
+	/* once parked a request may complete at once: remember its hctx first */
 	while (!rq_list_empty(&act->issue)) {
 		struct rq_request *rq = rq_list_first_rq(&act->issue);
+		struct rq_hw_ctx *hctx = rq->hctx;
 		struct rq_list_node one;
 
 		rq_list_del_init(&rq->queuelist);
 		rq_list_init(&one);
 		rq_list_add_tail(&rq->queuelist, &one);
-		rq_spin_lock(&rq->hctx->lock);
-		rq_list_splice_tail_init(&one, &rq->hctx->dispatch);
-		rq_spin_unlock(&rq->hctx->lock);
-		run_hw_queue(rq->hctx);
+		hctx_park(hctx, &one, false);
+		run_hw_queue(hctx);
 	}
 	if (act->flush) {
 		struct rq_request *rq = act->flush;
+		struct rq_hw_ctx *hctx = rq->hctx;
+		struct rq_list_node one;
 
 		stat_inc(q, ST_FLUSHES);
-		rq_spin_lock(&rq->hctx->lock);
-		rq_list_add(&rq->queuelist, &rq->hctx->dispatch);
-		rq_spin_unlock(&rq->hctx->lock);
-		run_hw_queue(rq->hctx);
+		rq_list_init(&one);
+		rq_list_add_tail(&rq->queuelist, &one);
+		hctx_park(hctx, &one, true);
+		run_hw_queue(hctx);
 	}
 	while (!rq_list_empty(&act->done)) {
 		struct rq_request *rq = rq_list_first_rq(&act->done);

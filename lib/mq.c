@@ -253,8 +253,9 @@ static int get_tag(struct rq_queue *q, struct rq_tags *tags, unsigned cpu, unsig
 static void rq_init_common(struct rq_request *rq, struct rq_queue *q, struct rq_hw_ctx *hctx,
 			   struct rq_sw_ctx *ctx)
 {
-	rq->q = q;
-	rq->hctx = hctx;
+	/* the timeout scan reads these without a lock */
+	__atomic_store_n(&rq->q, q, __ATOMIC_RELAXED);
+	__atomic_store_n(&rq->hctx, hctx, __ATOMIC_RELAXED);
 	rq->ctx = ctx;
 	rq->cpu = (int32_t)ctx->cpu;
 	rq->rq_flags = 0;
@@ -788,15 +789,32 @@ static void ctx_stage(struct rq_sw_ctx *ctx, struct rq_list_node *list, bool at_
 				 memory_order_release);
 }
 
-/* Add @list to the head of the hctx dispatch (parked) list. */
-static void hctx_park(struct rq_hw_ctx *hctx, struct rq_list_node *list, bool at_head)
+/* Add @list to the hctx dispatch (parked) list, at its head or tail. */
+void hctx_park(struct rq_hw_ctx *hctx, struct rq_list_node *list, bool at_head)
 {
 	rq_spin_lock(&hctx->lock);
 	if (at_head)
 		rq_list_splice_init(list, &hctx->dispatch);
 	else
 		rq_list_splice_tail_init(list, &hctx->dispatch);
+	atomic_store_explicit(&hctx->has_dispatch, !rq_list_empty(&hctx->dispatch),
+			      memory_order_release);
 	rq_spin_unlock(&hctx->lock);
+}
+
+/* Move everything parked on @hctx to the tail of @list. */
+static void hctx_take_dispatch(struct rq_hw_ctx *hctx, struct rq_list_node *list)
+{
+	rq_spin_lock(&hctx->lock);
+	rq_list_splice_tail_init(&hctx->dispatch, list);
+	atomic_store_explicit(&hctx->has_dispatch, false, memory_order_release);
+	rq_spin_unlock(&hctx->lock);
+}
+
+/* Lockless hint: is anything parked? */
+static inline bool hctx_has_dispatch(struct rq_hw_ctx *hctx)
+{
+	return atomic_load_explicit(&hctx->has_dispatch, memory_order_acquire);
 }
 
 static inline void rq_start(struct rq_hw_ctx *hctx, struct rq_request *rq)
@@ -947,10 +965,8 @@ static void hctx_dispatch_all(struct rq_hw_ctx *hctx)
 		if (queue_quiesced(q) || hctx_stopped(hctx))
 			break;
 		rq_list_init(&list);
-		if (!rq_list_empty(&hctx->dispatch)) {
-			rq_spin_lock(&hctx->lock);
-			rq_list_splice_tail_init(&hctx->dispatch, &list);
-			rq_spin_unlock(&hctx->lock);
+		if (hctx_has_dispatch(hctx)) {
+			hctx_take_dispatch(hctx, &list);
 			if (!dispatch_rq_list(hctx, &list))
 				break;
 			continue;
@@ -986,7 +1002,7 @@ static void issue_list_directly(struct rq_hw_ctx *hctx, struct rq_sw_ctx *ctx,
 		return;
 	}
 	urcu_bp_read_lock();
-	if (queue_quiesced(q) || hctx_stopped(hctx) || !rq_list_empty(&hctx->dispatch) ||
+	if (queue_quiesced(q) || hctx_stopped(hctx) || hctx_has_dispatch(hctx) ||
 	    atomic_load_explicit(&hctx->pending, memory_order_relaxed)) {
 		ctx_stage(ctx, list, false);
 		urcu_bp_read_unlock();
@@ -1160,7 +1176,8 @@ static bool mq_attempt_bio_merge(struct rq_queue *q, struct rq_sw_ctx *ctx,
 
 		return e->ops.bio_merge && e->ops.bio_merge(q, bio, nr_segs);
 	}
-	if (!rq_list_empty(&ctx->rq_list)) {
+	if (atomic_load_explicit(&ctx->hctx->pending, memory_order_relaxed) &
+	    (1ull << (ctx->index_hw % 64))) {
 		bool merged;
 
 		rq_spin_lock(&ctx->lock);
@@ -1730,9 +1747,7 @@ static void queue_fail_queued(struct rq_queue *q)
 	for (unsigned i = 0; i < q->nr_hw_queues; i++) {
 		struct rq_hw_ctx *hctx = q->hctxs[i];
 
-		rq_spin_lock(&hctx->lock);
-		rq_list_splice_tail_init(&hctx->dispatch, &list);
-		rq_spin_unlock(&hctx->lock);
+		hctx_take_dispatch(hctx, &list);
 		for (unsigned c = 0; c < hctx->nr_ctx; c++) {
 			struct rq_sw_ctx *ctx = hctx->ctxs[c];
 

@@ -91,7 +91,7 @@ static void timeout_scan(struct rq_queue *q, uint64_t now)
 			struct rq_request *rq = __atomic_load_n(&tags->rqs[tag], __ATOMIC_ACQUIRE);
 			uint32_t gen;
 
-			if (!rq || rq->hctx != hctx ||
+			if (!rq || __atomic_load_n(&rq->hctx, __ATOMIC_RELAXED) != hctx ||
 			    __atomic_load_n(&rq->state, __ATOMIC_ACQUIRE) != RQ_STATE_IN_FLIGHT)
 				continue;
 			gen = __atomic_load_n(&rq->gen, __ATOMIC_ACQUIRE);

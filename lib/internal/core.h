@@ -70,6 +70,7 @@ struct rq_hw_ctx {
 	rq_spinlock_t lock;            /* guards dispatch */
 	struct rq_list_node dispatch;  /* parked requests, issued first */
 	_Atomic unsigned state;        /* HCTX_* */
+	_Atomic bool has_dispatch;     /* dispatch is not empty (hint) */
 	_Atomic int run_state;         /* RUN_* */
 	_Atomic uint64_t pending;      /* sw ctxs (by index_hw, mod 64) with staged work */
 	_Atomic uint64_t run_at_ns;    /* delayed run deadline for the service thread */
@@ -179,6 +180,7 @@ void stat_add(struct rq_queue *q, unsigned idx, uint64_t n);
 void queue_enter_extra(struct rq_queue *q);
 void queue_exit(struct rq_queue *q);
 void run_hw_queue(struct rq_hw_ctx *hctx);
+void hctx_park(struct rq_hw_ctx *hctx, struct rq_list_node *list, bool at_head);
 void mq_insert_request(struct rq_request *rq, bool at_head, bool run);
 void mq_free_request(struct rq_request *rq);
 bool mq_get_driver_tag(struct rq_request *rq);
