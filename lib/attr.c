@@ -35,6 +35,24 @@ static void sched_tags_free(struct rq_queue *q, struct rq_tags **tags)
 
 	if (!tags)
 		return;
+	/*
+	 * Driver tags may still name requests of these scheduler tags: forget
+	 * them, then let a running timeout scan finish before the memory goes.
+	 */
+	for (unsigned i = 0; i < q->nr_hw_queues; i++) {
+		struct rq_tags *dt = q->hctxs[i]->tags;
+
+		if (!tags[i])
+			continue;
+		for (unsigned t = 0; t < dt->nr_tags; t++) {
+			struct rq_request *rq = __atomic_load_n(&dt->rqs[t], __ATOMIC_RELAXED);
+
+			if (rq && (char *)rq >= (char *)tags[i]->rq_mem &&
+			    (char *)rq < (char *)tags[i]->rq_mem + tags[i]->rq_mem_size)
+				__atomic_store_n(&dt->rqs[t], NULL, __ATOMIC_RELEASE);
+		}
+	}
+	service_barrier();
 	for (unsigned i = 0; i < q->nr_hw_queues; i++) {
 		if (!tags[i])
 			continue;

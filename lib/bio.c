@@ -117,12 +117,12 @@ static void bio_chain_endio(struct rq_bio *bio)
 RQ_EXPORT void rq_bio_endio(struct rq_bio *bio)
 {
 	for (;;) {
-		if (bio->core_flags & RQ_BIOF_CHAIN) {
+		if (__atomic_load_n(&bio->core_flags, __ATOMIC_ACQUIRE) & RQ_BIOF_CHAIN) {
 			/* Release our status, acquire the other pieces'. */
 			if (__atomic_sub_fetch(&bio->remaining, 1, __ATOMIC_ACQ_REL) != 0)
 				return;
 			/* Last piece: the bio is ours alone again. */
-			bio->core_flags &= ~RQ_BIOF_CHAIN;
+			__atomic_fetch_and(&bio->core_flags, (uint16_t)~RQ_BIOF_CHAIN, __ATOMIC_RELAXED);
 			bio->remaining = 1;
 		}
 		if (bio->end_io != bio_chain_endio) {
@@ -146,9 +146,9 @@ void bio_chain(struct rq_bio *child, struct rq_bio *parent)
 {
 	child->parent = parent;
 	child->end_io = bio_chain_endio;
-	if (!(parent->core_flags & RQ_BIOF_CHAIN)) {
+	if (!(__atomic_load_n(&parent->core_flags, __ATOMIC_RELAXED) & RQ_BIOF_CHAIN)) {
 		/* No piece in flight yet: the parent itself plus @child. */
-		parent->core_flags |= RQ_BIOF_CHAIN;
+		__atomic_fetch_or(&parent->core_flags, (uint16_t)RQ_BIOF_CHAIN, __ATOMIC_RELEASE);
 		__atomic_store_n(&parent->remaining, 2, __ATOMIC_RELAXED);
 	} else {
 		__atomic_add_fetch(&parent->remaining, 1, __ATOMIC_RELAXED);

@@ -87,14 +87,23 @@ static inline bool hctx_stopped(struct rq_hw_ctx *hctx)
 
 /* ------------------------------------------------------- usage / freeze */
 
+/*
+ * Drop a usage reference.  The drop is the last access to @q: a destroyer
+ * may free the queue as soon as the count reaches zero.  While a freeze is
+ * on, the drop happens under freeze_lock so the freezer wakes at once
+ * (freezers also re-check every few milliseconds, so a freeze that starts
+ * just after the check costs a little latency, never a hang).
+ */
 static void queue_exit_ctx(struct rq_queue *q, struct rq_sw_ctx *ctx)
 {
-	atomic_fetch_sub_explicit(&ctx->usage, 1, memory_order_seq_cst);
-	if (unlikely(atomic_load_explicit(&q->freeze_depth, memory_order_seq_cst))) {
-		pthread_mutex_lock(&q->freeze_lock);
-		pthread_cond_broadcast(&q->freeze_cond);
-		pthread_mutex_unlock(&q->freeze_lock);
+	if (likely(!atomic_load_explicit(&q->freeze_depth, memory_order_seq_cst))) {
+		atomic_fetch_sub_explicit(&ctx->usage, 1, memory_order_seq_cst);
+		return;
 	}
+	pthread_mutex_lock(&q->freeze_lock);
+	atomic_fetch_sub_explicit(&ctx->usage, 1, memory_order_seq_cst);
+	pthread_cond_broadcast(&q->freeze_cond);
+	pthread_mutex_unlock(&q->freeze_lock);
 }
 
 void queue_exit(struct rq_queue *q)
@@ -389,7 +398,14 @@ static void put_driver_tag(struct rq_request *rq, unsigned cpu)
  * Free a request that is not with the driver: scheduler told, tags back,
  * usage reference dropped.  The request must not be touched afterwards.
  */
-void mq_free_request(struct rq_request *rq)
+/*
+ * Release a request that is not with the driver: scheduler told, tags back.
+ * Its usage reference is NOT dropped: returns the ctx to drop it on (NULL
+ * for the flush machinery's own request), which the caller does last, after
+ * any re-run of the hctx, so a destroyer waiting for usage 0 never frees an
+ * hctx still in use.  The request must not be touched afterwards.
+ */
+static struct rq_sw_ctx *mq_release_request(struct rq_request *rq)
 {
 	struct rq_queue *q = rq->q;
 	struct rq_hw_ctx *hctx = rq->hctx;
@@ -404,9 +420,7 @@ void mq_free_request(struct rq_request *rq)
 			eq->type->ops.finish_request(rq);
 	}
 	if (unlikely(rq->rq_flags & RQ_RQF_FLUSH_INTERNAL))
-		return; /* owned by the flush queue */
-	if (q->elevator && q->elevator->last_merge == rq)
-		q->elevator->last_merge = NULL;
+		return NULL; /* owned by the flush queue */
 	while (unlikely(__atomic_load_n(&rq->core_busy, __ATOMIC_ACQUIRE)))
 		cpu_relax();
 	rq->bio = rq->biotail = NULL;
@@ -418,7 +432,17 @@ void mq_free_request(struct rq_request *rq)
 	} else if (tag >= 0) {
 		rq_tags_put(hctx->tags, (unsigned)tag, cpu);
 	}
-	queue_exit_ctx(q, ctx);
+	return ctx;
+}
+
+/* Free a request that is not with the driver, dropping its usage reference. */
+void mq_free_request(struct rq_request *rq)
+{
+	struct rq_queue *q = rq->q;
+	struct rq_sw_ctx *ctx = mq_release_request(rq);
+
+	if (ctx)
+		queue_exit_ctx(q, ctx);
 }
 
 RQ_EXPORT void rq_sched_free_request(struct rq_request *rq)
@@ -471,24 +495,31 @@ void mq_fail_request(struct rq_request *rq, rq_status_t status)
 static void mq_end_request_inflight(struct rq_request *rq, rq_status_t status)
 {
 	struct rq_hw_ctx *hctx = rq->hctx;
+	struct rq_queue *q = rq->q;
+	struct rq_sw_ctx *ctx;
 
 	if (rq->end_io) {
-		/* internal sequencing (flush): it decides what happens next */
+		/* internal sequencing (flush): hold the queue across its steps */
+		ctx = rq->ctx;
+		atomic_fetch_add_explicit(&ctx->usage, 1, memory_order_seq_cst);
 		hctx_request_left_driver(hctx);
 		rq->end_io(rq, status);
 		hctx_restart(hctx);
+		queue_exit_ctx(q, ctx);
 		return;
 	}
 	if (status != RQ_STS_OK)
 		ctx_stat_add(rq->ctx, ST_ERRORS, 1);
 	ctx_stat_add(rq->ctx, ST_COMPLETED, 1);
-	if (rq->q->elevator && rq->q->elevator->type->ops.completed_request &&
+	if (q->elevator && q->elevator->type->ops.completed_request &&
 	    (rq->rq_flags & RQ_RQF_ELVPRIV))
-		rq->q->elevator->type->ops.completed_request(rq, rq_clock_ns());
+		q->elevator->type->ops.completed_request(rq, rq_clock_ns());
 	end_bios(rq, status);
 	hctx_request_left_driver(hctx);
-	mq_free_request(rq);
+	ctx = mq_release_request(rq);
 	hctx_restart(hctx);
+	if (ctx)
+		queue_exit_ctx(q, ctx);
 }
 
 void mq_end_request_locked(struct rq_request *rq, rq_status_t status)
@@ -1809,6 +1840,7 @@ RQ_EXPORT void rq_queue_destroy(struct rq_queue *q)
 		return;
 	set = q->set;
 	atomic_store(&q->dying, true);
+	atomic_fetch_add(&q->freeze_depth, 1); /* completions wake us */
 	plug_fail_queue(q);
 	pthread_mutex_lock(&q->freeze_lock);
 	pthread_cond_broadcast(&q->unfreeze_cond);
@@ -1834,6 +1866,10 @@ RQ_EXPORT void rq_queue_destroy(struct rq_queue *q)
 		pthread_mutex_unlock(&q->freeze_lock);
 		queue_fail_queued(q);
 	}
+	/* a dispatcher may still be letting go of an hctx it emptied */
+	for (unsigned i = 0; i < q->nr_hw_queues; i++)
+		while (atomic_load(&q->hctxs[i]->run_state) != RUN_IDLE)
+			sched_yield();
 	service_unregister(q);
 	urcu_bp_synchronize_rcu();
 	elevator_detach(q);

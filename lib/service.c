@@ -215,6 +215,13 @@ void service_register(struct rq_queue *q)
 	service_kick();
 }
 
+/* Wait until the service thread is not inside a pass over the queues. */
+void service_barrier(void)
+{
+	pthread_mutex_lock(&svc_lock);
+	pthread_mutex_unlock(&svc_lock);
+}
+
 void service_unregister(struct rq_queue *q)
 {
 	pthread_mutex_lock(&svc_lock);

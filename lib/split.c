@@ -250,7 +250,7 @@ struct rq_bio *bio_split_to_limits_status(const struct rq_queue_limits *lim,
 	}
 
 	if (likely(!bytes)) {
-		bio->core_flags |= RQ_BIOF_SPLIT_DONE;
+		__atomic_fetch_or(&bio->core_flags, (uint16_t)RQ_BIOF_SPLIT_DONE, __ATOMIC_RELAXED);
 		*nr_segs = segs;
 		return bio;
 	}

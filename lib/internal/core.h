@@ -221,6 +221,7 @@ void elevator_detach(struct rq_queue *q);
 void service_register(struct rq_queue *q);
 void service_unregister(struct rq_queue *q);
 void service_kick(void);
+void service_barrier(void);
 void mbox_service(uint64_t now);
 void rq_mq_delay_kick_service(unsigned msecs);
 uint64_t mono_ns(void);
