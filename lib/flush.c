@@ -91,7 +91,7 @@ static void kick_flush(struct rq_queue *q, struct rq_flush_queue *fq, struct flu
 	fq->flush_in_flight = true;
 	fq->orig_rq = first;
 
-	flush_rq->hctx = hctx;
+	__atomic_store_n(&flush_rq->hctx, hctx, __ATOMIC_RELAXED);
 	flush_rq->ctx = first->ctx;
 	flush_rq->cpu = first->cpu;
 	flush_rq->op = RQ_OP_FLUSH;

@@ -158,6 +158,7 @@ struct rq_queue {
 	_Atomic int freeze_waiters;
 
 	pthread_mutex_t sysfs_lock;
+	pthread_rwlock_t tsan_quiesce_lock; /* ThreadSanitizer builds only */
 
 	/* requeue */
 	rq_spinlock_t requeue_lock;
