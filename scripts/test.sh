@@ -3,7 +3,7 @@
 # Set up and build librequest, then run every test suite:
 #   build/       all suites (unit, sched, stress, build, integration)
 #   build-asan/  unit + sched under AddressSanitizer + UBSan
-#   build-tsan/  stress under ThreadSanitizer (when a stress test exists)
+#   build-tsan/  stress, unit and sched under ThreadSanitizer (when a stress test exists)
 # SKIP_SANITIZERS=1 runs only the first.  BUILD_DIR renames build/ (the
 # sanitizer builds go to $BUILD_DIR-asan and $BUILD_DIR-tsan).
 #
@@ -83,10 +83,10 @@ else
 	if has_suite "$build_dir" stress; then
 		say "TSan build ($tsan_dir)"
 		if meson_setup "$tsan_dir" -Dbuildtype=debugoptimized -Db_sanitize=thread; then
-			run_tests "stress (tsan)" "$tsan_dir" --setup tsan \
-				--suite stress --num-processes 2
+			run_tests "stress+unit+sched (tsan)" "$tsan_dir" --setup tsan \
+				--suite stress --suite unit --suite sched --num-processes 2
 		else
-			runs+=("stress (tsan): setup failed|$tsan_dir|1")
+			runs+=("stress+unit+sched (tsan): setup failed|$tsan_dir|1")
 		fi
 	else
 		say "no stress test: TSan build skipped"
