@@ -433,16 +433,14 @@ void bio_cache_drain(void)
  */
 RQ_EXPORT void rq_bio_init(struct rq_bio *bio, struct rq_bvec *vecs, unsigned max_vecs)
 {
-	memset(bio, 0, sizeof(*bio));
 	if (!vecs) {
 		vecs = bio->inline_vecs;
 		max_vecs = 1;
 	} else if (max_vecs > BIO_MAX_VECS) {
 		max_vecs = BIO_MAX_VECS;
 	}
-	bio->vecs = vecs;
-	bio->max_vecs = (uint8_t)max_vecs;
-	bio->remaining = 1;
+	bio_setup(bio, NULL, vecs, max_vecs, 0);
+	bio->inline_vecs[0] = (struct rq_bvec){ NULL, 0 };
 }
 
 /**

@@ -93,7 +93,9 @@ unsigned cur_cpu(void)
 
 struct rq_sw_ctx *queue_ctx(struct rq_queue *q, unsigned cpu)
 {
-	return &q->ctxs[cpu % q->nr_cpus];
+	if (unlikely(cpu >= q->nr_cpus))
+		cpu %= q->nr_cpus;
+	return &q->ctxs[cpu];
 }
 
 /* Relaxed per-CPU counters: a preempted update may rarely be lost. */
@@ -286,7 +288,9 @@ static struct rq_hw_ctx *map_hctx(struct rq_queue *q, unsigned cpu, unsigned opf
 
 		return q->hctxs[first + cpu % set->nr_poll_queues];
 	}
-	return q->hctxs[q->map[cpu % q->nr_cpus]];
+	if (unlikely(cpu >= q->nr_cpus))
+		cpu %= q->nr_cpus;
+	return q->hctxs[q->map[cpu]];
 }
 
 /* Get a tag from @tags, sleeping if allowed; -1 on failure. */

@@ -177,7 +177,10 @@ static inline unsigned sb_bits_per_word(const struct sbitmap *sb)
 
 static inline unsigned *sb_hint(const struct sbitmap *sb, unsigned cpu)
 {
-	return &sb->alloc_hint[(cpu % sb->nr_cpus) * HINT_STRIDE];
+	/* callers pass a CPU below nr_cpus: keep the division off the fast path */
+	if (unlikely(cpu >= sb->nr_cpus))
+		cpu %= sb->nr_cpus;
+	return &sb->alloc_hint[cpu * HINT_STRIDE];
 }
 
 /* Mask of the low @nr bits of a word. */
@@ -249,7 +252,7 @@ static int sb_word_get(struct sbitmap_word *w, unsigned wdepth, unsigned off, bo
 static int sb_find_bit(struct sbitmap *sb, unsigned hint, unsigned shallow)
 {
 	unsigned depth = READ_ONCE(sb->depth);
-	unsigned map_nr = DIV_ROUND_UP(depth, sb_bits_per_word(sb));
+	unsigned map_nr = (depth + sb_bits_per_word(sb) - 1) >> sb->shift;
 	unsigned index, off, i, nr_iter;
 
 	if (hint >= depth)
