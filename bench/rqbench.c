@@ -510,7 +510,7 @@ static void usage(FILE *f)
 "usage: rqbench [--front mq|sq] [--sched NAME] [--driver null] [--threads N]\n"
 "               [--depth N] [--batch N] [--bs BYTES]\n"
 "               [--pattern randread|randwrite|read|write|randrw]\n"
-"               [--seconds S | --ops N] [--hw-queues N]\n"
+"               [--seconds S | --ops N] [--hw-queues N (default: CPUs)]\n"
 "               [--completion inline|thread|timer] [--max-sectors-kb N]\n"
 "               [--max-segments N] [--nomerges 0|1|2] [--json]\n"
 "  more: --queue-depth N (= --depth), --hw-depth N (driver tags per hw queue,\n"
@@ -576,7 +576,10 @@ static void parse_args(int argc, char **argv, struct opts *o)
 	o->batch = 1;
 	o->bs = 4096;
 	o->pattern = PAT_RANDREAD;
-	o->hw_queues = 1;
+	/* multi-queue as intended: one hw queue per CPU, like a modern device */
+	o->hw_queues = (unsigned)sysconf(_SC_NPROCESSORS_ONLN);
+	if (!o->hw_queues)
+		o->hw_queues = 1;
 	o->completion = NULL_COMPLETE_INLINE;
 	o->nomerges = -1;
 	o->lat_sample = 1;
