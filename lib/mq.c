@@ -1549,6 +1549,23 @@ static void default_map_queues(struct rq_tag_set *set, unsigned *map, unsigned n
 	free(node);
 }
 
+/*
+ * The NUMA node a hw queue's memory lives on: the node of the first CPU
+ * mapped to it (so its tags and requests are local to the CPUs that use
+ * them), else the tag set's preference; -1 without NUMA.
+ */
+static int hw_queue_node(const struct rq_tag_set *set, unsigned idx)
+{
+#if HAVE_NUMA
+	if (numa_available() >= 0) {
+		for (unsigned cpu = 0; cpu < set->nr_cpus; cpu++)
+			if (set->map[cpu] == idx)
+				return cpu_node(cpu);
+	}
+#endif
+	return set->numa_node;
+}
+
 RQ_EXPORT int rq_tag_set_alloc(const struct rq_tag_set_config *cfg, struct rq_tag_set **out)
 {
 	struct rq_tag_set *set;
@@ -1562,7 +1579,7 @@ RQ_EXPORT int rq_tag_set_alloc(const struct rq_tag_set_config *cfg, struct rq_ta
 		return -EINVAL;
 	if (!cfg->nr_hw_queues || cfg->nr_hw_queues > 1024 || !cfg->queue_depth ||
 	    cfg->queue_depth > 65536 || cfg->reserved_tags >= cfg->queue_depth ||
-	    cfg->nr_poll_queues >= cfg->nr_hw_queues + (cfg->nr_poll_queues ? 0 : 1) ||
+	    cfg->nr_poll_queues >= cfg->nr_hw_queues ||
 	    cfg->cmd_size > (1u << 20))
 		return -EINVAL;
 	set = calloc(1, sizeof(*set));
@@ -1601,8 +1618,13 @@ RQ_EXPORT int rq_tag_set_alloc(const struct rq_tag_set_config *cfg, struct rq_ta
 	for (unsigned cpu = 0; cpu < set->nr_cpus; cpu++)
 		if (set->map[cpu] >= set->nr_hw_queues)
 			goto fail;
+	set->hctx_node = calloc(set->nr_hw_queues, sizeof(*set->hctx_node));
+	if (!set->hctx_node)
+		goto fail;
+	for (unsigned i = 0; i < set->nr_hw_queues; i++)
+		set->hctx_node[i] = hw_queue_node(set, i);
 	for (unsigned i = 0; i < nr_tags_sets; i++) {
-		int node = set->numa_node;
+		int node = set->hctx_node[i];
 
 		set->tags[i] = rq_tags_alloc(set->queue_depth, set->reserved_tags, set->rq_size,
 					     false, node);
@@ -1644,6 +1666,7 @@ RQ_EXPORT void rq_tag_set_free(struct rq_tag_set *set)
 	}
 	free(set->tags);
 	free(set->map);
+	free(set->hctx_node);
 	pthread_mutex_destroy(&set->lock);
 	free(set);
 }
@@ -1670,7 +1693,7 @@ static void hctx_free(struct rq_queue *q, struct rq_hw_ctx *hctx, unsigned idx, 
 static int hctx_alloc(struct rq_queue *q, unsigned idx)
 {
 	struct rq_tag_set *set = q->set;
-	int node = set->numa_node;
+	int node = set->hctx_node[idx];
 	struct rq_hw_ctx *hctx = rq_alloc_node(sizeof(*hctx), node);
 	unsigned nr_tags = set->queue_depth;
 

@@ -101,6 +101,7 @@ struct rq_tag_set {
 	void *driver_data;
 	unsigned nr_cpus;
 	unsigned *map;                 /* cpu -> hw queue */
+	int *hctx_node;                /* hw queue -> NUMA node of its memory */
 	struct rq_tags **tags;         /* per hw queue (or one shared) */
 	size_t rq_size;
 	pthread_mutex_t lock;          /* queue list */
