@@ -513,11 +513,13 @@ static int write_cache_store(struct rq_queue *q, const char *val)
 		on = false;
 	else
 		return -EINVAL;
-	/* like the kernel: only a cache the device has can be turned back on */
-	if (on && !q->hw_write_cache)
-		return -EINVAL;
+	/*
+	 * As the kernel (6.11 on): the write only says whether a cache the
+	 * device has is used; "write back" on a device without one is accepted
+	 * and changes nothing.
+	 */
 	rq_queue_freeze(q);
-	if (on)
+	if (on && q->hw_write_cache)
 		q->limits.features |= RQ_FEAT_WRITE_CACHE;
 	else
 		q->limits.features &= ~RQ_FEAT_WRITE_CACHE;
