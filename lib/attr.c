@@ -324,11 +324,45 @@ static int emit(char *buf, size_t len, const char *fmt, ...)
 
 /* ----------------------------------------------------------- attributes */
 
+/*
+ * An attribute: show/store functions, or (show NULL) a plain unsigned field
+ * of the queue at @field, writable within [@min, @max].
+ */
 struct queue_attr {
 	const char *name;
 	int (*show)(struct rq_queue *q, char *buf, size_t len);
 	int (*store)(struct rq_queue *q, const char *val); /* NULL: read-only */
+	size_t field;
+	unsigned long min, max;
 };
+
+#define UINT_ATTR(n, member, lo, hi) \
+	{ .name = n, .field = offsetof(struct rq_queue, member), .min = lo, .max = hi }
+
+static unsigned *attr_field(struct rq_queue *q, const struct queue_attr *a)
+{
+	return (unsigned *)(void *)((char *)q + a->field);
+}
+
+static int attr_show(struct rq_queue *q, const struct queue_attr *a, char *buf, size_t len)
+{
+	if (a->show)
+		return a->show(q, buf, len);
+	return emit(buf, len, "%u\n", READ_ONCE(*attr_field(q, a)));
+}
+
+/* Return -EINVAL for read-only attributes and bad values. */
+static int attr_store(struct rq_queue *q, const struct queue_attr *a, const char *val)
+{
+	unsigned long v;
+
+	if (a->show)
+		return a->store ? a->store(q, val) : -EINVAL;
+	if (parse_ulong(val, a->min, a->max, &v))
+		return -EINVAL;
+	WRITE_ONCE(*attr_field(q, a), (unsigned)v);
+	return 0;
+}
 
 static int scheduler_show(struct rq_queue *q, char *buf, size_t len)
 {
@@ -375,21 +409,6 @@ static int nr_requests_store(struct rq_queue *q, const char *val)
 		}
 	}
 	rq_queue_unfreeze(q);
-	return 0;
-}
-
-static int nomerges_show(struct rq_queue *q, char *buf, size_t len)
-{
-	return emit(buf, len, "%u\n", q->nomerges);
-}
-
-static int nomerges_store(struct rq_queue *q, const char *val)
-{
-	unsigned long v;
-
-	if (parse_ulong(val, 0, 2, &v))
-		return -EINVAL;
-	WRITE_ONCE(q->nomerges, (unsigned)v);
 	return 0;
 }
 
@@ -467,36 +486,6 @@ static int rotational_store(struct rq_queue *q, const char *val)
 	return 0;
 }
 
-static int rq_affinity_show(struct rq_queue *q, char *buf, size_t len)
-{
-	return emit(buf, len, "%u\n", q->rq_affinity);
-}
-
-static int rq_affinity_store(struct rq_queue *q, const char *val)
-{
-	unsigned long v;
-
-	if (parse_ulong(val, 0, 2, &v))
-		return -EINVAL;
-	WRITE_ONCE(q->rq_affinity, (unsigned)v);
-	return 0;
-}
-
-static int io_timeout_show(struct rq_queue *q, char *buf, size_t len)
-{
-	return emit(buf, len, "%u\n", q->io_timeout_ms);
-}
-
-static int io_timeout_store(struct rq_queue *q, const char *val)
-{
-	unsigned long v;
-
-	if (parse_ulong(val, 1, 0xffffffffu, &v))
-		return -EINVAL;
-	WRITE_ONCE(q->io_timeout_ms, (unsigned)v);
-	return 0;
-}
-
 static int write_cache_show(struct rq_queue *q, char *buf, size_t len)
 {
 	return emit(buf, len, "%s\n",
@@ -555,7 +544,7 @@ static int nr_hw_queues_show(struct rq_queue *q, char *buf, size_t len)
 static const struct queue_attr queue_attrs[] = {
 	{ "scheduler", scheduler_show, scheduler_store },
 	{ "nr_requests", nr_requests_show, nr_requests_store },
-	{ "nomerges", nomerges_show, nomerges_store },
+	UINT_ATTR("nomerges", nomerges, 0, 2),
 	{ "max_sectors_kb", max_sectors_kb_show, max_sectors_kb_store },
 	{ "max_hw_sectors_kb", max_hw_sectors_kb_show, NULL },
 	{ "max_segments", max_segments_show, NULL },
@@ -565,8 +554,8 @@ static const struct queue_attr queue_attrs[] = {
 	{ "discard_max_bytes", discard_max_bytes_show, NULL },
 	{ "write_zeroes_max_bytes", write_zeroes_max_bytes_show, NULL },
 	{ "rotational", rotational_show, rotational_store },
-	{ "rq_affinity", rq_affinity_show, rq_affinity_store },
-	{ "io_timeout", io_timeout_show, io_timeout_store },
+	UINT_ATTR("rq_affinity", rq_affinity, 0, 2),
+	UINT_ATTR("io_timeout", io_timeout_ms, 1, 0xffffffffu),
 	{ "write_cache", write_cache_show, write_cache_store },
 	{ "stat", stat_show, NULL },
 	{ "nr_hw_queues", nr_hw_queues_show, NULL },
@@ -600,7 +589,7 @@ RQ_EXPORT int rq_queue_attr_get(struct rq_queue *q, const char *name, char *buf,
 				ret = -EINVAL;
 		}
 	} else if ((a = find_attr(name))) {
-		ret = a->show(q, buf, len);
+		ret = attr_show(q, a, buf, len);
 	} else {
 		ret = -EINVAL;
 	}
@@ -625,8 +614,8 @@ RQ_EXPORT int rq_queue_attr_set(struct rq_queue *q, const char *name, const char
 			if (ret == -ENOENT)
 				ret = -EINVAL;
 		}
-	} else if ((a = find_attr(name)) && a->store) {
-		ret = a->store(q, value);
+	} else if ((a = find_attr(name))) {
+		ret = attr_store(q, a, value);
 	} else {
 		ret = -EINVAL;
 	}

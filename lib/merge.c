@@ -288,7 +288,7 @@ RQ_EXPORT bool rq_sched_try_merge(struct rq_queue *q, struct rq_bio *bio, unsign
 
 	if (merged)
 		*merged = NULL;
-	if (!eq || q->nomerges == 2 || !bio_mergeable(bio))
+	if (!eq || READ_ONCE(q->nomerges) == 2 || !bio_mergeable(bio))
 		return false;
 	/* the one-hit cache first */
 	if (eq->last_merge && rq_merge_ok(eq->last_merge, bio)) {
@@ -298,7 +298,7 @@ RQ_EXPORT bool rq_sched_try_merge(struct rq_queue *q, struct rq_bio *bio, unsign
 		else
 			type = RQ_ELV_NO_MERGE;
 	}
-	if (type == RQ_ELV_NO_MERGE && q->nomerges == 0) {
+	if (type == RQ_ELV_NO_MERGE && READ_ONCE(q->nomerges) == 0) {
 		rq = elv_hash_find(eq, bio->iter.sector);
 		if (rq && rq_merge_ok(rq, bio) && sched_allows(q, rq, bio)) {
 			type = RQ_ELV_BACK_MERGE;
@@ -311,37 +311,24 @@ RQ_EXPORT bool rq_sched_try_merge(struct rq_queue *q, struct rq_bio *bio, unsign
 				type = RQ_ELV_NO_MERGE;
 		}
 	}
-	switch (type) {
-	case RQ_ELV_BACK_MERGE: {
-		struct rq_request *freed;
-
-		if (!bio_attempt_back_merge(rq, bio, nr_segs))
-			return false;
-		freed = attempt_back_merge(q, rq);
-		if (!freed)
-			elv_merged_request(q, rq, RQ_ELV_BACK_MERGE);
-		if (merged)
-			*merged = freed;
-		else if (freed)
-			rq_sched_free_request(freed);
-		return true;
-	}
-	case RQ_ELV_FRONT_MERGE: {
-		struct rq_request *freed;
-
-		if (!bio_attempt_front_merge(rq, bio, nr_segs))
-			return false;
-		freed = attempt_front_merge(q, rq);
-		if (!freed)
-			elv_merged_request(q, rq, RQ_ELV_FRONT_MERGE);
-		if (merged)
-			*merged = freed;
-		else if (freed)
-			rq_sched_free_request(freed);
-		return true;
-	}
-	default:
+	if (type != RQ_ELV_BACK_MERGE && type != RQ_ELV_FRONT_MERGE)
 		return false;
+	{
+		bool back = type == RQ_ELV_BACK_MERGE;
+		struct rq_request *freed;
+
+		if (back ? !bio_attempt_back_merge(rq, bio, nr_segs) :
+			   !bio_attempt_front_merge(rq, bio, nr_segs))
+			return false;
+		/* the grown request may now touch its neighbour */
+		freed = back ? attempt_back_merge(q, rq) : attempt_front_merge(q, rq);
+		if (!freed)
+			elv_merged_request(q, rq, type);
+		if (merged)
+			*merged = freed;
+		else if (freed)
+			rq_sched_free_request(freed);
+		return true;
 	}
 }
 
@@ -351,13 +338,13 @@ RQ_EXPORT bool rq_sched_try_insert_merge(struct rq_queue *q, struct rq_request *
 	struct rq_elevator_queue *eq = q->elevator;
 	bool ret = false;
 
-	if (!eq || q->nomerges == 2)
+	if (!eq || READ_ONCE(q->nomerges) == 2)
 		return false;
 	if (eq->last_merge && eq->last_merge != rq && attempt_merge(q, eq->last_merge, rq)) {
 		rq_list_add(&rq->queuelist, free);
 		return true;
 	}
-	if (q->nomerges)
+	if (READ_ONCE(q->nomerges))
 		return false;
 	for (;;) {
 		struct rq_request *prev = elv_hash_find(eq, rq->sector);

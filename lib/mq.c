@@ -1242,7 +1242,7 @@ static void plug_add(struct rq_plug *plug, struct rq_request *rq)
 static bool mq_attempt_bio_merge(struct rq_queue *q, struct rq_sw_ctx *ctx,
 				 struct rq_plug *plug, struct rq_bio *bio, unsigned nr_segs)
 {
-	if (q->nomerges == 2 || !bio_mergeable(bio))
+	if (READ_ONCE(q->nomerges) == 2 || !bio_mergeable(bio))
 		return false;
 	if (plug && plug->tail && plug->tail->q == q &&
 	    bio_attempt_merge(q, plug->tail, bio, nr_segs, false)) {
