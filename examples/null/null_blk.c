@@ -68,6 +68,8 @@ struct null_hq {
 
 	/* written by queue_rq */
 	struct null_counters qc __attribute__((aligned(NULL_CACHELINE)));
+	uint32_t rng;               /* fault injection (queue_rq only) */
+	uint64_t busy;
 	/* pushed by queue_rq, taken whole by the completion thread */
 	_Atomic(struct null_cmd *) pending;
 
@@ -569,6 +571,20 @@ static rq_status_t null_queue_rq(struct rq_hw_ctx *hctx, struct rq_request *rq,
 	struct null_cmd *cmd;
 	rq_status_t status;
 
+	if (dev->cfg.resource_permille) {
+		/* xorshift32; queue_rq never runs concurrently on one hctx */
+		uint32_t x = hq->rng ? hq->rng : 2463534242u + hq->idx;
+
+		x ^= x << 13;
+		x ^= x >> 17;
+		x ^= x << 5;
+		hq->rng = x;
+		if (x % 1000 < dev->cfg.resource_permille) {
+			null_count(&hq->busy, 1);
+			return RQ_STS_RESOURCE;
+		}
+	}
+
 	null_account(hq, rq);
 
 	if (dev->cfg.blocking && dev->cfg.blocking_nsec) {
@@ -789,6 +805,7 @@ void null_get_stats(struct null_dev *dev, struct null_stats *st)
 		st->write_zeroes += null_read(&hq->qc.write_zeroes);
 		st->completed += null_read(&hq->completed);
 		st->segments += null_read(&hq->segments);
+		st->busy += null_read(&hq->busy);
 	}
 	if (dev->cfg.memory_backed)
 		st->pages = atomic_load_explicit(&dev->store.allocated,

@@ -57,6 +57,10 @@ struct null_config {
 	void (*thread_init)(void);      /* NULL, or run first on every
 					   completion thread (e.g. to set up
 					   allocator or tracing state) */
+	unsigned resource_permille;     /* [0] fault injection: this share
+					   (per mille) of queue_rq calls
+					   answers RQ_STS_RESOURCE, as
+					   null_blk's requeue injection */
 };
 
 /** struct null_stats - what the device saw, summed over hw queues. */
@@ -70,6 +74,7 @@ struct null_stats {
 	uint64_t discards;
 	uint64_t write_zeroes;
 	uint64_t segments;      /* data segments walked (memory-backed only) */
+	uint64_t busy;          /* RQ_STS_RESOURCE answers (fault injection) */
 	uint64_t pages;         /* memory-backed pages currently allocated */
 };
 

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
  * Stress: 3 threads write and read back their own regions of a memory-backed
- * mock device (completion on the mock's thread, 5% random RESOURCE answers)
+ * device (completion on the driver's thread, 5% random RESOURCE answers) --
+ * the mock driver, or with argument "null" the example null driver --
  * with random plug sizes and random multi-vector bios of 4 KiB..256 KiB,
  * while the main thread switches the scheduler between none and test-fifo
  * every ~2 ms.  Every bio must end exactly once with OK and every byte read
@@ -23,6 +24,7 @@
 
 #include "mock_driver.h"
 #include "fixtures.h"
+#include "null_blk.h"
 
 #define THREADS 3
 #define BIOS_PER_THREAD 3000                 /* writes + reads, per thread */
@@ -50,7 +52,57 @@ struct worker {
 	atomic_uchar ends[MAX_SERIALS];
 };
 
-static struct mock_dev *dev;
+static bool use_null;              /* argv[1] == "null" */
+static struct mock_dev *dev;       /* the mock, or */
+static struct null_dev *ndev;      /* the null driver */
+static struct rq_queue *queue;     /* the queue of either */
+
+/* Memory-backed device with thread completion and 5% RESOURCE answers. */
+static void device_create(void)
+{
+	if (use_null) {
+		struct null_config nc;
+
+		null_config_default(&nc);
+		nc.completion = NULL_COMPLETE_THREAD;
+		nc.memory_backed = true;
+		nc.size_bytes = MEM_BYTES;
+		nc.resource_permille = 50;
+		nc.nr_hw_queues = 2;
+		assert_int_equal(null_create(&nc, &ndev), 0);
+		queue = null_queue(ndev);
+	} else {
+		struct mock_config cfg;
+
+		memset(&cfg, 0, sizeof(cfg));
+		cfg.completion = MOCK_COMPLETE_THREAD;
+		cfg.mem_bytes = MEM_BYTES;
+		cfg.resource_permille = 50;
+		dev = mock_create(&cfg, NULL);
+		queue = dev->q;
+	}
+}
+
+static void device_destroy(void)
+{
+	if (use_null)
+		null_destroy(ndev);
+	else
+		mock_destroy(dev);
+	ndev = NULL;
+	dev = NULL;
+	queue = NULL;
+}
+
+/* One synchronous bio on the device. */
+static rq_status_t sync_rw(unsigned op, uint64_t sector, void *buf, uint32_t len)
+{
+	struct mock_io io;
+
+	rq_submit_bio(queue, mock_bio(&io, op, sector, buf, len));
+	mock_wait(&io);	/* also gives the bio back */
+	return io.status;
+}
 static struct worker *workers;
 static atomic_uint workers_done;
 
@@ -131,7 +183,7 @@ static bool submit_one(struct worker *w, unsigned op, uint8_t *buf, uint32_t off
 	bio->private_data = (void *)(((uintptr_t)w->idx << 24) | w->serial);
 	w->serial++;
 	atomic_fetch_add(&w->outstanding, 1);
-	rq_submit_bio(dev->q, bio);
+	rq_submit_bio(queue, bio);
 	return true;
 }
 
@@ -204,18 +256,13 @@ static void *worker_thread(void *arg)
 static void test_stress(void **state)
 {
 	pthread_t th[THREADS];
-	struct mock_config cfg;
 	unsigned switches = 0, switch_fail = 0;
 	struct rq_queue_stats st;
 	uint32_t *all;
 	uint64_t total_bios = 0;
 
 	assert_int_equal(fixture_register_fifo(), 0);
-	memset(&cfg, 0, sizeof(cfg));
-	cfg.completion = MOCK_COMPLETE_THREAD;
-	cfg.mem_bytes = MEM_BYTES;
-	cfg.resource_permille = 50;
-	dev = mock_create(&cfg, NULL);
+	device_create();
 	workers = calloc(THREADS, sizeof(*workers));
 	assert_non_null(workers);
 	for (unsigned t = 0; t < THREADS; t++) {
@@ -235,7 +282,7 @@ static void test_stress(void **state)
 	while (atomic_load(&workers_done) < THREADS && switches < 100000) {
 		const char *name = switches % 2 ? "none" : FIXTURE_FIFO_NAME;
 
-		if (rq_queue_attr_set(dev->q, "scheduler", name))
+		if (rq_queue_attr_set(queue, "scheduler", name))
 			switch_fail++;
 		switches++;
 		fixture_sleep_us(2000);
@@ -267,7 +314,7 @@ static void test_stress(void **state)
 	assert_non_null(all);
 	memset(all, 0xee, MEM_BYTES);
 	for (uint64_t off = 0; off < MEM_BYTES; off += MAX_BIO)
-		assert_int_equal(mock_rw(dev, RQ_OP_READ, off >> RQ_SECTOR_SHIFT,
+		assert_int_equal(sync_rw(RQ_OP_READ, off >> RQ_SECTOR_SHIFT,
 					 (uint8_t *)all + off, MAX_BIO), RQ_STS_OK);
 	for (unsigned t = 0; t < THREADS; t++) {
 		const uint32_t *r = all + (uint64_t)t * REGION_BYTES / 4;
@@ -281,7 +328,7 @@ static void test_stress(void **state)
 	}
 	free(all);
 
-	rq_queue_get_stats(dev->q, &st);
+	rq_queue_get_stats(queue, &st);
 	assert_int_equal(st.errors, 0);
 	assert_int_equal(st.invalid, 0);
 	assert_true(st.bios >= total_bios);
@@ -290,7 +337,14 @@ static void test_stress(void **state)
 		      (unsigned long long)st.requests, (unsigned long long)st.resource,
 		      (unsigned long long)(st.merges_back + st.merges_front));
 
-	mock_destroy(dev);
+	if (use_null) {
+		struct null_stats ns;
+
+		null_get_stats(ndev, &ns);
+		assert_true(ns.busy > 0);
+		assert_int_equal(ns.busy, st.resource);
+	}
+	device_destroy();
 	for (unsigned t = 0; t < THREADS; t++) {
 		free(workers[t].wbuf);
 		free(workers[t].rbuf);
@@ -299,11 +353,13 @@ static void test_stress(void **state)
 	workers = NULL;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_stress),
 	};
+
+	use_null = argc > 1 && !strcmp(argv[1], "null");
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
