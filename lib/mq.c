@@ -395,10 +395,15 @@ static struct rq_request *mq_get_request(struct rq_queue *q, struct rq_sw_ctx *c
 			rq->ioc = rq_ioc_current();
 		if (!rq->ioprio && rq->ioc)
 			rq->ioprio = rq_ioc_prio(rq->ioc);
-		if (eq->type->ops.prepare_request && !(rq->opf & (RQ_BIO_PREFLUSH | RQ_BIO_FUA)) &&
-		    rq->op != RQ_OP_FLUSH) {
-			eq->type->ops.prepare_request(rq);
+		/*
+		 * As the kernel: flushes and FUA writes bypass the scheduler
+		 * (they go straight to the dispatch list); everything else is
+		 * the scheduler's, from prepare_request to finish_request.
+		 */
+		if (!(rq->opf & (RQ_BIO_PREFLUSH | RQ_BIO_FUA)) && rq->op != RQ_OP_FLUSH) {
 			rq->rq_flags |= RQ_RQF_ELVPRIV;
+			if (eq->type->ops.prepare_request)
+				eq->type->ops.prepare_request(rq);
 		}
 	}
 	return rq;
@@ -897,6 +902,8 @@ static inline bool hctx_has_dispatch(struct rq_hw_ctx *hctx)
 
 static inline void rq_start(struct rq_hw_ctx *hctx, struct rq_request *rq)
 {
+	if (rq->rq_flags & RQ_RQF_ELVPRIV)
+		rq->io_start_time_ns = rq_clock_ns(); /* schedulers measure latency */
 	__atomic_store_n(&rq->gen, rq->gen + 1, __ATOMIC_RELAXED);
 	rq->deadline_ns = 0;
 	rq->rq_flags |= RQ_RQF_STARTED;
@@ -1128,9 +1135,11 @@ void mq_insert_request(struct rq_request *rq, bool at_head, bool run)
 
 	rq_list_init(&list);
 	rq_list_add_tail(&rq->queuelist, &list);
-	if (q->elevator) {
+	if (q->elevator && (rq->rq_flags & RQ_RQF_ELVPRIV)) {
 		rq->rq_flags |= RQ_RQF_SORTED;
 		q->elevator->type->ops.insert_requests(hctx, &list, at_head ? RQ_INSERT_AT_HEAD : 0);
+	} else if (q->elevator) {
+		hctx_park(hctx, &list, at_head);
 	} else {
 		ctx_stage(rq->ctx, &list, at_head);
 	}
@@ -1158,13 +1167,25 @@ static void plug_issue_run(struct rq_list_node *list, struct rq_request *first)
 	struct rq_hw_ctx *hctx = first->hctx;
 
 	if (q->elevator) {
-		struct rq_request *rq;
+		struct rq_list_node bypass, *n, *next;
 
-		for (struct rq_list_node *n = list->next; n != list; n = n->next) {
-			rq = RQ_CONTAINER_OF(n, struct rq_request, queuelist);
-			rq->rq_flags |= RQ_RQF_SORTED;
+		/* flushes and FUA writes bypass the scheduler, as in the kernel */
+		rq_list_init(&bypass);
+		for (n = list->next; n != list; n = next) {
+			struct rq_request *rq = RQ_CONTAINER_OF(n, struct rq_request, queuelist);
+
+			next = n->next;
+			if (rq->rq_flags & RQ_RQF_ELVPRIV) {
+				rq->rq_flags |= RQ_RQF_SORTED;
+			} else {
+				rq_list_del_init(n);
+				rq_list_add_tail(n, &bypass);
+			}
 		}
-		q->elevator->type->ops.insert_requests(hctx, list, 0);
+		if (!rq_list_empty(&bypass))
+			hctx_park(hctx, &bypass, false);
+		if (!rq_list_empty(list))
+			q->elevator->type->ops.insert_requests(hctx, list, 0);
 		run_hw_queue(hctx);
 		return;
 	}
@@ -2055,6 +2076,27 @@ RQ_EXPORT void *rq_hctx_sched_data(const struct rq_hw_ctx *hctx)
 RQ_EXPORT void rq_hctx_set_sched_data(struct rq_hw_ctx *hctx, void *data)
 {
 	hctx->sched_data = data;
+}
+
+RQ_EXPORT unsigned rq_hctx_nr_ctx(const struct rq_hw_ctx *hctx)
+{
+	return hctx->nr_ctx;
+}
+
+RQ_EXPORT unsigned rq_request_ctx_index(const struct rq_request *rq)
+{
+	return rq->ctx->index_hw;
+}
+
+RQ_EXPORT struct rq_hw_ctx *rq_bio_map_hctx(struct rq_queue *q, const struct rq_bio *bio,
+					    unsigned *ctx_index)
+{
+	struct rq_sw_ctx *ctx = queue_ctx(q, cur_cpu());
+	struct rq_hw_ctx *hctx = map_hctx(q, ctx->cpu, bio->opf);
+
+	if (ctx_index)
+		*ctx_index = hctx == ctx->hctx ? ctx->index_hw : 0;
+	return hctx;
 }
 
 RQ_EXPORT unsigned rq_queue_nr_requests(const struct rq_queue *q)

@@ -20,6 +20,12 @@
  *   completed_request            any completing thread
  *   finish_request, requeue      any thread ending / requeueing the request
  *
+ * Flushes and FUA writes never enter a scheduler (as in the kernel): only
+ * requests with RQ_RQF_ELVPRIV in rq_flags are the scheduler's, and for
+ * them prepare_request, insert, dispatch, completed_request and
+ * finish_request are called.  rq->io_start_time_ns is set when such a
+ * request goes to the driver, rq->start_time_ns when it is made.
+ *
  * A scheduler protects its own data; the core never holds a lock across a
  * call into it except the hctx dispatch ownership for dispatch_request.
  */
@@ -172,6 +178,22 @@ void *rq_queue_elevator_data(struct rq_queue *q);
 /** rq_hctx_sched_data() / rq_hctx_set_sched_data() - per hw queue data. */
 void *rq_hctx_sched_data(const struct rq_hw_ctx *hctx);
 void rq_hctx_set_sched_data(struct rq_hw_ctx *hctx, void *data);
+/**
+ * rq_hctx_nr_ctx() - software queues (CPUs) mapped to @hctx; a request's
+ * rq_request_ctx_index() is below it.  For schedulers that keep per-CPU
+ * lists, as kyber does.
+ */
+unsigned rq_hctx_nr_ctx(const struct rq_hw_ctx *hctx);
+/** rq_request_ctx_index() - index of the software queue @rq was made on. */
+unsigned rq_request_ctx_index(const struct rq_request *rq);
+/**
+ * rq_bio_map_hctx() - the hw queue a bio submitted now from this CPU would
+ * use, and (in *@ctx_index, may be NULL) the index of this CPU's software
+ * queue on it.  For bio_merge hooks.
+ */
+struct rq_hw_ctx *rq_bio_map_hctx(struct rq_queue *q, const struct rq_bio *bio,
+				  unsigned *ctx_index);
+
 /** rq_queue_nr_requests() - scheduler tags per hw queue (nr_requests). */
 unsigned rq_queue_nr_requests(const struct rq_queue *q);
 /** rq_queue_rotational() - true for a rotational device. */
