@@ -169,7 +169,7 @@ static void flush_end_io(struct rq_request *flush_rq, rq_status_t status)
 		if (fq->orig_rq && fq->orig_rq->tag == flush_rq->tag)
 			__atomic_store_n(&hctx->tags->rqs[flush_rq->tag], fq->orig_rq, __ATOMIC_RELEASE);
 		else
-			rq_tags_put(hctx->tags, (unsigned)flush_rq->tag, cur_cpu());
+			driver_tag_put(hctx, (unsigned)flush_rq->tag, cur_cpu());
 	}
 	flush_rq->tag = -1;
 	__atomic_store_n(&flush_rq->state, RQ_STATE_IDLE, __ATOMIC_RELAXED);
@@ -194,7 +194,7 @@ static void flush_data_end_io(struct rq_request *rq, rq_status_t status)
 	struct flush_actions act;
 
 	if (rq->tag >= 0 && (rq->rq_flags & RQ_RQF_SCHED_TAGS)) {
-		rq_tags_put(rq->hctx->tags, (unsigned)rq->tag, cur_cpu());
+		driver_tag_put(rq->hctx, (unsigned)rq->tag, cur_cpu());
 		rq->tag = -1;
 	}
 	__atomic_store_n(&rq->state, RQ_STATE_IDLE, __ATOMIC_RELEASE);

@@ -306,6 +306,104 @@ static int get_tag(struct rq_queue *q, struct rq_tags *tags, unsigned cpu, unsig
 	return bit < 0 ? -1 : (int)(tags->nr_reserved + (unsigned)bit);
 }
 
+/*
+ * Fair sharing of a tag set's driver tags between queues (RQ_TAG_SET_SHARED,
+ * the kernel's hctx_may_queue()): while N queues are busy on the same tags,
+ * each hw queue may hold at most max(ceil(depth / N), 4) driver tags.  A hw
+ * queue becomes busy with its first driver tag and idle when the service
+ * thread finds it holding none.  Costs nothing for unshared tag sets.
+ */
+static inline bool tags_shared(const struct rq_queue *q)
+{
+	return q->set->flags & RQ_TAG_SET_SHARED;
+}
+
+static bool hctx_may_queue(struct rq_hw_ctx *hctx)
+{
+	struct rq_tags *tags = hctx->tags;
+	unsigned users, depth;
+
+	if (!atomic_load_explicit(&hctx->tag_active, memory_order_relaxed) &&
+	    !atomic_exchange(&hctx->tag_active, true))
+		atomic_fetch_add(&tags->active_queues, 1);
+	users = (unsigned)atomic_load_explicit(&tags->active_queues, memory_order_relaxed);
+	if (users <= 1)
+		return true;
+	depth = (tags->nr_tags - tags->nr_reserved + users - 1) / users;
+	if (depth < 4)
+		depth = 4;
+	return (unsigned)atomic_load_explicit(&hctx->nr_active, memory_order_relaxed) < depth;
+}
+
+/* Service thread: a shared hw queue holding no driver tag is idle again. */
+void hctx_tag_idle_check(struct rq_hw_ctx *hctx)
+{
+	if (atomic_load(&hctx->tag_active) && !atomic_load(&hctx->nr_active) &&
+	    atomic_exchange(&hctx->tag_active, false))
+		atomic_fetch_sub(&hctx->tags->active_queues, 1);
+}
+
+/* Take a driver tag on @hctx; -1 if none (or over the fair share). */
+static int driver_tag_get(struct rq_hw_ctx *hctx, unsigned cpu)
+{
+	int tag;
+
+	if (likely(!tags_shared(hctx->q)))
+		return rq_tags_get(hctx->tags, cpu, 0);
+	if (!hctx_may_queue(hctx))
+		return -1;
+	tag = rq_tags_get(hctx->tags, cpu, 0);
+	if (tag >= 0)
+		atomic_fetch_add(&hctx->nr_active, 1);
+	return tag;
+}
+
+/* Give driver tag @tag of @hctx back; wakes fair-share waiters. */
+void driver_tag_put(struct rq_hw_ctx *hctx, unsigned tag, unsigned cpu)
+{
+	rq_tags_put(hctx->tags, tag, cpu);
+	if (unlikely(tags_shared(hctx->q))) {
+		atomic_fetch_sub(&hctx->nr_active, 1);
+		if (atomic_load(&hctx->share_waiters)) {
+			pthread_mutex_lock(&hctx->share_lock);
+			pthread_cond_broadcast(&hctx->share_cond);
+			pthread_mutex_unlock(&hctx->share_lock);
+		}
+	}
+}
+
+/* A driver tag at submission (no scheduler), sleeping unless @nowait. */
+static int driver_tag_get_wait(struct rq_queue *q, struct rq_hw_ctx *hctx, unsigned cpu,
+			       bool nowait)
+{
+	int tag;
+
+	if (likely(!tags_shared(q)))
+		return get_tag(q, hctx->tags, cpu, 0, nowait);
+	for (;;) {
+		struct timespec ts;
+
+		if (hctx_may_queue(hctx)) {
+			tag = get_tag(q, hctx->tags, cpu, 0, nowait);
+			if (tag >= 0)
+				atomic_fetch_add(&hctx->nr_active, 1);
+			return tag;
+		}
+		if (nowait || atomic_load(&q->dying))
+			return -1;
+		/* over our share: our own completions make room */
+		rq_flush_plug();
+		pthread_mutex_lock(&hctx->share_lock);
+		atomic_fetch_add(&hctx->share_waiters, 1);
+		if (!hctx_may_queue(hctx)) {
+			timespec_in_ms(&ts, 1);
+			pthread_cond_timedwait(&hctx->share_cond, &hctx->share_lock, &ts);
+		}
+		atomic_fetch_sub(&hctx->share_waiters, 1);
+		pthread_mutex_unlock(&hctx->share_lock);
+	}
+}
+
 static void rq_init_common(struct rq_request *rq, struct rq_queue *q, struct rq_hw_ctx *hctx,
 			   struct rq_sw_ctx *ctx)
 {
@@ -366,7 +464,7 @@ static struct rq_request *mq_get_request(struct rq_queue *q, struct rq_sw_ctx *c
 		rq->rq_flags = RQ_RQF_SCHED_TAGS;
 		rq->start_time_ns = rq_clock_ns();
 	} else {
-		tag = get_tag(q, hctx->tags, ctx->cpu, 0, nowait);
+		tag = driver_tag_get_wait(q, hctx, ctx->cpu, nowait);
 		if (tag < 0)
 			return NULL;
 		rq = hctx->tags->static_rqs[tag];
@@ -430,7 +528,7 @@ bool mq_get_driver_tag(struct rq_request *rq)
 
 	if (rq->tag >= 0)
 		return true;
-	tag = rq_tags_get(hctx->tags, cur_cpu(), 0);
+	tag = driver_tag_get(hctx, cur_cpu());
 	if (tag < 0)
 		return false;
 	rq->tag = tag;
@@ -441,7 +539,7 @@ bool mq_get_driver_tag(struct rq_request *rq)
 static void put_driver_tag(struct rq_request *rq, unsigned cpu)
 {
 	if (rq->tag >= 0 && (rq->rq_flags & RQ_RQF_SCHED_TAGS)) {
-		rq_tags_put(rq->hctx->tags, (unsigned)rq->tag, cpu);
+		driver_tag_put(rq->hctx, (unsigned)rq->tag, cpu);
 		rq->tag = -1;
 	}
 }
@@ -477,13 +575,10 @@ static struct rq_sw_ctx *mq_release_request(struct rq_request *rq)
 		cpu_relax();
 	rq->bio = rq->biotail = NULL;
 	__atomic_store_n(&rq->state, RQ_STATE_IDLE, __ATOMIC_RELEASE);
-	if (itag >= 0) {
-		if (tag >= 0)
-			rq_tags_put(hctx->tags, (unsigned)tag, cpu);
+	if (tag >= 0)
+		driver_tag_put(hctx, (unsigned)tag, cpu);
+	if (itag >= 0)
 		rq_tags_put(hctx->sched_tags, (unsigned)itag, cpu);
-	} else if (tag >= 0) {
-		rq_tags_put(hctx->tags, (unsigned)tag, cpu);
-	}
 	return ctx;
 }
 
@@ -1705,6 +1800,10 @@ static void hctx_free(struct rq_queue *q, struct rq_hw_ctx *hctx, unsigned idx, 
 		return;
 	if (inited && q->ops->exit_hctx)
 		q->ops->exit_hctx(hctx, idx);
+	if (atomic_load(&hctx->tag_active))
+		atomic_fetch_sub(&hctx->tags->active_queues, 1);
+	pthread_mutex_destroy(&hctx->share_lock);
+	pthread_cond_destroy(&hctx->share_cond);
 	free(hctx->ctxs);
 	free(hctx->timeout_gen);
 	free(hctx->timeout_deadline);
@@ -1723,6 +1822,8 @@ static int hctx_alloc(struct rq_queue *q, unsigned idx)
 	q->hctxs[idx] = hctx;
 	rq_spin_init(&hctx->lock);
 	rq_list_init(&hctx->dispatch);
+	pthread_mutex_init(&hctx->share_lock, NULL);
+	pthread_cond_init(&hctx->share_cond, NULL);
 	hctx->q = q;
 	hctx->tags = set->tags[idx];
 	hctx->queue_num = idx;

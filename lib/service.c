@@ -146,6 +146,9 @@ static uint64_t service_queue(struct rq_queue *q, uint64_t now, uint64_t next)
 	if (now - q->svc_last_scan_ns >= scan_interval_ns(q)) {
 		q->svc_last_scan_ns = now;
 		timeout_scan(q, now);
+		if (q->set->flags & RQ_TAG_SET_SHARED)
+			for (unsigned i = 0; i < q->nr_hw_queues; i++)
+				hctx_tag_idle_check(q->hctxs[i]);
 	}
 	if (q->svc_last_scan_ns + scan_interval_ns(q) < next)
 		next = q->svc_last_scan_ns + scan_interval_ns(q);

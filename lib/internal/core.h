@@ -84,6 +84,12 @@ struct rq_hw_ctx {
 	void *sched_data;
 	unsigned nr_ctx;
 	struct rq_sw_ctx **ctxs;
+	/* fair sharing of driver tags between queues (RQ_TAG_SET_SHARED) */
+	_Atomic bool tag_active;       /* counted in tags->active_queues */
+	_Atomic int nr_active;         /* driver tags held */
+	_Atomic int share_waiters;
+	pthread_mutex_t share_lock;
+	pthread_cond_t share_cond;
 	uint32_t *timeout_gen;         /* service thread: per driver tag */
 	uint64_t *timeout_deadline;
 } rq_cacheline_aligned;
@@ -186,6 +192,8 @@ void hctx_park(struct rq_hw_ctx *hctx, struct rq_list_node *list, bool at_head);
 void mq_insert_request(struct rq_request *rq, bool at_head, bool run);
 void mq_free_request(struct rq_request *rq);
 bool mq_get_driver_tag(struct rq_request *rq);
+void driver_tag_put(struct rq_hw_ctx *hctx, unsigned tag, unsigned cpu);
+void hctx_tag_idle_check(struct rq_hw_ctx *hctx);
 void mq_end_request_locked(struct rq_request *rq, rq_status_t status);
 void mq_fail_request(struct rq_request *rq, rq_status_t status);
 uint64_t queue_timeout_ns(const struct rq_queue *q);
