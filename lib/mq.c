@@ -404,6 +404,52 @@ static int driver_tag_get_wait(struct rq_queue *q, struct rq_hw_ctx *hctx, unsig
 	}
 }
 
+/*
+ * Batched tag allocation: a plug takes up to PLUG_TAG_BATCH driver tags of
+ * one hw queue with a single compare-and-swap (sbq_get_batch) and hands
+ * them out as its requests are made; what is left goes back in one batch
+ * when the plug finishes.  Only for queues without a scheduler and with
+ * unshared tags (fair sharing counts tags one by one).
+ */
+#define PLUG_TAG_BATCH 8
+
+static void plug_return_tags(struct rq_plug *plug, unsigned cpu)
+{
+	struct rq_tags *tags = plug->tag_cache;
+	unsigned long m = plug->cached_tags;
+	int bits[8 * sizeof(unsigned long)];
+	unsigned n = 0;
+
+	if (!m)
+		return;
+	while (m) {
+		bits[n++] = (int)(plug->cached_off + (unsigned)__builtin_ctzl(m));
+		m &= m - 1;
+	}
+	plug->cached_tags = 0;
+	sbq_put_batch(&tags->bitmap, bits, n, cpu);
+}
+
+/* A driver tag from the plug's batch, refilled from @tags; -1 if none. */
+static int plug_cached_tag(struct rq_plug *plug, struct rq_tags *tags, unsigned cpu)
+{
+	unsigned bit;
+
+	if (unlikely(plug->tag_cache != tags)) {
+		plug_return_tags(plug, cpu);
+		plug->tag_cache = tags;
+	}
+	if (!plug->cached_tags) {
+		plug->cached_tags = sbq_get_batch(&tags->bitmap, cpu, PLUG_TAG_BATCH,
+						  &plug->cached_off);
+		if (!plug->cached_tags)
+			return -1;
+	}
+	bit = (unsigned)__builtin_ctzl(plug->cached_tags);
+	plug->cached_tags &= plug->cached_tags - 1;
+	return (int)(tags->nr_reserved + plug->cached_off + bit);
+}
+
 static void rq_init_common(struct rq_request *rq, struct rq_queue *q, struct rq_hw_ctx *hctx,
 			   struct rq_sw_ctx *ctx)
 {
@@ -464,7 +510,11 @@ static struct rq_request *mq_get_request(struct rq_queue *q, struct rq_sw_ctx *c
 		rq->rq_flags = RQ_RQF_SCHED_TAGS;
 		rq->start_time_ns = rq_clock_ns();
 	} else {
-		tag = driver_tag_get_wait(q, hctx, ctx->cpu, nowait);
+		tag = -1;
+		if (tls_plug && !tags_shared(q))
+			tag = plug_cached_tag(tls_plug, hctx->tags, ctx->cpu);
+		if (tag < 0)
+			tag = driver_tag_get_wait(q, hctx, ctx->cpu, nowait);
 		if (tag < 0)
 			return NULL;
 		rq = hctx->tags->static_rqs[tag];
@@ -1246,6 +1296,9 @@ void mq_insert_request(struct rq_request *rq, bool at_head, bool run)
 
 RQ_EXPORT void rq_start_plug(struct rq_plug *plug)
 {
+	plug->tag_cache = NULL;
+	plug->cached_tags = 0;
+	plug->cached_off = 0;
 	plug->head = plug->tail = NULL;
 	plug->count = 0;
 	plug->multiple_queues = 0;
@@ -1325,6 +1378,7 @@ RQ_EXPORT void rq_finish_plug(struct rq_plug *plug)
 	if (plug->head)
 		plug_flush_list(plug);
 	tls_plug = NULL;
+	plug_return_tags(plug, cur_cpu());
 	mbox_run_own();
 }
 
@@ -2011,6 +2065,7 @@ static void plug_fail_queue(struct rq_queue *q)
 
 	if (!plug)
 		return;
+	plug_return_tags(plug, cur_cpu());
 	link = &plug->head;
 	plug->tail = NULL;
 	while ((rq = *link)) {

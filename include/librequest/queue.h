@@ -117,6 +117,9 @@ struct rq_plug {
 	unsigned multiple_queues;  /* core */
 	struct rq_queue *q;        /* core: the last queue seen */
 	struct rq_plug *prev;      /* core: outer plug of the thread */
+	void *tag_cache;           /* core: tags the cached bits come from */
+	unsigned long cached_tags; /* core: tags taken ahead in one batch */
+	unsigned cached_off;       /* core: bitmap bit of cached bit 0 */
 };
 
 /** Requests a plug holds before it flushes by itself (BLK_MAX_REQUEST_COUNT). */
