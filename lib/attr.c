@@ -237,7 +237,7 @@ int elevator_switch(struct rq_queue *q, const char *name)
 	int ret;
 
 	pthread_mutex_lock(&q->sysfs_lock);
-	ret = elevator_switch_locked(q, name);
+	ret = q->sq ? sq_elevator_switch(q, name) : elevator_switch_locked(q, name);
 	pthread_mutex_unlock(&q->sysfs_lock);
 	return ret;
 }
@@ -367,7 +367,7 @@ static int attr_store(struct rq_queue *q, const struct queue_attr *a, const char
 static int scheduler_show(struct rq_queue *q, char *buf, size_t len)
 {
 	return elevator_list_names(buf, len, q->elevator ? q->elevator->type->name : "none",
-				   RQ_ELV_F_MQ);
+				   q->sq ? RQ_ELV_F_SQ : RQ_ELV_F_MQ);
 }
 
 static int scheduler_store(struct rq_queue *q, const char *val)
@@ -379,7 +379,7 @@ static int scheduler_store(struct rq_queue *q, const char *val)
 		return -EINVAL;
 	memcpy(name, val, n);
 	name[n] = 0;
-	return elevator_switch_locked(q, name);
+	return q->sq ? sq_elevator_switch(q, name) : elevator_switch_locked(q, name);
 }
 
 static int nr_requests_show(struct rq_queue *q, char *buf, size_t len)
@@ -390,6 +390,12 @@ static int nr_requests_show(struct rq_queue *q, char *buf, size_t len)
 static int nr_requests_store(struct rq_queue *q, const char *val)
 {
 	unsigned long v;
+
+	if (q->sq) {
+		if (parse_ulong(val, 4, 65536, &v))
+			return -EINVAL;
+		return sq_set_nr_requests(q, v);
+	}
 	unsigned max = q->elevator ? q->hctxs[0]->sched_tags->nr_tags : q->set->queue_depth -
 									       q->set->reserved_tags;
 

@@ -103,7 +103,8 @@ static void kick_flush(struct rq_queue *q, struct rq_flush_queue *fq, struct flu
 	flush_rq->bio = flush_rq->biotail = NULL;
 	flush_rq->rq_flags = RQ_RQF_FLUSH_INTERNAL;
 	flush_rq->internal_tag = -1;
-	flush_rq->tag = first->tag; /* borrowed, or -1: one is taken at dispatch */
+	/* borrowed, or -1: one is taken at dispatch (single queue: none) */
+	flush_rq->tag = q->sq ? -1 : first->tag;
 	flush_rq->end_io = flush_end_io;
 	__atomic_store_n(&flush_rq->state, RQ_STATE_IDLE, __ATOMIC_RELAXED);
 	flush_rq->start_time_ns = rq_clock_ns();
@@ -114,6 +115,26 @@ static void kick_flush(struct rq_queue *q, struct rq_flush_queue *fq, struct flu
 
 static void run_actions(struct rq_queue *q, struct flush_actions *act)
 {
+	if (q->sq) {
+		/* single queue: through the dispatch queue, under the queue lock */
+		while (!rq_list_empty(&act->issue)) {
+			struct rq_request *rq = rq_list_first_rq(&act->issue);
+
+			rq_list_del_init(&rq->queuelist);
+			sq_flush_queue_rq(rq, true);
+		}
+		if (act->flush) {
+			stat_inc(q, ST_FLUSHES);
+			sq_flush_queue_rq(act->flush, false);
+		}
+		while (!rq_list_empty(&act->done)) {
+			struct rq_request *rq = rq_list_first_rq(&act->done);
+
+			rq_list_del_init(&rq->queuelist);
+			sq_flush_seq_done(rq, rq->complete_status);
+		}
+		return;
+	}
 	/* once parked a request may complete at once: remember its hctx first */
 	while (!rq_list_empty(&act->issue)) {
 		struct rq_request *rq = rq_list_first_rq(&act->issue);
@@ -165,7 +186,7 @@ static void flush_end_io(struct rq_request *flush_rq, rq_status_t status)
 
 	actions_init(&act);
 	rq_spin_lock(&fq->lock);
-	if (flush_rq->tag >= 0) {
+	if (!q->sq && flush_rq->tag >= 0) {
 		if (fq->orig_rq && fq->orig_rq->tag == flush_rq->tag)
 			__atomic_store_n(&hctx->tags->rqs[flush_rq->tag], fq->orig_rq, __ATOMIC_RELEASE);
 		else
@@ -285,7 +306,7 @@ int flush_queue_init(struct rq_queue *q)
 	rq_list_init(&fq->pending[1]);
 	fq->pending_idx = 0;
 	fq->flush_in_flight = false;
-	fq->flush_rq = mq_alloc_internal_request(q, q->hctxs[0]);
+	fq->flush_rq = mq_alloc_internal_request(q, q->sq ? NULL : q->hctxs[0]);
 	if (!fq->flush_rq)
 		return -ENOMEM;
 	fq->flush_rq->rq_flags = RQ_RQF_FLUSH_INTERNAL;
@@ -297,6 +318,6 @@ int flush_queue_init(struct rq_queue *q)
 void flush_queue_exit(struct rq_queue *q)
 {
 	if (q->fq.flush_rq)
-		rq_free_node(q->fq.flush_rq, q->set->rq_size);
+		rq_free_node(q->fq.flush_rq, q->rq_size);
 	q->fq.flush_rq = NULL;
 }

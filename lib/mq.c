@@ -244,6 +244,12 @@ RQ_EXPORT void rq_queue_unfreeze(struct rq_queue *q)
 RQ_EXPORT void rq_queue_quiesce(struct rq_queue *q)
 {
 	atomic_fetch_add_explicit(&q->quiesce_depth, 1, memory_order_seq_cst);
+	if (q->sq) {
+		/* request_fn runs under the queue lock and checks the count */
+		rq_sq_lock(q);
+		rq_sq_unlock(q);
+		return;
+	}
 	dispatch_synchronize(q);
 }
 
@@ -563,7 +569,7 @@ static struct rq_request *mq_get_request(struct rq_queue *q, struct rq_sw_ctx *c
  */
 struct rq_request *mq_alloc_internal_request(struct rq_queue *q, struct rq_hw_ctx *hctx)
 {
-	struct rq_request *rq = rq_alloc_node(q->set->rq_size, hctx->numa_node);
+	struct rq_request *rq = rq_alloc_node(q->rq_size, hctx ? hctx->numa_node : -1);
 
 	if (rq)
 		rq_init_common(rq, q, hctx, queue_ctx(q, 0));
@@ -612,6 +618,9 @@ static struct rq_sw_ctx *mq_release_request(struct rq_request *rq)
 	struct rq_sw_ctx *ctx = rq->ctx;
 	int tag = rq->tag, itag = rq->internal_tag;
 	unsigned cpu = ctx->cpu;
+
+	if (q->sq)
+		return sq_release_request(rq);
 
 	if (rq->rq_flags & RQ_RQF_ELVPRIV) {
 		struct rq_elevator_queue *eq = q->elevator;
@@ -1314,6 +1323,10 @@ static void plug_issue_run(struct rq_list_node *list, struct rq_request *first)
 	struct rq_queue *q = first->q;
 	struct rq_hw_ctx *hctx = first->hctx;
 
+	if (q->sq) {
+		sq_plug_issue(list, first);
+		return;
+	}
 	if (q->elevator) {
 		struct rq_list_node bypass, *n, *next;
 
@@ -1384,7 +1397,14 @@ RQ_EXPORT void rq_finish_plug(struct rq_plug *plug)
 
 #define PLUG_FLUSH_BYTES (128u * 1024u) /* BLK_PLUG_FLUSH_SIZE */
 
-static void plug_add(struct rq_plug *plug, struct rq_request *rq)
+/* The calling thread's plug, or NULL. */
+struct rq_plug *plug_current(void)
+{
+	return tls_plug;
+}
+
+/* Queue @rq on @plug, flushing it first when it is full (both front ends). */
+void plug_add(struct rq_plug *plug, struct rq_request *rq)
 {
 	struct rq_request *last = plug->tail;
 
@@ -1518,14 +1538,20 @@ RQ_EXPORT void rq_submit_bio(struct rq_queue *q, struct rq_bio *bio)
 			return;
 		}
 		if (piece == bio) {
-			submit_piece(q, ctx, bio, nr_segs);
+			if (q->sq)
+				sq_submit_piece(q, ctx, bio, nr_segs);
+			else
+				submit_piece(q, ctx, bio, nr_segs);
 			return;
 		}
 		/* the front piece carries the preflush; the rest need not */
 		bio->opf &= ~RQ_BIO_PREFLUSH;
 		ctx_stat_add(ctx, ST_SPLITS, 1);
 		atomic_fetch_add_explicit(&ctx->usage, 1, memory_order_seq_cst);
-		submit_piece(q, ctx, piece, nr_segs);
+		if (q->sq)
+			sq_submit_piece(q, ctx, piece, nr_segs);
+		else
+			submit_piece(q, ctx, piece, nr_segs);
 	}
 }
 
@@ -1543,6 +1569,13 @@ RQ_EXPORT void rq_mq_run_hw_queue(struct rq_hw_ctx *hctx, bool async)
 
 RQ_EXPORT void rq_mq_run_hw_queues(struct rq_queue *q, bool async)
 {
+	if (q->sq) {
+		if (async)
+			rq_sq_delay_queue(q, 0);
+		else
+			rq_sq_run_queue(q);
+		return;
+	}
 	for (unsigned i = 0; i < q->nr_hw_queues; i++)
 		rq_mq_run_hw_queue(q->hctxs[i], async);
 }
@@ -1939,6 +1972,7 @@ RQ_EXPORT int rq_mq_alloc_queue(struct rq_tag_set *set, const struct rq_queue_co
 		return -ENOMEM;
 	q->set = set;
 	q->ops = &set->ops;
+	q->rq_size = set->rq_size;
 	q->queuedata = cfg ? cfg->queuedata : NULL;
 	q->limits = lim;
 	atomic_store(&q->capacity, cfg ? cfg->capacity : 0);
@@ -2081,12 +2115,42 @@ static void plug_fail_queue(struct rq_queue *q)
 	}
 }
 
+/* Teardown of a single-queue queue: fail what is queued, wait for the rest. */
+static void sq_queue_destroy(struct rq_queue *q)
+{
+	atomic_store(&q->dying, true);
+	atomic_fetch_add(&q->freeze_depth, 1);
+	pthread_mutex_lock(&q->freeze_lock);
+	pthread_cond_broadcast(&q->unfreeze_cond);
+	pthread_mutex_unlock(&q->freeze_lock);
+	plug_fail_queue(q);
+	for (;;) {
+		struct timespec ts;
+
+		sq_teardown(q);
+		pthread_mutex_lock(&q->freeze_lock);
+		if (queue_usage(q) == 0) {
+			pthread_mutex_unlock(&q->freeze_lock);
+			break;
+		}
+		timespec_in_ms(&ts, 2);
+		pthread_cond_timedwait(&q->freeze_cond, &q->freeze_lock, &ts);
+		pthread_mutex_unlock(&q->freeze_lock);
+	}
+	service_unregister(q);
+	sq_destroy(q);
+}
+
 RQ_EXPORT void rq_queue_destroy(struct rq_queue *q)
 {
 	struct rq_tag_set *set;
 
 	if (!q)
 		return;
+	if (q->sq) {
+		sq_queue_destroy(q);
+		return;
+	}
 	set = q->set;
 	atomic_store(&q->dying, true);
 	atomic_fetch_add(&q->freeze_depth, 1); /* completions wake us */

@@ -123,6 +123,21 @@ static uint64_t service_queue(struct rq_queue *q, uint64_t now, uint64_t next)
 {
 	uint64_t at;
 
+	if (q->sq) {
+		if (now - q->svc_last_scan_ns >= scan_interval_ns(q)) {
+			q->svc_last_scan_ns = now;
+			sq_service(q, now, &next);
+		} else {
+			uint64_t dummy = UINT64_MAX;
+
+			sq_service_light(q, now, &dummy);
+			if (dummy < next)
+				next = dummy;
+		}
+		if (q->svc_last_scan_ns + scan_interval_ns(q) < next)
+			next = q->svc_last_scan_ns + scan_interval_ns(q);
+		return next;
+	}
 	for (unsigned i = 0; i < q->nr_hw_queues; i++) {
 		struct rq_hw_ctx *hctx = q->hctxs[i];
 

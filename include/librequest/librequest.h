@@ -12,5 +12,6 @@
 #include <librequest/queue.h>
 #include <librequest/mq.h>
 #include <librequest/elevator.h>
+#include <librequest/sq.h>
 
 #endif /* LIBREQUEST_H */

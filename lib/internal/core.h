@@ -134,8 +134,13 @@ struct rq_flush_queue {
 	struct rq_request *orig_rq;    /* whose tag the flush borrowed */
 };
 
+struct rq_sq_data;
+
 struct rq_queue {
-	struct rq_tag_set *set;
+	bool sq;                       /* single-queue front end (sqd), else mq */
+	struct rq_sq_data *sqd;
+	size_t rq_size;                /* request + driver payload, 64-aligned */
+	struct rq_tag_set *set;        /* multi-queue only */
 	const struct rq_mq_ops *ops;   /* &set->ops */
 	void *queuedata;
 	struct rq_queue_limits limits;
@@ -222,6 +227,24 @@ bool flush_needs_sequencing(const struct rq_queue *q, const struct rq_bio *bio);
 int flush_queue_init(struct rq_queue *q);
 void flush_queue_exit(struct rq_queue *q);
 void flush_fail_pending(struct rq_queue *q);
+
+/* ---- lib/sq.c ---- */
+void sq_submit_piece(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_bio *bio,
+		     unsigned nr_segs);
+void sq_plug_issue(struct rq_list_node *list, struct rq_request *first);
+struct rq_sw_ctx *sq_release_request(struct rq_request *rq);
+void sq_flush_queue_rq(struct rq_request *rq, bool at_head);
+void sq_run_queue_locked(struct rq_queue *q);
+int sq_elevator_switch(struct rq_queue *q, const char *name);
+void sq_service(struct rq_queue *q, uint64_t now, uint64_t *next);
+void sq_service_light(struct rq_queue *q, uint64_t now, uint64_t *next);
+int sq_set_nr_requests(struct rq_queue *q, unsigned long nr);
+void sq_destroy(struct rq_queue *q);
+void sq_bios_end_deferred(struct rq_queue *q);
+void sq_flush_seq_done(struct rq_request *rq, rq_status_t status);
+void sq_teardown(struct rq_queue *q);
+struct rq_plug *plug_current(void);
+void plug_add(struct rq_plug *plug, struct rq_request *rq);
 
 /* ---- lib/attr.c ---- */
 int elevator_switch(struct rq_queue *q, const char *name);

@@ -1,0 +1,1158 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * The single-queue front end: one queue, one lock, a driver that pulls.
+ *
+ * Bios go through the same checks, splits, plugs and merge rules as on the
+ * multi-queue front end.  What differs is the queueing: every request comes
+ * from a pool bounded by nr_requests, lives under the queue lock, passes a
+ * single-queue scheduler (struct rq_elevator_sq_ops) that moves it to the
+ * dispatch queue, and is pulled by the driver's request_fn with
+ * rq_sq_peek_request() / rq_sq_start_request().
+ *
+ * Locking: q->sqd->lock (the library's mutex or the driver's) guards the
+ * dispatch queue, the scheduler, the pool, the tag map, the merge hash and
+ * the in-flight counts.  Bios never end with the lock held: bios finished
+ * under it are queued and ended right after the library drops it (end of a
+ * request_fn call, rq_sq_unlock(), the unlocked end helpers), or by the
+ * service thread within a millisecond if the driver dropped the lock
+ * itself.  Pool waiters are served strictly in arrival order: a freed
+ * request is handed to the oldest waiter directly.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/sysinfo.h>
+
+#include "internal/core.h"
+#include "internal/elevator.h"
+#include "internal/ioc.h"
+
+#define SQ_DEFAULT_NR_REQUESTS 128 /* BLKDEV_MAX_RQ */
+#define SQ_MIN_NR_REQUESTS 4       /* BLKDEV_MIN_RQ */
+#define SQ_MAX_TAGS 4096
+
+/* A submitter waiting for a pool request. */
+struct sq_waiter {
+	struct sq_waiter *next;
+	pthread_cond_t cond;
+	struct rq_request *rq; /* handed over by the freer */
+	bool abort;            /* queue dying */
+};
+
+struct rq_sq_data {
+	struct rq_sq_ops ops;            /* copy of the driver's, zero-filled */
+	struct rq_elevator_sq_ops eops;  /* copy of the scheduler's */
+	pthread_mutex_t own_lock;
+	pthread_mutex_t *lock;
+
+	struct rq_list_node queue_head;  /* the dispatch queue */
+	uint64_t end_sector;             /* where the last dispatched request ended */
+	struct rq_request *boundary_rq;
+	unsigned nr_sorted;              /* requests inside the scheduler */
+	unsigned in_flight[2];           /* started: [async, sync] */
+	bool stopped;
+	int request_fn_active;           /* request_fn is running (no recursion) */
+	bool rerun;                      /* work arrived while it ran */
+
+	/* the request pool */
+	size_t rq_size;
+	unsigned nr_requests;            /* the limit */
+	unsigned pool_cap;               /* requests that exist */
+	unsigned allocated;              /* handed out */
+	struct rq_request **slots;       /* slot -> request, pool_cap of them */
+	void **chunks;                   /* allocations backing the slots */
+	unsigned nr_chunks;
+	struct rq_request *free_list;    /* by rq_next */
+	struct sq_waiter *wait_head, *wait_tail;
+
+	/* bios ended under the lock, ended after it is dropped, and the usage
+	   references of their requests, dropped after that */
+	struct rq_bio *deferred;
+	long deferred_refs;
+	_Atomic bool deferred_pending;
+
+	/* tagged command queueing */
+	struct rq_request **tag_index;
+	unsigned tag_depth, tag_max, tags_busy;
+
+	/* timeouts, per pool slot (service thread, under the lock) */
+	uint32_t *timeout_gen;
+	uint64_t *timeout_deadline;
+	_Atomic uint64_t run_at_ns;      /* delayed run (rq_sq_delay_queue) */
+};
+
+static struct rq_sq_data *sqd_of(const struct rq_queue *q)
+{
+	return q->sqd;
+}
+
+RQ_EXPORT bool rq_queue_is_sq(const struct rq_queue *q)
+{
+	return q->sq;
+}
+
+/* ------------------------------------------------------------- locking */
+
+/*
+ * Drop @n usage references.  The last touch of @q: a destroyer may free it
+ * once the count is zero (while a freeze waits, the drop happens under
+ * freeze_lock, which the destroyer takes before it frees).
+ */
+static void sq_drop_refs(struct rq_queue *q, long n)
+{
+	if (!n)
+		return;
+	if (!atomic_load(&q->freeze_depth)) {
+		atomic_fetch_sub_explicit(&q->ctxs[0].usage, n, memory_order_seq_cst);
+		return;
+	}
+	pthread_mutex_lock(&q->freeze_lock);
+	atomic_fetch_sub_explicit(&q->ctxs[0].usage, n, memory_order_seq_cst);
+	pthread_cond_broadcast(&q->freeze_cond);
+	pthread_mutex_unlock(&q->freeze_lock);
+}
+
+/* End the bios finished while the lock was held.  Lock NOT held. */
+void sq_bios_end_deferred(struct rq_queue *q)
+{
+	struct rq_sq_data *sqd = sqd_of(q);
+	struct rq_bio *bio;
+	long refs;
+
+	if (!atomic_load_explicit(&sqd->deferred_pending, memory_order_acquire))
+		return;
+	pthread_mutex_lock(sqd->lock);
+	bio = sqd->deferred;
+	refs = sqd->deferred_refs;
+	sqd->deferred = NULL;
+	sqd->deferred_refs = 0;
+	atomic_store_explicit(&sqd->deferred_pending, false, memory_order_relaxed);
+	pthread_mutex_unlock(sqd->lock);
+	while (bio) {
+		struct rq_bio *next = bio->next;
+
+		bio->next = NULL;
+		rq_bio_endio(bio);
+		bio = next;
+	}
+	sq_drop_refs(q, refs);
+}
+
+RQ_EXPORT void rq_sq_lock(struct rq_queue *q)
+{
+	pthread_mutex_lock(sqd_of(q)->lock);
+}
+
+RQ_EXPORT void rq_sq_unlock(struct rq_queue *q)
+{
+	pthread_mutex_unlock(sqd_of(q)->lock);
+	sq_bios_end_deferred(q);
+}
+
+/* End @bio with @status once the lock is dropped.  Lock held. */
+static void sq_bio_end_later(struct rq_queue *q, struct rq_bio *bio, rq_status_t status)
+{
+	struct rq_sq_data *sqd = sqd_of(q);
+
+	if (status != RQ_STS_OK && bio->status == RQ_STS_OK)
+		bio->status = status;
+	bio->next = sqd->deferred;
+	sqd->deferred = bio;
+	if (!atomic_exchange_explicit(&sqd->deferred_pending, true, memory_order_release))
+		rq_mq_delay_kick_service(1); /* in case the driver drops the lock itself */
+}
+
+/* ----------------------------------------------------------- run queue */
+
+/* Call request_fn if there is work and the queue runs.  Lock held. */
+void sq_run_queue_locked(struct rq_queue *q)
+{
+	struct rq_sq_data *sqd = sqd_of(q);
+
+	if (sqd->stopped || atomic_load(&q->quiesce_depth))
+		return;
+	if (sqd->request_fn_active) {
+		sqd->rerun = true;
+		return;
+	}
+	do {
+		sqd->rerun = false;
+		if (rq_list_empty(&sqd->queue_head) && !sqd->nr_sorted)
+			break;
+		sqd->request_fn_active++;
+		sqd->ops.request_fn(q);
+		sqd->request_fn_active--;
+	} while (sqd->rerun && !sqd->stopped);
+}
+
+RQ_EXPORT void rq_sq_run_queue(struct rq_queue *q)
+{
+	rq_sq_lock(q);
+	sq_run_queue_locked(q);
+	rq_sq_unlock(q);
+}
+
+RQ_EXPORT void rq_sq_delay_queue(struct rq_queue *q, unsigned msecs)
+{
+	struct rq_sq_data *sqd = sqd_of(q);
+	uint64_t at = mono_ns() + (uint64_t)msecs * 1000000ull;
+	uint64_t cur = atomic_load(&sqd->run_at_ns);
+
+	while (cur == 0 || at < cur) {
+		if (atomic_compare_exchange_weak(&sqd->run_at_ns, &cur, at)) {
+			service_kick();
+			break;
+		}
+	}
+}
+
+RQ_EXPORT void rq_sq_stop_queue(struct rq_queue *q)
+{
+	sqd_of(q)->stopped = true;
+}
+
+RQ_EXPORT void rq_sq_start_queue(struct rq_queue *q)
+{
+	sqd_of(q)->stopped = false;
+	sq_run_queue_locked(q);
+}
+
+RQ_EXPORT bool rq_sq_queue_stopped(struct rq_queue *q)
+{
+	return sqd_of(q)->stopped;
+}
+
+/* Service thread: delayed runs and bios left by a driver-dropped lock. */
+void sq_service_light(struct rq_queue *q, uint64_t now, uint64_t *next)
+{
+	struct rq_sq_data *sqd = sqd_of(q);
+	uint64_t at = atomic_load(&sqd->run_at_ns);
+
+	if (at && at <= now) {
+		if (atomic_compare_exchange_strong(&sqd->run_at_ns, &at, 0))
+			rq_sq_run_queue(q);
+	} else if (at && at < *next) {
+		*next = at;
+	}
+	sq_bios_end_deferred(q);
+}
+
+/* Service thread: the above, and the timeout scan. */
+void sq_service(struct rq_queue *q, uint64_t now, uint64_t *next)
+{
+	struct rq_sq_data *sqd = sqd_of(q);
+	uint64_t timeout = queue_timeout_ns(q);
+
+	sq_service_light(q, now, next);
+
+	/* timeouts: the generation scan of the multi-queue front end, per pool slot */
+	pthread_mutex_lock(sqd->lock);
+	for (unsigned i = 0; i < sqd->pool_cap; i++) {
+		struct rq_request *rq = sqd->slots[i];
+
+		if (rq->state != RQ_STATE_IN_FLIGHT)
+			continue;
+		if (sqd->timeout_gen[i] != rq->gen || !sqd->timeout_deadline[i]) {
+			sqd->timeout_gen[i] = rq->gen;
+			sqd->timeout_deadline[i] = now + timeout;
+			continue;
+		}
+		if (now < sqd->timeout_deadline[i])
+			continue;
+		stat_inc(q, ST_TIMEOUTS);
+		if (sqd->ops.timeout && sqd->ops.timeout(rq) == RQ_EH_DONE)
+			sqd->timeout_deadline[i] = UINT64_MAX;
+		else
+			sqd->timeout_deadline[i] = now + timeout;
+	}
+	pthread_mutex_unlock(sqd->lock);
+	sq_bios_end_deferred(q);
+}
+
+/* ----------------------------------------------------------- the pool */
+
+static int pool_grow(struct rq_queue *q, unsigned cap)
+{
+	struct rq_sq_data *sqd = sqd_of(q);
+	unsigned add = cap - sqd->pool_cap;
+	struct rq_request **slots;
+	uint32_t *gen;
+	uint64_t *deadline;
+	void **chunks;
+	char *mem;
+
+	if (cap <= sqd->pool_cap)
+		return 0;
+	slots = realloc(sqd->slots, cap * sizeof(*slots));
+	if (!slots)
+		return -ENOMEM;
+	sqd->slots = slots;
+	gen = realloc(sqd->timeout_gen, cap * sizeof(*gen));
+	if (!gen)
+		return -ENOMEM;
+	sqd->timeout_gen = gen;
+	deadline = realloc(sqd->timeout_deadline, cap * sizeof(*deadline));
+	if (!deadline)
+		return -ENOMEM;
+	sqd->timeout_deadline = deadline;
+	chunks = realloc(sqd->chunks, (sqd->nr_chunks + 1) * sizeof(*chunks));
+	if (!chunks)
+		return -ENOMEM;
+	sqd->chunks = chunks;
+	mem = rq_alloc_node(add * sqd->rq_size, -1);
+	if (!mem)
+		return -ENOMEM;
+	sqd->chunks[sqd->nr_chunks++] = mem;
+	for (unsigned i = 0; i < add; i++) {
+		struct rq_request *rq = (struct rq_request *)(mem + i * sqd->rq_size);
+		unsigned slot = sqd->pool_cap + i;
+
+		rq->internal_tag = (int32_t)slot; /* the pool slot */
+		rq->tag = -1;
+		rq->q = q;
+		if (sqd->ops.init_request && sqd->ops.init_request(q, rq)) {
+			/* keep what was set up so far */
+			add = i;
+			break;
+		}
+		sqd->slots[slot] = rq;
+		sqd->timeout_gen[slot] = 0;
+		sqd->timeout_deadline[slot] = 0;
+		rq->rq_next = sqd->free_list;
+		sqd->free_list = rq;
+	}
+	sqd->pool_cap += add;
+	return add ? 0 : -ENOMEM;
+}
+
+/* Hand @rq to the oldest waiter, or back to the free list.  Lock held. */
+static void pool_put(struct rq_sq_data *sqd, struct rq_request *rq)
+{
+	struct sq_waiter *w = sqd->wait_head;
+
+	if (w && sqd->allocated <= sqd->nr_requests) {
+		sqd->wait_head = w->next;
+		if (!sqd->wait_head)
+			sqd->wait_tail = NULL;
+		w->rq = rq; /* stays allocated: it changes hands */
+		pthread_cond_signal(&w->cond);
+		return;
+	}
+	sqd->allocated--;
+	rq->rq_next = sqd->free_list;
+	sqd->free_list = rq;
+}
+
+/*
+ * A request from the pool for @bio, or NULL (pool empty with NOWAIT, or
+ * the queue dying).  May sleep, dropping the lock.  Lock held.
+ */
+static struct rq_request *pool_get(struct rq_queue *q, struct rq_bio *bio)
+{
+	struct rq_sq_data *sqd = sqd_of(q);
+	struct rq_request *rq;
+	struct sq_waiter w;
+	int may = RQ_ELV_MQUEUE_MAY;
+
+	if (sqd->eops.may_queue)
+		may = sqd->eops.may_queue(q, bio->op, bio->opf);
+	if ((sqd->allocated < sqd->nr_requests || may == RQ_ELV_MQUEUE_MUST) && !sqd->wait_head) {
+		if (!sqd->free_list && pool_grow(q, sqd->pool_cap + 16))
+			return NULL;
+		rq = sqd->free_list;
+		sqd->free_list = rq->rq_next;
+		sqd->allocated++;
+		return rq;
+	}
+	if ((bio->opf & RQ_BIO_NOWAIT) || atomic_load(&q->dying))
+		return NULL;
+	/* wait in line; our own plugged requests must not hold us up */
+	if (plug_current() && plug_current()->head) {
+		pthread_mutex_unlock(sqd->lock);
+		rq_flush_plug();
+		pthread_mutex_lock(sqd->lock);
+	}
+	memset(&w, 0, sizeof(w));
+	pthread_cond_init(&w.cond, NULL);
+	if (sqd->wait_tail)
+		sqd->wait_tail->next = &w;
+	else
+		sqd->wait_head = &w;
+	sqd->wait_tail = &w;
+	while (!w.rq && !w.abort)
+		pthread_cond_wait(&w.cond, sqd->lock);
+	pthread_cond_destroy(&w.cond);
+	return w.rq;
+}
+
+/* Wake every pool waiter empty-handed (queue dying).  Lock held. */
+static void pool_abort_waiters(struct rq_sq_data *sqd)
+{
+	struct sq_waiter *w = sqd->wait_head;
+
+	sqd->wait_head = sqd->wait_tail = NULL;
+	while (w) {
+		struct sq_waiter *next = w->next;
+
+		w->abort = true;
+		pthread_cond_signal(&w->cond);
+		w = next;
+	}
+}
+
+int sq_set_nr_requests(struct rq_queue *q, unsigned long nr)
+{
+	struct rq_sq_data *sqd = sqd_of(q);
+	int ret = 0;
+
+	if (nr < SQ_MIN_NR_REQUESTS || nr > 65536)
+		return -EINVAL;
+	pthread_mutex_lock(sqd->lock);
+	if (nr > sqd->pool_cap)
+		ret = pool_grow(q, (unsigned)nr);
+	if (!ret) {
+		sqd->nr_requests = (unsigned)nr;
+		q->nr_requests = (unsigned)nr;
+		/* room for waiters now? */
+		while (sqd->wait_head && sqd->allocated < sqd->nr_requests && sqd->free_list) {
+			struct rq_request *rq = sqd->free_list;
+
+			sqd->free_list = rq->rq_next;
+			sqd->allocated++;
+			pool_put(sqd, rq);
+		}
+	}
+	pthread_mutex_unlock(sqd->lock);
+	return ret;
+}
+
+/* ------------------------------------------------------ the scheduler */
+
+static void sq_rq_init(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_request *rq,
+		       struct rq_bio *bio, unsigned nr_segs)
+{
+	int32_t slot = rq->internal_tag;
+	uint32_t gen = rq->gen;
+
+	__atomic_store_n(&rq->q, q, __ATOMIC_RELAXED);
+	rq->hctx = NULL;
+	rq->ctx = ctx;
+	rq->cpu = (int32_t)ctx->cpu;
+	rq->rq_flags = 0;
+	rq->state = RQ_STATE_IDLE;
+	rq->core_busy = 0;
+	rq->complete_status = RQ_STS_OK;
+	rq->tag = -1;
+	rq->internal_tag = slot;
+	rq->gen = gen;
+	rq->deadline_ns = 0;
+	rq->fifo_time = 0;
+	rq->rq_next = NULL;
+	rq->end_io = NULL;
+	rq->end_io_data = NULL;
+	rq->elv_priv[0] = rq->elv_priv[1] = NULL;
+	rq->hash.next = NULL;
+	rq->hash.pprev = NULL;
+	rq_rb_clear_node(&rq->rb_node);
+	rq_list_init(&rq->queuelist);
+	rq->flush.seq = 0;
+	rq->start_time_ns = rq_clock_ns();
+	rq->io_start_time_ns = 0;
+	rq->op = bio->op;
+	rq->opf = bio->opf;
+	rq->ioc = bio->ioc ? bio->ioc : rq_ioc_current();
+	rq->ioprio = bio->ioprio ? bio->ioprio : (rq->ioc ? rq_ioc_prio(rq->ioc) : 0);
+	rq->sector = bio->iter.sector;
+	rq->bytes = bio->iter.size;
+	rq->nr_segments = (uint16_t)nr_segs;
+	rq->bio = rq->biotail = bio;
+	bio->next = NULL;
+}
+
+/* Add a request to the scheduler (ELEVATOR_INSERT_SORT).  Lock held. */
+static void sq_insert_sorted(struct rq_queue *q, struct rq_request *rq)
+{
+	struct rq_sq_data *sqd = sqd_of(q);
+
+	rq->rq_flags |= RQ_RQF_SORTED;
+	sqd->nr_sorted++;
+	if (rq_mergeable(rq)) {
+		rq_elv_rqhash_add(q, rq);
+		if (!q->elevator->last_merge)
+			q->elevator->last_merge = rq;
+	}
+	sqd->eops.add_request(q, rq);
+}
+
+/* Insert, merging into a queued request when contiguous.  Lock held. */
+static void sq_insert_merge(struct rq_queue *q, struct rq_request *rq)
+{
+	struct rq_list_node freed;
+
+	rq_list_init(&freed);
+	if (rq_sched_try_insert_merge(q, rq, &freed)) {
+		while (!rq_list_empty(&freed)) {
+			struct rq_request *f = rq_list_first_rq(&freed);
+
+			rq_list_del_init(&f->queuelist);
+			mq_free_request(f);
+		}
+		return;
+	}
+	sq_insert_sorted(q, rq);
+}
+
+/* Forget @rq as a merge candidate as it leaves the scheduler.  Lock held. */
+static void sq_leave_scheduler(struct rq_queue *q, struct rq_request *rq)
+{
+	struct rq_sq_data *sqd = sqd_of(q);
+
+	if (q->elevator->last_merge == rq)
+		q->elevator->last_merge = NULL;
+	rq_elv_rqhash_del(q, rq);
+	if (rq->rq_flags & RQ_RQF_SORTED) {
+		rq->rq_flags &= ~RQ_RQF_SORTED;
+		sqd->nr_sorted--;
+	}
+}
+
+RQ_EXPORT void rq_sq_dispatch_add_tail(struct rq_queue *q, struct rq_request *rq)
+{
+	struct rq_sq_data *sqd = sqd_of(q);
+
+	sq_leave_scheduler(q, rq);
+	sqd->end_sector = rq_request_end_sector(rq);
+	sqd->boundary_rq = rq;
+	rq_list_add_tail(&rq->queuelist, &sqd->queue_head);
+}
+
+/*
+ * Insert in sector order among the not yet started requests at the tail of
+ * the dispatch queue: stop at a different op, a started one, or a soft
+ * barrier; requests at or beyond the last end sector come before those
+ * behind it (one elevator sweep).
+ */
+RQ_EXPORT void rq_sq_dispatch_sort(struct rq_queue *q, struct rq_request *rq)
+{
+	struct rq_sq_data *sqd = sqd_of(q);
+	uint64_t boundary = sqd->end_sector;
+	bool ahead = rq->sector >= boundary;
+	struct rq_list_node *pos;
+
+	sq_leave_scheduler(q, rq);
+	for (pos = sqd->queue_head.prev; pos != &sqd->queue_head; pos = pos->prev) {
+		struct rq_request *p = RQ_CONTAINER_OF(pos, struct rq_request, queuelist);
+		bool p_ahead = p->sector >= boundary;
+
+		if (p->op != rq->op || (p->rq_flags & RQ_RQF_STARTED))
+			break;
+		if (ahead && !p_ahead)
+			continue;
+		if (!ahead && p_ahead)
+			break;
+		if (rq->sector >= p->sector)
+			break;
+	}
+	rq_list_insert(&rq->queuelist, pos, pos->next);
+}
+
+RQ_EXPORT unsigned rq_sq_nr_sorted(const struct rq_queue *q)
+{
+	return q->sqd->nr_sorted;
+}
+
+RQ_EXPORT unsigned rq_sq_in_flight(const struct rq_queue *q, bool sync)
+{
+	return q->sqd->in_flight[sync ? 1 : 0];
+}
+
+/* ------------------------------------------------------------ driver */
+
+RQ_EXPORT struct rq_request *rq_sq_peek_request(struct rq_queue *q)
+{
+	struct rq_sq_data *sqd = sqd_of(q);
+
+	for (;;) {
+		struct rq_request *rq = rq_list_first_rq(&sqd->queue_head);
+
+		if (rq) {
+			if (!(rq->rq_flags & RQ_RQF_STARTED)) {
+				rq->rq_flags |= RQ_RQF_STARTED;
+				if (sqd->eops.activate && (rq->rq_flags & RQ_RQF_ELVPRIV))
+					sqd->eops.activate(q, rq);
+			}
+			return rq;
+		}
+		if (!sqd->nr_sorted || !sqd->eops.dispatch(q, false))
+			return NULL;
+	}
+}
+
+RQ_EXPORT void rq_sq_start_request(struct rq_request *rq)
+{
+	struct rq_sq_data *sqd = sqd_of(rq->q);
+
+	rq_list_del_init(&rq->queuelist);
+	rq->rq_flags |= RQ_RQF_STARTED;
+	rq->io_start_time_ns = rq_clock_ns();
+	sqd->in_flight[rq_request_is_sync(rq)]++;
+	__atomic_store_n(&rq->gen, rq->gen + 1, __ATOMIC_RELAXED);
+	__atomic_store_n(&rq->state, RQ_STATE_IN_FLIGHT, __ATOMIC_RELEASE);
+	stat_inc(rq->q, ST_DISPATCHED);
+}
+
+RQ_EXPORT struct rq_request *rq_sq_fetch_request(struct rq_queue *q)
+{
+	struct rq_request *rq = rq_sq_peek_request(q);
+
+	if (rq)
+		rq_sq_start_request(rq);
+	return rq;
+}
+
+/* Give the request back to the pool; returns the ctx to drop usage on. */
+struct rq_sw_ctx *sq_release_request(struct rq_request *rq)
+{
+	struct rq_queue *q = rq->q;
+	struct rq_sq_data *sqd = sqd_of(q);
+	struct rq_sw_ctx *ctx = rq->ctx;
+
+	if (unlikely(rq->rq_flags & RQ_RQF_FLUSH_INTERNAL))
+		return NULL;
+	if (rq->rq_flags & RQ_RQF_ELVPRIV) {
+		if (q->elevator && sqd->eops.put_request)
+			sqd->eops.put_request(rq);
+		rq->rq_flags &= ~RQ_RQF_ELVPRIV;
+	}
+	if (q->elevator && q->elevator->last_merge == rq)
+		q->elevator->last_merge = NULL;
+	if (rq->tag >= 0)
+		rq_sq_end_tag(q, rq);
+	rq->bio = rq->biotail = NULL;
+	__atomic_store_n(&rq->state, RQ_STATE_IDLE, __ATOMIC_RELEASE);
+	pool_put(sqd, rq);
+	return ctx;
+}
+
+/* Partial completion; bios wholly done end after the lock drops.  Lock held. */
+static bool sq_update_request(struct rq_request *rq, rq_status_t status, unsigned bytes)
+{
+	while (bytes && rq->bio) {
+		struct rq_bio *bio = rq->bio;
+		unsigned n = bytes < bio->iter.size ? bytes : bio->iter.size;
+
+		if (status != RQ_STS_OK && bio->status == RQ_STS_OK)
+			bio->status = status;
+		bio_advance(bio, n);
+		rq->bytes -= n;
+		rq->sector += n >> RQ_SECTOR_SHIFT;
+		bytes -= n;
+		if (!bio->iter.size) {
+			rq->bio = bio->next;
+			if (!rq->bio)
+				rq->biotail = NULL;
+			sq_bio_end_later(rq->q, bio, status);
+		}
+	}
+	return rq->bytes > 0;
+}
+
+/* The request is done: scheduler told, bios ended (later), pool.  Lock held. */
+static void sq_finish_request(struct rq_request *rq, rq_status_t status)
+{
+	struct rq_queue *q = rq->q;
+	struct rq_sq_data *sqd = sqd_of(q);
+
+	sqd->in_flight[rq_request_is_sync(rq)]--;
+	if (rq->tag >= 0)
+		rq_sq_end_tag(q, rq);
+	if (rq->end_io) {
+		/* flush sequencing decides what comes next */
+		__atomic_store_n(&rq->state, RQ_STATE_COMPLETE, __ATOMIC_RELEASE);
+		rq->end_io(rq, status);
+		return;
+	}
+	if (status != RQ_STS_OK)
+		stat_inc(q, ST_ERRORS);
+	stat_inc(q, ST_COMPLETED);
+	if ((rq->rq_flags & RQ_RQF_ELVPRIV) && sqd->eops.completed)
+		sqd->eops.completed(q, rq);
+	while (rq->bio) {
+		struct rq_bio *bio = rq->bio;
+
+		rq->bio = bio->next;
+		sq_bio_end_later(q, bio, status);
+	}
+	rq->bytes = 0;
+	if (sq_release_request(rq)) {
+		/* the request's usage reference goes after its bios have ended */
+		sqd->deferred_refs++;
+		if (!atomic_exchange_explicit(&sqd->deferred_pending, true, memory_order_release))
+			rq_mq_delay_kick_service(1);
+	}
+}
+
+RQ_EXPORT bool rq_sq_end_request_locked(struct rq_request *rq, rq_status_t status, unsigned bytes)
+{
+	if (__atomic_load_n(&rq->state, __ATOMIC_ACQUIRE) != RQ_STATE_IN_FLIGHT)
+		return false; /* never ends twice */
+	if (sq_update_request(rq, status, bytes))
+		return true;
+	sq_finish_request(rq, status);
+	return false;
+}
+
+RQ_EXPORT bool rq_sq_end_request(struct rq_request *rq, rq_status_t status, unsigned bytes)
+{
+	struct rq_queue *q = rq->q;
+	bool more;
+
+	rq_sq_lock(q);
+	more = rq_sq_end_request_locked(rq, status, bytes);
+	rq_sq_unlock(q); /* ends the bios, then drops the request's reference */
+	return more;
+}
+
+RQ_EXPORT void rq_sq_end_request_all_locked(struct rq_request *rq, rq_status_t status)
+{
+	rq_sq_end_request_locked(rq, status, rq->bytes ? rq->bytes : 1);
+}
+
+RQ_EXPORT void rq_sq_end_request_all(struct rq_request *rq, rq_status_t status)
+{
+	rq_sq_end_request(rq, status, rq->bytes ? rq->bytes : 1);
+}
+
+RQ_EXPORT void rq_sq_requeue_request(struct rq_request *rq)
+{
+	struct rq_queue *q = rq->q;
+	struct rq_sq_data *sqd = sqd_of(q);
+
+	if (__atomic_load_n(&rq->state, __ATOMIC_ACQUIRE) != RQ_STATE_IN_FLIGHT)
+		return;
+	__atomic_store_n(&rq->state, RQ_STATE_IDLE, __ATOMIC_RELEASE);
+	sqd->in_flight[rq_request_is_sync(rq)]--;
+	if (rq->tag >= 0)
+		rq_sq_end_tag(q, rq);
+	if ((rq->rq_flags & RQ_RQF_ELVPRIV) && sqd->eops.deactivate)
+		sqd->eops.deactivate(q, rq);
+	rq->rq_flags &= ~RQ_RQF_STARTED;
+	stat_inc(q, ST_REQUEUES);
+	/* to the front of the dispatch queue, ahead of sorted work */
+	rq_list_add(&rq->queuelist, &sqd->queue_head);
+}
+
+/* A flush sequence is DONE: end the request like any other.  Lock held. */
+void sq_flush_seq_done(struct rq_request *rq, rq_status_t status)
+{
+	struct rq_sq_data *sqd = sqd_of(rq->q);
+
+	rq->end_io = NULL;
+	rq->rq_flags &= ~RQ_RQF_FLUSH_SEQ;
+	sqd->in_flight[rq_request_is_sync(rq)]++; /* sq_finish_request counts it out */
+	sq_finish_request(rq, status);
+}
+
+/* Flush sequencing hands a step to the driver through the dispatch queue. */
+void sq_flush_queue_rq(struct rq_request *rq, bool at_head)
+{
+	struct rq_sq_data *sqd = sqd_of(rq->q);
+
+	rq->rq_flags &= ~RQ_RQF_STARTED;
+	if (at_head)
+		rq_list_add(&rq->queuelist, &sqd->queue_head);
+	else
+		rq_list_add_tail(&rq->queuelist, &sqd->queue_head);
+	sq_run_queue_locked(rq->q);
+}
+
+/* ------------------------------------------------------------- tags */
+
+RQ_EXPORT int rq_sq_init_tags(struct rq_queue *q, unsigned depth)
+{
+	struct rq_sq_data *sqd = sqd_of(q);
+
+	if (!depth || depth > SQ_MAX_TAGS)
+		return -EINVAL;
+	if (sqd->tag_index)
+		return rq_sq_resize_tags(q, depth);
+	sqd->tag_index = calloc(depth, sizeof(*sqd->tag_index));
+	if (!sqd->tag_index)
+		return -ENOMEM;
+	sqd->tag_depth = sqd->tag_max = depth;
+	sqd->tags_busy = 0;
+	return 0;
+}
+
+RQ_EXPORT int rq_sq_resize_tags(struct rq_queue *q, unsigned depth)
+{
+	struct rq_sq_data *sqd = sqd_of(q);
+
+	if (!depth || depth > SQ_MAX_TAGS || !sqd->tag_index)
+		return -EINVAL;
+	for (unsigned t = depth; t < sqd->tag_max; t++)
+		if (sqd->tag_index[t])
+			return -EBUSY;
+	if (depth > sqd->tag_max) {
+		struct rq_request **idx = realloc(sqd->tag_index, depth * sizeof(*idx));
+
+		if (!idx)
+			return -ENOMEM;
+		memset(idx + sqd->tag_max, 0, (depth - sqd->tag_max) * sizeof(*idx));
+		sqd->tag_index = idx;
+		sqd->tag_max = depth;
+	}
+	sqd->tag_depth = depth;
+	return 0;
+}
+
+RQ_EXPORT int rq_sq_start_tag(struct rq_queue *q, struct rq_request *rq)
+{
+	struct rq_sq_data *sqd = sqd_of(q);
+
+	if (!sqd->tag_index || rq->tag >= 0)
+		return 1;
+	for (unsigned t = 0; t < sqd->tag_depth; t++) {
+		if (!sqd->tag_index[t]) {
+			sqd->tag_index[t] = rq;
+			sqd->tags_busy++;
+			rq_sq_start_request(rq);
+			rq->tag = (int32_t)t;
+			return 0;
+		}
+	}
+	return 1;
+}
+
+RQ_EXPORT void rq_sq_end_tag(struct rq_queue *q, struct rq_request *rq)
+{
+	struct rq_sq_data *sqd = sqd_of(q);
+
+	if (rq->tag < 0 || !sqd->tag_index || (unsigned)rq->tag >= sqd->tag_max ||
+	    sqd->tag_index[rq->tag] != rq)
+		return;
+	sqd->tag_index[rq->tag] = NULL;
+	sqd->tags_busy--;
+	rq->tag = -1;
+}
+
+RQ_EXPORT struct rq_request *rq_sq_find_tag(struct rq_queue *q, unsigned tag)
+{
+	struct rq_sq_data *sqd = sqd_of(q);
+
+	if (!sqd->tag_index || tag >= sqd->tag_max)
+		return NULL;
+	return sqd->tag_index[tag];
+}
+
+/* --------------------------------------------------------- submission */
+
+/* Merge @bio into queued work (one-hit, hash, scheduler front).  Lock held. */
+static bool sq_attempt_merge(struct rq_queue *q, struct rq_bio *bio, unsigned nr_segs)
+{
+	struct rq_request *freed = NULL;
+
+	if (!rq_sched_try_merge(q, bio, nr_segs, &freed))
+		return false;
+	if (freed)
+		mq_free_request(freed);
+	return true;
+}
+
+/* Submit one piece that fits the limits; consumes one usage reference. */
+void sq_submit_piece(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_bio *bio,
+		     unsigned nr_segs)
+{
+	struct rq_sq_data *sqd = sqd_of(q);
+	struct rq_plug *plug = plug_current();
+	bool flush_seq = (bio->opf & (RQ_BIO_PREFLUSH | RQ_BIO_FUA)) || bio->op == RQ_OP_FLUSH;
+	struct rq_request *rq;
+
+	stat_inc(q, ST_BIOS);
+	if (!flush_seq && READ_ONCE(q->nomerges) != 2 && bio_mergeable(bio) && plug &&
+	    plug->tail && plug->tail->q == q &&
+	    bio_attempt_merge(q, plug->tail, bio, nr_segs, false)) {
+		stat_inc(q, ST_PLUG_MERGES);
+		queue_exit(q);
+		return;
+	}
+	pthread_mutex_lock(sqd->lock);
+	if (!flush_seq && sq_attempt_merge(q, bio, nr_segs)) {
+		pthread_mutex_unlock(sqd->lock);
+		queue_exit(q);
+		return;
+	}
+	rq = pool_get(q, bio);
+	if (!rq) {
+		pthread_mutex_unlock(sqd->lock);
+		queue_exit(q);
+		bio_end_with(bio, atomic_load(&q->dying) ? RQ_STS_IOERR : RQ_STS_AGAIN);
+		return;
+	}
+	sq_rq_init(q, ctx, rq, bio, nr_segs);
+	stat_inc(q, ST_REQUESTS);
+	if (!flush_seq) {
+		rq->rq_flags |= RQ_RQF_ELVPRIV;
+		if (sqd->eops.set_request && sqd->eops.set_request(q, rq, bio))
+			rq->rq_flags &= ~RQ_RQF_ELVPRIV;
+	}
+	if (flush_seq) {
+		if (!flush_insert(rq)) /* data only: straight to the driver */
+			sq_flush_queue_rq(rq, false);
+		pthread_mutex_unlock(sqd->lock);
+		sq_bios_end_deferred(q);
+		return;
+	}
+	if (plug) {
+		pthread_mutex_unlock(sqd->lock);
+		plug_add(plug, rq);
+		return;
+	}
+	sq_insert_sorted(q, rq);
+	sq_run_queue_locked(q);
+	pthread_mutex_unlock(sqd->lock);
+	sq_bios_end_deferred(q);
+}
+
+/* Unplug: the plugged requests of one queue into the scheduler, then run. */
+void sq_plug_issue(struct rq_list_node *list, struct rq_request *first)
+{
+	struct rq_queue *q = first->q;
+	struct rq_sq_data *sqd = sqd_of(q);
+
+	pthread_mutex_lock(sqd->lock);
+	while (!rq_list_empty(list)) {
+		struct rq_request *rq = rq_list_first_rq(list);
+
+		rq_list_del_init(&rq->queuelist);
+		sq_insert_merge(q, rq);
+	}
+	sq_run_queue_locked(q);
+	pthread_mutex_unlock(sqd->lock);
+	sq_bios_end_deferred(q);
+}
+
+/* ----------------------------------------------------------- switching */
+
+static void sq_eops_copy(struct rq_elevator_sq_ops *dst, const struct rq_elevator_sq_ops *src)
+{
+	size_t n = src->size < sizeof(*dst) ? src->size : sizeof(*dst);
+
+	memset(dst, 0, sizeof(*dst));
+	memcpy(dst, src, n);
+	dst->size = sizeof(*dst);
+}
+
+/*
+ * Switch scheduler: the new one is built first; with the queue drained
+ * (frozen) and the lock held the old one is replaced; a failure leaves it
+ * running.  Caller holds q->sysfs_lock.
+ */
+int sq_elevator_switch(struct rq_queue *q, const char *name)
+{
+	struct rq_sq_data *sqd = sqd_of(q);
+	const struct rq_elevator_type *e = elevator_get(name, RQ_ELV_F_SQ);
+	struct rq_elevator_queue *eq, *old = q->elevator;
+	struct rq_elevator_sq_ops new_ops, old_ops = sqd->eops;
+	void *data = NULL;
+	int ret = 0;
+
+	if (!e)
+		return -EINVAL;
+	if (old && old->type == e) {
+		elevator_put(e);
+		return 0;
+	}
+	if (!e->sq_ops || e->sq_ops->abi_version != RQ_ELV_SQ_ABI ||
+	    e->sq_ops->size < offsetof(struct rq_elevator_sq_ops, dispatch) + sizeof(void *) ||
+	    !e->sq_ops->add_request || !e->sq_ops->dispatch) {
+		elevator_put(e);
+		return -EINVAL;
+	}
+	eq = calloc(1, sizeof(*eq));
+	if (!eq) {
+		elevator_put(e);
+		return -ENOMEM;
+	}
+	eq->type = e;
+	elv_hash_init(eq);
+	sq_eops_copy(&new_ops, e->sq_ops);
+
+	rq_queue_freeze(q);
+	pthread_mutex_lock(sqd->lock);
+	if (new_ops.init_queue) {
+		/* the old scheduler is idle now; init may look at the queue */
+		ret = new_ops.init_queue(q, &data);
+		if (ret) {
+			pthread_mutex_unlock(sqd->lock);
+			rq_queue_unfreeze(q);
+			free(eq);
+			elevator_put(e);
+			return ret;
+		}
+	}
+	eq->data = data;
+	if (old) {
+		/* anything left is moved out first (nothing should be: frozen) */
+		if (sqd->nr_sorted)
+			old_ops.dispatch(q, true);
+		if (old_ops.exit_queue)
+			old_ops.exit_queue(q, old->data);
+	}
+	q->elevator = eq;
+	sqd->eops = new_ops;
+	pthread_mutex_unlock(sqd->lock);
+	rq_queue_unfreeze(q);
+	if (old) {
+		elevator_put(old->type);
+		free(old);
+	}
+	return 0;
+}
+
+/* ------------------------------------------------------- create, destroy */
+
+RQ_EXPORT int rq_sq_alloc_queue(const struct rq_sq_config *cfg, struct rq_queue **out)
+{
+	struct rq_queue_limits lim;
+	struct rq_sq_data *sqd;
+	struct rq_queue *q;
+	const char *sched;
+	unsigned nr;
+	int ret;
+
+	if (!cfg || !out || !cfg->ops || cfg->ops->abi_version != RQ_SQ_OPS_ABI ||
+	    cfg->ops->size < offsetof(struct rq_sq_ops, request_fn) + sizeof(void *) ||
+	    !cfg->ops->request_fn || cfg->cmd_size > (1u << 20))
+		return -EINVAL;
+	nr = cfg->nr_requests ? cfg->nr_requests : SQ_DEFAULT_NR_REQUESTS;
+	if (nr < SQ_MIN_NR_REQUESTS || nr > 65536)
+		return -EINVAL;
+	if (cfg->limits)
+		lim = *cfg->limits;
+	else
+		rq_queue_limits_default(&lim);
+	if (rq_queue_limits_validate(&lim))
+		return -EINVAL;
+	sched = cfg->scheduler;
+	if (!sched)
+		sched = rq_elevator_exists("cfq") ? "cfq" : "noop";
+
+	q = calloc(1, sizeof(*q));
+	sqd = calloc(1, sizeof(*sqd));
+	if (!q || !sqd) {
+		free(q);
+		free(sqd);
+		return -ENOMEM;
+	}
+	q->sq = true;
+	q->sqd = sqd;
+	memcpy(&sqd->ops, cfg->ops, cfg->ops->size < sizeof(sqd->ops) ? cfg->ops->size :
+									  sizeof(sqd->ops));
+	sqd->ops.size = sizeof(sqd->ops);
+	pthread_mutex_init(&sqd->own_lock, NULL);
+	sqd->lock = cfg->queue_lock ? cfg->queue_lock : &sqd->own_lock;
+	rq_list_init(&sqd->queue_head);
+	sqd->rq_size = (sizeof(struct rq_request) + cfg->cmd_size + 63) & ~(size_t)63;
+	sqd->nr_requests = nr;
+	q->rq_size = sqd->rq_size;
+	q->queuedata = cfg->queuedata;
+	q->limits = lim;
+	atomic_store(&q->capacity, cfg->capacity);
+	q->io_timeout_ms = cfg->timeout_ms ? cfg->timeout_ms : RQ_DEFAULT_TIMEOUT_MS;
+	q->hw_write_cache = lim.features & RQ_FEAT_WRITE_CACHE;
+	q->rq_affinity = 1;
+	q->nr_requests = nr;
+	q->nr_cpus = (unsigned)get_nprocs_conf();
+	if (!q->nr_cpus)
+		q->nr_cpus = 1;
+	pthread_mutex_init(&q->freeze_lock, NULL);
+	pthread_cond_init(&q->freeze_cond, NULL);
+	pthread_cond_init(&q->unfreeze_cond, NULL);
+	pthread_mutex_init(&q->sysfs_lock, NULL);
+	pthread_rwlock_init(&q->tsan_quiesce_lock, NULL);
+	rq_spin_init(&q->requeue_lock);
+	rq_list_init(&q->requeue_list);
+	q->ctxs = rq_alloc_node(sizeof(*q->ctxs) * q->nr_cpus, -1);
+	ret = q->ctxs ? pool_grow(q, nr) : -ENOMEM;
+	if (!ret)
+		ret = flush_queue_init(q);
+	if (!ret) {
+		for (unsigned cpu = 0; cpu < q->nr_cpus; cpu++) {
+			rq_spin_init(&q->ctxs[cpu].lock);
+			rq_list_init(&q->ctxs[cpu].rq_list);
+			q->ctxs[cpu].cpu = cpu;
+			q->ctxs[cpu].q = q;
+		}
+		pthread_mutex_lock(&q->sysfs_lock);
+		ret = sq_elevator_switch(q, sched);
+		pthread_mutex_unlock(&q->sysfs_lock);
+	}
+	if (ret) {
+		sq_destroy(q);
+		return ret;
+	}
+	service_register(q);
+	*out = q;
+	return 0;
+}
+
+/* Free everything; the queue is empty. */
+void sq_destroy(struct rq_queue *q)
+{
+	struct rq_sq_data *sqd = sqd_of(q);
+
+	if (q->elevator) {
+		if (sqd->eops.exit_queue)
+			sqd->eops.exit_queue(q, q->elevator->data);
+		elevator_put(q->elevator->type);
+		free(q->elevator);
+		q->elevator = NULL;
+	}
+	for (unsigned i = 0; i < sqd->pool_cap; i++)
+		if (sqd->ops.exit_request)
+			sqd->ops.exit_request(q, sqd->slots[i]);
+	for (unsigned i = 0; i < sqd->nr_chunks; i++)
+		rq_free_node(sqd->chunks[i], 0);
+	free(sqd->chunks);
+	free(sqd->slots);
+	free(sqd->timeout_gen);
+	free(sqd->timeout_deadline);
+	free(sqd->tag_index);
+	flush_queue_exit(q);
+	if (q->ctxs)
+		rq_free_node(q->ctxs, sizeof(*q->ctxs) * q->nr_cpus);
+	pthread_mutex_destroy(&sqd->own_lock);
+	pthread_mutex_destroy(&q->freeze_lock);
+	pthread_cond_destroy(&q->freeze_cond);
+	pthread_cond_destroy(&q->unfreeze_cond);
+	pthread_mutex_destroy(&q->sysfs_lock);
+	pthread_rwlock_destroy(&q->tsan_quiesce_lock);
+	free(sqd);
+	free(q);
+}
+
+/*
+ * Teardown of a live queue: requests not started end with IOERR, pool
+ * waiters give up, requests the driver holds are waited for.
+ */
+void sq_teardown(struct rq_queue *q)
+{
+	struct rq_sq_data *sqd = sqd_of(q);
+
+	pthread_mutex_lock(sqd->lock);
+	pool_abort_waiters(sqd);
+	if (q->elevator && sqd->nr_sorted)
+		sqd->eops.dispatch(q, true);
+	while (!rq_list_empty(&sqd->queue_head)) {
+		struct rq_request *rq = rq_list_first_rq(&sqd->queue_head);
+
+		rq_list_del_init(&rq->queuelist);
+		sqd->in_flight[rq_request_is_sync(rq)]++;
+		__atomic_store_n(&rq->state, RQ_STATE_IN_FLIGHT, __ATOMIC_RELEASE);
+		rq_sq_end_request_all_locked(rq, RQ_STS_IOERR);
+	}
+	pthread_mutex_unlock(sqd->lock);
+	sq_bios_end_deferred(q);
+}

@@ -1,0 +1,354 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * The single-queue front end with a minimal FIFO scheduler defined here:
+ * request_fn calls, fetch / end by bytes, merging, the bounded request pool,
+ * flush sequencing, teardown.  (The real schedulers have their own suites.)
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include <librequest/librequest.h>
+
+/* ------------------------------------------------ a FIFO sq scheduler */
+
+struct fifo {
+	struct rq_list_node list;
+};
+
+static int fifo_init(struct rq_queue *q, void **data)
+{
+	struct fifo *f = calloc(1, sizeof(*f));
+
+	if (!f)
+		return -ENOMEM;
+	rq_list_init(&f->list);
+	*data = f;
+	return 0;
+}
+
+static void fifo_exit(struct rq_queue *q, void *data)
+{
+	free(data);
+}
+
+static void fifo_add(struct rq_queue *q, struct rq_request *rq)
+{
+	struct fifo *f = rq_queue_elevator_data(q);
+
+	rq_list_add_tail(&rq->queuelist, &f->list);
+}
+
+static int fifo_dispatch(struct rq_queue *q, bool force)
+{
+	struct fifo *f = rq_queue_elevator_data(q);
+	struct rq_request *rq = rq_list_first_rq(&f->list);
+
+	if (!rq)
+		return 0;
+	rq_list_del_init(&rq->queuelist);
+	rq_sq_dispatch_add_tail(q, rq);
+	return 1;
+}
+
+static void fifo_merge_req(struct rq_queue *q, struct rq_request *rq, struct rq_request *next)
+{
+	rq_list_del_init(&next->queuelist);
+}
+
+static const struct rq_elevator_sq_ops fifo_sq_ops = {
+	RQ_ELV_SQ_OPS_INIT,
+	.init_queue = fifo_init,
+	.exit_queue = fifo_exit,
+	.add_request = fifo_add,
+	.dispatch = fifo_dispatch,
+	.merge_req = fifo_merge_req,
+};
+
+static const struct rq_elevator_type fifo_type = {
+	RQ_ELV_TYPE_INIT,
+	.name = "sqtest-fifo",
+	.features = RQ_ELV_F_SQ,
+	.sq_ops = &fifo_sq_ops,
+};
+
+/* ------------------------------------------------------------ driver */
+
+#define MAX_HELD 256
+
+struct drv {
+	bool hold;                     /* keep requests instead of ending them */
+	unsigned calls;                /* request_fn calls */
+	unsigned nr_seen;
+	struct { int op; uint64_t sector; uint32_t bytes; uint32_t opf; } seen[1024];
+	struct rq_request *held[MAX_HELD];
+	unsigned nr_held;
+};
+
+static struct drv drv;
+
+static void drv_request_fn(struct rq_queue *q)
+{
+	struct rq_request *rq;
+
+	drv.calls++;
+	while ((rq = rq_sq_fetch_request(q))) {
+		if (drv.nr_seen < 1024) {
+			drv.seen[drv.nr_seen].op = rq->op;
+			drv.seen[drv.nr_seen].sector = rq->sector;
+			drv.seen[drv.nr_seen].bytes = rq->bytes;
+			drv.seen[drv.nr_seen].opf = rq->opf;
+			drv.nr_seen++;
+		}
+		if (drv.hold) {
+			assert_true(drv.nr_held < MAX_HELD);
+			drv.held[drv.nr_held++] = rq;
+		} else {
+			rq_sq_end_request_all_locked(rq, RQ_STS_OK);
+		}
+	}
+}
+
+static const struct rq_sq_ops drv_ops = {
+	RQ_SQ_OPS_INIT,
+	.request_fn = drv_request_fn,
+};
+
+static char buf[4096];
+static _Atomic int ended, bad;
+
+static void count_end_io(struct rq_bio *bio)
+{
+	if (bio->status != RQ_STS_OK)
+		atomic_fetch_add(&bad, 1);
+	atomic_fetch_add(&ended, 1);
+	rq_bio_put(bio);
+}
+
+static struct rq_bio *mkbio(unsigned op, unsigned opf, uint64_t sector)
+{
+	struct rq_bio *bio = rq_bio_alloc(1);
+
+	assert_non_null(bio);
+	if (op == RQ_OP_READ || op == RQ_OP_WRITE)
+		assert_int_equal(rq_bio_add_vec(bio, buf, sizeof(buf)), 0);
+	bio->op = (uint8_t)op;
+	bio->opf = opf;
+	bio->iter.sector = sector;
+	bio->end_io = count_end_io;
+	return bio;
+}
+
+static struct rq_queue *mkq(unsigned nr_requests, unsigned features)
+{
+	struct rq_queue_limits lim;
+	struct rq_sq_config cfg = {
+		.ops = &drv_ops,
+		.scheduler = "sqtest-fifo",
+		.nr_requests = nr_requests,
+	};
+	struct rq_queue *q;
+	int ret = rq_elevator_register(&fifo_type);
+
+	assert_true(ret == 0 || ret == -EEXIST);
+	rq_queue_limits_default(&lim);
+	lim.features = features;
+	cfg.limits = &lim;
+	memset(&drv, 0, sizeof(drv));
+	atomic_store(&ended, 0);
+	atomic_store(&bad, 0);
+	assert_int_equal(rq_sq_alloc_queue(&cfg, &q), 0);
+	assert_true(rq_queue_is_sq(q));
+	return q;
+}
+
+/* Every bio reaches request_fn and ends exactly once, in order. */
+static void test_basic_fifo(void **state)
+{
+	struct rq_queue *q = mkq(0, 0);
+	char name[128];
+
+	assert_true(rq_queue_attr_get(q, "scheduler", name, sizeof(name)) > 0);
+	assert_string_equal(name, "[sqtest-fifo]\n");
+	for (unsigned i = 0; i < 100; i++)
+		rq_submit_bio(q, mkbio(i % 2 ? RQ_OP_WRITE : RQ_OP_READ, 0, i * 64));
+	assert_int_equal(atomic_load(&ended), 100);
+	assert_int_equal(atomic_load(&bad), 0);
+	assert_int_equal(drv.nr_seen, 100);
+	for (unsigned i = 0; i < 100; i++)
+		assert_int_equal(drv.seen[i].sector, i * 64);
+	rq_queue_destroy(q);
+}
+
+/* Sequential bios on a plug reach the driver merged, within the limits. */
+static void test_plug_merges(void **state)
+{
+	struct rq_queue *q = mkq(0, 0);
+	struct rq_queue_stats st;
+	struct rq_plug plug;
+
+	rq_start_plug(&plug);
+	for (unsigned i = 0; i < 64; i++)
+		rq_submit_bio(q, mkbio(RQ_OP_WRITE, 0, i * 8));
+	assert_int_equal(drv.nr_seen, 0);
+	rq_finish_plug(&plug);
+	assert_int_equal(atomic_load(&ended), 64);
+	/* default limits: 255 sectors per request -> 31 bios of 8 sectors each */
+	assert_true(drv.nr_seen >= 2 && drv.nr_seen <= 3);
+	rq_queue_get_stats(q, &st);
+	assert_int_equal(st.merges_back + st.merges_front, 64 - drv.nr_seen);
+	rq_queue_destroy(q);
+}
+
+/* Queued (not yet fetched) contiguous requests merge in the scheduler. */
+static void test_scheduler_merges(void **state)
+{
+	struct rq_queue *q = mkq(0, 0);
+
+	rq_sq_lock(q);
+	rq_sq_stop_queue(q);
+	rq_sq_unlock(q);
+	for (unsigned i = 0; i < 8; i++)
+		rq_submit_bio(q, mkbio(RQ_OP_READ, 0, 1000 + i * 8));
+	assert_int_equal(drv.nr_seen, 0);
+	rq_sq_lock(q);
+	rq_sq_start_queue(q);
+	rq_sq_unlock(q);
+	assert_int_equal(drv.nr_seen, 1);
+	assert_int_equal(drv.seen[0].bytes, 8 * 4096);
+	assert_int_equal(atomic_load(&ended), 8);
+	rq_queue_destroy(q);
+}
+
+/*
+ * The pool bounds requests: with nr_requests held by the driver a NOWAIT bio
+ * ends with AGAIN; ending by bytes frees the request only when all is done.
+ */
+static void test_pool_and_partial(void **state)
+{
+	struct rq_queue *q = mkq(4, 0);
+
+	drv.hold = true;
+	for (unsigned i = 0; i < 4; i++)
+		rq_submit_bio(q, mkbio(RQ_OP_READ, 0, i * 1000));
+	assert_int_equal(drv.nr_held, 4);
+	rq_submit_bio(q, mkbio(RQ_OP_READ, RQ_BIO_NOWAIT, 9000));
+	assert_int_equal(atomic_load(&ended), 1); /* AGAIN */
+	assert_int_equal(atomic_load(&bad), 1);
+
+	/* half of the first request: still the driver's */
+	assert_true(rq_sq_end_request(drv.held[0], RQ_STS_OK, 2048));
+	assert_false(rq_sq_end_request(drv.held[0], RQ_STS_OK, 2048));
+	assert_int_equal(atomic_load(&ended), 2);
+	/* a second end of the same request does nothing */
+	assert_false(rq_sq_end_request(drv.held[0], RQ_STS_OK, 4096));
+	assert_int_equal(atomic_load(&ended), 2);
+	for (unsigned i = 1; i < 4; i++)
+		rq_sq_end_request_all(drv.held[i], RQ_STS_OK);
+	assert_int_equal(atomic_load(&ended), 5);
+	rq_queue_destroy(q);
+}
+
+/* With a write cache and no FUA: PREFLUSH|FUA write -> FLUSH, WRITE, FLUSH. */
+static void test_flush_sequence(void **state)
+{
+	struct rq_queue *q = mkq(0, RQ_FEAT_WRITE_CACHE);
+
+	rq_submit_bio(q, mkbio(RQ_OP_WRITE, RQ_BIO_PREFLUSH | RQ_BIO_FUA, 64));
+	assert_int_equal(atomic_load(&ended), 1);
+	assert_int_equal(atomic_load(&bad), 0);
+	assert_int_equal(drv.nr_seen, 3);
+	assert_int_equal(drv.seen[0].op, RQ_OP_FLUSH);
+	assert_int_equal(drv.seen[1].op, RQ_OP_WRITE);
+	assert_int_equal(drv.seen[1].opf & (RQ_BIO_PREFLUSH | RQ_BIO_FUA), 0);
+	assert_int_equal(drv.seen[2].op, RQ_OP_FLUSH);
+	rq_queue_destroy(q);
+}
+
+/* Teardown: queued requests end with IOERR once; held ones are waited for. */
+static void *end_later(void *arg)
+{
+	struct timespec ts = { 0, 20 * 1000 * 1000 };
+
+	nanosleep(&ts, NULL);
+	for (unsigned i = 0; i < drv.nr_held; i++)
+		rq_sq_end_request_all(drv.held[i], RQ_STS_OK);
+	return NULL;
+}
+
+static void test_teardown(void **state)
+{
+	struct rq_queue *q = mkq(0, 0);
+	pthread_t th;
+
+	drv.hold = true;
+	for (unsigned i = 0; i < 3; i++)
+		rq_submit_bio(q, mkbio(RQ_OP_READ, 0, i * 1000));
+	rq_sq_lock(q);
+	rq_sq_stop_queue(q);
+	rq_sq_unlock(q);
+	for (unsigned i = 0; i < 5; i++)
+		rq_submit_bio(q, mkbio(RQ_OP_READ, 0, 50000 + i * 1000));
+	assert_int_equal(drv.nr_held, 3);
+	assert_int_equal(pthread_create(&th, NULL, end_later, NULL), 0);
+	rq_queue_destroy(q);
+	pthread_join(th, NULL);
+	assert_int_equal(atomic_load(&ended), 8);
+	assert_int_equal(atomic_load(&bad), 5);
+}
+
+/* Tags: start_tag hands out tags up to the depth, find_tag, end frees. */
+static void test_tags(void **state)
+{
+	struct rq_queue *q = mkq(0, 0);
+	struct rq_request *rq;
+
+	rq_sq_lock(q);
+	assert_int_equal(rq_sq_init_tags(q, 2), 0);
+	rq_sq_stop_queue(q);
+	rq_sq_unlock(q);
+	for (unsigned i = 0; i < 3; i++)
+		rq_submit_bio(q, mkbio(RQ_OP_READ, 0, i * 1000));
+	rq_sq_lock(q);
+	rq = rq_sq_peek_request(q);
+	assert_non_null(rq);
+	assert_int_equal(rq_sq_start_tag(q, rq), 0);
+	assert_true(rq_sq_find_tag(q, (unsigned)rq->tag) == rq);
+	rq = rq_sq_peek_request(q);
+	assert_int_equal(rq_sq_start_tag(q, rq), 0);
+	rq = rq_sq_peek_request(q);
+	assert_int_equal(rq_sq_start_tag(q, rq), 1); /* depth 2: busy */
+	assert_int_equal(rq_sq_resize_tags(q, 1), -EBUSY);
+	assert_int_equal(rq_sq_resize_tags(q, 3), 0);
+	assert_int_equal(rq_sq_start_tag(q, rq), 0);
+	for (unsigned t = 0; t < 3; t++)
+		rq_sq_end_request_all_locked(rq_sq_find_tag(q, t), RQ_STS_OK);
+	assert_null(rq_sq_find_tag(q, 0));
+	rq_sq_start_queue(q);
+	rq_sq_unlock(q);
+	assert_int_equal(atomic_load(&ended), 3);
+	rq_queue_destroy(q);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_basic_fifo),
+		cmocka_unit_test(test_plug_merges),
+		cmocka_unit_test(test_scheduler_merges),
+		cmocka_unit_test(test_pool_and_partial),
+		cmocka_unit_test(test_flush_sequence),
+		cmocka_unit_test(test_teardown),
+		cmocka_unit_test(test_tags),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
