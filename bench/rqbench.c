@@ -695,10 +695,11 @@ static void parse_args(int argc, char **argv, struct opts *o)
 	}
 	if (optind < argc)
 		die("unexpected argument %s", argv[optind]);
-	if (!strcmp(o->front, "sq"))
-		die("--front %s: the single-queue front end is not implemented yet", o->front);
-	if (strcmp(o->front, "mq"))
+	if (strcmp(o->front, "mq") && strcmp(o->front, "sq"))
 		die("unknown --front %s (mq or sq)", o->front);
+	/* the single-queue front end has no "none": noop is its plainest */
+	if (!strcmp(o->front, "sq") && !strcmp(o->sched, "none"))
+		o->sched = "noop";
 	if (strcmp(o->driver, "null"))
 		die("unknown --driver %s (only null)", o->driver);
 	if (o->seconds && o->ops)
@@ -738,6 +739,8 @@ static void bench_setup(struct bench *b)
 	cfg.size_bytes = o->capacity - o->capacity % 4096;
 	cfg.memory_backed = o->memory_backed;
 	cfg.sched = o->sched;
+	if (!strcmp(o->front, "sq"))
+		cfg.queue_mode = NULL_Q_RQ;
 	if (!o->tcache)
 		cfg.thread_init = tcache_off;
 

@@ -451,6 +451,11 @@ static void null_finish_cmd(struct null_hq *hq, struct null_cmd *cmd)
 	rq_status_t status = null_handle_rq(hq->dev, hq, rq);
 
 	null_count(&hq->completed, 1);
+	if (hq->dev->cfg.queue_mode == NULL_Q_RQ) {
+		/* single queue: end it (takes the queue lock) */
+		rq_sq_end_request_all(rq, status);
+		return;
+	}
 	/* ops->complete (null_complete_rq) ends it, here or on the submitter */
 	rq_mq_complete_request(rq, status);
 }
@@ -496,7 +501,9 @@ static void *null_complete_thread(void *arg)
 			}
 			if (!head)
 				tail = NULL;
-			else
+			if (dev->cfg.queue_mode == NULL_Q_RQ)
+				rq_sq_run_queue(dev->q);
+			if (head)
 				null_wait_until(head->queued_ns + delay);
 			continue;
 		}
@@ -508,6 +515,9 @@ static void *null_complete_thread(void *arg)
 			null_finish_cmd(hq, cmd);
 		}
 		tail = NULL;
+		/* single queue: the device has room again */
+		if (dev->cfg.queue_mode == NULL_Q_RQ)
+			rq_sq_run_queue(dev->q);
 	}
 	return NULL;
 }
@@ -638,6 +648,47 @@ static int null_init_hctx(struct rq_hw_ctx *hctx, void *set_data, unsigned idx)
 	return 0;
 }
 
+/* ------------------------------------------------------------- sq ops */
+
+/**
+ * null_request_fn() - the single-queue driver: take requests while fewer
+ * than hw_queue_depth are in flight; end them here (inline) or hand them to
+ * the completion thread.
+ * @q: the queue.
+ *
+ * Context: queue lock held.
+ */
+static void null_request_fn(struct rq_queue *q)
+{
+	struct null_dev *dev = rq_queue_driver_data(q);
+	struct null_hq *hq = &dev->hqs[0];
+	struct rq_request *rq;
+
+	while (rq_sq_in_flight(q, false) + rq_sq_in_flight(q, true) < dev->cfg.hw_queue_depth &&
+	       (rq = rq_sq_fetch_request(q))) {
+		null_account(hq, rq);
+		if (dev->cfg.completion == NULL_COMPLETE_INLINE) {
+			rq_status_t status = null_handle_rq(dev, hq, rq);
+
+			null_count(&hq->completed, 1);
+			rq_sq_end_request_all_locked(rq, status);
+			continue;
+		}
+		{
+			struct null_cmd *cmd = rq_request_pdu(rq);
+
+			if (dev->cfg.completion == NULL_COMPLETE_TIMER)
+				cmd->queued_ns = null_now_ns();
+			null_hq_push(hq, cmd);
+		}
+	}
+}
+
+static const struct rq_sq_ops null_sq_ops = {
+	RQ_SQ_OPS_INIT,
+	.request_fn = null_request_fn,
+};
+
 static const struct rq_mq_ops null_mq_ops = {
 	RQ_MQ_OPS_INIT,
 	.queue_rq = null_queue_rq,
@@ -661,8 +712,14 @@ static int null_fill_config(struct null_config *cfg)
 		cfg->size_bytes = NULL_DEFAULT_SIZE;
 	if (!cfg->blocksize)
 		cfg->blocksize = 512;
-	if (cfg->completion > NULL_COMPLETE_TIMER)
+	if (cfg->completion > NULL_COMPLETE_TIMER || cfg->queue_mode > NULL_Q_RQ)
 		return -EINVAL;
+	if (cfg->queue_mode == NULL_Q_RQ) {
+		/* one queue; no blocking or busy injection in request_fn */
+		if (cfg->blocking || cfg->resource_permille)
+			return -EINVAL;
+		cfg->nr_hw_queues = 1;
+	}
 	if (cfg->blocksize < 512 || cfg->blocksize > NULL_PAGE_SIZE ||
 	    (cfg->blocksize & (cfg->blocksize - 1)))
 		return -EINVAL;
@@ -746,6 +803,23 @@ int null_create(const struct null_config *cfg, struct null_dev **out)
 			}
 			dev->hqs[i].thread_started = true;
 		}
+	}
+
+	if (dev->cfg.queue_mode == NULL_Q_RQ) {
+		struct rq_sq_config sq = {
+			.ops = &null_sq_ops,
+			.limits = &dev->cfg.limits,
+			.capacity = dev->cfg.size_bytes >> RQ_SECTOR_SHIFT,
+			.scheduler = dev->cfg.sched,
+			.cmd_size = sizeof(struct null_cmd),
+			.queuedata = dev,
+		};
+
+		ret = rq_sq_alloc_queue(&sq, &dev->q);
+		if (ret)
+			goto fail;
+		*out = dev;
+		return 0;
 	}
 
 	sc.ops = &null_mq_ops;

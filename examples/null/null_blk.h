@@ -23,6 +23,7 @@
 #include <stdint.h>
 
 #include <librequest/mq.h>
+#include <librequest/sq.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -33,6 +34,13 @@ enum null_completion {
 	NULL_COMPLETE_INLINE = 0, /* inside queue_rq */
 	NULL_COMPLETE_THREAD = 1, /* on the hw queue's completion thread */
 	NULL_COMPLETE_TIMER = 2,  /* there, completion_nsec after queue_rq */
+};
+
+/** enum null_queue_mode - which front end the device's queue uses. */
+enum null_queue_mode {
+	NULL_Q_MQ = 0, /* multi-queue: queue_rq per hw queue */
+	NULL_Q_RQ = 1, /* single-queue: one request_fn under the queue lock
+			  (null_blk's queue_mode=1) */
 };
 
 /**
@@ -57,6 +65,10 @@ struct null_config {
 	void (*thread_init)(void);      /* NULL, or run first on every
 					   completion thread (e.g. to set up
 					   allocator or tracing state) */
+	enum null_queue_mode queue_mode; /* [NULL_Q_MQ]; NULL_Q_RQ uses one hw
+					   queue's worth of state, hw_queue_depth
+					   bounds requests in flight and sched
+					   names a single-queue scheduler */
 	unsigned resource_permille;     /* [0] fault injection: this share
 					   (per mille) of queue_rq calls
 					   answers RQ_STS_RESOURCE, as
