@@ -53,6 +53,8 @@ struct rq_sq_data {
 	unsigned in_flight[2];           /* started: [async, sync] */
 	bool stopped;
 	int request_fn_active;           /* request_fn is running (no recursion) */
+	int lib_locked;                  /* the library holds the lock (it drains
+					    deferred bios when it drops it) */
 	bool rerun;                      /* work arrived while it ran */
 
 	/* the request pool */
@@ -85,6 +87,19 @@ struct rq_sq_data {
 static struct rq_sq_data *sqd_of(const struct rq_queue *q)
 {
 	return q->sqd;
+}
+
+/* The library takes / drops the queue lock (and so ends deferred bios). */
+static inline void sq_lock(struct rq_sq_data *sqd)
+{
+	pthread_mutex_lock(sqd->lock);
+	sqd->lib_locked++;
+}
+
+static inline void sq_unlock(struct rq_sq_data *sqd)
+{
+	sqd->lib_locked--;
+	pthread_mutex_unlock(sqd->lock);
 }
 
 RQ_EXPORT bool rq_queue_is_sq(const struct rq_queue *q)
@@ -122,13 +137,13 @@ void sq_bios_end_deferred(struct rq_queue *q)
 
 	if (!atomic_load_explicit(&sqd->deferred_pending, memory_order_acquire))
 		return;
-	pthread_mutex_lock(sqd->lock);
+	sq_lock(sqd);
 	bio = sqd->deferred;
 	refs = sqd->deferred_refs;
 	sqd->deferred = NULL;
 	sqd->deferred_refs = 0;
 	atomic_store_explicit(&sqd->deferred_pending, false, memory_order_relaxed);
-	pthread_mutex_unlock(sqd->lock);
+	sq_unlock(sqd);
 	while (bio) {
 		struct rq_bio *next = bio->next;
 
@@ -141,13 +156,25 @@ void sq_bios_end_deferred(struct rq_queue *q)
 
 RQ_EXPORT void rq_sq_lock(struct rq_queue *q)
 {
-	pthread_mutex_lock(sqd_of(q)->lock);
+	sq_lock(sqd_of(q));
 }
 
 RQ_EXPORT void rq_sq_unlock(struct rq_queue *q)
 {
-	pthread_mutex_unlock(sqd_of(q)->lock);
+	sq_unlock(sqd_of(q));
 	sq_bios_end_deferred(q);
+}
+
+/*
+ * Something waits for the lock to drop.  When the library holds it (or runs
+ * request_fn) it drains on the way out; otherwise the driver took the lock
+ * itself, so the service thread drains within a millisecond.  Lock held.
+ */
+static void sq_deferred_mark(struct rq_sq_data *sqd)
+{
+	if (!atomic_exchange_explicit(&sqd->deferred_pending, true, memory_order_release) &&
+	    !sqd->lib_locked && !sqd->request_fn_active)
+		rq_mq_delay_kick_service(1);
 }
 
 /* End @bio with @status once the lock is dropped.  Lock held. */
@@ -159,8 +186,7 @@ static void sq_bio_end_later(struct rq_queue *q, struct rq_bio *bio, rq_status_t
 		bio->status = status;
 	bio->next = sqd->deferred;
 	sqd->deferred = bio;
-	if (!atomic_exchange_explicit(&sqd->deferred_pending, true, memory_order_release))
-		rq_mq_delay_kick_service(1); /* in case the driver drops the lock itself */
+	sq_deferred_mark(sqd);
 }
 
 /* ----------------------------------------------------------- run queue */
@@ -247,7 +273,7 @@ void sq_service(struct rq_queue *q, uint64_t now, uint64_t *next)
 	sq_service_light(q, now, next);
 
 	/* timeouts: the generation scan of the multi-queue front end, per pool slot */
-	pthread_mutex_lock(sqd->lock);
+	sq_lock(sqd);
 	for (unsigned i = 0; i < sqd->pool_cap; i++) {
 		struct rq_request *rq = sqd->slots[i];
 
@@ -266,7 +292,7 @@ void sq_service(struct rq_queue *q, uint64_t now, uint64_t *next)
 		else
 			sqd->timeout_deadline[i] = now + timeout;
 	}
-	pthread_mutex_unlock(sqd->lock);
+	sq_unlock(sqd);
 	sq_bios_end_deferred(q);
 }
 
@@ -369,9 +395,9 @@ static struct rq_request *pool_get(struct rq_queue *q, struct rq_bio *bio)
 		return NULL;
 	/* wait in line; our own plugged requests must not hold us up */
 	if (plug_current() && plug_current()->head) {
-		pthread_mutex_unlock(sqd->lock);
+		sq_unlock(sqd);
 		rq_flush_plug();
-		pthread_mutex_lock(sqd->lock);
+		sq_lock(sqd);
 	}
 	memset(&w, 0, sizeof(w));
 	pthread_cond_init(&w.cond, NULL);
@@ -380,8 +406,10 @@ static struct rq_request *pool_get(struct rq_queue *q, struct rq_bio *bio)
 	else
 		sqd->wait_head = &w;
 	sqd->wait_tail = &w;
+	sqd->lib_locked--; /* the wait drops the lock */
 	while (!w.rq && !w.abort)
 		pthread_cond_wait(&w.cond, sqd->lock);
+	sqd->lib_locked++;
 	pthread_cond_destroy(&w.cond);
 	return w.rq;
 }
@@ -408,7 +436,7 @@ int sq_set_nr_requests(struct rq_queue *q, unsigned long nr)
 
 	if (nr < SQ_MIN_NR_REQUESTS || nr > 65536)
 		return -EINVAL;
-	pthread_mutex_lock(sqd->lock);
+	sq_lock(sqd);
 	if (nr > sqd->pool_cap)
 		ret = pool_grow(q, (unsigned)nr);
 	if (!ret) {
@@ -423,7 +451,7 @@ int sq_set_nr_requests(struct rq_queue *q, unsigned long nr)
 			pool_put(sqd, rq);
 		}
 	}
-	pthread_mutex_unlock(sqd->lock);
+	sq_unlock(sqd);
 	return ret;
 }
 
@@ -688,8 +716,7 @@ static void sq_finish_request(struct rq_request *rq, rq_status_t status)
 	if (sq_release_request(rq)) {
 		/* the request's usage reference goes after its bios have ended */
 		sqd->deferred_refs++;
-		if (!atomic_exchange_explicit(&sqd->deferred_pending, true, memory_order_release))
-			rq_mq_delay_kick_service(1);
+		sq_deferred_mark(sqd);
 	}
 }
 
@@ -877,15 +904,15 @@ void sq_submit_piece(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_bio *b
 		queue_exit(q);
 		return;
 	}
-	pthread_mutex_lock(sqd->lock);
+	sq_lock(sqd);
 	if (!flush_seq && sq_attempt_merge(q, bio, nr_segs)) {
-		pthread_mutex_unlock(sqd->lock);
+		sq_unlock(sqd);
 		queue_exit(q);
 		return;
 	}
 	rq = pool_get(q, bio);
 	if (!rq) {
-		pthread_mutex_unlock(sqd->lock);
+		sq_unlock(sqd);
 		queue_exit(q);
 		bio_end_with(bio, atomic_load(&q->dying) ? RQ_STS_IOERR : RQ_STS_AGAIN);
 		return;
@@ -900,18 +927,18 @@ void sq_submit_piece(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_bio *b
 	if (flush_seq) {
 		if (!flush_insert(rq)) /* data only: straight to the driver */
 			sq_flush_queue_rq(rq, false);
-		pthread_mutex_unlock(sqd->lock);
+		sq_unlock(sqd);
 		sq_bios_end_deferred(q);
 		return;
 	}
 	if (plug) {
-		pthread_mutex_unlock(sqd->lock);
+		sq_unlock(sqd);
 		plug_add(plug, rq);
 		return;
 	}
 	sq_insert_sorted(q, rq);
 	sq_run_queue_locked(q);
-	pthread_mutex_unlock(sqd->lock);
+	sq_unlock(sqd);
 	sq_bios_end_deferred(q);
 }
 
@@ -921,7 +948,7 @@ void sq_plug_issue(struct rq_list_node *list, struct rq_request *first)
 	struct rq_queue *q = first->q;
 	struct rq_sq_data *sqd = sqd_of(q);
 
-	pthread_mutex_lock(sqd->lock);
+	sq_lock(sqd);
 	while (!rq_list_empty(list)) {
 		struct rq_request *rq = rq_list_first_rq(list);
 
@@ -929,7 +956,7 @@ void sq_plug_issue(struct rq_list_node *list, struct rq_request *first)
 		sq_insert_merge(q, rq);
 	}
 	sq_run_queue_locked(q);
-	pthread_mutex_unlock(sqd->lock);
+	sq_unlock(sqd);
 	sq_bios_end_deferred(q);
 }
 
@@ -980,12 +1007,12 @@ int sq_elevator_switch(struct rq_queue *q, const char *name)
 	sq_eops_copy(&new_ops, e->sq_ops);
 
 	rq_queue_freeze(q);
-	pthread_mutex_lock(sqd->lock);
+	sq_lock(sqd);
 	if (new_ops.init_queue) {
 		/* the old scheduler is idle now; init may look at the queue */
 		ret = new_ops.init_queue(q, &data);
 		if (ret) {
-			pthread_mutex_unlock(sqd->lock);
+			sq_unlock(sqd);
 			rq_queue_unfreeze(q);
 			free(eq);
 			elevator_put(e);
@@ -1002,7 +1029,7 @@ int sq_elevator_switch(struct rq_queue *q, const char *name)
 	}
 	q->elevator = eq;
 	sqd->eops = new_ops;
-	pthread_mutex_unlock(sqd->lock);
+	sq_unlock(sqd);
 	rq_queue_unfreeze(q);
 	if (old) {
 		elevator_put(old->type);
@@ -1141,7 +1168,7 @@ void sq_teardown(struct rq_queue *q)
 {
 	struct rq_sq_data *sqd = sqd_of(q);
 
-	pthread_mutex_lock(sqd->lock);
+	sq_lock(sqd);
 	pool_abort_waiters(sqd);
 	if (q->elevator && sqd->nr_sorted)
 		sqd->eops.dispatch(q, true);
@@ -1153,6 +1180,6 @@ void sq_teardown(struct rq_queue *q)
 		__atomic_store_n(&rq->state, RQ_STATE_IN_FLIGHT, __ATOMIC_RELEASE);
 		rq_sq_end_request_all_locked(rq, RQ_STS_IOERR);
 	}
-	pthread_mutex_unlock(sqd->lock);
+	sq_unlock(sqd);
 	sq_bios_end_deferred(q);
 }
