@@ -2138,7 +2138,7 @@ static void sq_queue_destroy(struct rq_queue *q)
 		pthread_mutex_unlock(&q->freeze_lock);
 	}
 	service_unregister(q);
-	sq_destroy(q);
+	sq_queue_free(q);
 }
 
 RQ_EXPORT void rq_queue_destroy(struct rq_queue *q)

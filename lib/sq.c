@@ -1117,7 +1117,7 @@ RQ_EXPORT int rq_sq_alloc_queue(const struct rq_sq_config *cfg, struct rq_queue 
 		pthread_mutex_unlock(&q->sysfs_lock);
 	}
 	if (ret) {
-		sq_destroy(q);
+		sq_queue_free(q);
 		return ret;
 	}
 	service_register(q);
@@ -1126,7 +1126,7 @@ RQ_EXPORT int rq_sq_alloc_queue(const struct rq_sq_config *cfg, struct rq_queue 
 }
 
 /* Free everything; the queue is empty. */
-void sq_destroy(struct rq_queue *q)
+void sq_queue_free(struct rq_queue *q)
 {
 	struct rq_sq_data *sqd = sqd_of(q);
 

@@ -239,7 +239,7 @@ int sq_elevator_switch(struct rq_queue *q, const char *name);
 void sq_service(struct rq_queue *q, uint64_t now, uint64_t *next);
 void sq_service_light(struct rq_queue *q, uint64_t now, uint64_t *next);
 int sq_set_nr_requests(struct rq_queue *q, unsigned long nr);
-void sq_destroy(struct rq_queue *q);
+void sq_queue_free(struct rq_queue *q);
 void sq_bios_end_deferred(struct rq_queue *q);
 void sq_flush_seq_done(struct rq_request *rq, rq_status_t status);
 void sq_teardown(struct rq_queue *q);
