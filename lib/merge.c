@@ -212,6 +212,94 @@ struct rq_request *elv_hash_find(struct rq_elevator_queue *eq, uint64_t sector)
 	return NULL;
 }
 
+/* ------------------------------------------- the scheduler, either front end */
+
+/*
+ * The core calls a scheduler through these, so one merge implementation
+ * serves both front ends: multi-queue schedulers through rq_elevator_ops,
+ * single-queue ones through rq_elevator_sq_ops (lib/sq.c keeps the copy).
+ */
+static struct rq_request *elv_latter(struct rq_queue *q, struct rq_request *rq)
+{
+	if (q->sq) {
+		const struct rq_elevator_sq_ops *o = sq_eops(q);
+
+		return o->latter ? o->latter(q, rq) : NULL;
+	}
+	return q->elevator->type->ops.next_request ?
+		       q->elevator->type->ops.next_request(q, rq) : NULL;
+}
+
+static struct rq_request *elv_former(struct rq_queue *q, struct rq_request *rq)
+{
+	if (q->sq) {
+		const struct rq_elevator_sq_ops *o = sq_eops(q);
+
+		return o->former ? o->former(q, rq) : NULL;
+	}
+	return q->elevator->type->ops.former_request ?
+		       q->elevator->type->ops.former_request(q, rq) : NULL;
+}
+
+static bool sched_allows(struct rq_queue *q, struct rq_request *rq, struct rq_bio *bio)
+{
+	if (q->sq) {
+		const struct rq_elevator_sq_ops *o = sq_eops(q);
+
+		return !o->allow_merge || o->allow_merge(q, rq, bio);
+	}
+	return !q->elevator->type->ops.allow_merge || q->elevator->type->ops.allow_merge(q, rq, bio);
+}
+
+/* May queued @next join @rq?  (single queue: allow_rq_merge) */
+static bool sched_allows_rq(struct rq_queue *q, struct rq_request *rq, struct rq_request *next)
+{
+	if (q->sq) {
+		const struct rq_elevator_sq_ops *o = sq_eops(q);
+
+		return !o->allow_rq_merge || o->allow_rq_merge(q, rq, next);
+	}
+	return true;
+}
+
+/* The scheduler's front-merge lookup. */
+static enum rq_elv_merge elv_front_lookup(struct rq_queue *q, struct rq_request **rq,
+					  struct rq_bio *bio)
+{
+	if (q->sq) {
+		const struct rq_elevator_sq_ops *o = sq_eops(q);
+
+		return o->merge ? (enum rq_elv_merge)o->merge(q, rq, bio) : RQ_ELV_NO_MERGE;
+	}
+	return q->elevator->type->ops.request_merge ?
+		       (enum rq_elv_merge)q->elevator->type->ops.request_merge(q, rq, bio) :
+		       RQ_ELV_NO_MERGE;
+}
+
+/* @next joined @rq: the scheduler forgets @next. */
+static void elv_requests_merged(struct rq_queue *q, struct rq_request *rq, struct rq_request *next)
+{
+	if (q->sq) {
+		sq_requests_merged(q, rq, next);
+		return;
+	}
+	if (q->elevator->type->ops.requests_merged)
+		q->elevator->type->ops.requests_merged(q, rq, next);
+}
+
+static void elv_request_grew(struct rq_queue *q, struct rq_request *rq, enum rq_elv_merge type)
+{
+	if (q->sq) {
+		const struct rq_elevator_sq_ops *o = sq_eops(q);
+
+		if (o->merged)
+			o->merged(q, rq, type);
+		return;
+	}
+	if (q->elevator->type->ops.request_merged)
+		q->elevator->type->ops.request_merged(q, rq, type);
+}
+
 /* ------------------------------------------------- request-request merges */
 
 /*
@@ -222,20 +310,18 @@ struct rq_request *elv_hash_find(struct rq_elevator_queue *eq, uint64_t sector)
 static struct rq_request *attempt_merge(struct rq_queue *q, struct rq_request *rq,
 					struct rq_request *next)
 {
-	const struct rq_elevator_type *e = q->elevator->type;
-
 	if (!rq_mergeable(rq) || !rq_mergeable(next) || rq->op != next->op ||
 	    rq->ioprio != next->ioprio || rq_request_end_sector(rq) != next->sector)
 		return NULL;
-	if (!fits_limits(rq, rq_request_sectors(next), next->nr_segments))
+	if (!fits_limits(rq, rq_request_sectors(next), next->nr_segments) ||
+	    !sched_allows_rq(q, rq, next))
 		return NULL;
 	rq->biotail->next = next->bio;
 	rq->biotail = next->biotail;
 	rq->bytes += next->bytes;
 	if (rq_op_has_data(rq->op))
 		rq->nr_segments = (uint16_t)(rq->nr_segments + next->nr_segments);
-	if (e->ops.requests_merged)
-		e->ops.requests_merged(q, rq, next);
+	elv_requests_merged(q, rq, next);
 	rq_elv_rqhash_del(q, next);
 	rqhash_reposition(q, rq);
 	q->elevator->last_merge = rq;
@@ -247,36 +333,24 @@ static struct rq_request *attempt_merge(struct rq_queue *q, struct rq_request *r
 
 static struct rq_request *attempt_back_merge(struct rq_queue *q, struct rq_request *rq)
 {
-	const struct rq_elevator_type *e = q->elevator->type;
-	struct rq_request *next = e->ops.next_request ? e->ops.next_request(q, rq) : NULL;
+	struct rq_request *next = elv_latter(q, rq);
 
 	return next ? attempt_merge(q, rq, next) : NULL;
 }
 
 static struct rq_request *attempt_front_merge(struct rq_queue *q, struct rq_request *rq)
 {
-	const struct rq_elevator_type *e = q->elevator->type;
-	struct rq_request *prev = e->ops.former_request ? e->ops.former_request(q, rq) : NULL;
+	struct rq_request *prev = elv_former(q, rq);
 
 	return prev ? attempt_merge(q, prev, rq) : NULL;
 }
 
 static void elv_merged_request(struct rq_queue *q, struct rq_request *rq, enum rq_elv_merge type)
 {
-	const struct rq_elevator_type *e = q->elevator->type;
-
-	if (e->ops.request_merged)
-		e->ops.request_merged(q, rq, type);
+	elv_request_grew(q, rq, type);
 	if (type == RQ_ELV_BACK_MERGE)
 		rqhash_reposition(q, rq);
 	q->elevator->last_merge = rq;
-}
-
-static bool sched_allows(struct rq_queue *q, struct rq_request *rq, struct rq_bio *bio)
-{
-	const struct rq_elevator_type *e = q->elevator->type;
-
-	return !e->ops.allow_merge || e->ops.allow_merge(q, rq, bio);
 }
 
 RQ_EXPORT bool rq_sched_try_merge(struct rq_queue *q, struct rq_bio *bio, unsigned nr_segs,
@@ -302,9 +376,9 @@ RQ_EXPORT bool rq_sched_try_merge(struct rq_queue *q, struct rq_bio *bio, unsign
 		rq = elv_hash_find(eq, bio->iter.sector);
 		if (rq && rq_merge_ok(rq, bio) && sched_allows(q, rq, bio)) {
 			type = RQ_ELV_BACK_MERGE;
-		} else if (eq->type->ops.request_merge) {
+		} else {
 			rq = NULL;
-			type = (enum rq_elv_merge)eq->type->ops.request_merge(q, &rq, bio);
+			type = elv_front_lookup(q, &rq, bio);
 			if (type != RQ_ELV_NO_MERGE &&
 			    (!rq || !rq_merge_ok(rq, bio) || rq_try_merge_pos(rq, bio) != type ||
 			     !sched_allows(q, rq, bio)))

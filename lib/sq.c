@@ -585,6 +585,29 @@ RQ_EXPORT void rq_sq_dispatch_sort(struct rq_queue *q, struct rq_request *rq)
 	rq_list_insert(&rq->queuelist, pos, pos->next);
 }
 
+/* The scheduler's hooks, for the shared merge code. */
+const struct rq_elevator_sq_ops *sq_eops(const struct rq_queue *q)
+{
+	return &q->sqd->eops;
+}
+
+/*
+ * @next joined @rq (the kernel's elv_merge_requests): a queued @next leaves
+ * the scheduler through its merge_req hook; a new one was never in it.
+ * Lock held.
+ */
+void sq_requests_merged(struct rq_queue *q, struct rq_request *rq, struct rq_request *next)
+{
+	struct rq_sq_data *sqd = sqd_of(q);
+
+	if (!(next->rq_flags & RQ_RQF_SORTED))
+		return;
+	if (sqd->eops.merge_req)
+		sqd->eops.merge_req(q, rq, next);
+	next->rq_flags &= ~RQ_RQF_SORTED;
+	sqd->nr_sorted--;
+}
+
 RQ_EXPORT unsigned rq_sq_nr_sorted(const struct rq_queue *q)
 {
 	return q->sqd->nr_sorted;

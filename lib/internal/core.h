@@ -240,6 +240,8 @@ void sq_service(struct rq_queue *q, uint64_t now, uint64_t *next);
 void sq_service_light(struct rq_queue *q, uint64_t now, uint64_t *next);
 int sq_set_nr_requests(struct rq_queue *q, unsigned long nr);
 void sq_queue_free(struct rq_queue *q);
+const struct rq_elevator_sq_ops *sq_eops(const struct rq_queue *q);
+void sq_requests_merged(struct rq_queue *q, struct rq_request *rq, struct rq_request *next);
 void sq_bios_end_deferred(struct rq_queue *q);
 void sq_flush_seq_done(struct rq_request *rq, rq_status_t status);
 void sq_teardown(struct rq_queue *q);
