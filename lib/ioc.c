@@ -1,9 +1,14 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
  * I/O contexts: refcounted "who is this I/O for" objects, with a default
- * priority and a weight.  Each thread has a current context: one the
- * application set with rq_ioc_set_current(), else a context of its own made
- * on first use and dropped when the thread exits.
+ * priority, a weight and an io group.  Each thread has a current context:
+ * one the application set with rq_ioc_set_current(), else a context of its
+ * own made on first use and dropped when the thread exits.
+ *
+ * I/O groups stand in for cgroups with io.weight: refcounted sets of
+ * contexts with a weight of 1..1000 (100 by default).  A context belongs to
+ * the root group until rq_ioc_set_group() names another; it holds a
+ * reference on its group.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -16,6 +21,7 @@
 #define IOPRIO_USED_MASK ((uint16_t)((0x3u << RQ_IOPRIO_CLASS_SHIFT) | IOPRIO_LEVEL_MASK))
 
 static atomic_uint_fast64_t ioc_next_id = 1;
+static atomic_uint_fast64_t iog_next_id = 1;
 
 /* Per-thread state: the context set by the application, and our own. */
 struct ioc_thread {
@@ -71,6 +77,7 @@ RQ_EXPORT struct rq_io_context *rq_ioc_create(uint16_t ioprio)
 	ioc->ioprio = ioprio ? ioprio : RQ_IOC_PRIO_DEFAULT;
 	ioc->id = atomic_fetch_add_explicit(&ioc_next_id, 1, memory_order_relaxed);
 	ioc->weight = RQ_IOC_WEIGHT_DEFAULT;
+	rq_spin_init(&ioc->lock);
 	return ioc;
 }
 
@@ -95,8 +102,10 @@ RQ_EXPORT void rq_ioc_get(struct rq_io_context *ioc)
  */
 RQ_EXPORT void rq_ioc_put(struct rq_io_context *ioc)
 {
-	if (ioc && atomic_fetch_sub_explicit(&ioc->refcount, 1, memory_order_acq_rel) == 1)
+	if (ioc && atomic_fetch_sub_explicit(&ioc->refcount, 1, memory_order_acq_rel) == 1) {
+		rq_iog_put(ioc->group);
 		free(ioc);
+	}
 }
 
 /**
@@ -153,7 +162,221 @@ int ioc_set_weight(struct rq_io_context *ioc, unsigned weight)
 	if (!ioc || weight < RQ_IOC_WEIGHT_MIN || weight > RQ_IOC_WEIGHT_MAX)
 		return -EINVAL;
 	WRITE_ONCE(ioc->weight, weight);
+	WRITE_ONCE(ioc->weight_set, true);
 	return 0;
+}
+
+/**
+ * ioc_weight_is_set() - did the application give the context a weight?
+ * @ioc: the context.
+ *
+ * Context: any thread.
+ * Return: true after ioc_set_weight() / rq_ioc_set_weight() with 1..1000,
+ * false for a new context or after rq_ioc_set_weight(ioc, 0).
+ */
+bool ioc_weight_is_set(const struct rq_io_context *ioc)
+{
+	return READ_ONCE(ioc->weight_set);
+}
+
+/**
+ * ioc_prio_to_weight() - the weight a priority stands for.
+ * @ioprio: an RQ_IOPRIO_VALUE(); class NONE counts as best effort, level 4.
+ *
+ * The kernel's bfq documents (8 - level) * 10: level 0 weighs 80, level 7
+ * weighs 10, whatever the class.
+ *
+ * Context: any.
+ * Return: 10..80.
+ */
+unsigned ioc_prio_to_weight(uint16_t ioprio)
+{
+	unsigned level = RQ_IOPRIO_CLASS(ioprio) == RQ_IOPRIO_CLASS_NONE ?
+				 4 : RQ_IOPRIO_LEVEL(ioprio);
+
+	return (8 - level) * 10;
+}
+
+/**
+ * rq_ioc_set_weight() - a context's weight inside its io group.
+ * @ioc: the context.
+ * @weight: 1..1000, or 0 to go back to the weight its priority stands for.
+ *
+ * Context: any thread; schedulers apply it the next time the context
+ * becomes busy.
+ * Return: 0, or -EINVAL for a NULL context or a weight above 1000.
+ */
+RQ_EXPORT int rq_ioc_set_weight(struct rq_io_context *ioc, unsigned weight)
+{
+	if (!ioc || weight > RQ_IOC_WEIGHT_MAX)
+		return -EINVAL;
+	if (!weight) {
+		WRITE_ONCE(ioc->weight_set, false);
+		WRITE_ONCE(ioc->weight, RQ_IOC_WEIGHT_DEFAULT);
+		return 0;
+	}
+	return ioc_set_weight(ioc, weight);
+}
+
+/**
+ * rq_ioc_weight() - the weight set with rq_ioc_set_weight().
+ * @ioc: the context.
+ *
+ * Context: any thread.
+ * Return: 1..1000, or 0 when none is set (schedulers then use the weight
+ * of its priority: (8 - level) * 10).
+ */
+RQ_EXPORT unsigned rq_ioc_weight(const struct rq_io_context *ioc)
+{
+	return ioc_weight_is_set(ioc) ? ioc_weight(ioc) : 0;
+}
+
+/* ------------------------------------------------------------- io groups */
+
+/**
+ * rq_iog_create() - a new io group.
+ * @weight: 1..1000; 0 means the default, 100.
+ *
+ * Context: any thread; allocates.
+ * Return: the group holding one reference; NULL with errno EINVAL for a
+ * weight above 1000, ENOMEM on memory exhaustion.
+ */
+RQ_EXPORT struct rq_io_group *rq_iog_create(unsigned weight)
+{
+	struct rq_io_group *iog;
+
+	if (weight > RQ_IOC_WEIGHT_MAX) {
+		errno = EINVAL;
+		return NULL;
+	}
+	iog = calloc(1, sizeof(*iog));
+	if (!iog)
+		return NULL;
+	atomic_init(&iog->refcount, 1);
+	iog->weight = weight ? weight : RQ_IOG_WEIGHT_DEFAULT;
+	iog->id = atomic_fetch_add_explicit(&iog_next_id, 1, memory_order_relaxed);
+	return iog;
+}
+
+/**
+ * rq_iog_get() - take a reference on an io group.
+ * @iog: the group (NULL is ignored).
+ *
+ * Context: any thread; the caller already holds a reference.
+ */
+RQ_EXPORT void rq_iog_get(struct rq_io_group *iog)
+{
+	if (iog)
+		atomic_fetch_add_explicit(&iog->refcount, 1, memory_order_relaxed);
+}
+
+/**
+ * rq_iog_put() - drop a reference; the last one frees the group.
+ * @iog: the group (NULL is ignored).
+ *
+ * Context: any thread.  Contexts and schedulers using the group hold their
+ * own references, so the application may drop its one at any time.
+ */
+RQ_EXPORT void rq_iog_put(struct rq_io_group *iog)
+{
+	if (iog && atomic_fetch_sub_explicit(&iog->refcount, 1, memory_order_acq_rel) == 1)
+		free(iog);
+}
+
+/**
+ * rq_iog_set_weight() - change a group's weight.
+ * @iog: the group.
+ * @weight: 1..1000.
+ *
+ * Context: any thread; schedulers apply it the next time the group is
+ * scheduled anew.
+ * Return: 0, or -EINVAL for a NULL group or a weight outside 1..1000.
+ */
+RQ_EXPORT int rq_iog_set_weight(struct rq_io_group *iog, unsigned weight)
+{
+	if (!iog || weight < RQ_IOC_WEIGHT_MIN || weight > RQ_IOC_WEIGHT_MAX)
+		return -EINVAL;
+	WRITE_ONCE(iog->weight, weight);
+	return 0;
+}
+
+/**
+ * rq_iog_weight() - a group's weight.
+ * @iog: the group, or NULL for the root group.
+ *
+ * Context: any thread.
+ * Return: 1..1000 (the root group weighs the default, 100).
+ */
+RQ_EXPORT unsigned rq_iog_weight(const struct rq_io_group *iog)
+{
+	return iog ? READ_ONCE(iog->weight) : RQ_IOG_WEIGHT_DEFAULT;
+}
+
+/**
+ * rq_ioc_set_group() - move a context to an io group.
+ * @ioc: the context.
+ * @iog: the group (a reference is taken), or NULL for the root group.
+ *
+ * Context: any thread.  Requests already made keep the group they had;
+ * schedulers move the context's queues once those are idle.
+ * Return: 0, or -EINVAL for a NULL context.
+ */
+RQ_EXPORT int rq_ioc_set_group(struct rq_io_context *ioc, struct rq_io_group *iog)
+{
+	struct rq_io_group *old;
+
+	if (!ioc)
+		return -EINVAL;
+	rq_iog_get(iog);
+	rq_spin_lock(&ioc->lock);
+	old = ioc->group;
+	ioc->group = iog;
+	WRITE_ONCE(ioc->group_gen, ioc->group_gen + 1);
+	rq_spin_unlock(&ioc->lock);
+	rq_iog_put(old);
+	return 0;
+}
+
+/**
+ * ioc_group_get() - a context's group, with a reference.
+ * @ioc: the context.
+ *
+ * Context: any thread; pairs with rq_iog_put().
+ * Return: the group, or NULL for the root group.
+ */
+struct rq_io_group *ioc_group_get(struct rq_io_context *ioc)
+{
+	struct rq_io_group *iog;
+
+	rq_spin_lock(&ioc->lock);
+	iog = ioc->group;
+	rq_iog_get(iog);
+	rq_spin_unlock(&ioc->lock);
+	return iog;
+}
+
+/**
+ * ioc_group_gen() - a number that changes whenever the context's group is
+ * set, so schedulers notice a move without taking the lock.
+ * @ioc: the context.
+ *
+ * Context: any thread.
+ */
+unsigned ioc_group_gen(const struct rq_io_context *ioc)
+{
+	return READ_ONCE(ioc->group_gen);
+}
+
+/**
+ * ioc_refs() - a context's reference count right now.
+ * @ioc: the context.
+ *
+ * Context: any thread.  Only meaningful to a holder of a reference: when it
+ * reads 1, that holder has the last one and nobody can take another.
+ */
+unsigned ioc_refs(const struct rq_io_context *ioc)
+{
+	return atomic_load_explicit(&ioc->refcount, memory_order_acquire);
 }
 
 /**

@@ -251,7 +251,11 @@ static bool sched_allows(struct rq_queue *q, struct rq_request *rq, struct rq_bi
 	return !q->elevator->type->ops.allow_merge || q->elevator->type->ops.allow_merge(q, rq, bio);
 }
 
-/* May queued @next join @rq?  (single queue: allow_rq_merge) */
+/*
+ * May queued @next join @rq?  Single queue: allow_rq_merge.  Multi-queue:
+ * allow_merge asked about @next's first bio (so a scheduler that keeps
+ * contexts apart, as bfq does, keeps them apart here too).
+ */
 static bool sched_allows_rq(struct rq_queue *q, struct rq_request *rq, struct rq_request *next)
 {
 	if (q->sq) {
@@ -259,7 +263,7 @@ static bool sched_allows_rq(struct rq_queue *q, struct rq_request *rq, struct rq
 
 		return !o->allow_rq_merge || o->allow_rq_merge(q, rq, next);
 	}
-	return true;
+	return !next->bio || sched_allows(q, rq, next->bio);
 }
 
 /* The scheduler's front-merge lookup. */

@@ -34,7 +34,7 @@
 #include "internal/elevator.h"
 #include "internal/ioc.h"
 
-static __thread struct rq_plug *tls_plug;
+static __thread struct rq_plug *tls_plug __attribute__((tls_model("initial-exec")));
 
 /*
  * Dispatch read-side sections.  liburcu-bp orders them against
@@ -98,21 +98,10 @@ struct rq_sw_ctx *queue_ctx(struct rq_queue *q, unsigned cpu)
 	return &q->ctxs[cpu];
 }
 
-/* Relaxed per-CPU counters: a preempted update may rarely be lost. */
+/* Count for the queue of @ctx (exact per-thread counters, lib/stats.c). */
 static inline void ctx_stat_add(struct rq_sw_ctx *ctx, unsigned idx, uint64_t n)
 {
-	__atomic_store_n(&ctx->stats.v[idx], __atomic_load_n(&ctx->stats.v[idx], __ATOMIC_RELAXED) + n,
-			 __ATOMIC_RELAXED);
-}
-
-void stat_add(struct rq_queue *q, unsigned idx, uint64_t n)
-{
-	ctx_stat_add(queue_ctx(q, cur_cpu()), idx, n);
-}
-
-void stat_inc(struct rq_queue *q, unsigned idx)
-{
-	stat_add(q, idx, 1);
+	stat_add(ctx->q, idx, n);
 }
 
 uint64_t queue_timeout_ns(const struct rq_queue *q)
@@ -1178,10 +1167,22 @@ static bool sched_dispatch(struct rq_hw_ctx *hctx, bool *progress)
 	while (n < RQ_DISPATCH_BATCH && e->ops.has_work(hctx)) {
 		struct rq_request *rq = e->ops.dispatch_request(hctx);
 
-		if (!rq)
+		if (!rq) {
+			/*
+			 * Work, but the scheduler holds it back (idling, a
+			 * class waiting): come back, as the kernel does.
+			 */
+			hctx_delay_run(hctx, RQ_RESOURCE_DELAY_MS);
 			break;
+		}
 		rq_list_add_tail(&rq->queuelist, &list);
 		n++;
+		/*
+		 * As the kernel: without a driver tag stop pulling; the device
+		 * is full, and the scheduler keeps deciding what goes next.
+		 */
+		if (!mq_get_driver_tag(rq))
+			break;
 	}
 	*progress = n != 0;
 	if (!n)
@@ -1944,6 +1945,7 @@ static void queue_free(struct rq_queue *q)
 	pthread_cond_destroy(&q->unfreeze_cond);
 	pthread_mutex_destroy(&q->sysfs_lock);
 	pthread_rwlock_destroy(&q->tsan_quiesce_lock);
+	stats_free(q);
 	free(q);
 }
 
@@ -1970,6 +1972,7 @@ RQ_EXPORT int rq_mq_alloc_queue(struct rq_tag_set *set, const struct rq_queue_co
 	q = calloc(1, sizeof(*q));
 	if (!q)
 		return -ENOMEM;
+	stats_init(q);
 	q->set = set;
 	q->ops = &set->ops;
 	q->rq_size = set->rq_size;
@@ -2221,11 +2224,9 @@ RQ_EXPORT void *rq_queue_driver_data(struct rq_queue *q)
 
 RQ_EXPORT void rq_queue_get_stats(struct rq_queue *q, struct rq_queue_stats *st)
 {
-	uint64_t sum[ARRAY_SIZE(((struct rq_pcpu_stats *)0)->v)] = { 0 };
+	uint64_t sum[ST_NR] = { 0 };
 
-	for (unsigned c = 0; c < q->nr_cpus; c++)
-		for (unsigned i = 0; i < ARRAY_SIZE(sum); i++)
-			sum[i] += __atomic_load_n(&q->ctxs[c].stats.v[i], __ATOMIC_RELAXED);
+	stats_sum(q, sum);
 	st->bios = sum[ST_BIOS];
 	st->splits = sum[ST_SPLITS];
 	st->requests = sum[ST_REQUESTS];
@@ -2296,6 +2297,13 @@ RQ_EXPORT void *rq_hctx_sched_data(const struct rq_hw_ctx *hctx)
 RQ_EXPORT void rq_hctx_set_sched_data(struct rq_hw_ctx *hctx, void *data)
 {
 	hctx->sched_data = data;
+}
+
+RQ_EXPORT unsigned rq_hctx_sched_word_bits(const struct rq_hw_ctx *hctx)
+{
+	const struct rq_tags *tags = hctx->sched_tags ? hctx->sched_tags : hctx->tags;
+
+	return 1u << tags->bitmap.sb.shift;
 }
 
 RQ_EXPORT unsigned rq_hctx_nr_ctx(const struct rq_hw_ctx *hctx)

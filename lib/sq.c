@@ -352,22 +352,33 @@ static int pool_grow(struct rq_queue *q, unsigned cap)
 	return add ? 0 : -ENOMEM;
 }
 
-/* Hand @rq to the oldest waiter, or back to the free list.  Lock held. */
-static void pool_put(struct rq_sq_data *sqd, struct rq_request *rq)
+/*
+ * Hand free requests to waiters, oldest first, while the limit allows.
+ * Keeps the invariant "nobody waits while a request could be had".  Lock held.
+ */
+static void pool_serve_waiters(struct rq_sq_data *sqd)
 {
-	struct sq_waiter *w = sqd->wait_head;
+	while (sqd->wait_head && sqd->free_list && sqd->allocated < sqd->nr_requests) {
+		struct sq_waiter *w = sqd->wait_head;
+		struct rq_request *rq = sqd->free_list;
 
-	if (w && sqd->allocated <= sqd->nr_requests) {
+		sqd->free_list = rq->rq_next;
+		sqd->allocated++;
 		sqd->wait_head = w->next;
 		if (!sqd->wait_head)
 			sqd->wait_tail = NULL;
-		w->rq = rq; /* stays allocated: it changes hands */
+		w->rq = rq;
 		pthread_cond_signal(&w->cond);
-		return;
 	}
+}
+
+/* Back to the pool; the oldest waiter gets it if the limit allows.  Lock held. */
+static void pool_put(struct rq_sq_data *sqd, struct rq_request *rq)
+{
 	sqd->allocated--;
 	rq->rq_next = sqd->free_list;
 	sqd->free_list = rq;
+	pool_serve_waiters(sqd);
 }
 
 /*
@@ -383,22 +394,26 @@ static struct rq_request *pool_get(struct rq_queue *q, struct rq_bio *bio)
 
 	if (sqd->eops.may_queue)
 		may = sqd->eops.may_queue(q, bio->op, bio->opf);
-	if ((sqd->allocated < sqd->nr_requests || may == RQ_ELV_MQUEUE_MUST) && !sqd->wait_head) {
-		if (!sqd->free_list && pool_grow(q, sqd->pool_cap + 16))
+	for (;;) {
+		if ((sqd->allocated < sqd->nr_requests || may == RQ_ELV_MQUEUE_MUST) &&
+		    !sqd->wait_head) {
+			if (!sqd->free_list && pool_grow(q, sqd->pool_cap + 16))
+				return NULL;
+			rq = sqd->free_list;
+			sqd->free_list = rq->rq_next;
+			sqd->allocated++;
+			return rq;
+		}
+		if ((bio->opf & RQ_BIO_NOWAIT) || atomic_load(&q->dying))
 			return NULL;
-		rq = sqd->free_list;
-		sqd->free_list = rq->rq_next;
-		sqd->allocated++;
-		return rq;
-	}
-	if ((bio->opf & RQ_BIO_NOWAIT) || atomic_load(&q->dying))
-		return NULL;
-	/* wait in line; our own plugged requests must not hold us up */
-	if (plug_current() && plug_current()->head) {
+		if (!plug_current() || !plug_current()->head)
+			break;
+		/* our own plugged requests must not hold us up: send them, look again */
 		sq_unlock(sqd);
 		rq_flush_plug();
 		sq_lock(sqd);
 	}
+	/* wait in line */
 	memset(&w, 0, sizeof(w));
 	pthread_cond_init(&w.cond, NULL);
 	if (sqd->wait_tail)
@@ -406,6 +421,7 @@ static struct rq_request *pool_get(struct rq_queue *q, struct rq_bio *bio)
 	else
 		sqd->wait_head = &w;
 	sqd->wait_tail = &w;
+	pool_serve_waiters(sqd);
 	sqd->lib_locked--; /* the wait drops the lock */
 	while (!w.rq && !w.abort)
 		pthread_cond_wait(&w.cond, sqd->lock);
@@ -442,14 +458,7 @@ int sq_set_nr_requests(struct rq_queue *q, unsigned long nr)
 	if (!ret) {
 		sqd->nr_requests = (unsigned)nr;
 		q->nr_requests = (unsigned)nr;
-		/* room for waiters now? */
-		while (sqd->wait_head && sqd->allocated < sqd->nr_requests && sqd->free_list) {
-			struct rq_request *rq = sqd->free_list;
-
-			sqd->free_list = rq->rq_next;
-			sqd->allocated++;
-			pool_put(sqd, rq);
-		}
+		pool_serve_waiters(sqd); /* room for waiters now? */
 	}
 	sq_unlock(sqd);
 	return ret;
@@ -1098,6 +1107,7 @@ RQ_EXPORT int rq_sq_alloc_queue(const struct rq_sq_config *cfg, struct rq_queue 
 	}
 	q->sq = true;
 	q->sqd = sqd;
+	stats_init(q);
 	memcpy(&sqd->ops, cfg->ops, cfg->ops->size < sizeof(sqd->ops) ? cfg->ops->size :
 									  sizeof(sqd->ops));
 	sqd->ops.size = sizeof(sqd->ops);
@@ -1179,6 +1189,7 @@ void sq_queue_free(struct rq_queue *q)
 	pthread_cond_destroy(&q->unfreeze_cond);
 	pthread_mutex_destroy(&q->sysfs_lock);
 	pthread_rwlock_destroy(&q->tsan_quiesce_lock);
+	stats_free(q);
 	free(sqd);
 	free(q);
 }

@@ -14,7 +14,7 @@ packages=(
 	meson ninja-build pkg-config gcc g++
 	liburcu-dev libjemalloc-dev libnuma-dev libcmocka-dev liburing-dev
 	# benchmarks and integration tests: peers and clients
-	qemu-utils fio libnbd-bin nbdkit
+	qemu-utils fio libnbd-bin python3-libnbd nbdkit
 )
 
 if command -v dpkg-query >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then

@@ -194,6 +194,13 @@ unsigned rq_request_ctx_index(const struct rq_request *rq);
 struct rq_hw_ctx *rq_bio_map_hctx(struct rq_queue *q, const struct rq_bio *bio,
 				  unsigned *ctx_index);
 
+/**
+ * rq_hctx_sched_word_bits() - bits per word of @hctx's scheduler tag bitmap;
+ * rq_alloc_data.shallow_depth counts bits per word, so limit_depth scales
+ * its share with this.
+ */
+unsigned rq_hctx_sched_word_bits(const struct rq_hw_ctx *hctx);
+
 /** rq_queue_nr_requests() - scheduler tags per hw queue (nr_requests). */
 unsigned rq_queue_nr_requests(const struct rq_queue *q);
 /** rq_queue_rotational() - true for a rotational device. */

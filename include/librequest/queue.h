@@ -181,6 +181,51 @@ struct rq_io_context *rq_ioc_current(void);
  */
 void rq_ioc_set_current(struct rq_io_context *ioc);
 
+/**
+ * rq_ioc_set_weight() - a context's weight inside its io group, for the
+ * proportional schedulers (bfq).
+ * @ioc: the context.
+ * @weight: 1..1000, or 0 to derive it from the priority again ((8 - level)
+ *	* 10, as the kernel's bfq: BE/0 -> 80, BE/4 -> 40, BE/7 -> 10).
+ * Return: 0, or -EINVAL for a NULL context or a weight above 1000.
+ */
+int rq_ioc_set_weight(struct rq_io_context *ioc, unsigned weight);
+
+/** rq_ioc_weight() - the weight set, 1..1000, or 0 when it is derived from the priority. */
+unsigned rq_ioc_weight(const struct rq_io_context *ioc);
+
+/**
+ * struct rq_io_group - a set of io contexts sharing one weight, standing in
+ * for a cgroup with io.weight: bfq divides the device between groups by
+ * their weights, then inside each group between its contexts.  Opaque.
+ */
+struct rq_io_group;
+
+/**
+ * rq_iog_create() - a new io group.
+ * @weight: 1..1000; 0 means 100.
+ * Return: the group with one reference; NULL with errno EINVAL (weight above
+ * 1000) or ENOMEM.
+ */
+struct rq_io_group *rq_iog_create(unsigned weight);
+
+/** rq_iog_get() / rq_iog_put() - take / drop a reference (thread-safe; NULL ignored). */
+void rq_iog_get(struct rq_io_group *iog);
+void rq_iog_put(struct rq_io_group *iog);
+
+/** rq_iog_set_weight() - change a group's weight. Return: 0, or -EINVAL outside 1..1000. */
+int rq_iog_set_weight(struct rq_io_group *iog, unsigned weight);
+
+/** rq_iog_weight() - a group's weight (NULL: the root group, 100). */
+unsigned rq_iog_weight(const struct rq_io_group *iog);
+
+/**
+ * rq_ioc_set_group() - move a context into @iog (a reference is taken), or
+ * back to the root group with NULL.  Queued requests keep their group.
+ * Return: 0, or -EINVAL for a NULL context.
+ */
+int rq_ioc_set_group(struct rq_io_context *ioc, struct rq_io_group *iog);
+
 /* --------------------------------------------------------------- attributes */
 
 /**

@@ -42,16 +42,26 @@ struct rq_elevator_type;
 #define RUN_BUSY 1
 #define RUN_AGAIN 2
 
-/* Counters kept per CPU, summed by rq_queue_get_stats(). */
-struct rq_pcpu_stats {
-	uint64_t v[15];
-};
-
 enum {
 	ST_BIOS, ST_SPLITS, ST_REQUESTS, ST_DISPATCHED, ST_COMPLETED, ST_MERGES_BACK,
 	ST_MERGES_FRONT, ST_MERGES_RQ, ST_PLUG_MERGES, ST_RESOURCE, ST_REQUEUES,
-	ST_TIMEOUTS, ST_FLUSHES, ST_ERRORS, ST_INVALID,
+	ST_TIMEOUTS, ST_FLUSHES, ST_ERRORS, ST_INVALID, ST_NR
 };
+
+/* One thread's counters for one queue (lib/stats.c). */
+struct rq_stats_block {
+	uint64_t v[ST_NR];
+	pthread_t owner;
+	struct rq_stats_block *next;   /* the queue's list, under stats_lock */
+} rq_cacheline_aligned;
+
+#define STATS_CACHE_SLOTS 4
+struct stats_cache_slot {
+	uint64_t qid;
+	struct rq_stats_block *block;
+};
+extern __thread struct stats_cache_slot tls_stats_cache[STATS_CACHE_SLOTS]
+	__attribute__((tls_model("initial-exec")));
 
 /* Per CPU software queue (blk_mq_ctx). */
 struct rq_sw_ctx {
@@ -62,7 +72,6 @@ struct rq_sw_ctx {
 	unsigned cpu;
 	unsigned index_hw;             /* bit in hctx->pending */
 	_Atomic long usage;            /* this CPU's share of the queue usage count */
-	struct rq_pcpu_stats stats;    /* relaxed per-CPU counters */
 } rq_cacheline_aligned;
 
 /* Hardware queue (blk_mq_hw_ctx). */
@@ -180,16 +189,40 @@ struct rq_queue {
 	struct rq_flush_queue fq;
 
 	/* service thread bookkeeping */
+	/* statistics (lib/stats.c) */
+	uint64_t id;                   /* unique, never reused */
+	pthread_mutex_t stats_lock;
+	struct rq_stats_block *stats_blocks;
+
 	struct rq_queue *svc_next;
 	bool svc_registered;
 	uint64_t svc_last_scan_ns;
 };
 
+/* ---- lib/stats.c ---- */
+struct rq_stats_block *stats_block_slow(struct rq_queue *q);
+void stats_sum(struct rq_queue *q, uint64_t *sum);
+void stats_init(struct rq_queue *q);
+void stats_free(struct rq_queue *q);
+
+/* Count @n events of kind @idx for @q, exactly, with no atomic RMW. */
+static inline void stat_add(struct rq_queue *q, unsigned idx, uint64_t n)
+{
+	struct stats_cache_slot *slot = &tls_stats_cache[q->id % STATS_CACHE_SLOTS];
+	struct rq_stats_block *b = slot->qid == q->id ? slot->block : stats_block_slow(q);
+
+	if (likely(b))
+		__atomic_store_n(&b->v[idx], b->v[idx] + n, __ATOMIC_RELAXED);
+}
+
+static inline void stat_inc(struct rq_queue *q, unsigned idx)
+{
+	stat_add(q, idx, 1);
+}
+
 /* ---- lib/mq.c ---- */
 unsigned cur_cpu(void);
 struct rq_sw_ctx *queue_ctx(struct rq_queue *q, unsigned cpu);
-void stat_inc(struct rq_queue *q, unsigned idx);
-void stat_add(struct rq_queue *q, unsigned idx, uint64_t n);
 void queue_enter_extra(struct rq_queue *q);
 void queue_exit(struct rq_queue *q);
 void run_hw_queue(struct rq_hw_ctx *hctx);

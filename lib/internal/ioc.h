@@ -11,6 +11,9 @@
  *   rq_ioc_prio, ioc_weight (reads)    everything (relaxed atomics)
  *   rq_ioc_set_prio, ioc_set_weight    everything; readers see old or new
  *   rq_ioc_current / set_current       everything; per-thread state
+ *   rq_iog_get / rq_iog_put            everything
+ *   rq_iog_set_weight, rq_iog_weight   everything (relaxed atomics)
+ *   rq_ioc_set_group, ioc_group_get    everything; ioc->lock orders them
  */
 #ifndef RQ_INTERNAL_IOC_H
 #define RQ_INTERNAL_IOC_H
@@ -36,8 +39,26 @@ struct rq_io_context {
 	uint16_t ioprio;        /* RQ_IOPRIO_VALUE(); access with READ/WRITE_ONCE */
 	uint64_t id;            /* unique, from a global counter */
 	unsigned weight;        /* 1..1000; access with READ/WRITE_ONCE */
+	bool weight_set;        /* weight set by the application (else derive it) */
+	rq_spinlock_t lock;     /* guards @group against rq_ioc_set_group() */
+	struct rq_io_group *group; /* referenced; NULL: the root group */
+	unsigned group_gen;     /* bumped by every rq_ioc_set_group(); READ_ONCE */
 	void *sched_priv[RQ_IOC_SCHED_SLOTS]; /* owned by schedulers */
 };
+
+/*
+ * struct rq_io_group - a set of io contexts sharing one weight, standing in
+ * for a cgroup with io.weight: proportional schedulers divide the device
+ * between groups by group weight, then inside a group between contexts.
+ */
+struct rq_io_group {
+	atomic_uint refcount;
+	unsigned weight;        /* 1..1000; access with READ/WRITE_ONCE */
+	uint64_t id;            /* unique, from a global counter */
+};
+
+/* Default weight of a group. */
+#define RQ_IOG_WEIGHT_DEFAULT 100u
 
 /**
  * ioc_of_bio() - the io context a bio is submitted for: bio->ioc, else the
@@ -60,6 +81,32 @@ int ioc_set_weight(struct rq_io_context *ioc, unsigned weight);
 
 /** ioc_weight() - a context's weight (100 unless set). */
 unsigned ioc_weight(const struct rq_io_context *ioc);
+
+/**
+ * ioc_weight_is_set() - true once the application gave the context a weight
+ * (rq_ioc_set_weight() / ioc_set_weight()); schedulers otherwise derive one
+ * from the priority (ioc_prio_to_weight()).
+ */
+bool ioc_weight_is_set(const struct rq_io_context *ioc);
+
+/**
+ * ioc_prio_to_weight() - the weight a priority stands for, as the kernel's
+ * bfq maps it: (8 - level) * 10, so level 0 -> 80 ... level 7 -> 10, for
+ * every class (the class itself orders service, not the weight).
+ */
+unsigned ioc_prio_to_weight(uint16_t ioprio);
+
+/**
+ * ioc_group_get() - the context's group with a reference (put it with
+ * rq_iog_put()), or NULL for the root group.  Context: any thread.
+ */
+struct rq_io_group *ioc_group_get(struct rq_io_context *ioc);
+
+/** ioc_group_gen() - changes whenever the context's group is set. */
+unsigned ioc_group_gen(const struct rq_io_context *ioc);
+
+/** ioc_refs() - current reference count (a scheduler holding the only one may let go). */
+unsigned ioc_refs(const struct rq_io_context *ioc);
 
 /**
  * ioprio_valid() - is @ioprio a valid RQ_IOPRIO_VALUE(): class 0..3, level

@@ -1,0 +1,516 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * hddbench: mixed sequential and random streams on the simulated disk,
+ * under every scheduler the build offers, to show what each does to
+ * throughput and read latency.
+ *
+ *   hddbench [--time SEC] [--sched NAME[,NAME...]] [--scenario NAME]
+ *            [--readers N] [--ncq N] [--seed N] [--real]
+ *
+ * Scenarios (each stream has its own io context, as separate processes
+ * would, so fair schedulers can tell them apart):
+ *   seqread    one sequential reader (128 KiB reads, one at a time) and N
+ *              random readers (4 KiB, one at a time each)
+ *   seqwrite   one sequential writer (128 KiB writes, 8 in flight, as
+ *              write-back) and N random readers
+ *   2seqread   two sequential readers far apart on the disk
+ *
+ * Every run is a fresh disk.  On the virtual clock (the default) a run of
+ * SEC simulated seconds takes a fraction of that and prints the same
+ * numbers every time; --real runs on CLOCK_MONOTONIC instead.  Throughput
+ * counts what completed within SEC; latency is every read's, submit to
+ * end_io, in milliseconds of the disk's clock.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <getopt.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <librequest/librequest.h>
+
+#include "hddsim.h"
+
+#define MAX_STREAMS 10
+#define MAX_DEPTH 8
+#define MAX_SCHEDS 16
+#define IO_BUF (1u << 20)
+#define IDLE_STEP_NS 1000000ull /* virtual time let pass while a scheduler idles */
+
+struct stream;
+struct run;
+
+/* One bio a stream may have in flight. */
+struct slot {
+	struct rq_bio bio;
+	struct stream *s;
+	uint64_t submit_ns;
+	bool busy;
+};
+
+/* One submitter: sequential or random, reads or writes. */
+struct stream {
+	struct run *run;
+	char name[16];
+	bool sequential;
+	unsigned op;
+	uint32_t bytes;
+	unsigned depth;
+	uint64_t next_sector;   /* sequential: where the next bio goes */
+	uint64_t rng;           /* random: xorshift64 state */
+	struct rq_io_context *ioc;
+	struct slot slots[MAX_DEPTH];
+	unsigned inflight;
+	uint64_t done_bytes;    /* completed within the run's time */
+	uint64_t done_ios;
+	uint64_t *lat;          /* read latencies, ns */
+	size_t nlat, caplat;
+};
+
+struct run {
+	struct hddsim_dev *dev;
+	struct stream streams[MAX_STREAMS];
+	unsigned nr_streams;
+	uint64_t end_ns;
+	bool real;
+	pthread_mutex_t lock;   /* stream state: end_io may run on the drive thread */
+	pthread_cond_t cond;
+	unsigned completions;
+};
+
+static char *io_buf;
+
+static struct {
+	double seconds;
+	unsigned readers;
+	unsigned ncq;
+	uint64_t seed;
+	bool real;
+	const char *scenario;
+	char *scheds[MAX_SCHEDS];
+	unsigned nr_scheds;
+} opt = { .seconds = 30, .readers = 4, .ncq = 1, .seed = 1 };
+
+static uint64_t xorshift64(uint64_t *s)
+{
+	uint64_t x = *s;
+
+	x ^= x << 13;
+	x ^= x >> 7;
+	x ^= x << 17;
+	return *s = x;
+}
+
+static void bench_end_io(struct rq_bio *bio)
+{
+	struct slot *sl = bio->private_data;
+	struct stream *s = sl->s;
+	struct run *r = s->run;
+	uint64_t now = hddsim_now_ns(r->dev);
+
+	pthread_mutex_lock(&r->lock);
+	if (bio->status == RQ_STS_OK && now <= r->end_ns) {
+		s->done_bytes += s->bytes;
+		s->done_ios++;
+	}
+	if (s->op == RQ_OP_READ && s->nlat < s->caplat)
+		s->lat[s->nlat++] = now - sl->submit_ns;
+	sl->busy = false;
+	s->inflight--;
+	r->completions++;
+	pthread_cond_signal(&r->cond);
+	pthread_mutex_unlock(&r->lock);
+}
+
+/* Put every free slot of @s to work at @now; bios go onto @out. */
+static unsigned stream_fill(struct stream *s, uint64_t now, struct rq_bio **out)
+{
+	uint64_t cap = rq_queue_capacity(hddsim_queue(s->run->dev));
+	uint64_t nsec = s->bytes >> RQ_SECTOR_SHIFT;
+	unsigned i, n = 0;
+
+	for (i = 0; i < s->depth; i++) {
+		struct slot *sl = &s->slots[i];
+		uint64_t sector;
+
+		if (sl->busy)
+			continue;
+		if (s->sequential) {
+			if (s->next_sector + nsec > cap)
+				s->next_sector = 0;
+			sector = s->next_sector;
+			s->next_sector += nsec;
+		} else {
+			/* uniform over the disk, 4 KiB aligned */
+			sector = (xorshift64(&s->rng) % (cap / 8 - nsec / 8)) * 8;
+		}
+		rq_bio_init(&sl->bio, NULL, 1);
+		sl->bio.op = (uint8_t)s->op;
+		sl->bio.opf = s->op == RQ_OP_READ ? RQ_BIO_SYNC : 0;
+		sl->bio.iter.sector = sector;
+		rq_bio_add_vec(&sl->bio, io_buf, s->bytes);
+		sl->bio.end_io = bench_end_io;
+		sl->bio.private_data = sl;
+		sl->bio.ioc = s->ioc;
+		sl->s = s;
+		sl->submit_ns = now;
+		sl->busy = true;
+		s->inflight++;
+		out[n++] = &sl->bio;
+	}
+	return n;
+}
+
+static void stream_add(struct run *r, const char *name, bool sequential, unsigned op,
+		       uint32_t bytes, unsigned depth, uint64_t start_sector)
+{
+	struct stream *s = &r->streams[r->nr_streams];
+
+	memset(s, 0, sizeof(*s));
+	s->run = r;
+	snprintf(s->name, sizeof(s->name), "%s", name);
+	s->sequential = sequential;
+	s->op = op;
+	s->bytes = bytes;
+	s->depth = depth;
+	s->next_sector = start_sector;
+	s->rng = opt.seed * 0x9e3779b97f4a7c15ull + r->nr_streams + 1;
+	s->ioc = rq_ioc_create(0);
+	s->caplat = 1u << 20;
+	s->lat = malloc(s->caplat * sizeof(*s->lat));
+	if (!s->ioc || !s->lat) {
+		fprintf(stderr, "hddbench: out of memory\n");
+		exit(1);
+	}
+	r->nr_streams++;
+}
+
+/* Build the streams of @scenario on @r's disk.  Return: false if unknown. */
+static bool scenario_setup(struct run *r, const char *scenario)
+{
+	uint64_t cap = rq_queue_capacity(hddsim_queue(r->dev));
+	unsigned i;
+
+	if (!strcmp(scenario, "seqread"))
+		stream_add(r, "seqR", true, RQ_OP_READ, 128 << 10, 1, cap / 10);
+	else if (!strcmp(scenario, "seqwrite"))
+		stream_add(r, "seqW", true, RQ_OP_WRITE, 128 << 10, 8, cap / 10);
+	else if (!strcmp(scenario, "2seqread")) {
+		stream_add(r, "seqA", true, RQ_OP_READ, 128 << 10, 1, cap / 10);
+		stream_add(r, "seqB", true, RQ_OP_READ, 128 << 10, 1, cap / 10 * 6);
+		return true;
+	} else
+		return false;
+	for (i = 0; i < opt.readers && r->nr_streams < MAX_STREAMS; i++) {
+		char name[16];
+
+		snprintf(name, sizeof(name), "rand%u", i + 1);
+		stream_add(r, name, false, RQ_OP_READ, 4096, 1, 0);
+	}
+	return true;
+}
+
+/* Drive the streams until the time is up and everything has ended. */
+static void run_loop(struct run *r)
+{
+	struct rq_bio *bios[MAX_STREAMS * MAX_DEPTH];
+	uint64_t start = hddsim_now_ns(r->dev);
+
+	r->end_ns = start + (uint64_t)(opt.seconds * 1e9);
+	for (;;) {
+		uint64_t now = hddsim_now_ns(r->dev);
+		unsigned n = 0, i, outstanding = 0;
+
+		pthread_mutex_lock(&r->lock);
+		if (now < r->end_ns)
+			for (i = 0; i < r->nr_streams; i++)
+				n += stream_fill(&r->streams[i], now, bios + n);
+		pthread_mutex_unlock(&r->lock);
+		/* end_io may run inside: never submit under our lock */
+		for (i = 0; i < n; i++)
+			rq_submit_bio(hddsim_queue(r->dev), bios[i]);
+
+		pthread_mutex_lock(&r->lock);
+		for (i = 0; i < r->nr_streams; i++)
+			outstanding += r->streams[i].inflight;
+		if (!outstanding && now >= r->end_ns) {
+			pthread_mutex_unlock(&r->lock);
+			break;
+		}
+		if (r->real) {
+			unsigned seen = r->completions;
+			struct timespec ts;
+
+			clock_gettime(CLOCK_MONOTONIC, &ts);
+			ts.tv_nsec += 10000000;
+			if (ts.tv_nsec >= 1000000000L) {
+				ts.tv_sec++;
+				ts.tv_nsec -= 1000000000L;
+			}
+			while (r->completions == seen &&
+			       pthread_cond_timedwait(&r->cond, &r->lock, &ts) != ETIMEDOUT)
+				;
+			pthread_mutex_unlock(&r->lock);
+			continue;
+		}
+		pthread_mutex_unlock(&r->lock);
+		/* virtual: the next completion, or let time pass if held back */
+		if (!hddsim_advance(r->dev))
+			hddsim_advance_to(r->dev, now + IDLE_STEP_NS);
+	}
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* Sorted latencies of every stream matching @sequential (reads only). */
+static void lat_pct(struct run *r, bool sequential, double *p50, double *p99)
+{
+	size_t total = 0, k = 0;
+	uint64_t *all;
+	unsigned i;
+
+	for (i = 0; i < r->nr_streams; i++)
+		if (r->streams[i].sequential == sequential)
+			total += r->streams[i].nlat;
+	*p50 = *p99 = -1;
+	if (!total)
+		return;
+	all = malloc(total * sizeof(*all));
+	if (!all)
+		return;
+	for (i = 0; i < r->nr_streams; i++)
+		if (r->streams[i].sequential == sequential) {
+			memcpy(all + k, r->streams[i].lat, r->streams[i].nlat * sizeof(*all));
+			k += r->streams[i].nlat;
+		}
+	qsort(all, total, sizeof(*all), cmp_u64);
+	*p50 = all[(total - 1) * 50 / 100] / 1e6;
+	*p99 = all[(total - 1) * 99 / 100] / 1e6;
+	free(all);
+}
+
+static void fmt_lat(char *buf, size_t len, double p50, double p99)
+{
+	if (p50 < 0)
+		snprintf(buf, len, "-");
+	else
+		snprintf(buf, len, "%.1f / %.1f", p50, p99);
+}
+
+/* One scenario under one scheduler on a fresh disk; prints a table row. */
+static int run_one(const char *scenario, const char *sched)
+{
+	struct hddsim_config cfg;
+	struct hddsim_stats hst;
+	char seq[64] = "", rnd[96] = "", lseq[32], lrnd[32];
+	double secs = opt.seconds, p50, p99, rand_iops = 0;
+	struct run *r;
+	unsigned i, nrand = 0;
+	int ret;
+
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return -ENOMEM;
+	pthread_mutex_init(&r->lock, NULL);
+	pthread_cond_init(&r->cond, NULL);
+	hddsim_config_default(&cfg);
+	cfg.ncq_depth = opt.ncq;
+	cfg.sched = sched;
+	cfg.clock = opt.real ? HDDSIM_CLOCK_REAL : HDDSIM_CLOCK_VIRTUAL;
+	r->real = opt.real;
+	ret = hddsim_create(&cfg, &r->dev);
+	if (ret) {
+		fprintf(stderr, "hddbench: %s: %s\n", sched, strerror(-ret));
+		free(r);
+		return ret;
+	}
+	if (!scenario_setup(r, scenario)) {
+		fprintf(stderr, "hddbench: unknown scenario %s\n", scenario);
+		exit(2);
+	}
+	run_loop(r);
+	hddsim_get_stats(r->dev, &hst);
+
+	for (i = 0; i < r->nr_streams; i++) {
+		struct stream *s = &r->streams[i];
+		size_t l;
+
+		if (s->sequential) {
+			l = strlen(seq);
+			snprintf(seq + l, sizeof(seq) - l, "%s%.1f", l ? " + " : "",
+				 s->done_bytes / secs / 1e6);
+		} else {
+			rand_iops += s->done_ios / secs;
+			nrand++;
+		}
+	}
+	if (nrand) {
+		size_t l;
+
+		snprintf(rnd, sizeof(rnd), "%.0f (", rand_iops);
+		for (i = 0; i < r->nr_streams; i++) {
+			struct stream *s = &r->streams[i];
+
+			if (s->sequential)
+				continue;
+			l = strlen(rnd);
+			snprintf(rnd + l, sizeof(rnd) - l, "%s%.0f",
+				 rnd[l - 1] == '(' ? "" : " ", s->done_ios / secs);
+		}
+		l = strlen(rnd);
+		snprintf(rnd + l, sizeof(rnd) - l, ")");
+	} else {
+		snprintf(rnd, sizeof(rnd), "-");
+	}
+	lat_pct(r, true, &p50, &p99);
+	fmt_lat(lseq, sizeof(lseq), r->streams[0].op == RQ_OP_READ ? p50 : -1, p99);
+	lat_pct(r, false, &p50, &p99);
+	fmt_lat(lrnd, sizeof(lrnd), p50, p99);
+	printf("| %s | %s | %s | %s | %s | %s | %.0f%% |\n", scenario, sched, seq, rnd,
+	       lseq, lrnd, hst.commands ? 100.0 * hst.seeks / hst.commands : 0.0);
+	fflush(stdout);
+
+	hddsim_destroy(r->dev);
+	for (i = 0; i < r->nr_streams; i++) {
+		rq_ioc_put(r->streams[i].ioc);
+		free(r->streams[i].lat);
+	}
+	pthread_cond_destroy(&r->cond);
+	pthread_mutex_destroy(&r->lock);
+	free(r);
+	return 0;
+}
+
+/* Every scheduler a queue on this build can use, from its attribute. */
+static void list_schedulers(void)
+{
+	struct hddsim_config cfg;
+	struct hddsim_dev *dev;
+	char buf[512], *tok, *save = NULL;
+
+	hddsim_config_default(&cfg);
+	cfg.sched = "none";
+	if (hddsim_create(&cfg, &dev) ||
+	    rq_queue_attr_get(hddsim_queue(dev), "scheduler", buf, sizeof(buf)) < 0) {
+		fprintf(stderr, "hddbench: cannot read the scheduler list\n");
+		exit(1);
+	}
+	hddsim_destroy(dev);
+	for (tok = strtok_r(buf, " \n", &save); tok && opt.nr_scheds < MAX_SCHEDS;
+	     tok = strtok_r(NULL, " \n", &save)) {
+		size_t l;
+
+		if (*tok == '[')
+			tok++;
+		l = strlen(tok);
+		if (l && tok[l - 1] == ']')
+			tok[l - 1] = 0;
+		opt.scheds[opt.nr_scheds++] = strdup(tok);
+	}
+}
+
+/*
+ * The library picks a software queue by the submitting CPU, and some
+ * schedulers (kyber) keep per-CPU lists: one CPU makes a virtual-clock run
+ * repeatable.
+ */
+static void pin_to_one_cpu(void)
+{
+	cpu_set_t set;
+	int cpu = sched_getcpu();
+
+	CPU_ZERO(&set);
+	CPU_SET(cpu < 0 ? 0 : cpu, &set);
+	sched_setaffinity(0, sizeof(set), &set);
+}
+
+static void usage(void)
+{
+	fprintf(stderr, "usage: hddbench [--time SEC] [--sched NAME[,NAME...]] "
+		"[--scenario seqread|seqwrite|2seqread] [--readers N] [--ncq N] "
+		"[--seed N] [--real]\n");
+	exit(2);
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "time", required_argument, NULL, 't' },
+		{ "sched", required_argument, NULL, 's' },
+		{ "scenario", required_argument, NULL, 'c' },
+		{ "readers", required_argument, NULL, 'r' },
+		{ "ncq", required_argument, NULL, 'n' },
+		{ "seed", required_argument, NULL, 'S' },
+		{ "real", no_argument, NULL, 'R' },
+		{ NULL, 0, NULL, 0 },
+	};
+	static const char *const scenarios[] = { "seqread", "seqwrite", "2seqread" };
+	char *save = NULL, *tok;
+	unsigned i, j;
+	int c;
+
+	while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+		switch (c) {
+		case 't':
+			opt.seconds = atof(optarg);
+			break;
+		case 's':
+			for (tok = strtok_r(optarg, ",", &save); tok && opt.nr_scheds < MAX_SCHEDS;
+			     tok = strtok_r(NULL, ",", &save))
+				opt.scheds[opt.nr_scheds++] = tok;
+			break;
+		case 'c':
+			opt.scenario = optarg;
+			break;
+		case 'r':
+			opt.readers = (unsigned)atoi(optarg);
+			break;
+		case 'n':
+			opt.ncq = (unsigned)atoi(optarg);
+			break;
+		case 'S':
+			opt.seed = strtoull(optarg, NULL, 0);
+			break;
+		case 'R':
+			opt.real = true;
+			break;
+		default:
+			usage();
+		}
+	}
+	if (opt.seconds <= 0 || opt.readers > MAX_STREAMS - 2 || !opt.ncq || !opt.seed)
+		usage();
+	if (posix_memalign((void **)&io_buf, 4096, IO_BUF))
+		return 1;
+	memset(io_buf, 0, IO_BUF);
+	if (!opt.real)
+		pin_to_one_cpu();
+	if (!opt.nr_scheds)
+		list_schedulers();
+
+	printf("hddbench: 7200 rpm 1 TiB disk (hddsim defaults), ncq %u, %.0f s %s per run, "
+	       "%u random readers; schedulers:", opt.ncq, opt.seconds,
+	       opt.real ? "real time" : "virtual time", opt.readers);
+	for (i = 0; i < opt.nr_scheds; i++)
+		printf(" %s", opt.scheds[i]);
+	printf("\n\n| scenario | scheduler | sequential MB/s | random IOPS (per reader) "
+	       "| seq read ms p50 / p99 | random read ms p50 / p99 | seeks |\n"
+	       "|---|---|---|---|---|---|---|\n");
+	for (j = 0; j < sizeof(scenarios) / sizeof(scenarios[0]); j++) {
+		if (opt.scenario && strcmp(opt.scenario, scenarios[j]))
+			continue;
+		for (i = 0; i < opt.nr_scheds; i++)
+			run_one(scenarios[j], opt.scheds[i]);
+	}
+	free(io_buf);
+	return 0;
+}

@@ -1,0 +1,438 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * nbd_file: the file driver of rqnbd.  See nbd_file.h.
+ *
+ * Reading order: per-request payload and per-hw-queue state, the I/O of one
+ * request, the worker thread, the rq_mq_ops, creation and teardown.
+ *
+ * queue_rq appends the request to its hw queue's list under a mutex and
+ * signals the worker; the worker takes the whole list, does each request
+ * with positioned system calls and ends it with rq_mq_end_request().  The
+ * queue advertises a volatile write cache and FUA: a FUA write is
+ * pwritev2(RWF_DSYNC), a flush is fdatasync(), and FUA on a discard or
+ * write-zeroes is an fdatasync() after it.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/falloc.h>
+#include <linux/fs.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "nbd_file.h"
+
+#define NBDF_IOV_BATCH 64          /* segments per preadv/pwritev call */
+#define NBDF_ZERO_BUF (256u << 10) /* fallback zero-writing chunk */
+
+/* The driver's payload of every request. */
+struct nbdf_cmd {
+	struct nbdf_cmd *next;
+};
+
+/* One hardware queue and its worker. */
+struct nbdf_hq {
+	struct nbd_file *f;
+	pthread_t thread;
+	bool started;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	struct nbdf_cmd *head, *tail; /* waiting, oldest first; under lock */
+	bool stop;                    /* under lock */
+};
+
+struct nbd_file {
+	int fd;
+	uint64_t size;
+	bool is_blockdev;
+	unsigned nr_hq;
+	struct nbdf_hq *hqs;
+	struct rq_tag_set *set;
+	struct rq_queue *q;
+};
+
+/* ------------------------------------------------------------- the I/O */
+
+/*
+ * Read or write the data of @rq at its position, in batches of segments;
+ * short transfers are continued, a read past the end of the file reads
+ * zeros.  Return: 0 or a negative errno.
+ */
+static int nbdf_rw(struct nbd_file *f, struct rq_request *rq)
+{
+	bool write = rq->op == RQ_OP_WRITE;
+	int rwf = write && (rq->opf & RQ_BIO_FUA) ? RWF_DSYNC : 0;
+	struct rq_req_iter ri;
+	struct rq_segment seg;
+	struct iovec iov[NBDF_IOV_BATCH];
+	off_t pos = (off_t)(rq->sector << RQ_SECTOR_SHIFT);
+	bool more = true;
+
+	rq_req_iter_init(&ri, rq);
+	while (more) {
+		int n = 0, i = 0;
+
+		while (n < NBDF_IOV_BATCH && (more = rq_req_iter_next(&ri, &seg))) {
+			iov[n].iov_base = seg.base;
+			iov[n].iov_len = seg.len;
+			n++;
+		}
+		while (i < n) {
+			ssize_t r = write ? pwritev2(f->fd, iov + i, n - i, pos, rwf)
+					  : preadv(f->fd, iov + i, n - i, pos);
+
+			if (r < 0) {
+				if (errno == EINTR)
+					continue;
+				return -errno;
+			}
+			if (r == 0) {
+				if (write)
+					return -EIO;
+				/* past the end of the file: zeros */
+				for (; i < n; i++)
+					memset(iov[i].iov_base, 0, iov[i].iov_len);
+				break;
+			}
+			pos += r;
+			while (i < n && (size_t)r >= iov[i].iov_len) {
+				r -= iov[i].iov_len;
+				i++;
+			}
+			if (i < n) {
+				iov[i].iov_base = (char *)iov[i].iov_base + r;
+				iov[i].iov_len -= r;
+			}
+		}
+	}
+	return 0;
+}
+
+/* Write zeros the slow way, for files that cannot fallocate. */
+static int nbdf_write_zeros(struct nbd_file *f, off_t pos, uint64_t len)
+{
+	static const char zeros[NBDF_ZERO_BUF];
+
+	while (len) {
+		size_t n = len < sizeof(zeros) ? len : sizeof(zeros);
+		ssize_t r = pwrite(f->fd, zeros, n, pos);
+
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		pos += r;
+		len -= r;
+	}
+	return 0;
+}
+
+/* Discard or zero [pos, pos + len).  Return: 0 or a negative errno. */
+static int nbdf_zero_range(struct nbd_file *f, struct rq_request *rq)
+{
+	off_t pos = (off_t)(rq->sector << RQ_SECTOR_SHIFT);
+	uint64_t len = rq->bytes;
+
+	if (f->is_blockdev) {
+		uint64_t range[2] = { (uint64_t)pos, len };
+		unsigned long cmd = rq->op == RQ_OP_DISCARD ? BLKDISCARD : BLKZEROOUT;
+
+		if (ioctl(f->fd, cmd, range) == 0)
+			return 0;
+		if (rq->op == RQ_OP_DISCARD)
+			return 0; /* a hint: ignoring it is allowed */
+		return nbdf_write_zeros(f, pos, len);
+	}
+	if (rq->op == RQ_OP_DISCARD) {
+		/* a hint: a file system that cannot punch holes keeps the data */
+		fallocate(f->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, pos, len);
+		return 0;
+	}
+	if (fallocate(f->fd, FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE, pos, len) == 0)
+		return 0;
+	if (fallocate(f->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, pos, len) == 0)
+		return 0;
+	return nbdf_write_zeros(f, pos, len);
+}
+
+/* Do one request; return its status. */
+static rq_status_t nbdf_do(struct nbd_file *f, struct rq_request *rq)
+{
+	int err = 0;
+
+	switch (rq->op) {
+	case RQ_OP_READ:
+	case RQ_OP_WRITE:
+		err = nbdf_rw(f, rq);
+		break;
+	case RQ_OP_FLUSH:
+		if (fdatasync(f->fd) < 0)
+			err = -errno;
+		break;
+	case RQ_OP_DISCARD:
+	case RQ_OP_WRITE_ZEROES:
+		err = nbdf_zero_range(f, rq);
+		if (!err && (rq->opf & RQ_BIO_FUA) && fdatasync(f->fd) < 0)
+			err = -errno;
+		break;
+	default:
+		return RQ_STS_NOTSUPP;
+	}
+	if (err == -EDQUOT || err == -EFBIG)
+		err = -ENOSPC;
+	return err ? rq_errno_to_status(err) : RQ_STS_OK;
+}
+
+/* ------------------------------------------------------------ the worker */
+
+/**
+ * nbdf_worker() - a hw queue's worker: does and ends requests in arrival
+ * order until told to stop with nothing left.
+ * @arg: the struct nbdf_hq.
+ *
+ * Context: own thread, from nbd_file_create() until nbd_file_destroy().
+ * Return: NULL.
+ */
+static void *nbdf_worker(void *arg)
+{
+	struct nbdf_hq *hq = arg;
+
+	for (;;) {
+		struct nbdf_cmd *list;
+
+		pthread_mutex_lock(&hq->lock);
+		while (!hq->head && !hq->stop)
+			pthread_cond_wait(&hq->cond, &hq->lock);
+		list = hq->head;
+		hq->head = hq->tail = NULL;
+		if (!list && hq->stop) {
+			pthread_mutex_unlock(&hq->lock);
+			break;
+		}
+		pthread_mutex_unlock(&hq->lock);
+
+		while (list) {
+			struct nbdf_cmd *cmd = list;
+			struct rq_request *rq = rq_request_from_pdu(cmd);
+
+			/* read the link first: the request is reused once ended */
+			list = cmd->next;
+			rq_mq_end_request(rq, nbdf_do(hq->f, rq));
+		}
+	}
+	return NULL;
+}
+
+/* ------------------------------------------------------------- mq ops */
+
+/**
+ * nbdf_queue_rq() - hand a request to the hw queue's worker.
+ * @hctx: hardware queue.
+ * @rq: the request.
+ * @last: unused: the worker is signalled for every request.
+ *
+ * Context: dispatch, never concurrently on one hctx; takes the hw queue's
+ * mutex briefly, never blocks on I/O.
+ * Return: RQ_STS_OK.
+ */
+static rq_status_t nbdf_queue_rq(struct rq_hw_ctx *hctx, struct rq_request *rq,
+				 bool last)
+{
+	struct nbdf_hq *hq = rq_hctx_driver_data(hctx);
+	struct nbdf_cmd *cmd = rq_request_pdu(rq);
+	bool was_empty;
+
+	cmd->next = NULL;
+	pthread_mutex_lock(&hq->lock);
+	was_empty = !hq->head;
+	if (hq->tail)
+		hq->tail->next = cmd;
+	else
+		hq->head = cmd;
+	hq->tail = cmd;
+	pthread_mutex_unlock(&hq->lock);
+	if (was_empty)
+		pthread_cond_signal(&hq->cond);
+	return RQ_STS_OK;
+}
+
+/**
+ * nbdf_init_hctx() - point the hctx at our per-hw-queue state.
+ * @hctx: hardware queue.
+ * @set_data: the struct nbd_file.
+ * @idx: its index.
+ *
+ * Return: 0.
+ */
+static int nbdf_init_hctx(struct rq_hw_ctx *hctx, void *set_data, unsigned idx)
+{
+	struct nbd_file *f = set_data;
+
+	rq_hctx_set_driver_data(hctx, &f->hqs[idx]);
+	return 0;
+}
+
+static const struct rq_mq_ops nbdf_mq_ops = {
+	RQ_MQ_OPS_INIT,
+	.queue_rq = nbdf_queue_rq,
+	.init_hctx = nbdf_init_hctx,
+};
+
+/* ----------------------------------------------------- create / destroy */
+
+static int nbdf_size(struct nbd_file *f)
+{
+	struct stat st;
+
+	if (fstat(f->fd, &st) < 0)
+		return -errno;
+	if (S_ISBLK(st.st_mode)) {
+		uint64_t bytes;
+
+		if (ioctl(f->fd, BLKGETSIZE64, &bytes) < 0)
+			return -errno;
+		f->size = bytes;
+		f->is_blockdev = true;
+	} else if (S_ISREG(st.st_mode)) {
+		f->size = (uint64_t)st.st_size;
+	} else {
+		return -EINVAL;
+	}
+	f->size &= ~(uint64_t)(RQ_SECTOR_SIZE - 1);
+	return f->size ? 0 : -EINVAL;
+}
+
+/**
+ * nbd_file_create() - see nbd_file.h.
+ * @cfg: configuration.
+ * @out: receives the device.
+ *
+ * Return: 0 or a negative errno.
+ */
+int nbd_file_create(const struct nbd_file_config *cfg, struct nbd_file **out)
+{
+	struct rq_tag_set_config sc = { 0 };
+	struct rq_queue_config qc = { 0 };
+	struct rq_queue_limits lim;
+	struct nbd_file *f;
+	unsigned i;
+	int ret;
+
+	if (!cfg || !cfg->path || !out || !cfg->nr_hw_queues)
+		return -EINVAL;
+	f = calloc(1, sizeof(*f));
+	if (!f)
+		return -ENOMEM;
+	f->fd = open(cfg->path, (cfg->read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC);
+	if (f->fd < 0) {
+		ret = -errno;
+		free(f);
+		return ret;
+	}
+	ret = nbdf_size(f);
+	if (ret)
+		goto fail;
+
+	ret = -ENOMEM;
+	f->nr_hq = cfg->nr_hw_queues;
+	f->hqs = calloc(f->nr_hq, sizeof(*f->hqs));
+	if (!f->hqs)
+		goto fail;
+	for (i = 0; i < f->nr_hq; i++) {
+		struct nbdf_hq *hq = &f->hqs[i];
+
+		hq->f = f;
+		pthread_mutex_init(&hq->lock, NULL);
+		pthread_cond_init(&hq->cond, NULL);
+		if (pthread_create(&hq->thread, NULL, nbdf_worker, hq)) {
+			ret = -EAGAIN;
+			goto fail;
+		}
+		hq->started = true;
+	}
+
+	if (cfg->limits)
+		lim = *cfg->limits;
+	else
+		memset(&lim, 0, sizeof(lim));
+	lim.features |= RQ_FEAT_WRITE_CACHE | RQ_FEAT_FUA;
+	if (!lim.max_discard_sectors)
+		lim.max_discard_sectors = UINT32_MAX >> RQ_SECTOR_SHIFT;
+	if (!lim.max_write_zeroes_sectors)
+		lim.max_write_zeroes_sectors = UINT32_MAX >> RQ_SECTOR_SHIFT;
+
+	sc.ops = &nbdf_mq_ops;
+	sc.nr_hw_queues = f->nr_hq;
+	sc.queue_depth = cfg->queue_depth ? cfg->queue_depth : 64;
+	sc.cmd_size = sizeof(struct nbdf_cmd);
+	sc.numa_node = -1;
+	sc.driver_data = f;
+	ret = rq_tag_set_alloc(&sc, &f->set);
+	if (ret)
+		goto fail;
+	qc.limits = &lim;
+	qc.capacity = f->size >> RQ_SECTOR_SHIFT;
+	qc.scheduler = cfg->sched;
+	qc.queuedata = f;
+	ret = rq_mq_alloc_queue(f->set, &qc, &f->q);
+	if (ret)
+		goto fail;
+	*out = f;
+	return 0;
+fail:
+	nbd_file_destroy(f);
+	return ret;
+}
+
+/** nbd_file_queue() - the device's queue. */
+struct rq_queue *nbd_file_queue(struct nbd_file *f)
+{
+	return f->q;
+}
+
+/** nbd_file_size() - the exported size in bytes. */
+uint64_t nbd_file_size(struct nbd_file *f)
+{
+	return f->size;
+}
+
+/**
+ * nbd_file_destroy() - see nbd_file.h.
+ * @f: the device, or NULL.
+ */
+void nbd_file_destroy(struct nbd_file *f)
+{
+	unsigned i;
+
+	if (!f)
+		return;
+	/* waits for requests with the driver: the workers still run */
+	if (f->q)
+		rq_queue_destroy(f->q);
+	for (i = 0; f->hqs && i < f->nr_hq; i++) {
+		struct nbdf_hq *hq = &f->hqs[i];
+
+		if (hq->started) {
+			pthread_mutex_lock(&hq->lock);
+			hq->stop = true;
+			pthread_cond_signal(&hq->cond);
+			pthread_mutex_unlock(&hq->lock);
+			pthread_join(hq->thread, NULL);
+		}
+		pthread_mutex_destroy(&hq->lock);
+		pthread_cond_destroy(&hq->cond);
+	}
+	if (f->set)
+		rq_tag_set_free(f->set);
+	if (f->fd >= 0)
+		close(f->fd);
+	free(f->hqs);
+	free(f);
+}

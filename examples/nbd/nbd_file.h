@@ -1,0 +1,59 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * nbd_file: a small multi-queue driver over a regular file or block device,
+ * for rqnbd --file.  One worker thread per hardware queue takes the requests
+ * queue_rq hands it and does them with preadv/pwritev2/fdatasync/fallocate,
+ * then ends them.  Nothing blocks in queue_rq.
+ *
+ * What may run at the same time:
+ *
+ *   operation              concurrent with
+ *   nbd_file_create        anything (each device is independent)
+ *   nbd_file_queue         everything
+ *   nbd_file_destroy       nothing on that device: stop submitting first
+ */
+#ifndef NBD_FILE_H
+#define NBD_FILE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <librequest/mq.h>
+
+/** struct nbd_file_config - how to open the file and build its queue. */
+struct nbd_file_config {
+	const char *path;       /* file or block device */
+	bool read_only;         /* open O_RDONLY */
+	unsigned nr_hw_queues;  /* >= 1 */
+	unsigned queue_depth;   /* tags per hw queue */
+	const char *sched;      /* NULL: the library's choice */
+	const struct rq_queue_limits *limits; /* NULL: the driver's defaults */
+};
+
+struct nbd_file;
+
+/**
+ * nbd_file_create() - open the file, start the workers, make the queue.
+ * @cfg: configuration; copied.
+ * @out: receives the device.
+ *
+ * The capacity is the file size rounded down to 512 bytes.
+ * Context: may sleep.
+ * Return: 0, or a negative errno (from open/fstat, -EINVAL for an empty
+ * file or an unknown scheduler, -ENOMEM).
+ */
+int nbd_file_create(const struct nbd_file_config *cfg, struct nbd_file **out);
+
+/** nbd_file_queue() - the queue to submit bios to. */
+struct rq_queue *nbd_file_queue(struct nbd_file *f);
+
+/** nbd_file_size() - the exported size in bytes (a multiple of 512). */
+uint64_t nbd_file_size(struct nbd_file *f);
+
+/**
+ * nbd_file_destroy() - tear the queue down (waiting for requests), stop the
+ * workers and close the file.  NULL is allowed.
+ */
+void nbd_file_destroy(struct nbd_file *f);
+
+#endif /* NBD_FILE_H */

@@ -1,0 +1,1500 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * bfq: budget fair queueing for the multi-queue front end.
+ *
+ * Every io context gets a queue of its own (one for its sync requests, one
+ * for its async ones).  A queue is served in turns: when its turn comes it
+ * is the "in-service" queue and gets the device exclusively until it has
+ * used its budget (a number of sectors), until its turn has lasted
+ * timeout_sync, or until it has nothing left to send.  Which queue comes
+ * next is decided by B-WF2Q+ over budgets: every busy queue carries a
+ * virtual start time S and finish time F = S + budget / weight in the
+ * virtual time of its io group, and the next turn goes to the eligible
+ * queue (S <= the group's virtual time V) with the smallest F.  Groups are
+ * scheduled the same way one level up, in the root group, by their own
+ * weights; a group's turn is the turn of the queue it chooses.  Queues are
+ * charged what they received (sectors), not time, except that a queue whose
+ * turn timed out is charged at least its whole budget.
+ *
+ * A sync queue that empties while it is not seeky keeps its turn for
+ * slice_idle, waiting for the context's next request (a process reading a
+ * file sequentially issues the next read as soon as the last one ends):
+ * has_work then answers false and a delayed run of the hardware queue comes
+ * back when the window ends.
+ *
+ * Classes RT, BE and IDLE (from the context's priority) are served in
+ * strict order inside each group.  With low_latency, queues that look
+ * interactive (a context that starts doing I/O after being quiet for
+ * a while) or soft real-time (one that comes back periodically and asks
+ * for little bandwidth) have their weight multiplied for a while.
+ *
+ * With several hardware queues each has a scheduler of its own (queues,
+ * groups, virtual times): a request is only ever dispatched on its own
+ * hardware queue.  One mutex per request queue guards all of them, because
+ * the core's back-merge hash and last_merge are shared by the whole queue.
+ *
+ * Locking: bd->lock guards everything below.
+ *
+ *   operation                                    lock
+ *   prepare/finish_request, insert_requests,     takes bd->lock
+ *   dispatch_request, has_work,
+ *   completed_request, requeue_request
+ *   bio_merge                                    takes bd->lock and calls
+ *                                                rq_sched_try_merge() under it
+ *   request_merge, request_merged,               called back by the core from
+ *   requests_merged, former/next_request,        rq_sched_try_merge() /
+ *   allow_merge                                  rq_sched_try_insert_merge(),
+ *                                                i.e. with bd->lock held
+ *   attribute show/store                         takes bd->lock
+ */
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <librequest/elevator.h>
+
+#include "lib/internal/core.h"
+#include "lib/internal/ioc.h"
+
+/* ------------------------------------------------------ tunable defaults */
+
+#define BFQ_SLICE_IDLE_US 8000          /* us a sync queue's turn waits for its next request */
+#define BFQ_LOW_LATENCY 1               /* 1: raise interactive / soft real-time queues */
+#define BFQ_BACK_SEEK_MAX_KIB 16384     /* KiB behind the head a request may still be chosen */
+#define BFQ_BACK_SEEK_PENALTY 2         /* a backward seek counts this many times its length */
+#define BFQ_FIFO_EXPIRE_SYNC_MS 125     /* ms until a sync request is served out of order */
+#define BFQ_FIFO_EXPIRE_ASYNC_MS 250    /* ms until an async request is */
+#define BFQ_TIMEOUT_SYNC_MS 125         /* ms a turn may last */
+#define BFQ_MAX_BUDGET 0                /* sectors per turn at most; 0: automatic */
+#define BFQ_STRICT_GUARANTEES 0         /* 1: always idle, one request in flight */
+
+/* ------------------------------------------------------ fixed parameters */
+
+#define BFQ_DEFAULT_MAX_BUDGET 16384u   /* sectors, until a rate is measured */
+#define BFQ_AUTO_BUDGET_MIN 1024u       /* sectors: bounds of the automatic value */
+#define BFQ_AUTO_BUDGET_MAX 131072u
+#define BFQ_MIN_BUDGET_SHIFT 5          /* smallest budget: max_budget / 32 */
+#define BFQ_SEEK_THR 800u               /* sectors from the last request: a seek */
+#define BFQ_SEEKY_MIN 4                 /* more seeks than this in the last 32: seeky */
+#define BFQ_VT_SHIFT 20                 /* fixed-point bits of virtual time */
+#define BFQ_WR_COEFF 30                 /* weight multiplier while raised */
+#define BFQ_WR_MIN_IDLE_NS 2000000000ull   /* quiet this long, then busy: interactive */
+#define BFQ_WR_INTERACTIVE_NS 4000000000ull /* how long interactive raising lasts */
+#define BFQ_WR_SOFTRT_NS 300000000ull   /* how long soft real-time raising lasts */
+#define BFQ_SOFTRT_RATE 7000ull         /* sectors/s a soft real-time queue stays below */
+#define BFQ_RATE_WINDOW_NS 20000000ull  /* peak-rate sampling window */
+#define BFQ_RECLAIM_NS 5000000000ull    /* unused queues of live contexts kept this long */
+#define BFQ_HASH_BITS 6
+#define BFQ_NR_CLASSES 3                /* RT, BE, IDLE */
+
+#define NSEC_PER_MSEC 1000000ull
+#define NSEC_PER_USEC 1000ull
+#define NSEC_PER_SEC 1000000000ull
+
+/* rq->elv_priv[1]: flags in the low bits, the sectors dispatched above */
+#define BFQ_RQ_QUEUED 1ul      /* in its bfq queue (fifo + sort tree) */
+#define BFQ_RQ_HEAD 2ul        /* on the scheduler's head-insert list */
+#define BFQ_RQ_DISPATCHED 4ul  /* handed out, completion not seen yet */
+#define BFQ_RQ_SECTOR_SHIFT 8
+
+/* Why a turn ends (decides the next budget). */
+enum bfq_expire {
+	BFQ_EXP_EMPTY,      /* nothing left, and no (more) reason to wait */
+	BFQ_EXP_EXHAUSTED,  /* the next request did not fit the budget */
+	BFQ_EXP_TIMEOUT,    /* the turn lasted timeout_sync */
+	BFQ_EXP_PREEMPTED,  /* idling, and a more urgent queue became busy */
+};
+
+/* ------------------------------------------------------- data structures */
+
+struct bfq_group;
+
+/*
+ * struct bfq_entity - something B-WF2Q+ schedules: a queue, or a group
+ * inside the root group.
+ */
+struct bfq_entity {
+	uint64_t start;          /* virtual start time */
+	uint64_t finish;         /* virtual finish time */
+	uint32_t budget;         /* sectors it may receive in this turn */
+	uint32_t service;        /* sectors received since start */
+	unsigned weight;         /* weight in force (raising included) */
+	uint8_t cls;             /* 0 RT, 1 BE, 2 IDLE */
+	bool on_st;              /* on its level's active list */
+	bool finish_valid;       /* @finish survives a deactivation */
+	struct rq_list_node node; /* on the level's active list */
+	struct bfq_group *parent; /* the group it is scheduled in */
+	struct bfq_group *group; /* the group it stands for, NULL for a queue */
+};
+
+/* struct bfq_level - the active entities of one class of one group. */
+struct bfq_level {
+	struct rq_list_node active;
+	uint64_t vtime;          /* the level's virtual time V */
+	uint64_t wsum;           /* sum of active weights */
+	unsigned nr;
+};
+
+struct bfq_group {
+	struct bfq_entity entity; /* in the root group; unused by the root */
+	struct bfq_level lv[BFQ_NR_CLASSES];
+	struct rq_io_group *iog; /* referenced; NULL for the root */
+	unsigned nr_queues;      /* bfq queues attached */
+	unsigned nr_active;      /* active children */
+	struct rq_list_node link; /* bs->groups */
+};
+
+struct bfq_sched;
+
+struct bfq_queue {
+	struct bfq_entity entity;
+	struct bfq_sched *bs;
+	struct rq_io_context *ioc; /* referenced; NULL for the fallback queue */
+	struct bfq_queue *hash_next;
+	unsigned ref;            /* prepared requests */
+	bool sync;
+	bool seeky_known;        /* a first request was seen (seek history valid) */
+	bool ever_busy;
+	bool fifo_checked;       /* the FIFO was looked at in this turn */
+	unsigned ioc_gen;        /* ioc_group_gen() the group was taken at */
+	struct rq_rb_root sort;  /* queued requests by sector */
+	struct rq_list_node fifo; /* queued requests by arrival */
+	unsigned queued;
+	unsigned dispatched;     /* handed out, not completed */
+	uint64_t last_end;       /* end sector of the last request inserted */
+	uint32_t seek_history;   /* 1 bits: the last 32 arrivals that seeked */
+	uint32_t max_budget;     /* budget of its next turn */
+	uint64_t budget_timeout; /* ns; 0 until the turn's first dispatch */
+	uint64_t last_used;      /* ns of the last request made for it */
+	/* weight raising */
+	unsigned wr_coeff;       /* 1, or BFQ_WR_COEFF while raised */
+	uint64_t wr_end;         /* ns the raising ends */
+	uint64_t last_empty;     /* ns it last had nothing queued */
+	uint64_t busy_start;     /* ns it last became busy */
+	uint64_t burst_sectors;  /* sectors dispatched since then */
+	uint64_t softrt_next;    /* ns from which a new burst counts as soft real-time */
+};
+
+/* struct bfq_sched - the scheduler of one hardware queue. */
+struct bfq_sched {
+	struct bfq_data *bd;
+	struct rq_hw_ctx *hctx;
+	struct bfq_group root;
+	struct rq_list_node groups;   /* other groups */
+	struct bfq_queue *hash[1u << BFQ_HASH_BITS];
+	struct bfq_queue *last_hit;   /* lookup cache */
+	struct bfq_queue *in_service;
+	struct rq_list_node head_list; /* RQ_INSERT_AT_HEAD requests: go first */
+	unsigned queued;              /* requests in bfq queues; READ_ONCE outside the lock */
+	unsigned nr_head;             /* requests on head_list; READ_ONCE outside the lock */
+	unsigned in_flight;           /* handed out, not completed */
+	uint64_t head_pos;            /* end sector of the last dispatch */
+	bool idling;
+	uint64_t idle_end;
+	struct bfq_queue oom_q;       /* used when a queue cannot be allocated */
+};
+
+struct bfq_data {
+	pthread_mutex_t lock;
+	struct rq_queue *q;
+	unsigned nr_sched;
+	struct bfq_sched *sched;
+	unsigned inflight_cap;        /* device depth + 1: see sched_ready() */
+	/* tunables */
+	unsigned slice_idle_us;
+	unsigned low_latency;
+	unsigned back_seek_max_kib;
+	unsigned back_seek_penalty;
+	unsigned fifo_expire_sync_ms;
+	unsigned fifo_expire_async_ms;
+	unsigned timeout_sync_ms;
+	unsigned max_budget;          /* as set; 0: automatic */
+	unsigned strict_guarantees;
+	/* automatic max_budget: peak completion rate */
+	uint64_t rate_t0;
+	uint64_t rate_sectors;
+	uint64_t peak_rate;           /* sectors per ns << 32 */
+	unsigned auto_budget;
+};
+
+/* --------------------------------------------------------------- helpers */
+
+static struct bfq_data *bfq_of(struct rq_queue *q)
+{
+	return rq_queue_elevator_data(q);
+}
+
+static struct bfq_sched *sched_of_hctx(struct bfq_data *bd, const struct rq_hw_ctx *hctx)
+{
+	unsigned i = rq_hctx_index(hctx);
+
+	return &bd->sched[i < bd->nr_sched ? i : 0];
+}
+
+static struct bfq_queue *rq_bfqq(const struct rq_request *rq)
+{
+	return rq->elv_priv[0];
+}
+
+static unsigned long rq_bits(const struct rq_request *rq)
+{
+	return (unsigned long)(uintptr_t)rq->elv_priv[1];
+}
+
+static void rq_set_bits(struct rq_request *rq, unsigned long v)
+{
+	rq->elv_priv[1] = (void *)(uintptr_t)v;
+}
+
+static bool rq_is_sync(const struct rq_request *rq)
+{
+	return rq->op == RQ_OP_READ || (rq->opf & RQ_BIO_SYNC);
+}
+
+static bool bio_is_sync(const struct rq_bio *bio)
+{
+	return bio->op == RQ_OP_READ || (bio->opf & RQ_BIO_SYNC);
+}
+
+/* Virtual-time wrap-safe comparison: a after b. */
+static bool vt_after(uint64_t a, uint64_t b)
+{
+	return (int64_t)(a - b) > 0;
+}
+
+/* Virtual time @sectors of service takes at @weight. */
+static uint64_t vt_delta(uint64_t sectors, uint64_t weight)
+{
+	return (sectors << BFQ_VT_SHIFT) / (weight ? weight : 1);
+}
+
+static unsigned max_budget(const struct bfq_data *bd)
+{
+	return bd->max_budget ? bd->max_budget : bd->auto_budget;
+}
+
+static unsigned min_budget(const struct bfq_data *bd)
+{
+	unsigned m = max_budget(bd) >> BFQ_MIN_BUDGET_SHIFT;
+
+	return m < 8 ? 8 : m;
+}
+
+static uint64_t slice_idle_ns(const struct bfq_data *bd)
+{
+	return (uint64_t)bd->slice_idle_us * NSEC_PER_USEC;
+}
+
+/* Frozen (or dying): no request can arrive, so waiting for one is useless. */
+static bool queue_frozen(const struct bfq_data *bd)
+{
+	return atomic_load_explicit(&bd->q->freeze_depth, memory_order_relaxed) > 0;
+}
+
+static bool bfqq_busy(const struct bfq_queue *bfqq)
+{
+	return bfqq->entity.on_st;
+}
+
+static bool bfqq_seeky(const struct bfq_queue *bfqq)
+{
+	return __builtin_popcount(bfqq->seek_history) > BFQ_SEEKY_MIN;
+}
+
+static unsigned ioc_class(const struct rq_io_context *ioc)
+{
+	unsigned c = ioc ? RQ_IOPRIO_CLASS(rq_ioc_prio(ioc)) : RQ_IOPRIO_CLASS_BE;
+
+	return c == RQ_IOPRIO_CLASS_RT ? 0 : c == RQ_IOPRIO_CLASS_IDLE ? 2 : 1;
+}
+
+/* The queue's weight now: the context's (or its priority's), raised or not. */
+static unsigned bfqq_weight(const struct bfq_data *bd, struct bfq_queue *bfqq, uint64_t now)
+{
+	const struct rq_io_context *ioc = bfqq->ioc;
+	unsigned w;
+
+	if (ioc)
+		w = ioc_weight_is_set(ioc) ? ioc_weight(ioc) : ioc_prio_to_weight(rq_ioc_prio(ioc));
+	else
+		w = ioc_prio_to_weight(RQ_IOC_PRIO_DEFAULT);
+	if (bfqq->wr_coeff > 1 && (!READ_ONCE(bd->low_latency) || now >= bfqq->wr_end))
+		bfqq->wr_coeff = 1;
+	return w * bfqq->wr_coeff;
+}
+
+static unsigned group_weight(const struct bfq_group *g)
+{
+	return rq_iog_weight(g->iog);
+}
+
+/* ------------------------------------------------------------- B-WF2Q+ */
+
+static struct bfq_level *entity_level(struct bfq_entity *e)
+{
+	return &e->parent->lv[e->cls];
+}
+
+static void entity_deactivate(struct bfq_entity *e);
+
+/* Put @e on its level's active list with fresh timestamps. */
+static void entity_activate(struct bfq_entity *e)
+{
+	struct bfq_level *lv = entity_level(e);
+	struct bfq_group *g = e->parent;
+
+	if (e->on_st)
+		return;
+	e->start = e->finish_valid && vt_after(e->finish, lv->vtime) ? e->finish : lv->vtime;
+	e->finish = e->start + vt_delta(e->budget, e->weight);
+	e->service = 0;
+	e->on_st = true;
+	rq_list_add_tail(&e->node, &lv->active);
+	lv->wsum += e->weight;
+	lv->nr++;
+	g->nr_active++;
+	if (g->entity.parent && !g->entity.on_st) {
+		g->entity.budget = e->budget;
+		g->entity.weight = group_weight(g);
+		entity_activate(&g->entity);
+	}
+}
+
+/* Take @e off its list, charged with what it received; its group follows when emptied. */
+static void entity_deactivate(struct bfq_entity *e)
+{
+	struct bfq_level *lv = entity_level(e);
+	struct bfq_group *g = e->parent;
+
+	if (!e->on_st)
+		return;
+	e->finish = e->start + vt_delta(e->service, e->weight);
+	e->finish_valid = true;
+	e->service = 0;
+	e->on_st = false;
+	rq_list_del_init(&e->node);
+	lv->wsum -= e->weight;
+	lv->nr--;
+	g->nr_active--;
+	if (g->entity.parent && !g->nr_active)
+		entity_deactivate(&g->entity);
+}
+
+/*
+ * Charge @e with what it received and start its next turn at its finish
+ * time, with @budget and @weight.
+ */
+static void entity_requeue(struct bfq_entity *e, uint32_t budget, unsigned weight)
+{
+	struct bfq_level *lv = entity_level(e);
+
+	e->finish = e->start + vt_delta(e->service, e->weight);
+	e->service = 0;
+	lv->wsum = lv->wsum - e->weight + weight;
+	e->weight = weight;
+	e->budget = budget;
+	e->start = e->finish;
+	e->finish = e->start + vt_delta(budget, weight);
+}
+
+/* Service: @e (and its group) received @sectors; virtual times advance. */
+static void entity_charge(struct bfq_entity *e, unsigned sectors)
+{
+	for (; e && e->parent; e = e->parent->entity.parent ? &e->parent->entity : NULL) {
+		struct bfq_level *lv = entity_level(e);
+
+		e->service += sectors;
+		if (lv->wsum)
+			lv->vtime += vt_delta(sectors, lv->wsum);
+	}
+}
+
+/*
+ * The entity of @g to serve next: the highest class with active entities;
+ * in it, V moves up to the smallest start time if nothing is eligible, and
+ * the eligible entity (S <= V) with the smallest finish time wins.  A
+ * linear scan: a group rarely has more than a handful of busy queues, and
+ * the scan touches only those.
+ */
+static struct bfq_entity *group_pick(struct bfq_group *g)
+{
+	for (unsigned c = 0; c < BFQ_NR_CLASSES; c++) {
+		struct bfq_level *lv = &g->lv[c];
+		struct bfq_entity *best = NULL;
+		struct rq_list_node *n;
+		uint64_t min_start = 0;
+		bool first = true;
+
+		if (!lv->nr)
+			continue;
+		for (n = lv->active.next; n != &lv->active; n = n->next) {
+			struct bfq_entity *e = RQ_CONTAINER_OF(n, struct bfq_entity, node);
+
+			if (first || vt_after(min_start, e->start))
+				min_start = e->start;
+			first = false;
+		}
+		if (vt_after(min_start, lv->vtime))
+			lv->vtime = min_start;
+		for (n = lv->active.next; n != &lv->active; n = n->next) {
+			struct bfq_entity *e = RQ_CONTAINER_OF(n, struct bfq_entity, node);
+
+			if (vt_after(e->start, lv->vtime))
+				continue;
+			if (!best || vt_after(best->finish, e->finish))
+				best = e;
+		}
+		return best;
+	}
+	return NULL;
+}
+
+static struct bfq_queue *entity_queue(struct bfq_entity *e)
+{
+	return RQ_CONTAINER_OF(e, struct bfq_queue, entity);
+}
+
+/* The queue whose turn comes next: root group first, then inside the chosen group. */
+static struct bfq_queue *sched_pick(struct bfq_sched *bs)
+{
+	struct bfq_group *g = &bs->root;
+
+	for (;;) {
+		struct bfq_entity *e = group_pick(g);
+
+		if (!e)
+			return NULL;
+		if (!e->group)
+			return entity_queue(e);
+		g = e->group;
+	}
+}
+
+/* ------------------------------------------------------- queues and groups */
+
+static struct bfq_group *group_find(struct bfq_sched *bs, struct rq_io_group *iog, bool create)
+{
+	struct bfq_group *g;
+
+	if (!iog)
+		return &bs->root;
+	for (struct rq_list_node *n = bs->groups.next; n != &bs->groups; n = n->next) {
+		g = RQ_CONTAINER_OF(n, struct bfq_group, link);
+		if (g->iog == iog)
+			return g;
+	}
+	if (!create)
+		return NULL;
+	g = calloc(1, sizeof(*g));
+	if (!g)
+		return NULL;
+	for (unsigned c = 0; c < BFQ_NR_CLASSES; c++)
+		rq_list_init(&g->lv[c].active);
+	rq_list_init(&g->entity.node);
+	g->entity.parent = &bs->root;
+	g->entity.group = g;
+	g->entity.cls = 1;
+	g->entity.weight = rq_iog_weight(iog);
+	rq_iog_get(iog);
+	g->iog = iog;
+	rq_list_add_tail(&g->link, &bs->groups);
+	return g;
+}
+
+static void group_put_queue(struct bfq_group *g)
+{
+	if (--g->nr_queues || !g->iog || g->entity.on_st)
+		return;
+	rq_list_del_init(&g->link);
+	rq_iog_put(g->iog);
+	free(g);
+}
+
+/* Attach @bfqq to the group its context is in now. */
+static void bfqq_attach_group(struct bfq_sched *bs, struct bfq_queue *bfqq)
+{
+	struct rq_io_group *iog = NULL;
+	struct bfq_group *g;
+
+	if (bfqq->ioc) {
+		bfqq->ioc_gen = ioc_group_gen(bfqq->ioc);
+		iog = ioc_group_get(bfqq->ioc);
+	}
+	g = group_find(bs, iog, true);
+	rq_iog_put(iog);
+	if (!g)
+		g = &bs->root; /* no memory for the group: schedule it at the root */
+	g->nr_queues++;
+	bfqq->entity.parent = g;
+	bfqq->entity.finish_valid = false;
+}
+
+static unsigned hash_of(const struct rq_io_context *ioc, bool sync)
+{
+	uint64_t k = (uint64_t)(uintptr_t)ioc ^ sync;
+
+	return (unsigned)((k * 0x9E3779B97F4A7C15ull) >> (64 - BFQ_HASH_BITS));
+}
+
+static void bfqq_init(struct bfq_sched *bs, struct bfq_queue *bfqq, struct rq_io_context *ioc,
+		      bool sync, uint64_t now)
+{
+	bfqq->bs = bs;
+	bfqq->ioc = ioc;
+	bfqq->sync = sync;
+	bfqq->sort.node = NULL;
+	rq_list_init(&bfqq->fifo);
+	rq_list_init(&bfqq->entity.node);
+	bfqq->entity.cls = (uint8_t)ioc_class(ioc);
+	bfqq->max_budget = max_budget(bs->bd) / 2;
+	bfqq->wr_coeff = 1;
+	bfqq->last_used = now;
+	bfqq->softrt_next = now;
+}
+
+static void bfqq_free(struct bfq_sched *bs, struct bfq_queue *bfqq)
+{
+	struct bfq_queue **pp = &bs->hash[hash_of(bfqq->ioc, bfqq->sync)];
+
+	while (*pp && *pp != bfqq)
+		pp = &(*pp)->hash_next;
+	if (*pp)
+		*pp = bfqq->hash_next;
+	if (bs->last_hit == bfqq)
+		bs->last_hit = NULL;
+	group_put_queue(bfqq->entity.parent);
+	rq_ioc_put(bfqq->ioc);
+	free(bfqq);
+}
+
+/* Free @bfqq if nothing needs it: no request, not busy, and its context gone or long unused. */
+static bool bfqq_reclaimable(struct bfq_sched *bs, struct bfq_queue *bfqq, uint64_t now)
+{
+	if (bfqq == &bs->oom_q || bfqq->ref || bfqq_busy(bfqq) || bs->in_service == bfqq)
+		return false;
+	return ioc_refs(bfqq->ioc) == 1 || now - bfqq->last_used > BFQ_RECLAIM_NS;
+}
+
+static void sched_reclaim(struct bfq_sched *bs, uint64_t now)
+{
+	for (unsigned i = 0; i < (1u << BFQ_HASH_BITS); i++) {
+		struct bfq_queue *bfqq = bs->hash[i], *next;
+
+		for (; bfqq; bfqq = next) {
+			next = bfqq->hash_next;
+			if (bfqq_reclaimable(bs, bfqq, now))
+				bfqq_free(bs, bfqq);
+		}
+	}
+}
+
+/* The queue of (@ioc, @sync) on @bs, made if @create; moves it to a new group when idle. */
+static struct bfq_queue *bfqq_lookup(struct bfq_sched *bs, struct rq_io_context *ioc, bool sync,
+				     bool create, uint64_t now)
+{
+	struct bfq_queue *bfqq = bs->last_hit;
+	unsigned h;
+
+	if (!ioc)
+		return create ? &bs->oom_q : NULL;
+	if (!bfqq || bfqq->ioc != ioc || bfqq->sync != sync) {
+		h = hash_of(ioc, sync);
+		for (bfqq = bs->hash[h]; bfqq; bfqq = bfqq->hash_next)
+			if (bfqq->ioc == ioc && bfqq->sync == sync)
+				break;
+		if (!bfqq) {
+			if (!create)
+				return NULL;
+			sched_reclaim(bs, now);
+			bfqq = calloc(1, sizeof(*bfqq));
+			if (!bfqq)
+				return &bs->oom_q;
+			rq_ioc_get(ioc);
+			bfqq_init(bs, bfqq, ioc, sync, now);
+			bfqq_attach_group(bs, bfqq);
+			bfqq->hash_next = bs->hash[h];
+			bs->hash[h] = bfqq;
+		}
+		bs->last_hit = bfqq;
+	}
+	if (create && unlikely(bfqq->ioc_gen != ioc_group_gen(ioc)) && !bfqq_busy(bfqq) &&
+	    bs->in_service != bfqq) {
+		group_put_queue(bfqq->entity.parent);
+		bfqq_attach_group(bs, bfqq);
+	}
+	return bfqq;
+}
+
+/* ------------------------------------------------------ requests in a queue */
+
+/* First request at or after @sector in @root, or NULL. */
+static struct rq_request *sort_ceiling(struct rq_rb_root *root, uint64_t sector)
+{
+	struct rq_rb_node *n = root->node;
+	struct rq_request *best = NULL;
+
+	while (n) {
+		struct rq_request *rq = RQ_CONTAINER_OF(n, struct rq_request, rb_node);
+
+		if (rq->sector >= sector) {
+			best = rq;
+			n = n->left;
+		} else {
+			n = n->right;
+		}
+	}
+	return best;
+}
+
+/*
+ * The request @bfqq should send next: its oldest if that one expired and
+ * the FIFO was not yet looked at in this turn; else the nearest to the head
+ * position going forward, or backward if that is no farther than
+ * back_seek_max and, multiplied by back_seek_penalty, still nearer.
+ */
+static struct rq_request *bfqq_next_rq(struct bfq_data *bd, struct bfq_sched *bs,
+				       struct bfq_queue *bfqq, uint64_t now)
+{
+	struct rq_request *fwd, *back, *oldest = rq_list_first_rq(&bfqq->fifo);
+	uint64_t head = bs->head_pos, dback, dfwd;
+
+	if (!oldest)
+		return NULL;
+	if (!bfqq->fifo_checked && oldest->fifo_time <= now)
+		return oldest;
+	fwd = sort_ceiling(&bfqq->sort, head);
+	if (fwd) {
+		back = rq_elv_rb_former(fwd);
+	} else {
+		struct rq_rb_node *last = rq_rb_last(&bfqq->sort);
+
+		back = last ? RQ_CONTAINER_OF(last, struct rq_request, rb_node) : NULL;
+	}
+	if (!back)
+		return fwd;
+	if (!fwd)
+		return back;
+	dfwd = fwd->sector - head;
+	dback = head - back->sector;
+	if (dback > (uint64_t)bd->back_seek_max_kib * 2)
+		return fwd;
+	return dback * bd->back_seek_penalty < dfwd ? back : fwd;
+}
+
+static void bfqq_add_rq(struct bfq_queue *bfqq, struct rq_request *rq, bool at_head)
+{
+	if (at_head)
+		rq_list_add(&rq->queuelist, &bfqq->fifo);
+	else
+		rq_list_add_tail(&rq->queuelist, &bfqq->fifo);
+	rq_elv_rb_add(&bfqq->sort, rq);
+	rq_set_bits(rq, rq_bits(rq) | BFQ_RQ_QUEUED);
+	bfqq->queued++;
+	WRITE_ONCE(bfqq->bs->queued, bfqq->bs->queued + 1);
+}
+
+/* Take @rq out of its queue (and the hash); @bfqq may empty (the caller decides). */
+static void bfqq_del_rq(struct rq_queue *q, struct bfq_queue *bfqq, struct rq_request *rq)
+{
+	rq_list_del_init(&rq->queuelist);
+	rq_elv_rb_del(&bfqq->sort, rq);
+	rq_set_bits(rq, rq_bits(rq) & ~BFQ_RQ_QUEUED);
+	if (rq->rq_flags & RQ_RQF_HASHED)
+		rq_elv_rqhash_del(q, rq);
+	bfqq->queued--;
+	WRITE_ONCE(bfqq->bs->queued, bfqq->bs->queued - 1);
+}
+
+/* Seek history: was @rq far from the context's previous request? */
+static void bfqq_update_seek(struct bfq_queue *bfqq, const struct rq_request *rq)
+{
+	uint64_t d;
+
+	if (bfqq->seeky_known) {
+		d = rq->sector > bfqq->last_end ? rq->sector - bfqq->last_end :
+						  bfqq->last_end - rq->sector;
+		bfqq->seek_history = (bfqq->seek_history << 1) | (d > BFQ_SEEK_THR);
+	}
+	bfqq->seeky_known = true;
+	bfqq->last_end = rq_request_end_sector(rq);
+}
+
+/* ------------------------------------------------------------ turns */
+
+/*
+ * @bfqq became busy: decide on weight raising (low_latency) and put it on
+ * its level.  Interactive: a sync queue busy for the first time, or again
+ * after BFQ_WR_MIN_IDLE_NS of quiet, is raised for BFQ_WR_INTERACTIVE_NS.
+ * Soft real-time: a sync queue that comes back no earlier than the time at
+ * which its last burst would have stayed below BFQ_SOFTRT_RATE is raised
+ * for BFQ_WR_SOFTRT_NS.
+ */
+static void bfqq_activate(struct bfq_data *bd, struct bfq_queue *bfqq, unsigned next_sectors,
+			  uint64_t now)
+{
+	if (READ_ONCE(bd->low_latency) && bfqq->sync && bfqq->entity.cls != 2 && bfqq->ioc) {
+		if (!bfqq->ever_busy || now - bfqq->last_empty >= BFQ_WR_MIN_IDLE_NS) {
+			bfqq->wr_coeff = BFQ_WR_COEFF;
+			bfqq->wr_end = now + BFQ_WR_INTERACTIVE_NS;
+		} else if (bfqq->wr_coeff == 1 && now >= bfqq->softrt_next) {
+			bfqq->wr_coeff = BFQ_WR_COEFF;
+			bfqq->wr_end = now + BFQ_WR_SOFTRT_NS;
+		}
+	}
+	bfqq->ever_busy = true;
+	bfqq->busy_start = now;
+	bfqq->burst_sectors = 0;
+	bfqq->entity.cls = (uint8_t)ioc_class(bfqq->ioc);
+	bfqq->entity.weight = bfqq_weight(bd, bfqq, now);
+	if (!bfqq->sync)
+		bfqq->max_budget = max_budget(bd);
+	if (bfqq->max_budget < min_budget(bd))
+		bfqq->max_budget = min_budget(bd);
+	bfqq->entity.budget = bfqq->max_budget > next_sectors ? bfqq->max_budget : next_sectors;
+	entity_activate(&bfqq->entity);
+}
+
+/* Nothing queued any more in @bfqq: remember when, for weight raising. */
+static void bfqq_emptied(struct bfq_data *bd, struct bfq_queue *bfqq, uint64_t now)
+{
+	uint64_t next = bfqq->busy_start + bfqq->burst_sectors * NSEC_PER_SEC / BFQ_SOFTRT_RATE;
+	uint64_t floor = now + slice_idle_ns(bd) + 4 * NSEC_PER_MSEC;
+
+	bfqq->last_empty = now;
+	bfqq->softrt_next = next > floor ? next : floor;
+}
+
+static void sched_set_idle(struct bfq_sched *bs, bool idling, uint64_t end)
+{
+	bs->idling = idling;
+	bs->idle_end = end;
+}
+
+/*
+ * End the in-service queue's turn: its next budget from why the turn
+ * ended, its charge, then back in line if it still has requests, off the
+ * list otherwise.  Its group is charged and requeued the same way.
+ */
+static void sched_expire(struct bfq_sched *bs, enum bfq_expire why, uint64_t now)
+{
+	struct bfq_data *bd = bs->bd;
+	struct bfq_queue *bfqq = bs->in_service;
+	struct bfq_entity *e = &bfqq->entity;
+	struct bfq_group *g = e->parent;
+	uint32_t served = e->service, b = bfqq->max_budget, maxb = max_budget(bd);
+	struct rq_request *next;
+
+	switch (why) {
+	case BFQ_EXP_EXHAUSTED:
+		b = b * 2 < maxb ? b * 2 : maxb;
+		break;
+	case BFQ_EXP_TIMEOUT:
+		/* a slow turn pays for all the device time it held */
+		if (e->service < e->budget)
+			e->service = e->budget;
+		break;
+	case BFQ_EXP_EMPTY:
+		b = served;
+		break;
+	case BFQ_EXP_PREEMPTED:
+		break;
+	}
+	if (!bfqq->sync || b > maxb)
+		b = maxb;
+	if (b < min_budget(bd))
+		b = min_budget(bd);
+	bfqq->max_budget = b;
+	bs->in_service = NULL;
+	sched_set_idle(bs, false, 0);
+	if (bfqq->queued) {
+		next = rq_list_first_rq(&bfqq->fifo);
+		entity_requeue(e, b > rq_request_sectors(next) ? b : rq_request_sectors(next),
+			       bfqq_weight(bd, bfqq, now));
+	} else {
+		entity_deactivate(e);
+	}
+	if (g->entity.parent && g->entity.on_st) {
+		struct bfq_entity *ne = group_pick(g);
+
+		entity_requeue(&g->entity, ne ? ne->budget : b, group_weight(g));
+	}
+}
+
+static bool bfqq_should_idle(struct bfq_data *bd, const struct bfq_queue *bfqq)
+{
+	if (!bfqq->sync || !bfqq->ioc || !bd->slice_idle_us || queue_frozen(bd))
+		return false;
+	return bd->strict_guarantees || !bfqq_seeky(bfqq);
+}
+
+/*
+ * The queue to dispatch from now, with its next request in *@next; NULL
+ * when nothing may go now (idling, waiting for the in-service queue's
+ * requests to complete, strict_guarantees with a request in flight).
+ * Ends turns and starts new ones as needed.  *@delay_ms: arm a delayed
+ * run of the hardware queue for the end of an idle window.
+ */
+static struct bfq_queue *sched_ready(struct bfq_sched *bs, uint64_t now,
+				     struct rq_request **next, unsigned *delay_ms)
+{
+	struct bfq_data *bd = bs->bd;
+
+	/*
+	 * The core pulls batches from a scheduler without looking at driver
+	 * tags, and what bfq hands out is out of its hands: keep at most the
+	 * device's depth plus one out, so the backlog (and the choice) stays
+	 * here.  The one extra is parked by the core, which then re-runs the
+	 * queue on the next completion by itself.
+	 */
+	if (bs->in_flight >= (bd->strict_guarantees ? 1 : bd->inflight_cap))
+		return NULL;
+	for (unsigned loops = 0; loops < 64; loops++) {
+		struct bfq_queue *bfqq = bs->in_service;
+		struct rq_request *rq;
+
+		if (!bfqq) {
+			if (!bs->queued)
+				return NULL;
+			bfqq = sched_pick(bs);
+			if (!bfqq)
+				return NULL;
+			bs->in_service = bfqq;
+			bfqq->budget_timeout = 0;
+			bfqq->fifo_checked = false;
+			sched_set_idle(bs, false, 0);
+		}
+		if (bfqq->budget_timeout && now >= bfqq->budget_timeout) {
+			sched_expire(bs, BFQ_EXP_TIMEOUT, now);
+			continue;
+		}
+		if (!bfqq->queued) {
+			if (bs->idling) {
+				if (now >= bs->idle_end || queue_frozen(bd)) {
+					sched_expire(bs, BFQ_EXP_EMPTY, now);
+					continue;
+				}
+				*delay_ms = (unsigned)DIV_ROUND_UP(bs->idle_end - now, NSEC_PER_MSEC);
+				return NULL;
+			}
+			if (bfqq_should_idle(bd, bfqq)) {
+				/* the idle window opens when its last request completes */
+				if (bfqq->dispatched)
+					return NULL;
+				sched_set_idle(bs, true, now + slice_idle_ns(bd));
+				*delay_ms = (unsigned)DIV_ROUND_UP(slice_idle_ns(bd), NSEC_PER_MSEC);
+				return NULL;
+			}
+			sched_expire(bs, BFQ_EXP_EMPTY, now);
+			continue;
+		}
+		rq = bfqq_next_rq(bd, bs, bfqq, now);
+		if (bfqq->entity.service &&
+		    bfqq->entity.service + rq_request_sectors(rq) > bfqq->entity.budget) {
+			sched_expire(bs, BFQ_EXP_EXHAUSTED, now);
+			continue;
+		}
+		*next = rq;
+		return bfqq;
+	}
+	return NULL;
+}
+
+/* Hand @rq of the in-service @bfqq out: charge it, move the head. */
+static void sched_dispatch_rq(struct rq_queue *q, struct bfq_sched *bs, struct bfq_queue *bfqq,
+			      struct rq_request *rq, uint64_t now)
+{
+	struct bfq_data *bd = bs->bd;
+	unsigned sectors = rq_request_sectors(rq);
+
+	if (rq == rq_list_first_rq(&bfqq->fifo) && rq->fifo_time <= now)
+		bfqq->fifo_checked = true;
+	bfqq_del_rq(q, bfqq, rq);
+	entity_charge(&bfqq->entity, sectors);
+	bfqq->burst_sectors += sectors;
+	bfqq->dispatched++;
+	bs->in_flight++;
+	bs->head_pos = rq_request_end_sector(rq);
+	if (!bfqq->budget_timeout)
+		bfqq->budget_timeout = now + (uint64_t)bd->timeout_sync_ms * NSEC_PER_MSEC;
+	rq_set_bits(rq, (rq_bits(rq) & 0xff) | BFQ_RQ_DISPATCHED |
+			    ((unsigned long)sectors << BFQ_RQ_SECTOR_SHIFT));
+	if (!bfqq->queued)
+		bfqq_emptied(bd, bfqq, now);
+}
+
+/* A request of @bfqq left the driver (or never reached it); lock held. */
+static void bfqq_request_done(struct bfq_sched *bs, struct bfq_queue *bfqq, struct rq_request *rq)
+{
+	rq_set_bits(rq, rq_bits(rq) & ~BFQ_RQ_DISPATCHED);
+	bfqq->dispatched--;
+	bs->in_flight--;
+}
+
+/* Feed the automatic max_budget: sectors completed per window, peak kept. */
+static void rate_sample(struct bfq_data *bd, unsigned sectors, uint64_t now)
+{
+	uint64_t dt;
+
+	if (!bd->rate_t0 || now < bd->rate_t0) {
+		bd->rate_t0 = now;
+		bd->rate_sectors = 0;
+		return;
+	}
+	bd->rate_sectors += sectors;
+	dt = now - bd->rate_t0;
+	if (dt < BFQ_RATE_WINDOW_NS)
+		return;
+	{
+		uint64_t rate = (bd->rate_sectors << 32) / dt;
+		uint64_t budget;
+
+		/* the peak decays slowly, so a device that got slower is noticed */
+		bd->peak_rate -= bd->peak_rate >> 4;
+		if (rate > bd->peak_rate)
+			bd->peak_rate = rate;
+		budget = (bd->peak_rate >> 16) * ((uint64_t)bd->timeout_sync_ms * NSEC_PER_MSEC) >> 16;
+		if (budget < BFQ_AUTO_BUDGET_MIN)
+			budget = BFQ_AUTO_BUDGET_MIN;
+		if (budget > BFQ_AUTO_BUDGET_MAX)
+			budget = BFQ_AUTO_BUDGET_MAX;
+		bd->auto_budget = (unsigned)budget;
+		bd->rate_t0 = now;
+		bd->rate_sectors = 0;
+	}
+}
+
+/* ------------------------------------------------------------------ ops */
+
+static void bfq_sched_init(struct bfq_data *bd, struct bfq_sched *bs, struct rq_hw_ctx *hctx)
+{
+	bs->bd = bd;
+	bs->hctx = hctx;
+	for (unsigned c = 0; c < BFQ_NR_CLASSES; c++)
+		rq_list_init(&bs->root.lv[c].active);
+	rq_list_init(&bs->root.entity.node);
+	rq_list_init(&bs->groups);
+	rq_list_init(&bs->head_list);
+	bfqq_init(bs, &bs->oom_q, NULL, false, 0);
+	bs->oom_q.entity.parent = &bs->root;
+	bs->root.nr_queues = 1; /* the fallback queue: the root is never freed anyway */
+}
+
+static int bfq_init_sched(struct rq_queue *q, void **data)
+{
+	struct bfq_data *bd = calloc(1, sizeof(*bd));
+	unsigned nr = rq_queue_nr_hw_queues(q);
+
+	if (!bd)
+		return -ENOMEM;
+	bd->nr_sched = nr ? nr : 1;
+	bd->sched = calloc(bd->nr_sched, sizeof(*bd->sched));
+	if (!bd->sched) {
+		free(bd);
+		return -ENOMEM;
+	}
+	pthread_mutex_init(&bd->lock, NULL);
+	bd->q = q;
+	bd->inflight_cap = q->set->queue_depth - q->set->reserved_tags + 1;
+	bd->slice_idle_us = BFQ_SLICE_IDLE_US;
+	bd->low_latency = BFQ_LOW_LATENCY;
+	bd->back_seek_max_kib = BFQ_BACK_SEEK_MAX_KIB;
+	bd->back_seek_penalty = BFQ_BACK_SEEK_PENALTY;
+	bd->fifo_expire_sync_ms = BFQ_FIFO_EXPIRE_SYNC_MS;
+	bd->fifo_expire_async_ms = BFQ_FIFO_EXPIRE_ASYNC_MS;
+	bd->timeout_sync_ms = BFQ_TIMEOUT_SYNC_MS;
+	bd->max_budget = BFQ_MAX_BUDGET;
+	bd->strict_guarantees = BFQ_STRICT_GUARANTEES;
+	bd->auto_budget = BFQ_DEFAULT_MAX_BUDGET;
+	for (unsigned i = 0; i < bd->nr_sched; i++)
+		bfq_sched_init(bd, &bd->sched[i], nr ? rq_queue_hctx(q, i) : NULL);
+	*data = bd;
+	return 0;
+}
+
+static void bfq_exit_sched(struct rq_queue *q, void *data)
+{
+	struct bfq_data *bd = data;
+
+	for (unsigned i = 0; i < bd->nr_sched; i++) {
+		struct bfq_sched *bs = &bd->sched[i];
+
+		bs->in_service = NULL;
+		for (unsigned h = 0; h < (1u << BFQ_HASH_BITS); h++) {
+			while (bs->hash[h]) {
+				struct bfq_queue *bfqq = bs->hash[h];
+
+				entity_deactivate(&bfqq->entity);
+				bfqq->ref = 0;
+				bfqq_free(bs, bfqq);
+			}
+		}
+		while (!rq_list_empty(&bs->groups)) {
+			struct bfq_group *g = RQ_CONTAINER_OF(bs->groups.next, struct bfq_group, link);
+
+			rq_list_del_init(&g->link);
+			rq_iog_put(g->iog);
+			free(g);
+		}
+	}
+	pthread_mutex_destroy(&bd->lock);
+	free(bd->sched);
+	free(bd);
+}
+
+/*
+ * prepare_request: find (or make) the queue of the request's context on its
+ * hardware queue and pin it.  The queue holds a reference on the context,
+ * so rq->ioc stays valid as long as the request lives.
+ */
+static void bfq_prepare_request(struct rq_request *rq)
+{
+	struct bfq_data *bd = bfq_of(rq->q);
+	struct bfq_sched *bs = sched_of_hctx(bd, rq->hctx);
+	uint64_t now = rq->start_time_ns; /* the core read the clock when it made @rq */
+	struct bfq_queue *bfqq;
+
+	pthread_mutex_lock(&bd->lock);
+	bfqq = bfqq_lookup(bs, rq->ioc, rq_is_sync(rq), true, now);
+	bfqq->ref++;
+	bfqq->last_used = now;
+	pthread_mutex_unlock(&bd->lock);
+	rq->elv_priv[0] = bfqq;
+	rq_set_bits(rq, 0);
+}
+
+/* finish_request: unpin the queue; free it if its context is gone. */
+static void bfq_finish_request(struct rq_request *rq)
+{
+	struct bfq_data *bd = bfq_of(rq->q);
+	struct bfq_queue *bfqq = rq_bfqq(rq);
+	struct rq_hw_ctx *kick = NULL;
+	struct bfq_sched *bs;
+
+	if (!bfqq)
+		return;
+	bs = bfqq->bs;
+	pthread_mutex_lock(&bd->lock);
+	if (rq_bits(rq) & BFQ_RQ_QUEUED) {
+		bfqq_del_rq(rq->q, bfqq, rq);
+		if (!bfqq->queued && bs->in_service != bfqq)
+			entity_deactivate(&bfqq->entity);
+	}
+	if (rq_bits(rq) & BFQ_RQ_HEAD) {
+		rq_list_del_init(&rq->queuelist);
+		WRITE_ONCE(bs->nr_head, bs->nr_head - 1);
+	}
+	if (rq_bits(rq) & BFQ_RQ_DISPATCHED) {
+		/* ended without a completion (failed before the driver took it) */
+		bfqq_request_done(bs, bfqq, rq);
+		if ((bs->in_service == bfqq && !bfqq->dispatched) ||
+		    (bd->strict_guarantees && !bs->in_flight))
+			kick = bs->hctx;
+	}
+	rq->elv_priv[0] = NULL;
+	rq_set_bits(rq, 0);
+	/* the context is gone (our reference is the last): so is its queue */
+	if (!--bfqq->ref && bfqq != &bs->oom_q && !bfqq_busy(bfqq) && bs->in_service != bfqq &&
+	    ioc_refs(bfqq->ioc) == 1)
+		bfqq_free(bs, bfqq);
+	pthread_mutex_unlock(&bd->lock);
+	if (kick && bs->queued)
+		rq_mq_run_hw_queue(kick, true);
+}
+
+static bool bfq_mergeable(const struct rq_request *rq)
+{
+	return rq_mergeable(rq);
+}
+
+/*
+ * Does a request of @bfqq end where @rq starts?  Insert merges go through
+ * the queue-wide hash, which knows nothing of contexts: ask it only when
+ * the context's own queue has the neighbour, so requests of different
+ * contexts stay apart.
+ */
+static bool bfqq_has_neighbour(struct bfq_queue *bfqq, const struct rq_request *rq)
+{
+	struct rq_request *after = sort_ceiling(&bfqq->sort, rq->sector), *before;
+	struct rq_rb_node *last;
+
+	if (after) {
+		before = rq_elv_rb_former(after);
+	} else {
+		last = rq_rb_last(&bfqq->sort);
+		before = last ? RQ_CONTAINER_OF(last, struct rq_request, rb_node) : NULL;
+	}
+	return before && rq_request_end_sector(before) == rq->sector;
+}
+
+static void bfq_insert_requests(struct rq_hw_ctx *hctx, struct rq_list_node *list, unsigned flags)
+{
+	struct rq_queue *q = rq_hctx_queue(hctx);
+	struct bfq_data *bd = bfq_of(q);
+	struct bfq_sched *bs = sched_of_hctx(bd, hctx);
+	struct rq_list_node free_list;
+	struct rq_request *rq;
+
+	rq_list_init(&free_list);
+	pthread_mutex_lock(&bd->lock);
+	while ((rq = rq_list_first_rq(list))) {
+		struct bfq_queue *bfqq = rq_bfqq(rq), *cur;
+		/* arrival time: when the core made the request (saves a clock read) */
+		uint64_t now = rq->start_time_ns;
+
+		rq_list_del_init(&rq->queuelist);
+		if (!bfqq) {
+			/* not prepared (cannot happen for ELVPRIV requests): the fallback queue */
+			bfqq = &bs->oom_q;
+			bfqq->ref++;
+			rq->elv_priv[0] = bfqq;
+			rq_set_bits(rq, 0);
+		}
+		if (flags & RQ_INSERT_AT_HEAD) {
+			rq_list_add_tail(&rq->queuelist, &bs->head_list);
+			WRITE_ONCE(bs->nr_head, bs->nr_head + 1);
+			rq_set_bits(rq, rq_bits(rq) | BFQ_RQ_HEAD);
+			continue;
+		}
+		if (bfq_mergeable(rq) && bfqq_has_neighbour(bfqq, rq) &&
+		    rq_sched_try_insert_merge(q, rq, &free_list))
+			continue;
+		rq->fifo_time = now + (uint64_t)(bfqq->sync ? bd->fifo_expire_sync_ms :
+							      bd->fifo_expire_async_ms) *
+					      NSEC_PER_MSEC;
+		bfqq_update_seek(bfqq, rq);
+		bfqq_add_rq(bfqq, rq, false);
+		if (bfq_mergeable(rq))
+			rq_elv_rqhash_add(q, rq);
+		cur = bs->in_service;
+		if (cur == bfqq) {
+			sched_set_idle(bs, false, 0); /* what it was waiting for */
+		} else if (!bfqq_busy(bfqq)) {
+			bfqq_activate(bd, bfqq, rq_request_sectors(rq), now);
+			/* an idling turn gives way to a more urgent queue */
+			if (cur && !cur->queued &&
+			    (bfqq->entity.cls < cur->entity.cls ||
+			     (bfqq->wr_coeff > 1 && cur->wr_coeff == 1)))
+				sched_expire(bs, BFQ_EXP_PREEMPTED, now);
+		}
+	}
+	pthread_mutex_unlock(&bd->lock);
+	while ((rq = rq_list_first_rq(&free_list))) {
+		rq_list_del_init(&rq->queuelist);
+		rq_sched_free_request(rq);
+	}
+}
+
+static struct rq_request *bfq_dispatch_request(struct rq_hw_ctx *hctx)
+{
+	struct bfq_data *bd = bfq_of(rq_hctx_queue(hctx));
+	struct bfq_sched *bs = sched_of_hctx(bd, hctx);
+	uint64_t now = rq_clock_ns();
+	struct rq_request *rq = NULL;
+	struct bfq_queue *bfqq;
+	unsigned delay = 0;
+
+	pthread_mutex_lock(&bd->lock);
+	rq = rq_list_first_rq(&bs->head_list);
+	if (rq) {
+		rq_list_del_init(&rq->queuelist);
+		WRITE_ONCE(bs->nr_head, bs->nr_head - 1);
+		bfqq = rq_bfqq(rq);
+		bfqq->dispatched++;
+		bs->in_flight++;
+		rq_set_bits(rq, BFQ_RQ_DISPATCHED |
+				    ((unsigned long)rq_request_sectors(rq) << BFQ_RQ_SECTOR_SHIFT));
+	} else {
+		bfqq = sched_ready(bs, now, &rq, &delay);
+		if (bfqq)
+			sched_dispatch_rq(hctx->q, bs, bfqq, rq, now);
+		else
+			rq = NULL;
+	}
+	pthread_mutex_unlock(&bd->lock);
+	if (delay)
+		rq_mq_delay_run_hw_queue(hctx, delay);
+	return rq;
+}
+
+static bool bfq_has_work(struct rq_hw_ctx *hctx)
+{
+	struct bfq_data *bd = bfq_of(rq_hctx_queue(hctx));
+	struct bfq_sched *bs = sched_of_hctx(bd, hctx);
+	struct rq_request *rq = NULL;
+	unsigned delay = 0;
+	bool work;
+
+	/* lock-free answer when empty: whoever adds a request runs the queue after */
+	if (!READ_ONCE(bs->queued) && !READ_ONCE(bs->nr_head))
+		return false;
+	pthread_mutex_lock(&bd->lock);
+	if (bs->nr_head)
+		work = true;
+	else if (bs->in_flight >= (bd->strict_guarantees ? 1 : bd->inflight_cap))
+		work = false;
+	else if (bs->in_service ? bs->in_service->queued : bs->queued)
+		work = true; /* dispatch finds a request without waiting: no clock read */
+	else
+		work = sched_ready(bs, rq_clock_ns(), &rq, &delay);
+	pthread_mutex_unlock(&bd->lock);
+	if (delay)
+		rq_mq_delay_run_hw_queue(hctx, delay);
+	return work;
+}
+
+/*
+ * completed_request: the device is done with @rq.  The in-service queue's
+ * idle window opens when its last request completes; strict_guarantees
+ * waits for the device to be empty.
+ */
+static void bfq_completed_request(struct rq_request *rq, uint64_t now)
+{
+	struct bfq_data *bd = bfq_of(rq->q);
+	struct bfq_queue *bfqq = rq_bfqq(rq);
+	struct rq_hw_ctx *kick = NULL;
+	unsigned delay = 0;
+	struct bfq_sched *bs;
+
+	if (!bfqq)
+		return;
+	bs = bfqq->bs;
+	pthread_mutex_lock(&bd->lock);
+	if (rq_bits(rq) & BFQ_RQ_DISPATCHED) {
+		rate_sample(bd, (unsigned)(rq_bits(rq) >> BFQ_RQ_SECTOR_SHIFT), now);
+		bfqq_request_done(bs, bfqq, rq);
+		if (bs->in_service == bfqq && !bfqq->queued && !bfqq->dispatched && !bs->idling) {
+			if (bfqq_should_idle(bd, bfqq)) {
+				sched_set_idle(bs, true, now + slice_idle_ns(bd));
+				if (bs->queued)
+					delay = (unsigned)DIV_ROUND_UP(slice_idle_ns(bd),
+								       NSEC_PER_MSEC);
+			} else if (bs->queued) {
+				kick = bs->hctx;
+			}
+		}
+		if (bd->strict_guarantees && !bs->in_flight && bs->queued)
+			kick = bs->hctx;
+	}
+	pthread_mutex_unlock(&bd->lock);
+	if (delay)
+		rq_mq_delay_run_hw_queue(bs->hctx, delay);
+	if (kick)
+		rq_mq_run_hw_queue(kick, true);
+}
+
+static void bfq_requeue_request(struct rq_request *rq)
+{
+	struct bfq_data *bd = bfq_of(rq->q);
+	struct bfq_queue *bfqq = rq_bfqq(rq);
+
+	if (!bfqq)
+		return;
+	pthread_mutex_lock(&bd->lock);
+	if (rq_bits(rq) & BFQ_RQ_DISPATCHED)
+		bfqq_request_done(bfqq->bs, bfqq, rq);
+	rq_set_bits(rq, 0);
+	pthread_mutex_unlock(&bd->lock);
+}
+
+static bool bfq_bio_merge(struct rq_queue *q, struct rq_bio *bio, unsigned nr_segs)
+{
+	struct bfq_data *bd = bfq_of(q);
+	struct rq_request *free_rq = NULL;
+	bool merged;
+
+	pthread_mutex_lock(&bd->lock);
+	merged = rq_sched_try_merge(q, bio, nr_segs, &free_rq);
+	pthread_mutex_unlock(&bd->lock);
+	if (free_rq)
+		rq_sched_free_request(free_rq);
+	return merged;
+}
+
+/* request_merge: a front merge in the sorted tree of the bio's own queue; lock held. */
+static int bfq_request_merge(struct rq_queue *q, struct rq_request **rq, struct rq_bio *bio)
+{
+	struct bfq_data *bd = bfq_of(q);
+	struct rq_hw_ctx *hctx = rq_bio_map_hctx(q, bio, NULL);
+	struct bfq_queue *bfqq;
+	struct rq_request *found;
+
+	if (!hctx)
+		return RQ_ELV_NO_MERGE;
+	bfqq = bfqq_lookup(sched_of_hctx(bd, hctx), ioc_of_bio(bio), bio_is_sync(bio), false, 0);
+	if (!bfqq)
+		return RQ_ELV_NO_MERGE;
+	found = rq_elv_rb_find(&bfqq->sort, rq_bio_end_sector(bio));
+	if (!found)
+		return RQ_ELV_NO_MERGE;
+	*rq = found;
+	return RQ_ELV_FRONT_MERGE;
+}
+
+/* allow_merge: only into a request of the bio's own context and kind. */
+static bool bfq_allow_merge(struct rq_queue *q, struct rq_request *rq, struct rq_bio *bio)
+{
+	const struct bfq_queue *bfqq = rq_bfqq(rq);
+
+	return bfqq && bfqq->ioc == ioc_of_bio(bio) && bfqq->sync == bio_is_sync(bio);
+}
+
+static void bfq_request_merged(struct rq_queue *q, struct rq_request *rq, enum rq_elv_merge type)
+{
+	struct bfq_queue *bfqq = rq_bfqq(rq);
+
+	if (type == RQ_ELV_FRONT_MERGE && bfqq && (rq_bits(rq) & BFQ_RQ_QUEUED)) {
+		rq_elv_rb_del(&bfqq->sort, rq);
+		rq_elv_rb_add(&bfqq->sort, rq);
+	}
+}
+
+/* requests_merged: @next joined @rq; it leaves its queue (maybe another context's). */
+static void bfq_requests_merged(struct rq_queue *q, struct rq_request *rq, struct rq_request *next)
+{
+	struct bfq_queue *nq = rq_bfqq(next), *bfqq = rq_bfqq(rq);
+
+	if (!nq || !(rq_bits(next) & BFQ_RQ_QUEUED))
+		return;
+	/* @rq inherits the earlier deadline and FIFO place of its own queue's request */
+	if (nq == bfqq && (rq_bits(rq) & BFQ_RQ_QUEUED) && next->fifo_time < rq->fifo_time) {
+		rq_list_del_init(&rq->queuelist);
+		rq_list_insert(&rq->queuelist, next->queuelist.prev, &next->queuelist);
+		rq->fifo_time = next->fifo_time;
+	}
+	bfqq_del_rq(q, nq, next);
+	if (!nq->queued && nq->bs->in_service != nq)
+		entity_deactivate(&nq->entity);
+}
+
+static struct rq_request *bfq_former_request(struct rq_queue *q, struct rq_request *rq)
+{
+	return (rq_bits(rq) & BFQ_RQ_QUEUED) ? rq_elv_rb_former(rq) : NULL;
+}
+
+static struct rq_request *bfq_next_request(struct rq_queue *q, struct rq_request *rq)
+{
+	return (rq_bits(rq) & BFQ_RQ_QUEUED) ? rq_elv_rb_latter(rq) : NULL;
+}
+
+/* ------------------------------------------------------------ tunables */
+
+/* Parse all of @buf (one optional trailing newline) as an unsigned in [min, max]. */
+static int parse_uint(const char *buf, unsigned long min, unsigned long max, unsigned *out)
+{
+	unsigned long v = 0;
+	const char *p = buf;
+
+	if (*p < '0' || *p > '9')
+		return -EINVAL;
+	for (; *p >= '0' && *p <= '9'; p++) {
+		v = v * 10 + (unsigned long)(*p - '0');
+		if (v > max)
+			return -EINVAL;
+	}
+	if (*p == '\n')
+		p++;
+	if (*p || v < min)
+		return -EINVAL;
+	*out = (unsigned)v;
+	return 0;
+}
+
+static int emit(char *buf, size_t len, unsigned v)
+{
+	int n = snprintf(buf, len, "%u\n", v);
+
+	return n < 0 || (size_t)n >= len ? -ENOSPC : n;
+}
+
+static int show_locked(void *data, char *buf, size_t len, const unsigned *field, unsigned div)
+{
+	struct bfq_data *bd = data;
+	unsigned v;
+
+	pthread_mutex_lock(&bd->lock);
+	v = *field / div;
+	pthread_mutex_unlock(&bd->lock);
+	return emit(buf, len, v);
+}
+
+static int store_locked(void *data, const char *buf, unsigned *field, unsigned min, unsigned max,
+			unsigned mul)
+{
+	struct bfq_data *bd = data;
+	unsigned v;
+
+	if (parse_uint(buf, min, max, &v))
+		return -EINVAL;
+	pthread_mutex_lock(&bd->lock);
+	*field = v * mul;
+	pthread_mutex_unlock(&bd->lock);
+	return 0;
+}
+
+#define BFQ_ATTR(name, field, min, max, unit)                                            \
+	static int bfq_##name##_show(void *data, char *buf, size_t len)                  \
+	{                                                                                \
+		return show_locked(data, buf, len, &((struct bfq_data *)data)->field, unit); \
+	}                                                                                \
+	static int bfq_##name##_store(void *data, const char *buf)                       \
+	{                                                                                \
+		return store_locked(data, buf, &((struct bfq_data *)data)->field, min, max, unit); \
+	}
+
+BFQ_ATTR(slice_idle, slice_idle_us, 0, 1000, 1000)
+BFQ_ATTR(slice_idle_us, slice_idle_us, 0, 1000000, 1)
+BFQ_ATTR(low_latency, low_latency, 0, 1, 1)
+BFQ_ATTR(back_seek_max, back_seek_max_kib, 0, 1u << 30, 1)
+BFQ_ATTR(back_seek_penalty, back_seek_penalty, 1, 1000, 1)
+BFQ_ATTR(fifo_expire_sync, fifo_expire_sync_ms, 1, 60000, 1)
+BFQ_ATTR(fifo_expire_async, fifo_expire_async_ms, 1, 60000, 1)
+BFQ_ATTR(timeout_sync, timeout_sync_ms, 1, 60000, 1)
+BFQ_ATTR(max_budget, max_budget, 0, 1u << 22, 1)
+BFQ_ATTR(strict_guarantees, strict_guarantees, 0, 1, 1)
+
+#define BFQ_ATTR_ENTRY(name) { #name, bfq_##name##_show, bfq_##name##_store }
+
+static const struct rq_elv_attr bfq_attrs[] = {
+	BFQ_ATTR_ENTRY(slice_idle),
+	BFQ_ATTR_ENTRY(slice_idle_us),
+	BFQ_ATTR_ENTRY(low_latency),
+	BFQ_ATTR_ENTRY(back_seek_max),
+	BFQ_ATTR_ENTRY(back_seek_penalty),
+	BFQ_ATTR_ENTRY(fifo_expire_sync),
+	BFQ_ATTR_ENTRY(fifo_expire_async),
+	BFQ_ATTR_ENTRY(timeout_sync),
+	BFQ_ATTR_ENTRY(max_budget),
+	BFQ_ATTR_ENTRY(strict_guarantees),
+	{ NULL, NULL, NULL },
+};
+
+/* ---------------------------------------------------------- registration */
+
+const struct rq_elevator_type rq_bfq_type = {
+	RQ_ELV_TYPE_INIT,
+	.name = "bfq",
+	.features = RQ_ELV_F_MQ,
+	.ops = {
+		.init_sched = bfq_init_sched,
+		.exit_sched = bfq_exit_sched,
+		.allow_merge = bfq_allow_merge,
+		.bio_merge = bfq_bio_merge,
+		.request_merge = bfq_request_merge,
+		.request_merged = bfq_request_merged,
+		.requests_merged = bfq_requests_merged,
+		.prepare_request = bfq_prepare_request,
+		.finish_request = bfq_finish_request,
+		.insert_requests = bfq_insert_requests,
+		.dispatch_request = bfq_dispatch_request,
+		.has_work = bfq_has_work,
+		.completed_request = bfq_completed_request,
+		.requeue_request = bfq_requeue_request,
+		.former_request = bfq_former_request,
+		.next_request = bfq_next_request,
+	},
+	.attrs = bfq_attrs,
+};

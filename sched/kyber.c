@@ -1,0 +1,875 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * kyber: a token-based scheduler for fast multi-queue devices.
+ *
+ * Requests are sorted into four scheduling domains (reads, writes, discards,
+ * everything else).  Each domain may have only so many requests with the
+ * driver at once (its token depth, counted per hardware queue), and the
+ * dispatcher serves the domains round robin, a batch of each at a time.
+ * Requests wait in per-CPU lists (one per software queue and domain) and
+ * are pulled per hardware queue only when their domain is served, so
+ * submitters on different CPUs never share a lock.
+ *
+ * Completion latencies of reads and writes go into histograms whose buckets
+ * are quarters of the domain's latency target.  At the end of each window
+ * of the library clock the percentiles decide the depths: reads missing
+ * their target cut the write and discard depths, a domain whose device
+ * latency is too high shrinks its own depth, and healthy windows raise the
+ * depths back step by step.  doc/sched-kyber.md states the rules.
+ *
+ * What may run at the same time (per queue):
+ *
+ *   operation                          concurrent with       protection
+ *   insert_requests, bio_merge         everything            the per-CPU list's spinlock
+ *   dispatch_request, has_work         all but themselves    one dispatcher per hctx (core);
+ *                                                            per-hctx dispatch lists are its own
+ *   completed_request                  everything            per-hctx histogram counters
+ *                                                            (relaxed load/store); one window
+ *                                                            closer at a time (atomic flag)
+ *   finish_request, requeue_request    everything            atomic token counters
+ *   limit_depth, prepare_request       everything            nothing shared is written
+ *   attribute show/store               everything            atomics
+ */
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lib/internal/core.h"
+
+/* ------------------------------------------------------------- tunables */
+
+/* Latency targets (nanoseconds of the library clock): iosched/read_lat_nsec, write_lat_nsec. */
+#define KYBER_READ_LAT_NSEC (2ull * 1000 * 1000)   /* 2 ms */
+#define KYBER_WRITE_LAT_NSEC (10ull * 1000 * 1000) /* 10 ms */
+
+/* Length of one latency window (nanoseconds of the library clock). */
+#define KYBER_WINDOW_NSEC (100ull * 1000 * 1000)   /* 100 ms */
+
+/* Fewer samples than this in a window: no verdict, they carry over. */
+#define KYBER_MIN_SAMPLES 8u
+
+/* A healthy window raises a depth by its default / KYBER_RAISE_DIVISOR (requests). */
+#define KYBER_RAISE_DIVISOR 4u
+
+/* Async requests may use this percentage of the scheduler tags. */
+#define KYBER_ASYNC_PERCENT 75u
+
+/* Histogram buckets: bucket b holds latencies in [b/4, (b+1)/4) x target,
+ * the last one everything from 7/4 x target on. */
+#define KYBER_BUCKETS 8u
+#define KYBER_BUCKETS_PER_TARGET 4u /* buckets 0..3 meet the target */
+
+/* ------------------------------------------------------ data structures */
+
+enum kyber_domain {
+	KYBER_READ,
+	KYBER_WRITE,
+	KYBER_DISCARD,
+	KYBER_OTHER,
+	KYBER_NR_DOMAINS,
+};
+
+/* Domains with a latency target (the first two). */
+#define KYBER_NR_TARGETS 2u
+
+/* The two latencies measured per request. */
+enum kyber_lat_kind {
+	KYBER_LAT_TOTAL, /* made -> completed: includes time queued here */
+	KYBER_LAT_IO,    /* issued -> completed: the device's share */
+	KYBER_NR_LAT_KINDS,
+};
+
+/* Token depth (most requests with the driver) per domain and hctx. */
+static const unsigned kyber_default_depth[KYBER_NR_DOMAINS] = { 256, 128, 64, 16 };
+
+/* Requests dispatched from a domain before the next one is served. */
+static const unsigned kyber_batch_size[KYBER_NR_DOMAINS] = { 16, 8, 1, 1 };
+
+/**
+ * struct kyber_ctx_queue - the requests made on one CPU (software queue),
+ * per domain, waiting to be pulled by their hardware queue's dispatcher.
+ * @lock: guards @rq_list; taken by submitters of that CPU and, briefly,
+ *	by the dispatcher when it pulls.
+ * @rq_list: requests by queuelist, oldest first, per domain.
+ */
+struct kyber_ctx_queue {
+	rq_spinlock_t lock;
+	struct rq_list_node rq_list[KYBER_NR_DOMAINS];
+} __attribute__((aligned(64)));
+
+/**
+ * struct kyber_hctx_data - per hardware queue state.
+ * @nr_ctx: software queues of the hctx (entries of @kcqs).
+ * @nr_words: 64-bit words of each pending map.
+ * @kcqs: the per-CPU lists.
+ * @pending: per domain, a bit per software queue that may hold requests of
+ *	the domain (set by inserters, taken by the dispatcher).
+ * @rqs: per domain, requests pulled from the CPUs, oldest first; the
+ *	dispatcher's own.
+ * @cur_domain: domain being served; the dispatcher's own.
+ * @batching: requests dispatched from @cur_domain in this turn.
+ * @dispatched: per domain, tokens ever taken; written by the dispatcher only.
+ * @returned: per domain, tokens ever given back (completers).  The tokens
+ *	in use are @dispatched - @returned, so taking one needs no atomic
+ *	read-modify-write.
+ * @waiting: bit per domain whose dispatch found no token; the next token
+ *	returned re-runs the hctx.
+ * @lat: per target domain and kind, histogram counters of completions;
+ *	they only grow.  Completers bump them with a plain load and store (a
+ *	count lost to two completers racing on one hctx does not matter to a
+ *	percentile, and no locked instruction is paid per completion).
+ * @lat_seen: @lat as the last window close read it (window closer only).
+ */
+struct kyber_hctx_data {
+	unsigned nr_ctx;
+	unsigned nr_words;
+	struct kyber_ctx_queue *kcqs;
+	_Atomic uint64_t *pending[KYBER_NR_DOMAINS];
+
+	struct rq_list_node rqs[KYBER_NR_DOMAINS];
+	unsigned cur_domain;
+	unsigned batching;
+
+	_Alignas(64) atomic_uint dispatched[KYBER_NR_DOMAINS];
+	_Alignas(64) atomic_uint returned[KYBER_NR_DOMAINS];
+	atomic_uint waiting;
+
+	_Alignas(64) _Atomic uint64_t lat[KYBER_NR_TARGETS][KYBER_NR_LAT_KINDS][KYBER_BUCKETS];
+	uint64_t lat_seen[KYBER_NR_TARGETS][KYBER_NR_LAT_KINDS][KYBER_BUCKETS];
+};
+
+/**
+ * struct kyber_queue_data - per queue state (the iosched attributes' data).
+ * @q: the queue.
+ * @depth: per domain, the token depth in force (changed at window ends).
+ * @async_depth: scheduler tags an async request may use (75% of them).
+ * @lat_target: read and write latency targets (ns), tunables.
+ * @lat_quarter: a quarter of each target (at least 1): the bucket width.
+ * @window_end: library clock time at which the current window closes.
+ * @window_busy: set while one thread closes a window.
+ * @acc: samples gathered into the open verdict (carried over while too few);
+ *	touched only by the thread closing a window.
+ */
+struct kyber_queue_data {
+	struct rq_queue *q;
+	atomic_uint depth[KYBER_NR_DOMAINS];
+	atomic_uint async_depth;
+	_Atomic uint64_t lat_target[KYBER_NR_TARGETS];
+	_Atomic uint64_t lat_quarter[KYBER_NR_TARGETS];
+	_Atomic uint64_t window_end;
+	atomic_bool window_busy;
+	uint64_t acc[KYBER_NR_TARGETS][KYBER_NR_LAT_KINDS][KYBER_BUCKETS];
+};
+
+/* What one window says about a target domain. */
+enum kyber_verdict {
+	KYBER_V_NONE, /* no samples: nothing to protect */
+	KYBER_V_WAIT, /* too few samples: decide nothing yet */
+	KYBER_V_GOOD, /* p99 total latency below 3/4 of the target */
+	KYBER_V_OK,   /* p99 total latency within the target */
+	KYBER_V_MISS, /* p99 total latency above the target */
+};
+
+/* rq->elv_priv[0]: the domain + 1 whose token @rq holds, or NULL. */
+#define KYBER_TOKEN(rq) ((uintptr_t)(rq)->elv_priv[0])
+
+/* -------------------------------------------------------------- helpers */
+
+/* 75% of the scheduler tags in force (at least one). */
+static void kyber_update_async_depth(struct kyber_queue_data *kqd)
+{
+	unsigned d = rq_queue_nr_requests(kqd->q) * KYBER_ASYNC_PERCENT / 100;
+
+	atomic_store_explicit(&kqd->async_depth, d ? d : 1, memory_order_relaxed);
+}
+
+/* Set the latency target of target domain @t to @nsec (> 0). */
+static void kyber_set_target(struct kyber_queue_data *kqd, unsigned t, uint64_t nsec)
+{
+	uint64_t quarter = nsec / KYBER_BUCKETS_PER_TARGET;
+
+	atomic_store_explicit(&kqd->lat_target[t], nsec, memory_order_relaxed);
+	atomic_store_explicit(&kqd->lat_quarter[t], quarter ? quarter : 1, memory_order_relaxed);
+}
+
+static inline unsigned kyber_domain_of_op(unsigned op)
+{
+	switch (op) {
+	case RQ_OP_READ:
+		return KYBER_READ;
+	case RQ_OP_WRITE:
+		return KYBER_WRITE;
+	case RQ_OP_DISCARD:
+		return KYBER_DISCARD;
+	default:
+		return KYBER_OTHER;
+	}
+}
+
+static inline struct kyber_queue_data *kyber_qd(struct rq_queue *q)
+{
+	return rq_queue_elevator_data(q);
+}
+
+static inline struct kyber_hctx_data *kyber_hd(const struct rq_hw_ctx *hctx)
+{
+	return rq_hctx_sched_data(hctx);
+}
+
+/* Note that software queue @idx may hold requests of @domain. */
+static inline void kyber_mark_pending(struct kyber_hctx_data *khd, unsigned domain, unsigned idx)
+{
+	_Atomic uint64_t *word = &khd->pending[domain][idx / 64];
+	uint64_t bit = 1ull << (idx % 64);
+
+	/* the usual case: already marked, no write to the shared line */
+	if (!(atomic_load_explicit(word, memory_order_relaxed) & bit))
+		atomic_fetch_or_explicit(word, bit, memory_order_release);
+}
+
+/*
+ * Move the requests of @domain from every marked CPU list onto the
+ * dispatcher's list.  A mark is cleared before its list is emptied, so a
+ * request added meanwhile either is taken now or marks the list again.
+ * Context: the dispatcher of the hctx.
+ */
+static void kyber_flush_domain(struct kyber_hctx_data *khd, unsigned domain)
+{
+	for (unsigned w = 0; w < khd->nr_words; w++) {
+		_Atomic uint64_t *word = &khd->pending[domain][w];
+		uint64_t bits;
+
+		if (!atomic_load_explicit(word, memory_order_relaxed))
+			continue;
+		bits = atomic_exchange_explicit(word, 0, memory_order_acquire);
+		while (bits) {
+			unsigned idx = w * 64 + (unsigned)__builtin_ctzll(bits);
+			struct kyber_ctx_queue *kcq = &khd->kcqs[idx];
+
+			bits &= bits - 1;
+			rq_spin_lock(&kcq->lock);
+			rq_list_splice_tail_init(&kcq->rq_list[domain], &khd->rqs[domain]);
+			rq_spin_unlock(&kcq->lock);
+		}
+	}
+}
+
+static bool kyber_domain_pending(const struct kyber_hctx_data *khd, unsigned domain)
+{
+	if (!rq_list_empty(&khd->rqs[domain]))
+		return true;
+	for (unsigned w = 0; w < khd->nr_words; w++)
+		if (atomic_load_explicit(&khd->pending[domain][w], memory_order_relaxed))
+			return true;
+	return false;
+}
+
+/* Take a token of @domain if fewer than its depth are in use. */
+static inline bool kyber_try_token(struct kyber_queue_data *kqd, struct kyber_hctx_data *khd,
+				   unsigned domain)
+{
+	unsigned depth = atomic_load_explicit(&kqd->depth[domain], memory_order_relaxed);
+	unsigned taken = atomic_load_explicit(&khd->dispatched[domain], memory_order_relaxed);
+	unsigned back = atomic_load_explicit(&khd->returned[domain], memory_order_seq_cst);
+
+	if (taken - back >= depth)
+		return false;
+	atomic_store_explicit(&khd->dispatched[domain], taken + 1, memory_order_relaxed);
+	return true;
+}
+
+/*
+ * A token of @domain, or false.  On failure the domain is marked waiting
+ * and tried once more: a token returned between the two tries sees the
+ * mark (both sides are sequentially consistent), so the hctx runs again
+ * either here or from the completion.
+ */
+static bool kyber_get_token(struct kyber_queue_data *kqd, struct kyber_hctx_data *khd,
+			    unsigned domain)
+{
+	if (kyber_try_token(kqd, khd, domain))
+		return true;
+	atomic_fetch_or_explicit(&khd->waiting, 1u << domain, memory_order_seq_cst);
+	return kyber_try_token(kqd, khd, domain);
+}
+
+/* Give back the token @rq holds, if any; re-run the hctx if one waited. */
+static void kyber_put_token(struct rq_request *rq)
+{
+	uintptr_t token = KYBER_TOKEN(rq);
+	struct kyber_hctx_data *khd;
+	unsigned domain, bit;
+
+	if (!token)
+		return;
+	rq->elv_priv[0] = NULL;
+	domain = (unsigned)token - 1;
+	bit = 1u << domain;
+	khd = kyber_hd(rq->hctx);
+	atomic_fetch_add_explicit(&khd->returned[domain], 1, memory_order_seq_cst);
+	if (unlikely(atomic_load_explicit(&khd->waiting, memory_order_seq_cst) & bit) &&
+	    (atomic_fetch_and_explicit(&khd->waiting, ~bit, memory_order_seq_cst) & bit))
+		rq_mq_run_hw_queue(rq->hctx, false);
+}
+
+/*
+ * Next request of @domain with a token, or NULL (nothing queued, or the
+ * domain's depth is used up).
+ * Context: the dispatcher of the hctx.
+ */
+static struct rq_request *kyber_take(struct kyber_queue_data *kqd, struct kyber_hctx_data *khd,
+				     unsigned domain)
+{
+	struct rq_request *rq;
+
+	if (rq_list_empty(&khd->rqs[domain]))
+		kyber_flush_domain(khd, domain);
+	rq = rq_list_first_rq(&khd->rqs[domain]);
+	if (!rq || !kyber_get_token(kqd, khd, domain))
+		return NULL;
+	rq_list_del_init(&rq->queuelist);
+	rq->elv_priv[0] = (void *)(uintptr_t)(domain + 1);
+	return rq;
+}
+
+/* Histogram bucket of latency @lat against a quarter of the target. */
+static inline unsigned kyber_bucket(uint64_t lat, uint64_t quarter)
+{
+	uint64_t edge = quarter;
+	unsigned b = 0;
+
+	/* usually one comparison: most requests are well within the target */
+	while (lat >= edge && b < KYBER_BUCKETS - 1) {
+		b++;
+		edge += quarter;
+	}
+	return b;
+}
+
+/* Count one sample: plain load and store, see struct kyber_hctx_data. */
+static inline void kyber_count(_Atomic uint64_t *c)
+{
+	atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + 1,
+			      memory_order_relaxed);
+}
+
+/* The bucket below which @pct percent of the @n samples in @hist lie. */
+static unsigned kyber_percentile(const uint64_t *hist, uint64_t n, unsigned pct)
+{
+	uint64_t need = (n * pct + 99) / 100, seen = 0;
+
+	for (unsigned b = 0; b < KYBER_BUCKETS; b++) {
+		seen += hist[b];
+		if (seen >= need)
+			return b;
+	}
+	return KYBER_BUCKETS - 1;
+}
+
+/* depth + default / 4, at most the default. */
+static unsigned kyber_raise(unsigned depth, unsigned domain)
+{
+	unsigned def = kyber_default_depth[domain];
+	unsigned step = def / KYBER_RAISE_DIVISOR;
+
+	depth += step ? step : 1;
+	return depth < def ? depth : def;
+}
+
+/* Scale @depth down for a p90 device latency in bucket @b (4..7): x 4/(b+1). */
+static unsigned kyber_scale_down(unsigned depth, unsigned b)
+{
+	unsigned d = depth * KYBER_BUCKETS_PER_TARGET / (b + 1);
+
+	return d ? d : 1;
+}
+
+static unsigned kyber_halve(unsigned depth)
+{
+	return depth > 1 ? depth / 2 : 1;
+}
+
+/*
+ * Close a window at @now: gather every hctx's counters, judge the read and
+ * write domains, and set the depths by the rules of doc/sched-kyber.md.
+ * Context: the one thread that set window_busy.
+ */
+static void kyber_close_window(struct kyber_queue_data *kqd)
+{
+	struct rq_queue *q = kqd->q;
+	enum kyber_verdict v[KYBER_NR_TARGETS];
+	unsigned p90_io[KYBER_NR_TARGETS];
+	unsigned depth[KYBER_NR_DOMAINS];
+	bool read_healthy, write_healthy;
+
+	for (unsigned i = 0; i < rq_queue_nr_hw_queues(q); i++) {
+		struct kyber_hctx_data *khd = kyber_hd(rq_queue_hctx(q, i));
+
+		if (!khd)
+			continue;
+		for (unsigned t = 0; t < KYBER_NR_TARGETS; t++)
+			for (unsigned k = 0; k < KYBER_NR_LAT_KINDS; k++)
+				for (unsigned b = 0; b < KYBER_BUCKETS; b++) {
+					uint64_t now = atomic_load_explicit(&khd->lat[t][k][b],
+									    memory_order_relaxed);
+					uint64_t *seen = &khd->lat_seen[t][k][b];
+
+					/* a racing store may have lost counts: never negative */
+					if (now > *seen)
+						kqd->acc[t][k][b] += now - *seen;
+					*seen = now;
+				}
+	}
+
+	for (unsigned t = 0; t < KYBER_NR_TARGETS; t++) {
+		const uint64_t *total = kqd->acc[t][KYBER_LAT_TOTAL];
+		uint64_t n = 0;
+		unsigned p99;
+
+		p90_io[t] = 0;
+		for (unsigned b = 0; b < KYBER_BUCKETS; b++)
+			n += total[b];
+		if (!n) {
+			v[t] = KYBER_V_NONE;
+			continue;
+		}
+		if (n < KYBER_MIN_SAMPLES) {
+			v[t] = KYBER_V_WAIT;
+			continue;
+		}
+		p99 = kyber_percentile(total, n, 99);
+		p90_io[t] = kyber_percentile(kqd->acc[t][KYBER_LAT_IO], n, 90);
+		v[t] = p99 >= KYBER_BUCKETS_PER_TARGET ? KYBER_V_MISS :
+		       p99 == KYBER_BUCKETS_PER_TARGET - 1 ? KYBER_V_OK : KYBER_V_GOOD;
+		memset(kqd->acc[t], 0, sizeof(kqd->acc[t]));
+	}
+
+	for (unsigned d = 0; d < KYBER_NR_DOMAINS; d++)
+		depth[d] = atomic_load_explicit(&kqd->depth[d], memory_order_relaxed);
+	read_healthy = v[KYBER_READ] == KYBER_V_NONE || v[KYBER_READ] == KYBER_V_GOOD;
+	write_healthy = v[KYBER_WRITE] == KYBER_V_NONE || v[KYBER_WRITE] == KYBER_V_GOOD;
+
+	/* reads: their own device latency sets their depth */
+	if (v[KYBER_READ] > KYBER_V_WAIT && p90_io[KYBER_READ] >= KYBER_BUCKETS_PER_TARGET)
+		depth[KYBER_READ] = kyber_scale_down(depth[KYBER_READ], p90_io[KYBER_READ]);
+	else if (read_healthy)
+		depth[KYBER_READ] = kyber_raise(depth[KYBER_READ], KYBER_READ);
+
+	/* writes: cut for late reads, shrunk by their own device latency */
+	if (v[KYBER_READ] == KYBER_V_MISS)
+		depth[KYBER_WRITE] = kyber_halve(depth[KYBER_WRITE]);
+	else if (v[KYBER_WRITE] > KYBER_V_WAIT && p90_io[KYBER_WRITE] >= KYBER_BUCKETS_PER_TARGET)
+		depth[KYBER_WRITE] = kyber_scale_down(depth[KYBER_WRITE], p90_io[KYBER_WRITE]);
+	else if (read_healthy && v[KYBER_WRITE] != KYBER_V_WAIT)
+		depth[KYBER_WRITE] = kyber_raise(depth[KYBER_WRITE], KYBER_WRITE);
+
+	/* discards: cut when reads or writes are late */
+	if (v[KYBER_READ] == KYBER_V_MISS || v[KYBER_WRITE] == KYBER_V_MISS)
+		depth[KYBER_DISCARD] = kyber_halve(depth[KYBER_DISCARD]);
+	else if (read_healthy && write_healthy)
+		depth[KYBER_DISCARD] = kyber_raise(depth[KYBER_DISCARD], KYBER_DISCARD);
+
+	/* other: no target, never throttled */
+	for (unsigned d = 0; d < KYBER_NR_DOMAINS; d++)
+		atomic_store_explicit(&kqd->depth[d], depth[d], memory_order_relaxed);
+}
+
+/* Close the window if @now is past its end and nobody else is closing it. */
+static void kyber_maybe_close_window(struct kyber_queue_data *kqd, uint64_t now)
+{
+	bool raised = false;
+
+	if (atomic_exchange_explicit(&kqd->window_busy, true, memory_order_acquire))
+		return;
+	if (now >= atomic_load_explicit(&kqd->window_end, memory_order_relaxed)) {
+		kyber_close_window(kqd);
+		atomic_store_explicit(&kqd->window_end, now + KYBER_WINDOW_NSEC,
+				      memory_order_relaxed);
+		raised = true;
+	}
+	atomic_store_explicit(&kqd->window_busy, false, memory_order_release);
+	/* a raised depth may let waiting requests go */
+	if (raised)
+		for (unsigned i = 0; i < rq_queue_nr_hw_queues(kqd->q); i++) {
+			struct rq_hw_ctx *hctx = rq_queue_hctx(kqd->q, i);
+			struct kyber_hctx_data *khd = kyber_hd(hctx);
+
+			if (khd && atomic_load_explicit(&khd->waiting, memory_order_relaxed))
+				rq_mq_run_hw_queue(hctx, true);
+		}
+}
+
+/* ------------------------------------------------------------------ ops */
+
+static int kyber_init_sched(struct rq_queue *q, void **data)
+{
+	struct kyber_queue_data *kqd = calloc(1, sizeof(*kqd));
+
+	if (!kqd)
+		return -ENOMEM;
+	kqd->q = q;
+	for (unsigned d = 0; d < KYBER_NR_DOMAINS; d++)
+		atomic_init(&kqd->depth[d], kyber_default_depth[d]);
+	kyber_set_target(kqd, KYBER_READ, KYBER_READ_LAT_NSEC);
+	kyber_set_target(kqd, KYBER_WRITE, KYBER_WRITE_LAT_NSEC);
+	atomic_init(&kqd->window_end, rq_clock_ns() + KYBER_WINDOW_NSEC);
+	atomic_init(&kqd->window_busy, false);
+	kyber_update_async_depth(kqd);
+	*data = kqd;
+	return 0;
+}
+
+static void kyber_exit_sched(struct rq_queue *q, void *data)
+{
+	free(data);
+}
+
+static void kyber_free_hctx_data(struct kyber_hctx_data *khd)
+{
+	if (!khd)
+		return;
+	for (unsigned d = 0; d < KYBER_NR_DOMAINS; d++)
+		free(khd->pending[d]);
+	free(khd->kcqs);
+	free(khd);
+}
+
+static int kyber_init_hctx(struct rq_hw_ctx *hctx, unsigned idx)
+{
+	struct kyber_hctx_data *khd;
+	unsigned nr_ctx = rq_hctx_nr_ctx(hctx);
+	size_t kcq_bytes;
+
+	if (!nr_ctx)
+		nr_ctx = 1;
+	khd = aligned_alloc(64, (sizeof(*khd) + 63) & ~(size_t)63);
+	if (!khd)
+		return -ENOMEM;
+	memset(khd, 0, sizeof(*khd));
+	khd->nr_ctx = nr_ctx;
+	khd->nr_words = (nr_ctx + 63) / 64;
+	kcq_bytes = nr_ctx * sizeof(*khd->kcqs);
+	khd->kcqs = aligned_alloc(64, kcq_bytes);
+	if (!khd->kcqs)
+		goto fail;
+	for (unsigned d = 0; d < KYBER_NR_DOMAINS; d++) {
+		khd->pending[d] = calloc(khd->nr_words, sizeof(*khd->pending[d]));
+		if (!khd->pending[d])
+			goto fail;
+		rq_list_init(&khd->rqs[d]);
+		atomic_init(&khd->dispatched[d], 0);
+		atomic_init(&khd->returned[d], 0);
+	}
+	for (unsigned i = 0; i < nr_ctx; i++) {
+		rq_spin_init(&khd->kcqs[i].lock);
+		for (unsigned d = 0; d < KYBER_NR_DOMAINS; d++)
+			rq_list_init(&khd->kcqs[i].rq_list[d]);
+	}
+	atomic_init(&khd->waiting, 0);
+	khd->cur_domain = KYBER_READ;
+	rq_hctx_set_sched_data(hctx, khd);
+	return 0;
+fail:
+	kyber_free_hctx_data(khd);
+	return -ENOMEM;
+}
+
+static void kyber_exit_hctx(struct rq_hw_ctx *hctx, unsigned idx)
+{
+	kyber_free_hctx_data(kyber_hd(hctx));
+	rq_hctx_set_sched_data(hctx, NULL);
+}
+
+/* nr_requests changed (queue frozen): recompute the async limit. */
+static void kyber_depth_updated(struct rq_hw_ctx *hctx)
+{
+	kyber_update_async_depth(kyber_qd(rq_hctx_queue(hctx)));
+}
+
+/*
+ * Async requests (writes without RQ_BIO_SYNC, discards, write-zeroes) get
+ * at most 75% of the scheduler tags, keeping the rest for sync I/O.
+ */
+static void kyber_limit_depth(struct rq_alloc_data *data)
+{
+	if (data->op == RQ_OP_READ || (data->opf & RQ_BIO_SYNC))
+		return;
+	data->shallow_depth = atomic_load_explicit(&kyber_qd(data->q)->async_depth,
+						   memory_order_relaxed);
+}
+
+static void kyber_prepare_request(struct rq_request *rq)
+{
+	rq->elv_priv[0] = NULL;
+}
+
+/* Merge @bio into one of the newest requests on this CPU's list of its domain. */
+static bool kyber_bio_merge(struct rq_queue *q, struct rq_bio *bio, unsigned nr_segs)
+{
+	unsigned idx = 0;
+	struct rq_hw_ctx *hctx = rq_bio_map_hctx(q, bio, &idx);
+	struct kyber_hctx_data *khd = kyber_hd(hctx);
+	struct kyber_ctx_queue *kcq;
+	unsigned domain;
+	bool merged;
+
+	if (!khd)
+		return false;
+	if (idx >= khd->nr_ctx)
+		idx = 0;
+	domain = kyber_domain_of_op(bio->op);
+	/*
+	 * Not marked: the list is empty, or being emptied by the dispatcher;
+	 * either way nothing worth a lock to merge with.
+	 */
+	if (!(atomic_load_explicit(&khd->pending[domain][idx / 64], memory_order_relaxed) &
+	      (1ull << (idx % 64))))
+		return false;
+	kcq = &khd->kcqs[idx];
+	rq_spin_lock(&kcq->lock);
+	merged = ctx_list_merge(q, &kcq->rq_list[domain], bio, nr_segs);
+	rq_spin_unlock(&kcq->lock);
+	return merged;
+}
+
+/* Append each request to the list of its CPU and domain. */
+static void kyber_insert_requests(struct rq_hw_ctx *hctx, struct rq_list_node *list,
+				  unsigned flags)
+{
+	struct kyber_hctx_data *khd = kyber_hd(hctx);
+	struct kyber_ctx_queue *locked = NULL;
+	struct rq_request *rq;
+
+	while ((rq = rq_list_first_rq(list))) {
+		unsigned idx = rq_request_ctx_index(rq);
+		unsigned domain = kyber_domain_of_op(rq->op);
+		struct kyber_ctx_queue *kcq;
+
+		if (idx >= khd->nr_ctx)
+			idx = 0;
+		kcq = &khd->kcqs[idx];
+		/* a plug's requests mostly share a CPU: one lock hold for them */
+		if (kcq != locked) {
+			if (locked)
+				rq_spin_unlock(&locked->lock);
+			rq_spin_lock(&kcq->lock);
+			locked = kcq;
+		}
+		rq_list_del_init(&rq->queuelist);
+		if (flags & RQ_INSERT_AT_HEAD)
+			rq_list_add(&rq->queuelist, &kcq->rq_list[domain]);
+		else
+			rq_list_add_tail(&rq->queuelist, &kcq->rq_list[domain]);
+		kyber_mark_pending(khd, domain, idx);
+	}
+	if (locked)
+		rq_spin_unlock(&locked->lock);
+}
+
+/*
+ * Serve the current domain until its batch is done, then the others round
+ * robin; a domain with nothing queued or no token left is passed over.
+ */
+static struct rq_request *kyber_dispatch_request(struct rq_hw_ctx *hctx)
+{
+	struct kyber_queue_data *kqd = kyber_qd(rq_hctx_queue(hctx));
+	struct kyber_hctx_data *khd = kyber_hd(hctx);
+	struct rq_request *rq;
+
+	if (khd->batching < kyber_batch_size[khd->cur_domain]) {
+		rq = kyber_take(kqd, khd, khd->cur_domain);
+		if (rq) {
+			khd->batching++;
+			return rq;
+		}
+	}
+	for (unsigned i = 0; i < KYBER_NR_DOMAINS; i++) {
+		khd->cur_domain = (khd->cur_domain + 1) % KYBER_NR_DOMAINS;
+		khd->batching = 0;
+		rq = kyber_take(kqd, khd, khd->cur_domain);
+		if (rq) {
+			khd->batching = 1;
+			return rq;
+		}
+	}
+	return NULL;
+}
+
+static bool kyber_has_work(struct rq_hw_ctx *hctx)
+{
+	struct kyber_hctx_data *khd = kyber_hd(hctx);
+
+	for (unsigned d = 0; d < KYBER_NR_DOMAINS; d++)
+		if (kyber_domain_pending(khd, d))
+			return true;
+	return false;
+}
+
+/* Count the request's latencies; maybe close the window. */
+static void kyber_completed_request(struct rq_request *rq, uint64_t now)
+{
+	struct kyber_queue_data *kqd;
+	struct kyber_hctx_data *khd;
+	unsigned t = kyber_domain_of_op(rq->op);
+	uint64_t quarter, total, io;
+
+	if (t >= KYBER_NR_TARGETS || !rq->io_start_time_ns)
+		return;
+	kqd = kyber_qd(rq->q);
+	khd = kyber_hd(rq->hctx);
+	quarter = atomic_load_explicit(&kqd->lat_quarter[t], memory_order_relaxed);
+	total = now > rq->start_time_ns ? now - rq->start_time_ns : 0;
+	io = now > rq->io_start_time_ns ? now - rq->io_start_time_ns : 0;
+	kyber_count(&khd->lat[t][KYBER_LAT_TOTAL][kyber_bucket(total, quarter)]);
+	kyber_count(&khd->lat[t][KYBER_LAT_IO][kyber_bucket(io, quarter)]);
+	if (unlikely(now >= atomic_load_explicit(&kqd->window_end, memory_order_relaxed)))
+		kyber_maybe_close_window(kqd, now);
+}
+
+/* The request is freed (completed, failed or merged away): its token back. */
+static void kyber_finish_request(struct rq_request *rq)
+{
+	kyber_put_token(rq);
+}
+
+/* The request goes back to be inserted again: its token back. */
+static void kyber_requeue_request(struct rq_request *rq)
+{
+	kyber_put_token(rq);
+}
+
+/* ----------------------------------------------------------- attributes */
+
+static int kyber_print(char *buf, size_t len, uint64_t v)
+{
+	int n = snprintf(buf, len, "%llu\n", (unsigned long long)v);
+
+	return n < 0 || (size_t)n >= len ? -ENOSPC : n;
+}
+
+/* Parse a positive decimal u64 with an optional trailing newline. */
+static int kyber_parse_nsec(const char *buf, uint64_t *out)
+{
+	uint64_t v = 0;
+	const char *p = buf;
+
+	if (*p < '0' || *p > '9')
+		return -EINVAL;
+	for (; *p >= '0' && *p <= '9'; p++) {
+		unsigned digit = (unsigned)(*p - '0');
+
+		if (v > (UINT64_MAX - digit) / 10)
+			return -EINVAL;
+		v = v * 10 + digit;
+	}
+	if (*p == '\n')
+		p++;
+	if (*p || !v)
+		return -EINVAL;
+	*out = v;
+	return 0;
+}
+
+static int kyber_lat_show(void *data, char *buf, size_t len, unsigned t)
+{
+	struct kyber_queue_data *kqd = data;
+
+	return kyber_print(buf, len, atomic_load(&kqd->lat_target[t]));
+}
+
+static int kyber_lat_store(void *data, const char *buf, unsigned t)
+{
+	struct kyber_queue_data *kqd = data;
+	uint64_t v;
+
+	if (kyber_parse_nsec(buf, &v))
+		return -EINVAL;
+	kyber_set_target(kqd, t, v);
+	return 0;
+}
+
+static int kyber_read_lat_show(void *data, char *buf, size_t len)
+{
+	return kyber_lat_show(data, buf, len, KYBER_READ);
+}
+
+static int kyber_read_lat_store(void *data, const char *buf)
+{
+	return kyber_lat_store(data, buf, KYBER_READ);
+}
+
+static int kyber_write_lat_show(void *data, char *buf, size_t len)
+{
+	return kyber_lat_show(data, buf, len, KYBER_WRITE);
+}
+
+static int kyber_write_lat_store(void *data, const char *buf)
+{
+	return kyber_lat_store(data, buf, KYBER_WRITE);
+}
+
+static int kyber_depth_show(void *data, char *buf, size_t len, unsigned d)
+{
+	struct kyber_queue_data *kqd = data;
+
+	return kyber_print(buf, len, atomic_load(&kqd->depth[d]));
+}
+
+static int kyber_read_depth_show(void *data, char *buf, size_t len)
+{
+	return kyber_depth_show(data, buf, len, KYBER_READ);
+}
+
+static int kyber_write_depth_show(void *data, char *buf, size_t len)
+{
+	return kyber_depth_show(data, buf, len, KYBER_WRITE);
+}
+
+static int kyber_discard_depth_show(void *data, char *buf, size_t len)
+{
+	return kyber_depth_show(data, buf, len, KYBER_DISCARD);
+}
+
+static int kyber_other_depth_show(void *data, char *buf, size_t len)
+{
+	return kyber_depth_show(data, buf, len, KYBER_OTHER);
+}
+
+static const struct rq_elv_attr kyber_attrs[] = {
+	{ "read_lat_nsec", kyber_read_lat_show, kyber_read_lat_store },
+	{ "write_lat_nsec", kyber_write_lat_show, kyber_write_lat_store },
+	/* read-only: the token depths in force */
+	{ "read_depth", kyber_read_depth_show, NULL },
+	{ "write_depth", kyber_write_depth_show, NULL },
+	{ "discard_depth", kyber_discard_depth_show, NULL },
+	{ "other_depth", kyber_other_depth_show, NULL },
+	{ NULL, NULL, NULL },
+};
+
+/* ----------------------------------------------------------------- type */
+
+const struct rq_elevator_type rq_kyber_type = {
+	RQ_ELV_TYPE_INIT,
+	.name = "kyber",
+	.features = RQ_ELV_F_MQ,
+	.ops = {
+		.init_sched = kyber_init_sched,
+		.exit_sched = kyber_exit_sched,
+		.init_hctx = kyber_init_hctx,
+		.exit_hctx = kyber_exit_hctx,
+		.depth_updated = kyber_depth_updated,
+		.limit_depth = kyber_limit_depth,
+		.prepare_request = kyber_prepare_request,
+		.bio_merge = kyber_bio_merge,
+		.insert_requests = kyber_insert_requests,
+		.dispatch_request = kyber_dispatch_request,
+		.has_work = kyber_has_work,
+		.completed_request = kyber_completed_request,
+		.finish_request = kyber_finish_request,
+		.requeue_request = kyber_requeue_request,
+	},
+	.attrs = kyber_attrs,
+};

@@ -1,0 +1,808 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * mq-deadline: the deadline I/O scheduler for the multi-queue front end.
+ *
+ * Every queued request sits in two places: a tree sorted by start sector
+ * and a FIFO list in arrival order stamped with a deadline (rq->fifo_time).
+ * There is one tree and one FIFO per direction (reads; writes, discards
+ * and write-zeroes) and per priority class (RT, BE, IDLE; NONE counts as
+ * BE).  The scheduler sends requests in batches: up to fifo_batch requests
+ * of one class and direction in ascending sector order.  When a batch ends
+ * it chooses again: the highest class with queued requests, reads before
+ * writes unless writes have already waited through writes_starved read
+ * batches, and within the direction the oldest request if its deadline has
+ * passed (or nothing lies further up in sector order), else the next
+ * request in sector order after the last one sent.  A request of a lower
+ * class that has waited longer than prio_aging_expire goes before all of
+ * that.  Requests inserted at the head (RQ_INSERT_AT_HEAD) skip the
+ * sorting and go first.
+ *
+ * The scheduler ignores the core's per-CPU staging: insert_requests puts
+ * requests straight into these structures.  With several hardware queues
+ * each has its own set of trees, lists and batch state (a request is only
+ * ever dispatched on its own hardware queue), but one lock per queue guards
+ * them all, because the core's back-merge hash and last_merge cache, which
+ * are shared by the whole queue, are used under it.
+ *
+ * Locking: dd->lock (one per queue) guards everything below except the
+ * tunable async_depth and the counter nr_queued, which are read without it.
+ *
+ *   operation                              lock
+ *   insert_requests, dispatch_request       takes dd->lock
+ *   bio_merge                               takes dd->lock, calls
+ *                                           rq_sched_try_merge() under it
+ *   request_merge, request_merged,          called back by the core from
+ *   requests_merged, next/former_request    rq_sched_try_merge() and
+ *                                           rq_sched_try_insert_merge(),
+ *                                           i.e. with dd->lock held
+ *   has_work, limit_depth                   lock-free (READ_ONCE)
+ *   attribute show/store                    takes dd->lock
+ *   depth_updated                           queue frozen; takes dd->lock
+ */
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <librequest/elevator.h>
+
+#include "lib/internal/compiler.h"
+
+/* ------------------------------------------------------ tunable defaults */
+
+#define DL_READ_EXPIRE_MS 500          /* ms until a read is overdue */
+#define DL_WRITE_EXPIRE_MS 5000        /* ms until a write is overdue */
+#define DL_WRITES_STARVED 2            /* read batches a waiting write may be passed over */
+#define DL_FRONT_MERGES 1              /* 1: look for front merges in the sorted tree */
+#define DL_FIFO_BATCH 16               /* requests per batch */
+#define DL_PRIO_AGING_EXPIRE_MS 10000  /* ms before a lower class request goes first */
+/* async_depth defaults to 3/4 of nr_requests (scheduler tags), at least 1 */
+
+#define NSEC_PER_MSEC 1000000ull
+
+/* ------------------------------------------------------- data structures */
+
+enum dl_dir {
+	DL_READ,
+	DL_WRITE,
+	DL_NR_DIRS,
+};
+
+enum dl_prio {
+	DL_PRIO_RT,
+	DL_PRIO_BE,
+	DL_PRIO_IDLE,
+	DL_NR_PRIOS,
+};
+
+/**
+ * struct dl_prio_queue - the requests of one priority class on one hw queue.
+ * @sort: per direction, the requests sorted by start sector.
+ * @fifo: per direction, the requests in arrival order (by queuelist).
+ * @latest_pos: per direction, the end sector of the request sent last:
+ *	sector order continues from here.
+ * @next_hint: per direction, the tree successor of the request sent last,
+ *	while the tree has not changed otherwise (NULL: unknown); saves a
+ *	search from the root on every dispatch of a batch.
+ * @nr_queued: requests in @sort / @fifo.
+ */
+struct dl_prio_queue {
+	struct rq_rb_root sort[DL_NR_DIRS];
+	struct rq_list_node fifo[DL_NR_DIRS];
+	uint64_t latest_pos[DL_NR_DIRS];
+	struct rq_request *next_hint[DL_NR_DIRS];
+	unsigned nr_queued;
+};
+
+/**
+ * struct dl_clock - the time of one dispatch decision, read from the clock
+ * only if the decision needs it (a deadline or an age to compare).
+ */
+struct dl_clock {
+	uint64_t now;
+	bool valid;
+};
+
+/**
+ * struct dl_hctx_queue - the scheduler state of one hardware queue.
+ * @dispatch: requests inserted at the head, sent before anything else.
+ * @prio: the sorted requests, by priority class.
+ * @nr_queued: requests on @dispatch and in @prio (written under the lock,
+ *	read without it by has_work).
+ * @batch_prio: class of the batch in progress, or DL_NR_PRIOS for none.
+ * @batch_dir: its direction.
+ * @batching: requests sent in it so far.
+ * @starved: read batches started while writes were waiting.
+ */
+struct dl_hctx_queue {
+	struct rq_list_node dispatch;
+	struct dl_prio_queue prio[DL_NR_PRIOS];
+	unsigned nr_queued;
+	enum dl_prio batch_prio;
+	enum dl_dir batch_dir;
+	unsigned batching;
+	unsigned starved;
+} rq_cacheline_aligned;
+
+/**
+ * struct dl_data - the scheduler data of one queue (from init_sched).
+ * @lock: guards everything here (see the table at the top).
+ * @q: the queue.
+ * @nr_queued: requests queued on all hw queues; a lock-free hint that lets
+ *	bio_merge skip the lock when there is nothing to merge with.
+ * @nr_hw: entries in @hqs.
+ * @hqs: per hardware queue state.
+ * The rest are the tunables (see dl_attrs).
+ */
+struct dl_data {
+	pthread_mutex_t lock;
+	struct rq_queue *q;
+	unsigned nr_queued;
+	unsigned nr_hw;
+	struct dl_hctx_queue *hqs;
+
+	unsigned read_expire_ms;
+	unsigned write_expire_ms;
+	unsigned writes_starved;
+	unsigned front_merges;
+	unsigned fifo_batch;
+	unsigned async_depth;
+	unsigned prio_aging_expire_ms;
+};
+
+/* rq->elv_priv[0]: set while the request is in our trees and lists */
+#define DL_RQ_QUEUED ((void *)1)
+
+/* --------------------------------------------------------------- helpers */
+
+static inline struct dl_data *dl_of(struct rq_queue *q)
+{
+	return rq_queue_elevator_data(q);
+}
+
+/* The priority class of an I/O priority value (NONE and unknown: BE). */
+static inline enum dl_prio dl_prio_of(uint16_t ioprio)
+{
+	switch (RQ_IOPRIO_CLASS(ioprio)) {
+	case RQ_IOPRIO_CLASS_RT:
+		return DL_PRIO_RT;
+	case RQ_IOPRIO_CLASS_IDLE:
+		return DL_PRIO_IDLE;
+	default:
+		return DL_PRIO_BE;
+	}
+}
+
+/* Reads one way; writes, discards and write-zeroes the other. */
+static inline enum dl_dir dl_dir_of(unsigned op)
+{
+	return rq_op_is_write(op) ? DL_WRITE : DL_READ;
+}
+
+static inline struct dl_hctx_queue *dl_hq(struct dl_data *dd, const struct rq_hw_ctx *hctx)
+{
+	unsigned idx = rq_hctx_index(hctx);
+
+	return &dd->hqs[idx < dd->nr_hw ? idx : 0];
+}
+
+static inline struct dl_prio_queue *dl_pq(struct dl_data *dd, const struct rq_request *rq)
+{
+	return &dl_hq(dd, rq->hctx)->prio[dl_prio_of(rq->ioprio)];
+}
+
+static inline bool dl_queued(const struct rq_request *rq)
+{
+	return rq->elv_priv[0] == DL_RQ_QUEUED;
+}
+
+/* Only reads, writes and discards without NOMERGE go on the merge hash. */
+static inline bool dl_mergeable(const struct rq_request *rq)
+{
+	return (rq->op == RQ_OP_READ || rq->op == RQ_OP_WRITE || rq->op == RQ_OP_DISCARD) &&
+	       !(rq->opf & (RQ_BIO_NOMERGE | RQ_BIO_FUA | RQ_BIO_PREFLUSH));
+}
+
+/* Add @rq to the hctx queue counters; lock held. */
+static inline void dl_count(struct dl_data *dd, struct dl_hctx_queue *hq, int delta)
+{
+	WRITE_ONCE(hq->nr_queued, hq->nr_queued + delta);
+	WRITE_ONCE(dd->nr_queued, dd->nr_queued + delta);
+}
+
+/*
+ * Put @rq in its tree, FIFO (deadline: @now, when it enters the scheduler,
+ * plus the direction's expiry) and the hash; lock held.
+ */
+static void dl_add(struct dl_data *dd, struct rq_request *rq, uint64_t now)
+{
+	struct dl_hctx_queue *hq = dl_hq(dd, rq->hctx);
+	struct dl_prio_queue *pq = &hq->prio[dl_prio_of(rq->ioprio)];
+	enum dl_dir dir = dl_dir_of(rq->op);
+	unsigned expire_ms = dir == DL_READ ? dd->read_expire_ms : dd->write_expire_ms;
+
+	rq_elv_rb_add(&pq->sort[dir], rq);
+	pq->next_hint[dir] = NULL;
+	rq->fifo_time = now + expire_ms * NSEC_PER_MSEC;
+	rq_list_add_tail(&rq->queuelist, &pq->fifo[dir]);
+	if (dl_mergeable(rq))
+		rq_elv_rqhash_add(dd->q, rq);
+	rq->elv_priv[0] = DL_RQ_QUEUED;
+	pq->nr_queued++;
+	dl_count(dd, hq, 1);
+}
+
+/* Take @rq out of its tree, FIFO and the hash; lock held. */
+static void dl_remove(struct dl_data *dd, struct rq_request *rq)
+{
+	struct dl_hctx_queue *hq = dl_hq(dd, rq->hctx);
+	struct dl_prio_queue *pq = &hq->prio[dl_prio_of(rq->ioprio)];
+	enum dl_dir dir = dl_dir_of(rq->op);
+
+	if (pq->next_hint[dir] == rq)
+		pq->next_hint[dir] = NULL;
+	rq_elv_rb_del(&pq->sort[dir], rq);
+	rq_list_del_init(&rq->queuelist);
+	rq_elv_rqhash_del(dd->q, rq);
+	rq->elv_priv[0] = NULL;
+	pq->nr_queued--;
+	dl_count(dd, hq, -1);
+}
+
+/* The oldest request of one direction, or NULL. */
+static inline struct rq_request *dl_fifo_head(struct dl_prio_queue *pq, enum dl_dir dir)
+{
+	return rq_list_first_rq(&pq->fifo[dir]);
+}
+
+/* The library clock for this decision, read at most once. */
+static inline uint64_t dl_now(struct dl_clock *clk)
+{
+	if (!clk->valid) {
+		clk->now = rq_clock_ns();
+		clk->valid = true;
+	}
+	return clk->now;
+}
+
+/*
+ * The next request in sector order: the lowest-sector request starting at
+ * or after the end of the one sent last in @dir, or NULL.
+ */
+static struct rq_request *dl_next_sorted(struct dl_prio_queue *pq, enum dl_dir dir)
+{
+	struct rq_rb_node *n = pq->sort[dir].node;
+	uint64_t pos = pq->latest_pos[dir];
+	struct rq_request *best = pq->next_hint[dir];
+
+	/* the successor of the last one sent is the answer unless it overlaps */
+	if (best && best->sector >= pos)
+		return best;
+	best = NULL;
+	while (n) {
+		struct rq_request *rq = RQ_CONTAINER_OF(n, struct rq_request, rb_node);
+
+		if (rq->sector >= pos) {
+			best = rq;
+			n = n->left;
+		} else {
+			n = n->right;
+		}
+	}
+	return best;
+}
+
+/*
+ * Choose the next request of class @prio: continue the batch, else pick a
+ * direction (writes_starved) and a starting point (FIFO if overdue).
+ * Updates the batch state; the caller removes the request.  Lock held.
+ */
+static struct rq_request *dl_choose_in_prio(struct dl_data *dd, struct dl_hctx_queue *hq,
+					    enum dl_prio prio, struct dl_clock *clk)
+{
+	struct dl_prio_queue *pq = &hq->prio[prio];
+	struct rq_request *rq, *head;
+	bool reads, writes;
+	enum dl_dir dir;
+
+	if (hq->batch_prio == prio && hq->batching < dd->fifo_batch) {
+		rq = dl_next_sorted(pq, hq->batch_dir);
+		if (rq) {
+			hq->batching++;
+			return rq;
+		}
+	}
+
+	reads = !rq_list_empty(&pq->fifo[DL_READ]);
+	writes = !rq_list_empty(&pq->fifo[DL_WRITE]);
+	if (reads && (!writes || hq->starved++ < dd->writes_starved)) {
+		dir = DL_READ;
+	} else if (writes) {
+		hq->starved = 0;
+		dir = DL_WRITE;
+	} else {
+		return NULL;
+	}
+
+	head = dl_fifo_head(pq, dir);
+	rq = dl_next_sorted(pq, dir);
+	if (!rq || dl_now(clk) >= head->fifo_time)
+		rq = head;
+	hq->batch_prio = prio;
+	hq->batch_dir = dir;
+	hq->batching = 1;
+	return rq;
+}
+
+/*
+ * The oldest request of a class below @top that has waited longer than
+ * prio_aging_expire, or NULL.  Lock held.
+ */
+static struct rq_request *dl_aged_request(struct dl_data *dd, struct dl_hctx_queue *hq,
+					  enum dl_prio top, struct dl_clock *clk)
+{
+	uint64_t aging_ns = dd->prio_aging_expire_ms * NSEC_PER_MSEC;
+
+	for (unsigned p = top + 1; p < DL_NR_PRIOS; p++) {
+		struct dl_prio_queue *pq = &hq->prio[p];
+		struct rq_request *r, *w, *oldest;
+
+		if (!pq->nr_queued)
+			continue;
+		r = dl_fifo_head(pq, DL_READ);
+		w = dl_fifo_head(pq, DL_WRITE);
+		oldest = !r ? w : !w ? r : w->start_time_ns < r->start_time_ns ? w : r;
+		if (oldest->start_time_ns + aging_ns <= dl_now(clk))
+			return oldest;
+	}
+	return NULL;
+}
+
+/* ------------------------------------------------------------------- ops */
+
+/**
+ * dl_init_sched() - allocate the scheduler data of @q with default tunables.
+ * Context: "scheduler" attribute writer; queue frozen and quiesced.
+ * Return: 0 or -ENOMEM.
+ */
+static int dl_init_sched(struct rq_queue *q, void **data)
+{
+	struct dl_data *dd = calloc(1, sizeof(*dd));
+	unsigned nr_hw = rq_queue_nr_hw_queues(q);
+	pthread_mutexattr_t attr;
+
+	if (!dd)
+		return -ENOMEM;
+	dd->nr_hw = nr_hw ? nr_hw : 1;
+	if (posix_memalign((void **)&dd->hqs, RQ_CACHELINE, dd->nr_hw * sizeof(*dd->hqs))) {
+		free(dd);
+		return -ENOMEM;
+	}
+	for (unsigned h = 0; h < dd->nr_hw; h++) {
+		struct dl_hctx_queue *hq = &dd->hqs[h];
+
+		rq_list_init(&hq->dispatch);
+		for (unsigned p = 0; p < DL_NR_PRIOS; p++) {
+			for (unsigned d = 0; d < DL_NR_DIRS; d++) {
+				hq->prio[p].sort[d].node = NULL;
+				rq_list_init(&hq->prio[p].fifo[d]);
+				hq->prio[p].latest_pos[d] = 0;
+				hq->prio[p].next_hint[d] = NULL;
+			}
+			hq->prio[p].nr_queued = 0;
+		}
+		hq->nr_queued = 0;
+		hq->batch_prio = DL_NR_PRIOS;
+		hq->batch_dir = DL_READ;
+		hq->batching = 0;
+		hq->starved = 0;
+	}
+	pthread_mutexattr_init(&attr);
+	pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ADAPTIVE_NP);
+	pthread_mutex_init(&dd->lock, &attr);
+	pthread_mutexattr_destroy(&attr);
+
+	dd->q = q;
+	dd->read_expire_ms = DL_READ_EXPIRE_MS;
+	dd->write_expire_ms = DL_WRITE_EXPIRE_MS;
+	dd->writes_starved = DL_WRITES_STARVED;
+	dd->front_merges = DL_FRONT_MERGES;
+	dd->fifo_batch = DL_FIFO_BATCH;
+	dd->async_depth = max_t(unsigned, 1, 3 * rq_queue_nr_requests(q) / 4);
+	dd->prio_aging_expire_ms = DL_PRIO_AGING_EXPIRE_MS;
+	*data = dd;
+	return 0;
+}
+
+/**
+ * dl_exit_sched() - free the scheduler data; the queue is empty.
+ * Context: "scheduler" attribute writer or queue teardown; queue frozen.
+ */
+static void dl_exit_sched(struct rq_queue *q, void *data)
+{
+	struct dl_data *dd = data;
+
+	(void)q;
+	pthread_mutex_destroy(&dd->lock);
+	free(dd->hqs);
+	free(dd);
+}
+
+/**
+ * dl_depth_updated() - nr_requests changed: async_depth goes back to 3/4
+ * of the new depth.
+ * Context: nr_requests attribute writer, queue frozen; once per hw queue.
+ */
+static void dl_depth_updated(struct rq_hw_ctx *hctx)
+{
+	struct dl_data *dd = dl_of(rq_hctx_queue(hctx));
+	unsigned depth = rq_queue_nr_requests(rq_hctx_queue(hctx));
+
+	pthread_mutex_lock(&dd->lock);
+	WRITE_ONCE(dd->async_depth, max_t(unsigned, 1, 3 * depth / 4));
+	pthread_mutex_unlock(&dd->lock);
+}
+
+/**
+ * dl_limit_depth() - keep asynchronous requests (writes without
+ * RQ_BIO_SYNC, asynchronous discards) to async_depth scheduler tags, so
+ * synchronous I/O always finds some.
+ *
+ * The tag bitmap limits per word, so async_depth is scaled to the share of
+ * each word it stands for: async_depth / nr_requests of the word's bits.
+ * Context: submitter, making a request; lock-free.
+ */
+static void dl_limit_depth(struct rq_alloc_data *data)
+{
+	struct dl_data *dd = dl_of(data->q);
+	unsigned nr = rq_queue_nr_requests(data->q);
+	unsigned depth, bits, per_word;
+
+	if (data->op == RQ_OP_READ || (data->opf & RQ_BIO_SYNC))
+		return;
+	depth = READ_ONCE(dd->async_depth);
+	if (!nr || depth >= nr)
+		return;
+	bits = rq_hctx_sched_word_bits(data->hctx);
+	per_word = (unsigned)(((uint64_t)depth * bits + nr - 1) / nr);
+	data->shallow_depth = per_word ? per_word : 1;
+}
+
+/**
+ * dl_bio_merge() - try to merge @bio into a queued request (back merge by
+ * the core's hash, front merge by our tree, then request-request merges).
+ * Context: submitter; takes dd->lock.
+ * Return: true if @bio now belongs to a request.
+ */
+static bool dl_bio_merge(struct rq_queue *q, struct rq_bio *bio, unsigned nr_segs)
+{
+	struct dl_data *dd = dl_of(q);
+	struct rq_request *free_rq = NULL;
+	bool merged;
+
+	/* nothing queued, nothing to merge with (a race only misses a merge) */
+	if (!READ_ONCE(dd->nr_queued))
+		return false;
+	pthread_mutex_lock(&dd->lock);
+	merged = rq_sched_try_merge(q, bio, nr_segs, &free_rq);
+	pthread_mutex_unlock(&dd->lock);
+	if (free_rq)
+		rq_sched_free_request(free_rq);
+	return merged;
+}
+
+/**
+ * dl_request_merge() - find a queued request @bio can be put in front of:
+ * one of the bio's class and direction starting where the bio ends.
+ * Context: from rq_sched_try_merge(), dd->lock held.
+ * Return: RQ_ELV_FRONT_MERGE with *@rq set, or RQ_ELV_NO_MERGE.
+ */
+static int dl_request_merge(struct rq_queue *q, struct rq_request **rq, struct rq_bio *bio)
+{
+	struct dl_data *dd = dl_of(q);
+	struct rq_hw_ctx *hctx;
+	struct rq_io_context *ioc;
+	struct rq_request *found;
+	uint16_t ioprio = bio->ioprio;
+
+	if (!dd->front_merges)
+		return RQ_ELV_NO_MERGE;
+	if (!ioprio) {
+		ioc = bio->ioc ? bio->ioc : rq_ioc_current();
+		ioprio = ioc ? rq_ioc_prio(ioc) : 0;
+	}
+	hctx = rq_bio_map_hctx(q, bio, NULL);
+	if (!hctx)
+		return RQ_ELV_NO_MERGE;
+	found = rq_elv_rb_find(&dl_hq(dd, hctx)->prio[dl_prio_of(ioprio)].sort[dl_dir_of(bio->op)],
+			       rq_bio_end_sector(bio));
+	if (!found)
+		return RQ_ELV_NO_MERGE;
+	*rq = found;
+	return RQ_ELV_FRONT_MERGE;
+}
+
+/**
+ * dl_request_merged() - @rq grew; after a front merge its start sector
+ * moved, so it is re-sorted.
+ * Context: from rq_sched_try_merge(), dd->lock held.
+ */
+static void dl_request_merged(struct rq_queue *q, struct rq_request *rq, enum rq_elv_merge type)
+{
+	struct dl_data *dd = dl_of(q);
+	struct rq_rb_root *root;
+
+	if (type != RQ_ELV_FRONT_MERGE || !dl_queued(rq))
+		return;
+	root = &dl_pq(dd, rq)->sort[dl_dir_of(rq->op)];
+	rq_elv_rb_del(root, rq);
+	rq_elv_rb_add(root, rq);
+	dl_pq(dd, rq)->next_hint[dl_dir_of(rq->op)] = NULL;
+}
+
+/**
+ * dl_requests_merged() - @next was merged into @rq and leaves us; @rq keeps
+ * the earlier deadline (and @next's place in the FIFO if that was earlier).
+ * @next may be a request that was never inserted (an insert merge).
+ * Context: from rq_sched_try_merge() / rq_sched_try_insert_merge(),
+ * dd->lock held.
+ */
+static void dl_requests_merged(struct rq_queue *q, struct rq_request *rq, struct rq_request *next)
+{
+	struct dl_data *dd = dl_of(q);
+
+	if (!dl_queued(next))
+		return;
+	if (dl_queued(rq) && next->fifo_time < rq->fifo_time &&
+	    dl_dir_of(rq->op) == dl_dir_of(next->op) && dl_pq(dd, rq) == dl_pq(dd, next)) {
+		/* take next's place in the FIFO: put rq right after it */
+		rq_list_del_init(&rq->queuelist);
+		rq_list_insert(&rq->queuelist, &next->queuelist, next->queuelist.next);
+		rq->fifo_time = next->fifo_time;
+	}
+	dl_remove(dd, next);
+}
+
+/**
+ * dl_former_request() / dl_next_request() - the neighbours of @rq in its
+ * sorted tree, for request-request merges.
+ * Context: from rq_sched_try_merge(), dd->lock held.
+ * Return: the request, or NULL (also when @rq is not queued with us).
+ */
+static struct rq_request *dl_former_request(struct rq_queue *q, struct rq_request *rq)
+{
+	(void)q;
+	return dl_queued(rq) ? rq_elv_rb_former(rq) : NULL;
+}
+
+static struct rq_request *dl_next_request(struct rq_queue *q, struct rq_request *rq)
+{
+	(void)q;
+	return dl_queued(rq) ? rq_elv_rb_latter(rq) : NULL;
+}
+
+/**
+ * dl_insert_requests() - take the requests on @list: at the head (the
+ * hctx's dispatch list, in their order) with RQ_INSERT_AT_HEAD, else merged
+ * into a queued request when contiguous with one, else sorted.
+ * Context: submitter or dispatcher; takes dd->lock.  Requests emptied by
+ * insert merges are freed after the lock is dropped.
+ */
+static void dl_insert_requests(struct rq_hw_ctx *hctx, struct rq_list_node *list, unsigned flags)
+{
+	struct rq_queue *q = rq_hctx_queue(hctx);
+	struct dl_data *dd = dl_of(q);
+	struct rq_list_node free_list;
+	struct rq_request *rq;
+	uint64_t now;
+
+	rq_list_init(&free_list);
+	now = rq_clock_ns(); /* one read for the whole list (a plug's batch) */
+	pthread_mutex_lock(&dd->lock);
+	if (flags & RQ_INSERT_AT_HEAD) {
+		struct dl_hctx_queue *hq = dl_hq(dd, hctx);
+		unsigned n = 0;
+
+		for (struct rq_list_node *it = list->next; it != list; it = it->next, n++)
+			RQ_CONTAINER_OF(it, struct rq_request, queuelist)->elv_priv[0] = NULL;
+		rq_list_splice_init(list, &hq->dispatch);
+		dl_count(dd, hq, (int)n);
+		pthread_mutex_unlock(&dd->lock);
+		return;
+	}
+	while ((rq = rq_list_first_rq(list))) {
+		rq_list_del_init(&rq->queuelist);
+		rq->elv_priv[0] = NULL;
+		if (dl_mergeable(rq) && rq_sched_try_insert_merge(q, rq, &free_list))
+			continue;
+		dl_add(dd, rq, now);
+	}
+	pthread_mutex_unlock(&dd->lock);
+	while ((rq = rq_list_first_rq(&free_list))) {
+		rq_list_del_init(&rq->queuelist);
+		rq_sched_free_request(rq);
+	}
+}
+
+/**
+ * dl_dispatch_request() - the next request for @hctx: the head-inserted
+ * ones first, then an aged lower-class request, then the highest class
+ * with work (batch, direction, deadline: see the top of the file).
+ * Context: dispatcher of @hctx (one at a time); takes dd->lock.
+ * Return: the request, out of all our structures; NULL when none is queued.
+ */
+static struct rq_request *dl_dispatch_request(struct rq_hw_ctx *hctx)
+{
+	struct dl_data *dd = dl_of(rq_hctx_queue(hctx));
+	struct dl_hctx_queue *hq = dl_hq(dd, hctx);
+	struct dl_clock clk = { 0, false };
+	struct rq_request *rq = NULL;
+	enum dl_prio top;
+
+	if (!READ_ONCE(hq->nr_queued))
+		return NULL;
+	pthread_mutex_lock(&dd->lock);
+	rq = rq_list_first_rq(&hq->dispatch);
+	if (rq) {
+		rq_list_del_init(&rq->queuelist);
+		dl_count(dd, hq, -1);
+		goto out;
+	}
+	for (top = DL_PRIO_RT; top < DL_NR_PRIOS; top++)
+		if (hq->prio[top].nr_queued)
+			break;
+	if (top == DL_NR_PRIOS)
+		goto out;
+	rq = dl_aged_request(dd, hq, top, &clk);
+	if (rq)
+		hq->batch_prio = DL_NR_PRIOS; /* an aged request is a batch of its own */
+	else
+		rq = dl_choose_in_prio(dd, hq, top, &clk);
+	if (rq) {
+		struct dl_prio_queue *pq = dl_pq(dd, rq);
+		enum dl_dir dir = dl_dir_of(rq->op);
+		struct rq_request *next = rq_elv_rb_latter(rq);
+
+		dl_remove(dd, rq);
+		pq->latest_pos[dir] = rq_request_end_sector(rq);
+		pq->next_hint[dir] = next;
+	}
+out:
+	pthread_mutex_unlock(&dd->lock);
+	return rq;
+}
+
+/**
+ * dl_has_work() - anything queued for @hctx?
+ * Context: dispatcher of @hctx; lock-free.
+ */
+static bool dl_has_work(struct rq_hw_ctx *hctx)
+{
+	struct dl_data *dd = dl_of(rq_hctx_queue(hctx));
+
+	return READ_ONCE(dl_hq(dd, hctx)->nr_queued) != 0;
+}
+
+/* ---------------------------------------------------- attribute table */
+
+/*
+ * Parse all of @buf as a decimal in [@min, @max] (one trailing newline
+ * allowed).  Return 0 or -EINVAL.
+ */
+static int dl_parse_uint(const char *buf, unsigned min, unsigned max, unsigned *out)
+{
+	unsigned long long v = 0;
+	const char *p = buf;
+
+	if (*p < '0' || *p > '9')
+		return -EINVAL;
+	while (*p >= '0' && *p <= '9') {
+		v = v * 10 + (unsigned)(*p - '0');
+		if (v > max)
+			return -EINVAL;
+		p++;
+	}
+	if (*p == '\n')
+		p++;
+	if (*p || v < min)
+		return -EINVAL;
+	*out = (unsigned)v;
+	return 0;
+}
+
+static int dl_show_uint(unsigned v, char *buf, size_t len)
+{
+	int n = snprintf(buf, len, "%u\n", v);
+
+	return n < 0 || (size_t)n >= len ? -ENOSPC : n;
+}
+
+/* One show/store pair per tunable, reading or writing it under dd->lock. */
+#define DL_ATTR(name, min, max)							\
+	static int dl_show_##name(void *data, char *buf, size_t len)		\
+	{									\
+		struct dl_data *dd = data;					\
+		unsigned v;							\
+										\
+		pthread_mutex_lock(&dd->lock);					\
+		v = dd->name;							\
+		pthread_mutex_unlock(&dd->lock);				\
+		return dl_show_uint(v, buf, len);				\
+	}									\
+	static int dl_store_##name(void *data, const char *buf)			\
+	{									\
+		struct dl_data *dd = data;					\
+		unsigned v;							\
+										\
+		if (dl_parse_uint(buf, (min), (max), &v))			\
+			return -EINVAL;						\
+		pthread_mutex_lock(&dd->lock);					\
+		WRITE_ONCE(dd->name, v);					\
+		pthread_mutex_unlock(&dd->lock);				\
+		return 0;							\
+	}
+
+DL_ATTR(read_expire_ms, 0, INT_MAX)
+DL_ATTR(write_expire_ms, 0, INT_MAX)
+DL_ATTR(writes_starved, 0, INT_MAX)
+DL_ATTR(front_merges, 0, 1)
+DL_ATTR(fifo_batch, 1, INT_MAX)
+DL_ATTR(prio_aging_expire_ms, 0, INT_MAX)
+
+/* async_depth: 1..nr_requests, the depth in force. */
+static int dl_show_async_depth(void *data, char *buf, size_t len)
+{
+	struct dl_data *dd = data;
+
+	return dl_show_uint(READ_ONCE(dd->async_depth), buf, len);
+}
+
+static int dl_store_async_depth(void *data, const char *buf)
+{
+	struct dl_data *dd = data;
+	unsigned v;
+
+	if (dl_parse_uint(buf, 1, rq_queue_nr_requests(dd->q), &v))
+		return -EINVAL;
+	pthread_mutex_lock(&dd->lock);
+	WRITE_ONCE(dd->async_depth, v);
+	pthread_mutex_unlock(&dd->lock);
+	return 0;
+}
+
+static const struct rq_elv_attr dl_attrs[] = {
+	{ "read_expire", dl_show_read_expire_ms, dl_store_read_expire_ms },
+	{ "write_expire", dl_show_write_expire_ms, dl_store_write_expire_ms },
+	{ "writes_starved", dl_show_writes_starved, dl_store_writes_starved },
+	{ "front_merges", dl_show_front_merges, dl_store_front_merges },
+	{ "fifo_batch", dl_show_fifo_batch, dl_store_fifo_batch },
+	{ "async_depth", dl_show_async_depth, dl_store_async_depth },
+	{ "prio_aging_expire", dl_show_prio_aging_expire_ms, dl_store_prio_aging_expire_ms },
+	{ NULL, NULL, NULL },
+};
+
+/* ------------------------------------------------------------------ type */
+
+const struct rq_elevator_type rq_mq_deadline_type = {
+	RQ_ELV_TYPE_INIT,
+	.name = "mq-deadline",
+	.features = RQ_ELV_F_MQ,
+	.ops = {
+		.init_sched = dl_init_sched,
+		.exit_sched = dl_exit_sched,
+		.depth_updated = dl_depth_updated,
+		.limit_depth = dl_limit_depth,
+		.bio_merge = dl_bio_merge,
+		.request_merge = dl_request_merge,
+		.request_merged = dl_request_merged,
+		.requests_merged = dl_requests_merged,
+		.insert_requests = dl_insert_requests,
+		.dispatch_request = dl_dispatch_request,
+		.has_work = dl_has_work,
+		.former_request = dl_former_request,
+		.next_request = dl_next_request,
+	},
+	.attrs = dl_attrs,
+};

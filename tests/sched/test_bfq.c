@@ -1,0 +1,469 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * bfq behaviour on a simulated disk with a virtual clock.
+ *
+ * The "disk" is the mock driver in DEFER mode with one tag: the test
+ * completes the held request, advancing the virtual clock by a service time
+ * of SVC_BASE_NS + SVC_SECTOR_NS per sector, plus SEEK_NS when the request
+ * does not start within SEEK_DIST sectors of where the previous one ended.
+ * Flows (an io context each) keep a fixed number of bios in flight: after
+ * every completion the test tops them up and runs the hardware queue.  When
+ * nothing is with the disk (bfq idling) the clock moves 1 ms and the queue
+ * is run again.  Nothing depends on wall-clock time: the service thread's
+ * delayed runs may come at any moment and find the same state.
+ *
+ * Tolerances: bfq serves a queue for a whole budget (max_budget, set to
+ * 256 sectors = 32 requests here) before switching, so service comes in
+ * chunks of one budget.  Over the measured window (>= 300 budgets) the
+ * chunking error is about one budget per queue, under 2%; the +/-10%
+ * (weights) and +/-15% (groups, where the light side gets few turns)
+ * bands leave room for the first turns, whose budgets are still growing.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "fixtures.h"
+#include "mock_driver.h"
+
+#define BS 4096u                       /* bytes per bio */
+#define BIO_SECTORS (BS >> 9)
+#define SVC_BASE_NS 100000ull          /* per request */
+#define SVC_SECTOR_NS 1000ull          /* per sector */
+#define SEEK_NS 8000000ull             /* a seek: 8 ms */
+#define SEEK_DIST 64ull                /* sectors */
+#define DEV_SECTORS (1ull << 24)       /* 8 GiB */
+
+static uint64_t vclock = 1000000000ull;
+
+static uint64_t vclock_read(void *arg)
+{
+	(void)arg;
+	return __atomic_load_n(&vclock, __ATOMIC_ACQUIRE);
+}
+
+static void vclock_advance(uint64_t ns)
+{
+	__atomic_add_fetch(&vclock, ns, __ATOMIC_ACQ_REL);
+}
+
+static char databuf[BS];
+
+struct flow {
+	struct rq_io_context *ioc;
+	bool random;
+	unsigned depth;       /* bios kept in flight */
+	unsigned outstanding;
+	uint64_t next;        /* next sector (sequential flows) */
+	uint64_t base, span;  /* region */
+	uint64_t served;      /* sectors completed */
+	unsigned rng;
+	uint32_t opf;
+};
+
+static void flow_end_io(struct rq_bio *bio)
+{
+	struct flow *f = bio->private_data;
+
+	assert_int_equal(bio->status, RQ_STS_OK);
+	f->outstanding--;
+	f->served += BIO_SECTORS;
+	rq_bio_put(bio);
+}
+
+static void flow_init(struct flow *f, struct rq_io_context *ioc, bool random, unsigned depth,
+		      uint64_t base, unsigned seed)
+{
+	memset(f, 0, sizeof(*f));
+	f->ioc = ioc;
+	f->random = random;
+	f->depth = depth;
+	f->base = base;
+	f->next = base;
+	f->span = DEV_SECTORS / 4;
+	f->rng = seed;
+	f->opf = RQ_BIO_NOMERGE; /* equal-size requests: service counts are exact */
+}
+
+static void flow_fill(struct mock_dev *m, struct flow *f)
+{
+	while (f->outstanding < f->depth) {
+		struct rq_bio *bio = rq_bio_alloc(1);
+		uint64_t sector;
+
+		assert_non_null(bio);
+		if (f->random) {
+			sector = f->base + ((uint64_t)rand_r(&f->rng) * 4096ull) % f->span;
+			sector &= ~7ull;
+		} else {
+			sector = f->next;
+			f->next += BIO_SECTORS;
+		}
+		bio->op = RQ_OP_READ;
+		bio->opf = f->opf;
+		bio->iter.sector = sector;
+		assert_int_equal(rq_bio_add_vec(bio, databuf, BS), 0);
+		bio->iter.size = BS;
+		bio->end_io = flow_end_io;
+		bio->private_data = f;
+		bio->ioc = f->ioc;
+		f->outstanding++;
+		rq_submit_bio(m->q, bio);
+	}
+}
+
+struct disk {
+	struct mock_dev *m;
+	uint64_t head;
+	uint64_t busy_ns, idle_ns;
+};
+
+static struct mock_dev *make_dev(void)
+{
+	struct mock_config cfg = { .completion = MOCK_COMPLETE_DEFER, .queue_depth = 1 };
+	struct rq_queue_config qc = { .scheduler = "bfq", .capacity = DEV_SECTORS };
+	struct mock_dev *m;
+
+	rq_clock_set_source(vclock_read, NULL);
+	m = mock_create(&cfg, &qc);
+	assert_int_equal(rq_queue_attr_set(m->q, "nr_requests", "128"), 0);
+	return m;
+}
+
+static void set_attr(struct mock_dev *m, const char *name, const char *v)
+{
+	char full[64];
+
+	snprintf(full, sizeof(full), "iosched/%s", name);
+	assert_int_equal(rq_queue_attr_set(m->q, full, v), 0);
+}
+
+/* One disk step: complete the held request (or let 1 ms of idle time pass). */
+static void disk_step(struct disk *d, struct flow *flows, unsigned nr)
+{
+	struct rq_request *rq;
+	uint64_t t;
+
+	for (unsigned i = 0; i < nr; i++)
+		flow_fill(d->m, &flows[i]);
+	rq_mq_run_hw_queues(d->m->q, false);
+	if (!mock_nr_held(d->m)) {
+		vclock_advance(1000000);
+		d->idle_ns += 1000000;
+		rq_mq_run_hw_queues(d->m->q, false);
+		return;
+	}
+	rq = mock_held(d->m, 0);
+	t = SVC_BASE_NS + SVC_SECTOR_NS * rq_request_sectors(rq);
+	if (rq->sector > d->head + SEEK_DIST || rq->sector + SEEK_DIST < d->head)
+		t += SEEK_NS;
+	d->head = rq_request_end_sector(rq);
+	vclock_advance(t);
+	d->busy_ns += t;
+	mock_complete_one(d->m, 0, RQ_STS_OK);
+}
+
+/* Drain: complete everything still in flight, flows no longer refilled. */
+static void disk_drain(struct disk *d, struct flow *flows, unsigned nr)
+{
+	for (unsigned i = 0; i < nr; i++)
+		flows[i].depth = 0;
+	for (unsigned spins = 0; spins < 100000; spins++) {
+		unsigned left = 0;
+
+		for (unsigned i = 0; i < nr; i++)
+			left += flows[i].outstanding;
+		if (!left)
+			return;
+		disk_step(d, flows, nr);
+	}
+	fail_msg("requests still in flight after draining");
+}
+
+static double ratio(uint64_t a, uint64_t b)
+{
+	return b ? (double)a / (double)b : 1e9;
+}
+
+/*
+ * Run @nr flows until @steps requests completed after a warm-up of @warm
+ * steps; per-flow served sectors of the measured window in @out.
+ */
+static void run_window(struct mock_dev *m, struct flow *flows, unsigned nr, unsigned warm,
+		       unsigned steps, uint64_t *out)
+{
+	struct disk d = { .m = m };
+	uint64_t before[8];
+
+	for (unsigned i = 0; i < warm; i++)
+		disk_step(&d, flows, nr);
+	for (unsigned i = 0; i < nr; i++)
+		before[i] = flows[i].served;
+	for (unsigned i = 0; i < steps; i++)
+		disk_step(&d, flows, nr);
+	for (unsigned i = 0; i < nr; i++)
+		out[i] = flows[i].served - before[i];
+	disk_drain(&d, flows, nr);
+}
+
+/* Contexts of weights 300 and 100, both always backlogged: 3:1 +/- 10%. */
+static void test_weights_3_to_1(void **state)
+{
+	struct mock_dev *m = make_dev();
+	struct rq_io_context *a = rq_ioc_create(0), *b = rq_ioc_create(0);
+	struct flow f[2];
+	uint64_t served[2];
+	double r;
+
+	(void)state;
+	set_attr(m, "low_latency", "0");
+	set_attr(m, "max_budget", "256");
+	assert_int_equal(rq_ioc_set_weight(a, 300), 0);
+	assert_int_equal(rq_ioc_set_weight(b, 100), 0);
+	flow_init(&f[0], a, true, 16, 0, 1);
+	flow_init(&f[1], b, true, 16, DEV_SECTORS / 2, 2);
+	run_window(m, f, 2, 1000, 12000, served);
+	r = ratio(served[0], served[1]);
+	print_message("weights 300:100: served %llu : %llu sectors, ratio %.3f\n",
+		      (unsigned long long)served[0], (unsigned long long)served[1], r);
+	assert_true(r > 2.7 && r < 3.3);
+	mock_destroy(m);
+	rq_ioc_put(a);
+	rq_ioc_put(b);
+}
+
+/* The same through priorities: BE/0 (weight 80) against BE/6 (20) is 4:1. */
+static void test_prio_weights(void **state)
+{
+	struct mock_dev *m = make_dev();
+	struct rq_io_context *a = rq_ioc_create(RQ_IOPRIO_VALUE(RQ_IOPRIO_CLASS_BE, 0));
+	struct rq_io_context *b = rq_ioc_create(RQ_IOPRIO_VALUE(RQ_IOPRIO_CLASS_BE, 6));
+	struct flow f[2];
+	uint64_t served[2];
+	double r;
+
+	(void)state;
+	set_attr(m, "low_latency", "0");
+	set_attr(m, "max_budget", "256");
+	flow_init(&f[0], a, true, 16, 0, 3);
+	flow_init(&f[1], b, true, 16, DEV_SECTORS / 2, 4);
+	run_window(m, f, 2, 1000, 12000, served);
+	r = ratio(served[0], served[1]);
+	print_message("ioprio BE/0 : BE/6: ratio %.3f (4 expected)\n", r);
+	assert_true(r > 3.6 && r < 4.4);
+	mock_destroy(m);
+	rq_ioc_put(a);
+	rq_ioc_put(b);
+}
+
+/* Groups of weights 1000 and 100 (two contexts each): 10:1 +/- 15%. */
+static void test_groups_10_to_1(void **state)
+{
+	struct mock_dev *m = make_dev();
+	struct rq_io_group *g1 = rq_iog_create(1000), *g2 = rq_iog_create(100);
+	struct rq_io_context *c[4];
+	struct flow f[4];
+	uint64_t served[4], heavy, light;
+	double r;
+
+	(void)state;
+	set_attr(m, "low_latency", "0");
+	set_attr(m, "max_budget", "256");
+	for (unsigned i = 0; i < 4; i++) {
+		c[i] = rq_ioc_create(0);
+		assert_int_equal(rq_ioc_set_group(c[i], i < 2 ? g1 : g2), 0);
+		flow_init(&f[i], c[i], true, 8, (DEV_SECTORS / 4) * i, 10 + i);
+	}
+	rq_iog_put(g1); /* the contexts keep them */
+	rq_iog_put(g2);
+	run_window(m, f, 4, 2000, 30000, served);
+	heavy = served[0] + served[1];
+	light = served[2] + served[3];
+	r = ratio(heavy, light);
+	print_message("groups 1000:100: served %llu : %llu sectors, ratio %.3f\n",
+		      (unsigned long long)heavy, (unsigned long long)light, r);
+	assert_true(r > 8.5 && r < 11.5);
+	/* inside each group the two equal contexts share evenly */
+	assert_true(ratio(served[0], served[1]) > 0.8 && ratio(served[0], served[1]) < 1.25);
+	mock_destroy(m);
+	for (unsigned i = 0; i < 4; i++)
+		rq_ioc_put(c[i]);
+}
+
+/*
+ * A sequential reader (one read at a time, the next issued as soon as the
+ * last ends) against a random reader: served sectors of the sequential
+ * reader over the same virtual time, with idling and without.
+ */
+static uint64_t seq_vs_random(const char *slice_idle)
+{
+	struct mock_dev *m = make_dev();
+	struct rq_io_context *s = rq_ioc_create(0), *r = rq_ioc_create(0);
+	struct disk d = { .m = NULL };
+	struct flow f[2];
+	uint64_t start, seq;
+
+	set_attr(m, "low_latency", "0");
+	set_attr(m, "slice_idle", slice_idle);
+	flow_init(&f[0], s, false, 1, 0, 5);
+	flow_init(&f[1], r, true, 4, DEV_SECTORS / 2, 6);
+	d.m = m;
+	start = vclock;
+	while (vclock - start < 2000000000ull) /* 2 s of virtual time */
+		disk_step(&d, f, 2);
+	seq = f[0].served;
+	print_message("slice_idle %s: sequential %llu sectors, random %llu sectors in 2 s\n",
+		      slice_idle, (unsigned long long)seq, (unsigned long long)f[1].served);
+	assert_true(f[1].served > 0); /* the random reader is not starved */
+	disk_drain(&d, f, 2);
+	mock_destroy(m);
+	rq_ioc_put(s);
+	rq_ioc_put(r);
+	return seq;
+}
+
+static void test_idling_keeps_sequential(void **state)
+{
+	uint64_t with = seq_vs_random("8"), without = seq_vs_random("0");
+
+	(void)state;
+	/* without idling every sequential read waits behind a seek */
+	assert_true(with > 4 * without);
+}
+
+/*
+ * low_latency: a context that starts reading while another keeps the disk
+ * busy is raised as interactive and gets most of the disk for a while.
+ */
+static void test_weight_raising(void **state)
+{
+	uint64_t newcomer[2], old_served[2];
+
+	(void)state;
+	for (unsigned ll = 0; ll < 2; ll++) {
+		struct mock_dev *m = make_dev();
+		struct rq_io_context *old = rq_ioc_create(0), *young = rq_ioc_create(0);
+		struct disk d = { .m = m };
+		struct flow f[2];
+
+		set_attr(m, "low_latency", ll ? "1" : "0");
+		set_attr(m, "max_budget", "256");
+		flow_init(&f[0], old, true, 16, 0, 7);
+		flow_init(&f[1], young, true, 0, DEV_SECTORS / 2, 8);
+		for (unsigned i = 0; i < 200; i++)
+			disk_step(&d, f, 2);
+		vclock_advance(5000000000ull); /* the old context's raising is over */
+		for (unsigned i = 0; i < 200; i++)
+			disk_step(&d, f, 2);
+		f[1].depth = 16;
+		old_served[ll] = f[0].served;
+		/* 300 random reads of ~8 ms: well inside the 4 s of raising */
+		for (unsigned i = 0; i < 300; i++)
+			disk_step(&d, f, 2);
+		newcomer[ll] = f[1].served;
+		old_served[ll] = f[0].served - old_served[ll];
+		print_message("low_latency %u: newcomer %llu sectors, old %llu\n", ll,
+			      (unsigned long long)newcomer[ll],
+			      (unsigned long long)old_served[ll]);
+		disk_drain(&d, f, 2);
+		mock_destroy(m);
+		rq_ioc_put(old);
+		rq_ioc_put(young);
+	}
+	/* equal weights share about evenly; raised (x30), the newcomer takes most */
+	assert_true(newcomer[0] < 2 * old_served[0]);
+	assert_true(newcomer[1] > 4 * old_served[1]);
+	assert_true(newcomer[1] > newcomer[0] + newcomer[0] / 2);
+}
+
+/* Every tunable reads back what was written; bad values change nothing. */
+static void test_tunables(void **state)
+{
+	static const struct {
+		const char *name, *def, *good, *bad[3];
+	} t[] = {
+		{ "slice_idle", "8", "3", { "1001", "-1", "x" } },
+		{ "slice_idle_us", "8000", "2500", { "1000001", "", "1.5" } },
+		{ "low_latency", "1", "0", { "2", "yes", "" } },
+		{ "back_seek_max", "16384", "4096", { "-3", "1e3", "" } },
+		{ "back_seek_penalty", "2", "7", { "0", "1001", "" } },
+		{ "fifo_expire_sync", "125", "60", { "0", "60001", "" } },
+		{ "fifo_expire_async", "250", "500", { "0", "z", "" } },
+		{ "timeout_sync", "125", "200", { "0", "70000", "" } },
+		{ "max_budget", "0", "4096", { "99999999", "-1", "" } },
+		{ "strict_guarantees", "0", "1", { "2", "-", "" } },
+	};
+	struct mock_dev *m = make_dev();
+	char name[64], buf[64], want[64];
+
+	(void)state;
+	for (unsigned i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
+		snprintf(name, sizeof(name), "iosched/%s", t[i].name);
+		assert_true(rq_queue_attr_get(m->q, name, buf, sizeof(buf)) > 0);
+		snprintf(want, sizeof(want), "%s\n", t[i].def);
+		assert_string_equal(buf, want);
+	}
+	for (unsigned i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
+		snprintf(name, sizeof(name), "iosched/%s", t[i].name);
+		assert_int_equal(rq_queue_attr_set(m->q, name, t[i].good), 0);
+		assert_true(rq_queue_attr_get(m->q, name, buf, sizeof(buf)) > 0);
+		snprintf(want, sizeof(want), "%s\n", t[i].good);
+		assert_string_equal(buf, want);
+		for (unsigned j = 0; j < 3; j++) {
+			assert_int_equal(rq_queue_attr_set(m->q, name, t[i].bad[j]), -EINVAL);
+			assert_true(rq_queue_attr_get(m->q, name, buf, sizeof(buf)) > 0);
+			assert_string_equal(buf, want);
+		}
+	}
+	/* slice_idle and slice_idle_us are one setting */
+	assert_int_equal(rq_queue_attr_set(m->q, "iosched/slice_idle", "5\n"), 0);
+	assert_true(rq_queue_attr_get(m->q, "iosched/slice_idle_us", buf, sizeof(buf)) > 0);
+	assert_string_equal(buf, "5000\n");
+	mock_destroy(m);
+}
+
+/* strict_guarantees: never more than one request with the device. */
+static void test_strict_one_in_flight(void **state)
+{
+	struct mock_config cfg = { .completion = MOCK_COMPLETE_DEFER, .queue_depth = 8 };
+	struct rq_queue_config qc = { .scheduler = "bfq", .capacity = DEV_SECTORS };
+	struct rq_io_context *a = rq_ioc_create(0);
+	struct mock_dev *m;
+	struct flow f;
+	struct disk d;
+
+	(void)state;
+	rq_clock_set_source(vclock_read, NULL);
+	m = mock_create(&cfg, &qc);
+	d = (struct disk){ .m = m };
+	set_attr(m, "strict_guarantees", "1");
+	flow_init(&f, a, true, 6, 0, 9);
+	for (unsigned i = 0; i < 300; i++) {
+		disk_step(&d, &f, 1);
+		assert_true(mock_nr_held(m) <= 1);
+	}
+	disk_drain(&d, &f, 1);
+	mock_destroy(m);
+	rq_ioc_put(a);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_tunables),
+		cmocka_unit_test(test_weights_3_to_1),
+		cmocka_unit_test(test_prio_weights),
+		cmocka_unit_test(test_groups_10_to_1),
+		cmocka_unit_test(test_idling_keeps_sequential),
+		cmocka_unit_test(test_weight_raising),
+		cmocka_unit_test(test_strict_one_in_flight),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
