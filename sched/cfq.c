@@ -67,7 +67,8 @@
 /* Fixed constants of the algorithm (not tunable in the kernel either). */
 #define CFQ_SLICE_SCALE 5           /* a level moves the slice by base / 5 */
 #define CFQ_MIN_TT_NS (2 * NS_PER_MS) /* shortest workload slice */
-#define CFQ_IDLE_DELAY_NS (200 * NS_PER_MS) /* idle class / new group: go behind */
+#define CFQ_IDLE_DELAY_NS (200 * NS_PER_MS) /* idle class queue: go behind the last */
+#define CFQ_NEW_GROUP_DELAY (CFQ_IDLE_DELAY_NS >> 12) /* vdisktime a new group goes behind */
 #define CFQ_SEEK_THR 800            /* sectors: a longer jump is a seek (disks) */
 #define CFQ_SECT_THR_NONROT 64      /* sectors: smaller requests count as seeky (ssd) */
 #define CFQ_HW_QUEUE_MIN 5          /* in-driver depth that means command queueing */
@@ -422,7 +423,11 @@ static void grp_tree_erase(struct cfq_data *cfqd, struct cfq_group *cfqg)
 	cfqd->busy_weight -= cfqg->weight;
 }
 
-/* A group gets busy: it enters behind every busy group, with its current weight. */
+/*
+ * A group gets busy: it enters just behind every busy group (a token
+ * distance, so it neither jumps the queue nor waits out a round), with its
+ * current weight.
+ */
 static void group_busy(struct cfq_data *cfqd, struct cfq_group *cfqg)
 {
 	struct rq_rb_node *last = rq_rb_last(&cfqd->grp_tree);
@@ -431,7 +436,7 @@ static void group_busy(struct cfq_data *cfqd, struct cfq_group *cfqg)
 		return;
 	if (last)
 		cfqg->vdisktime = RQ_CONTAINER_OF(last, struct cfq_group, rb)->vdisktime +
-				  CFQ_IDLE_DELAY_NS;
+				  CFQ_NEW_GROUP_DELAY;
 	else
 		cfqg->vdisktime = cfqd->min_vdisktime;
 	cfqg->weight = rq_iog_weight(cfqg->iog);
