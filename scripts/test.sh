@@ -84,7 +84,8 @@ else
 		say "TSan build ($tsan_dir)"
 		if meson_setup "$tsan_dir" -Dbuildtype=debugoptimized -Db_sanitize=thread; then
 			run_tests "stress+unit+sched (tsan)" "$tsan_dir" --setup tsan \
-				--suite stress --suite unit --suite sched --num-processes 2
+				--suite stress --suite unit --suite sched --no-suite no-tsan \
+				--num-processes 2
 		else
 			runs+=("stress+unit+sched (tsan): setup failed|$tsan_dir|1")
 		fi
