@@ -73,6 +73,7 @@ struct rq_sq_data {
 	struct rq_bio *deferred;
 	long deferred_refs;
 	_Atomic bool deferred_pending;
+	_Atomic uint64_t deferred_since; /* when it became pending (mono_ns) */
 
 	/* tagged command queueing */
 	struct rq_request **tag_index;
@@ -172,9 +173,14 @@ RQ_EXPORT void rq_sq_unlock(struct rq_queue *q)
  */
 static void sq_deferred_mark(struct rq_sq_data *sqd)
 {
-	if (!atomic_exchange_explicit(&sqd->deferred_pending, true, memory_order_release) &&
-	    !sqd->lib_locked && !sqd->request_fn_active)
+	if (atomic_exchange_explicit(&sqd->deferred_pending, true, memory_order_release))
+		return;
+	if (!sqd->lib_locked && !sqd->request_fn_active) {
+		atomic_store_explicit(&sqd->deferred_since, mono_ns(), memory_order_relaxed);
 		rq_mq_delay_kick_service(1);
+	} else {
+		atomic_store_explicit(&sqd->deferred_since, UINT64_MAX, memory_order_relaxed);
+	}
 }
 
 /* End @bio with @status once the lock is dropped.  Lock held. */
@@ -261,7 +267,15 @@ void sq_service_light(struct rq_queue *q, uint64_t now, uint64_t *next)
 	} else if (at && at < *next) {
 		*next = at;
 	}
-	sq_bios_end_deferred(q);
+	/* step in only for bios the library has not ended within a millisecond */
+	if (atomic_load(&sqd->deferred_pending)) {
+		uint64_t since = atomic_load_explicit(&sqd->deferred_since, memory_order_relaxed);
+
+		if (since != UINT64_MAX && now - since >= 1000000u)
+			sq_bios_end_deferred(q);
+		else if (since != UINT64_MAX && since + 1000000u < *next)
+			*next = since + 1000000u;
+	}
 }
 
 /* Service thread: the above, and the timeout scan. */
