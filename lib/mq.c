@@ -82,6 +82,26 @@ static void dispatch_synchronize(struct rq_queue *q)
 struct rq_mailbox;
 static struct rq_mailbox *mbox_self(void);
 
+/*
+ * Time for request bookkeeping, cached while the thread holds a plug (the
+ * kernel's plug->cur_ktime): one clock read serves every request made,
+ * issued or completed inline during the plug; a flush starts a new reading.
+ * Timestamps thus lag by at most the time a plug lives.
+ */
+static __thread uint64_t tls_plug_now __attribute__((tls_model("initial-exec")));
+
+static inline uint64_t core_clock_ns(void)
+{
+	uint64_t t;
+
+	if (tls_plug && tls_plug_now)
+		return tls_plug_now;
+	t = rq_clock_ns();
+	if (tls_plug)
+		tls_plug_now = t;
+	return t;
+}
+
 /* ------------------------------------------------------------- helpers */
 
 unsigned cur_cpu(void)
@@ -503,7 +523,7 @@ static struct rq_request *mq_get_request(struct rq_queue *q, struct rq_sw_ctx *c
 		rq->internal_tag = tag;
 		rq->tag = -1;
 		rq->rq_flags = RQ_RQF_SCHED_TAGS;
-		rq->start_time_ns = rq_clock_ns();
+		rq->start_time_ns = core_clock_ns();
 	} else {
 		tag = -1;
 		if (tls_plug && !tags_shared(q))
@@ -708,7 +728,7 @@ static void mq_end_request_inflight(struct rq_request *rq, rq_status_t status)
 	ctx_stat_add(rq->ctx, ST_COMPLETED, 1);
 	if (q->elevator && q->elevator->type->ops.completed_request &&
 	    (rq->rq_flags & RQ_RQF_ELVPRIV))
-		q->elevator->type->ops.completed_request(rq, rq_clock_ns());
+		q->elevator->type->ops.completed_request(rq, core_clock_ns());
 	end_bios(rq, status);
 	hctx_request_left_driver(hctx);
 	ctx = mq_release_request(rq);
@@ -1046,7 +1066,7 @@ static inline bool hctx_has_dispatch(struct rq_hw_ctx *hctx)
 static inline void rq_start(struct rq_hw_ctx *hctx, struct rq_request *rq)
 {
 	if (rq->rq_flags & RQ_RQF_ELVPRIV)
-		rq->io_start_time_ns = rq_clock_ns(); /* schedulers measure latency */
+		rq->io_start_time_ns = core_clock_ns(); /* schedulers measure latency */
 	__atomic_store_n(&rq->gen, rq->gen + 1, __ATOMIC_RELAXED);
 	rq->deadline_ns = 0;
 	rq->rq_flags |= RQ_RQF_STARTED;
@@ -1314,8 +1334,10 @@ RQ_EXPORT void rq_start_plug(struct rq_plug *plug)
 	plug->multiple_queues = 0;
 	plug->q = NULL;
 	plug->prev = tls_plug;
-	if (!tls_plug)
+	if (!tls_plug) {
 		tls_plug = plug;
+		tls_plug_now = 0;
+	}
 }
 
 /* Issue a run of requests that share one queue and hctx. */
@@ -1358,6 +1380,7 @@ static void plug_flush_list(struct rq_plug *plug)
 {
 	struct rq_request *rq = plug->head;
 
+	tls_plug_now = 0; /* a new reading for what happens now */
 	plug->head = plug->tail = NULL;
 	plug->count = 0;
 	plug->multiple_queues = 0;
@@ -1392,6 +1415,7 @@ RQ_EXPORT void rq_finish_plug(struct rq_plug *plug)
 	if (plug->head)
 		plug_flush_list(plug);
 	tls_plug = NULL;
+	tls_plug_now = 0;
 	plug_return_tags(plug, cur_cpu());
 	mbox_run_own();
 }
