@@ -83,7 +83,7 @@ static void usage(FILE *f)
 "  --bind ADDR         TCP address to bind (default 127.0.0.1)\n"
 "  --memory SIZE       serve SIZE bytes of memory (suffix K, M, G, T: powers of 1024)\n"
 "  --file PATH         serve a file or block device\n"
-"  --front mq|sq       request-layer front end (default mq; sq is not implemented yet)\n"
+"  --front mq|sq       request-layer front end (default mq; sq: --memory only)\n"
 "  --sched NAME        I/O scheduler of the queue (default: the library's choice)\n"
 "  --queues N          hardware queues (default: online CPUs, at most 8)\n"
 "  --depth N           tags per hardware queue (default %d)\n"
@@ -248,13 +248,13 @@ static void parse_args(int argc, char **argv, struct opts *o)
 		die_usage("unexpected argument", argv[optind]);
 	if (strcmp(o->front, "mq") && strcmp(o->front, "sq"))
 		die_usage("--front must be mq or sq", o->front);
-	if (!strcmp(o->front, "sq")) {
-		fprintf(stderr, "rqnbd: --front sq: the single-queue front end is not "
-			"implemented yet; use --front mq\n");
-		exit(RQNBD_EXIT_UNSUPPORTED);
-	}
 	if (o->list_scheds)
 		return;
+	if (!strcmp(o->front, "sq") && o->file) {
+		/* the file backend's driver is multi-queue only */
+		fprintf(stderr, "rqnbd: --front sq serves --memory exports only\n");
+		exit(RQNBD_EXIT_UNSUPPORTED);
+	}
 	if (!!o->unix_path == !!o->port)
 		die_usage("give exactly one of --unix and --port", NULL);
 	if (o->bind_addr && !o->port)
@@ -297,6 +297,8 @@ static int device_open(const struct opts *o, struct device *dev)
 		cfg.memory_backed = true;
 		cfg.size_bytes = o->memory;
 		cfg.sched = o->sched;
+		if (!strcmp(o->front, "sq"))
+			cfg.queue_mode = NULL_Q_RQ; /* one request_fn under one lock */
 		device_limits(&cfg.limits);
 		ret = null_create(&cfg, &dev->null);
 		if (ret)
@@ -369,8 +371,8 @@ static rq_status_t device_flush(struct device *dev)
 	return sb.bio.status;
 }
 
-/* --list-scheds: what the "scheduler" attribute of a queue offers. */
-static int list_scheds(void)
+/* --list-scheds: what the "scheduler" attribute of a queue of @front offers. */
+static int list_scheds(const char *front)
 {
 	struct null_config cfg;
 	struct null_dev *dev;
@@ -379,6 +381,8 @@ static int list_scheds(void)
 
 	null_config_default(&cfg);
 	cfg.size_bytes = 1 << 20;
+	if (!strcmp(front, "sq"))
+		cfg.queue_mode = NULL_Q_RQ;
 	ret = null_create(&cfg, &dev);
 	if (ret) {
 		fprintf(stderr, "rqnbd: cannot make a queue: %s\n", strerror(-ret));
@@ -484,7 +488,7 @@ int main(int argc, char **argv)
 
 	parse_args(argc, argv, &o);
 	if (o.list_scheds)
-		return list_scheds();
+		return list_scheds(o.front);
 
 	/* SIGINT/SIGTERM arrive through a signalfd; every thread blocks them */
 	signal(SIGPIPE, SIG_IGN);

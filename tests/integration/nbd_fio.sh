@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: LGPL-2.1-or-later
 #
 # fio's nbd engine with verify=crc32c against rqnbd, once per scheduler the
-# build offers (rqnbd --list-scheds): two jobs, each its own connection and
+# build offers on either front end (rqnbd [--front sq] --list-scheds): two jobs, each its own connection and
 # region, 4 KiB random writes at iodepth 32, then verified reads; and a
 # mixed-size run (4-128 KiB) over the file device.
 #
@@ -32,6 +32,15 @@ for s in $scheds; do
 	run_fio "verify-$s" 4k
 	nbd_stop
 	echo "fio verify crc32c, scheduler $s: ok"
+done
+
+# the single-queue front end too, under each of its schedulers
+sq_scheds=$("$rqnbd" --front sq --list-scheds) || fail "rqnbd --front sq --list-scheds failed"
+for s in $sq_scheds; do
+	nbd_start --front sq --memory 64M --sched "$s" --depth 64
+	run_fio "verify-sq-$s" 4k
+	nbd_stop
+	echo "fio verify crc32c, single queue, scheduler $s: ok"
 done
 
 truncate -s 64M "$tmp/disk.img"

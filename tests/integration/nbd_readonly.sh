@@ -4,7 +4,8 @@
 # rqnbd --read-only: the export says READ_ONLY; reads and flushes work;
 # writes, trims and write-zeroes fail with EPERM from the server (checked
 # with a raw client, and with nbdsh with libnbd's client-side checks
-# turned off); the data does not change.  Also: --front sq exits 2.
+# turned off); the data does not change.  Also: --front sq with a file
+# export exits 2 (the single-queue front end serves memory exports).
 #
 # usage: nbd_readonly.sh RQNBD    Skips (77) without python3.
 set -u
@@ -13,8 +14,8 @@ need python3 truncate
 nbd_init "$1"
 rawnbd
 
-"$rqnbd" --front sq --unix "$sock" --memory 1M 2>/dev/null
-[ $? = 2 ] || fail "--front sq should exit 2"
+"$rqnbd" --front sq --unix "$sock" --file /dev/null 2>/dev/null
+[ $? = 2 ] || fail "--front sq --file should exit 2"
 
 head -c 4M /dev/urandom >"$tmp/disk.img"
 cp "$tmp/disk.img" "$tmp/orig.img"
