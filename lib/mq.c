@@ -1404,8 +1404,12 @@ RQ_EXPORT void rq_flush_plug(void)
 {
 	struct rq_plug *plug = tls_plug;
 
-	if (plug && plug->head)
+	if (!plug)
+		return;
+	if (plug->head)
 		plug_flush_list(plug);
+	/* the thread may sleep next: others may need the tags it took ahead */
+	plug_return_tags(plug, cur_cpu());
 }
 
 RQ_EXPORT void rq_finish_plug(struct rq_plug *plug)

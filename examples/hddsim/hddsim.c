@@ -5,19 +5,25 @@
  * Reading order: the model (geometry, seek, rotation, transfer), the drive
  * (its command queue, choosing and starting a command, the read-ahead
  * segment, completing), the clocks (virtual: hddsim_advance*; real: the
- * drive thread), the rq_mq_ops, then creation and teardown.
+ * drive thread), the rq_mq_ops, the single-queue request_fn, then creation
+ * and teardown.
  *
- * How the drive limits what it takes: queue_rq accepts while the drive
- * holds fewer than ncq_depth commands and stops the hw queue when it is
- * full (as drivers with a ring do); a request offered to a full drive gets
- * RQ_STS_DEV_RESOURCE and waits, parked by the core.  Whoever completes a
- * command starts the hw queue again, in its own thread, after ending the
- * request.  So the scheduler, not the drive, holds the waiting work, and on
- * a virtual clock all dispatch happens in the thread that advances time.
+ * How the drive limits what it takes, multi-queue: queue_rq accepts while
+ * the drive holds fewer than ncq_depth commands and stops the hw queue when
+ * it is full (as drivers with a ring do); a request offered to a full drive
+ * gets RQ_STS_DEV_RESOURCE and waits, parked by the core.  Whoever
+ * completes a command starts the hw queue again, in its own thread, after
+ * ending the request.  Single-queue: request_fn starts requests while fewer
+ * than ncq_depth are started (rq_sq_in_flight), and whoever completes one
+ * ends it and runs the queue again.  Either way the scheduler, not the
+ * drive, holds the waiting work, and on a virtual clock all dispatch
+ * happens in the thread that advances time.
  *
  * Locking: dev->lock guards the drive state.  It is never held across a
  * call into the library (ending a request may dispatch the next one, which
- * calls queue_rq, which takes the lock).
+ * calls queue_rq or request_fn, which take the lock).  Single-queue:
+ * request_fn takes dev->lock inside the queue lock; nothing takes them the
+ * other way round.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -414,10 +420,28 @@ static void hddsim_start_next(struct hddsim_dev *dev, uint64_t now)
 	dev->st.busy_ns += t.total_ns;
 }
 
+/* Queue an accepted command in the drive and start it if the head is free. */
+static void hddsim_accept_locked(struct hddsim_dev *dev, struct hddsim_cmd *cmd)
+{
+	struct hddsim_cmd **tail;
+	bool wake = !dev->active;
+
+	cmd->next = NULL;
+	for (tail = &dev->queue; *tail; tail = &(*tail)->next)
+		;
+	*tail = cmd;
+	dev->nr_queued++;
+	hddsim_start_next(dev, hddsim_now_ns(dev));
+	if (wake && dev->cfg.clock == HDDSIM_CLOCK_REAL)
+		pthread_cond_signal(&dev->cond);
+}
+
 /*
  * The active command is done at @now: take it off the head, start the
- * next one, end its request, and let the core dispatch again if the drive
- * had been full.  Called with the lock held; returns with it dropped.
+ * next one, end its request, and let the library dispatch again (mq: start
+ * the hw queue if the drive had been full; sq: run the queue, so request_fn
+ * starts the next request).  Called with the lock held; returns with it
+ * dropped.
  */
 static void hddsim_complete_locked(struct hddsim_dev *dev, uint64_t now)
 {
@@ -431,9 +455,15 @@ static void hddsim_complete_locked(struct hddsim_dev *dev, uint64_t now)
 		dev->stopped = false;
 	pthread_mutex_unlock(&dev->lock);
 
+	/* the completion first (the scheduler hears of it), then dispatch */
+	if (dev->cfg.front == HDDSIM_FRONT_SQ) {
+		rq_sq_end_request_all(hddsim_rq(cmd), RQ_STS_OK);
+		rq_sq_run_queue(dev->q); /* quiesced (virtual clock): nothing */
+		return;
+	}
 	rq_mq_end_request(hddsim_rq(cmd), RQ_STS_OK);
 	if (restart)
-		rq_mq_start_hw_queue(dev->hctx);
+		rq_mq_start_hw_queue(dev->hctx); /* quiesced: only clears the stop */
 }
 
 /* ---------------------------------------------------------- virtual time */
@@ -449,6 +479,10 @@ static void hddsim_complete_locked(struct hddsim_dev *dev, uint64_t now)
  * again (which waits for any run the service thread began meanwhile).
  * Inside a window nothing is submitted, so whichever thread dispatches sees
  * the same requests at the same virtual time, and a run repeats exactly.
+ * The same holds for a single-queue queue: request_fn is not called while
+ * it is quiesced (a delayed run the scheduler asked for finds it so), the
+ * unquiesce runs it in this thread, and the quiesce waits for the queue
+ * lock, so for any request_fn the service thread began meanwhile.
  */
 static void hddsim_dispatch_window(struct hddsim_dev *dev)
 {
@@ -465,33 +499,20 @@ static void hddsim_dispatch_window(struct hddsim_dev *dev)
  */
 bool hddsim_advance(struct hddsim_dev *dev)
 {
-	struct hddsim_cmd *cmd;
-	bool restart;
 	uint64_t t;
 
 	if (dev->cfg.clock != HDDSIM_CLOCK_VIRTUAL)
 		return false;
 	hddsim_dispatch_window(dev); /* what was submitted goes now */
 	pthread_mutex_lock(&dev->lock);
-	cmd = dev->active;
-	if (!cmd) {
+	if (!dev->active) {
 		pthread_mutex_unlock(&dev->lock);
 		return false;
 	}
 	t = dev->active_done_ns;
 	if (t > atomic_load(&dev->vnow))
 		atomic_store_explicit(&dev->vnow, t, memory_order_release);
-	dev->active = NULL;
-	hddsim_start_next(dev, t);
-	restart = dev->stopped && dev->nr_queued + (dev->active ? 1 : 0) < dev->cfg.ncq_depth;
-	if (restart)
-		dev->stopped = false;
-	pthread_mutex_unlock(&dev->lock);
-
-	/* the completion first (the scheduler hears of it), then dispatch */
-	rq_mq_end_request(hddsim_rq(cmd), RQ_STS_OK);
-	if (restart)
-		rq_mq_start_hw_queue(dev->hctx); /* quiesced: only clears the stop */
+	hddsim_complete_locked(dev, t); /* drops the lock */
 	hddsim_dispatch_window(dev);
 	return true;
 }
@@ -596,8 +617,7 @@ static void *hddsim_drive_thread(void *arg)
 static rq_status_t hddsim_queue_rq(struct rq_hw_ctx *hctx, struct rq_request *rq, bool last)
 {
 	struct hddsim_dev *dev = rq_hctx_driver_data(hctx);
-	struct hddsim_cmd *cmd = rq_request_pdu(rq), **tail;
-	bool wake;
+	struct hddsim_cmd *cmd = rq_request_pdu(rq);
 
 	if (rq->op == RQ_OP_FLUSH) {
 		pthread_mutex_lock(&dev->lock);
@@ -617,20 +637,12 @@ static rq_status_t hddsim_queue_rq(struct rq_hw_ctx *hctx, struct rq_request *rq
 		pthread_mutex_unlock(&dev->lock);
 		return RQ_STS_DEV_RESOURCE;
 	}
-	cmd->next = NULL;
-	for (tail = &dev->queue; *tail; tail = &(*tail)->next)
-		;
-	*tail = cmd;
-	dev->nr_queued++;
-	wake = !dev->active;
-	hddsim_start_next(dev, hddsim_now_ns(dev));
+	hddsim_accept_locked(dev, cmd);
 	if (dev->nr_queued + 1 >= dev->cfg.ncq_depth) {
 		/* full now: no more queue_rq calls until a completion */
 		dev->stopped = true;
 		rq_mq_stop_hw_queue(hctx);
 	}
-	if (wake && dev->cfg.clock == HDDSIM_CLOCK_REAL)
-		pthread_cond_signal(&dev->cond);
 	pthread_mutex_unlock(&dev->lock);
 	return RQ_STS_OK;
 }
@@ -655,6 +667,49 @@ static const struct rq_mq_ops hddsim_mq_ops = {
 	RQ_MQ_OPS_INIT,
 	.queue_rq = hddsim_queue_rq,
 	.init_hctx = hddsim_init_hctx,
+};
+
+/* -------------------------------------------------------------- sq ops */
+
+/**
+ * hddsim_request_fn() - the single-queue driver: start requests while the
+ * drive holds fewer than ncq_depth and hand them to it, as queue_rq does.
+ * @q: the queue.
+ *
+ * A flush ends at once (there is no write cache), a discard with
+ * RQ_STS_NOTSUPP; neither occupies the drive.  Whoever completes a command
+ * runs the queue again, so a full drive simply leaves the rest where the
+ * scheduler put it.
+ *
+ * Context: queue lock held; takes the drive lock inside it.
+ */
+static void hddsim_request_fn(struct rq_queue *q)
+{
+	struct hddsim_dev *dev = rq_queue_driver_data(q);
+	struct rq_request *rq;
+
+	while (rq_sq_in_flight(q, false) + rq_sq_in_flight(q, true) < dev->cfg.ncq_depth &&
+	       (rq = rq_sq_fetch_request(q))) {
+		if (rq->op == RQ_OP_FLUSH || rq->op == RQ_OP_DISCARD) {
+			bool flush = rq->op == RQ_OP_FLUSH;
+
+			if (flush) {
+				pthread_mutex_lock(&dev->lock);
+				dev->st.flushes++;
+				pthread_mutex_unlock(&dev->lock);
+			}
+			rq_sq_end_request_all_locked(rq, flush ? RQ_STS_OK : RQ_STS_NOTSUPP);
+			continue;
+		}
+		pthread_mutex_lock(&dev->lock);
+		hddsim_accept_locked(dev, rq_request_pdu(rq));
+		pthread_mutex_unlock(&dev->lock);
+	}
+}
+
+static const struct rq_sq_ops hddsim_sq_ops = {
+	RQ_SQ_OPS_INIT,
+	.request_fn = hddsim_request_fn,
 };
 
 /* ------------------------------------------------------ create / destroy */
@@ -686,7 +741,7 @@ int hddsim_create(const struct hddsim_config *cfg, struct hddsim_dev **out)
 	struct hddsim_dev *dev;
 	int ret;
 
-	if (!cfg || !out || cfg->clock > HDDSIM_CLOCK_REAL)
+	if (!cfg || !out || cfg->clock > HDDSIM_CLOCK_REAL || cfg->front > HDDSIM_FRONT_SQ)
 		return -EINVAL;
 	dev = calloc(1, sizeof(*dev));
 	if (!dev)
@@ -736,20 +791,34 @@ int hddsim_create(const struct hddsim_config *cfg, struct hddsim_dev **out)
 		dev->thread_started = true;
 	}
 
-	sc.ops = &hddsim_mq_ops;
-	sc.nr_hw_queues = 1;
-	sc.queue_depth = dev->cfg.hw_queue_depth;
-	sc.cmd_size = sizeof(struct hddsim_cmd);
-	sc.numa_node = -1;
-	sc.driver_data = dev;
-	ret = rq_tag_set_alloc(&sc, &dev->set);
-	if (ret)
-		goto fail;
-	qc.limits = &lim;
-	qc.capacity = dev->geom.m.capacity_sectors;
-	qc.scheduler = cfg->sched;
-	qc.queuedata = dev;
-	ret = rq_mq_alloc_queue(dev->set, &qc, &dev->q);
+	if (dev->cfg.front == HDDSIM_FRONT_SQ) {
+		struct rq_sq_config sq = {
+			.ops = &hddsim_sq_ops,
+			.limits = &lim,
+			.capacity = dev->geom.m.capacity_sectors,
+			.scheduler = cfg->sched,
+			.nr_requests = cfg->sq_nr_requests,
+			.cmd_size = sizeof(struct hddsim_cmd),
+			.queuedata = dev,
+		};
+
+		ret = rq_sq_alloc_queue(&sq, &dev->q);
+	} else {
+		sc.ops = &hddsim_mq_ops;
+		sc.nr_hw_queues = 1;
+		sc.queue_depth = dev->cfg.hw_queue_depth;
+		sc.cmd_size = sizeof(struct hddsim_cmd);
+		sc.numa_node = -1;
+		sc.driver_data = dev;
+		ret = rq_tag_set_alloc(&sc, &dev->set);
+		if (ret)
+			goto fail;
+		qc.limits = &lim;
+		qc.capacity = dev->geom.m.capacity_sectors;
+		qc.scheduler = cfg->sched;
+		qc.queuedata = dev;
+		ret = rq_mq_alloc_queue(dev->set, &qc, &dev->q);
+	}
 	if (ret)
 		goto fail;
 	if (dev->cfg.clock == HDDSIM_CLOCK_VIRTUAL) {

@@ -17,14 +17,19 @@
  * one cache segment; a read of the following sectors is served from it.
  * There is no write cache: a write is done when it is on the platter.
  *
+ * The queue is either multi-queue (one hw queue; queue_rq hands each
+ * request to the drive) or single-queue (request_fn pulls requests while
+ * the drive holds fewer than ncq_depth), so the schedulers of both front
+ * ends can run on the same disk.
+ *
  * Time is either real (a drive thread sleeps until each command is done) or
  * virtual: the clock only moves when the caller says so (hddsim_advance,
  * hddsim_advance_to), and the library's clock (rq_clock_set_source) is
  * that same clock, so schedulers see simulated time.  On a virtual clock
- * the queue is kept quiesced: submitted bios wait in the scheduler (or the
- * software queues) and reach the drive in the next hddsim_advance*() call,
- * at the virtual time of that call, whichever thread the library would
- * have dispatched them on.  A virtual-clock run needs no sleeping and gives
+ * the queue is kept quiesced (either front end): submitted bios wait in
+ * the scheduler (or the software queues) and reach the drive in the next
+ * hddsim_advance*() call, at the virtual time of that call, whichever
+ * thread the library would have dispatched them on.  A virtual-clock run needs no sleeping and gives
  * the same result every time, provided its bios are submitted from one
  * thread that stays on one CPU (the library picks software queues, and
  * kyber its lists, by CPU).  Switch schedulers only while it is idle.
@@ -49,6 +54,7 @@
 #include <stdint.h>
 
 #include <librequest/mq.h>
+#include <librequest/sq.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -150,16 +156,26 @@ enum hddsim_clock {
 	HDDSIM_CLOCK_REAL = 1,    /* CLOCK_MONOTONIC; a drive thread completes */
 };
 
+/** enum hddsim_front - which request layer front end the queue uses. */
+enum hddsim_front {
+	HDDSIM_FRONT_MQ = 0, /* rq_mq_alloc_queue: one hw queue, queue_rq */
+	HDDSIM_FRONT_SQ = 1, /* rq_sq_alloc_queue: request_fn pulls */
+};
+
 /** struct hddsim_config - how to make a simulated disk. */
 struct hddsim_config {
 	struct hddsim_model model;
 	enum hddsim_clock clock;     /* [HDDSIM_CLOCK_VIRTUAL] */
+	enum hddsim_front front;     /* [HDDSIM_FRONT_MQ] */
 	unsigned ncq_depth;          /* [1] commands the drive holds */
-	unsigned hw_queue_depth;     /* [32] tags (nr_requests is twice that
-					with a scheduler) */
-	const char *sched;           /* NULL: the library's choice
-					(mq-deadline if registered: a
-					rotational disk with one hw queue) */
+	unsigned hw_queue_depth;     /* [32] mq: tags (nr_requests is twice
+					that with a scheduler); sq: unused */
+	unsigned sq_nr_requests;     /* sq: the request pool; 0: the
+					library's (128) */
+	const char *sched;           /* NULL: the library's choice (mq:
+					mq-deadline if registered, a
+					rotational disk with one hw queue;
+					sq: cfq if registered, else noop) */
 	struct rq_queue_limits limits; /* zero fields: a SATA disk's */
 };
 
@@ -172,7 +188,8 @@ struct hddsim_stats {
 	uint64_t seeks;      /* commands that moved the head */
 	uint64_t seek_ns, rotation_ns, transfer_ns;
 	uint64_t busy_ns;    /* time with a command moving */
-	uint64_t refused;    /* queue_rq answers of DEV_RESOURCE (drive full) */
+	uint64_t refused;    /* mq: queue_rq answers of DEV_RESOURCE (drive
+				full); sq: always 0 */
 };
 
 struct hddsim_dev;
@@ -188,6 +205,8 @@ void hddsim_config_default(struct hddsim_config *cfg);
  * A virtual-clock device installs its clock as the library's
  * (rq_clock_set_source) until hddsim_destroy(); make it before other queues
  * exist.  Context: may sleep; a real-time device starts its drive thread.
+ * With cfg->front HDDSIM_FRONT_SQ the queue is a single-queue one and
+ * cfg->sched names one of its schedulers (noop, deadline, cfq).
  * Return: 0, -EINVAL (bad model or configuration, unknown scheduler),
  * -EBUSY (a virtual-clock device exists already), -ENOMEM.
  */

@@ -137,7 +137,10 @@ void rq_start_plug(struct rq_plug *plug);
 void rq_finish_plug(struct rq_plug *plug);
 
 /**
- * rq_flush_plug() - flush the calling thread's plug (if any) without ending it.
+ * rq_flush_plug() - flush the calling thread's plug (if any) without ending
+ * it, and give back tags it took ahead.  The library calls it before a
+ * thread sleeps in the library; call it before sleeping elsewhere with a
+ * plug open.
  */
 void rq_flush_plug(void);
 
