@@ -1342,9 +1342,12 @@ static bool should_preempt(struct cfq_data *cfqd, struct cfq_queue *new, struct 
 		return false;
 	if (slice_used(cfqq, now))
 		return true;
-	/* two sync-noidle queues: no point idling on the empty one */
+	/*
+	 * Exactly two sync-noidle queues, the active one empty: no point
+	 * idling on it (with more, they take turns in the tree as usual).
+	 */
 	if (cfqd->serving_type == CFQ_WL_SYNC_NOIDLE && cfqq_type(new) == CFQ_WL_SYNC_NOIDLE &&
-	    !cfqq->queued)
+	    new->tree && new->tree->count == 2 && !cfqq->queued)
 		return true;
 	if (rq_request_is_sync(rq) && !cfqq->sync)
 		return true;

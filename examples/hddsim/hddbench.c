@@ -1,11 +1,17 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
  * hddbench: mixed sequential and random streams on the simulated disk,
- * under every scheduler the build offers, to show what each does to
- * throughput and read latency.
+ * under every scheduler the build offers on either front end, to show what
+ * each does to throughput and read latency.
  *
- *   hddbench [--time SEC] [--sched NAME[,NAME...]] [--scenario NAME]
+ *   hddbench [--time SEC] [--sched [FRONT:]NAME[,...]] [--scenario NAME]
  *            [--readers N] [--ncq N] [--seed N] [--real]
+ *
+ * Schedulers: by default every name a multi-queue hddsim queue's
+ * "scheduler" attribute lists (none, mq-deadline, kyber, bfq), then every
+ * name a single-queue one's lists (noop, deadline, cfq).  --sched picks
+ * some: "mq:NAME" or "sq:NAME" for one front end, a bare NAME for each
+ * front end that lists it.
  *
  * Scenarios (each stream has its own io context, as separate processes
  * would, so fair schedulers can tell them apart):
@@ -84,6 +90,12 @@ struct run {
 
 static char *io_buf;
 
+/* A scheduler to run, and the front end whose queue runs it. */
+struct sched_choice {
+	enum hddsim_front front;
+	char *name;
+};
+
 static struct {
 	double seconds;
 	unsigned readers;
@@ -91,9 +103,16 @@ static struct {
 	uint64_t seed;
 	bool real;
 	const char *scenario;
-	char *scheds[MAX_SCHEDS];
+	char *want[MAX_SCHEDS];        /* --sched, as given */
+	unsigned nr_want;
+	struct sched_choice scheds[MAX_SCHEDS];
 	unsigned nr_scheds;
 } opt = { .seconds = 30, .readers = 4, .ncq = 1, .seed = 1 };
+
+static const char *front_name(enum hddsim_front front)
+{
+	return front == HDDSIM_FRONT_SQ ? "sq" : "mq";
+}
 
 static uint64_t xorshift64(uint64_t *s)
 {
@@ -307,7 +326,7 @@ static void fmt_lat(char *buf, size_t len, double p50, double p99)
 }
 
 /* One scenario under one scheduler on a fresh disk; prints a table row. */
-static int run_one(const char *scenario, const char *sched)
+static int run_one(const char *scenario, enum hddsim_front front, const char *sched)
 {
 	struct hddsim_config cfg;
 	struct hddsim_stats hst;
@@ -324,12 +343,14 @@ static int run_one(const char *scenario, const char *sched)
 	pthread_cond_init(&r->cond, NULL);
 	hddsim_config_default(&cfg);
 	cfg.ncq_depth = opt.ncq;
+	cfg.front = front;
 	cfg.sched = sched;
 	cfg.clock = opt.real ? HDDSIM_CLOCK_REAL : HDDSIM_CLOCK_VIRTUAL;
 	r->real = opt.real;
 	ret = hddsim_create(&cfg, &r->dev);
 	if (ret) {
-		fprintf(stderr, "hddbench: %s: %s\n", sched, strerror(-ret));
+		fprintf(stderr, "hddbench: %s:%s: %s\n", front_name(front), sched,
+			strerror(-ret));
 		free(r);
 		return ret;
 	}
@@ -375,8 +396,9 @@ static int run_one(const char *scenario, const char *sched)
 	fmt_lat(lseq, sizeof(lseq), r->streams[0].op == RQ_OP_READ ? p50 : -1, p99);
 	lat_pct(r, false, &p50, &p99);
 	fmt_lat(lrnd, sizeof(lrnd), p50, p99);
-	printf("| %s | %s | %s | %s | %s | %s | %.0f%% |\n", scenario, sched, seq, rnd,
-	       lseq, lrnd, hst.commands ? 100.0 * hst.seeks / hst.commands : 0.0);
+	printf("| %s | %s | %s | %s | %s | %s | %s | %.0f%% |\n", scenario, front_name(front),
+	       sched, seq, rnd, lseq, lrnd,
+	       hst.commands ? 100.0 * hst.seeks / hst.commands : 0.0);
 	fflush(stdout);
 
 	hddsim_destroy(r->dev);
@@ -390,18 +412,48 @@ static int run_one(const char *scenario, const char *sched)
 	return 0;
 }
 
-/* Every scheduler a queue on this build can use, from its attribute. */
-static void list_schedulers(void)
+/*
+ * Is @name (as --sched gave it: NAME, mq:NAME or sq:NAME) wanted on
+ * @front?  No --sched: everything is.
+ */
+static bool sched_wanted(enum hddsim_front front, const char *name)
+{
+	unsigned i;
+
+	if (!opt.nr_want)
+		return true;
+	for (i = 0; i < opt.nr_want; i++) {
+		const char *w = opt.want[i];
+
+		if (!strncmp(w, "mq:", 3) || !strncmp(w, "sq:", 3)) {
+			if (strncmp(w, front_name(front), 2))
+				continue;
+			w += 3;
+		}
+		if (!strcmp(w, name))
+			return true;
+	}
+	return false;
+}
+
+/*
+ * Every scheduler a queue of @front on this build can use, from its
+ * "scheduler" attribute, that --sched asks for.  Return: how many.
+ */
+static unsigned list_schedulers(enum hddsim_front front)
 {
 	struct hddsim_config cfg;
 	struct hddsim_dev *dev;
 	char buf[512], *tok, *save = NULL;
+	unsigned n = 0;
 
 	hddsim_config_default(&cfg);
-	cfg.sched = "none";
+	cfg.front = front;
+	cfg.sched = front == HDDSIM_FRONT_SQ ? "noop" : "none";
 	if (hddsim_create(&cfg, &dev) ||
 	    rq_queue_attr_get(hddsim_queue(dev), "scheduler", buf, sizeof(buf)) < 0) {
-		fprintf(stderr, "hddbench: cannot read the scheduler list\n");
+		fprintf(stderr, "hddbench: cannot read the %s scheduler list\n",
+			front_name(front));
 		exit(1);
 	}
 	hddsim_destroy(dev);
@@ -414,8 +466,14 @@ static void list_schedulers(void)
 		l = strlen(tok);
 		if (l && tok[l - 1] == ']')
 			tok[l - 1] = 0;
-		opt.scheds[opt.nr_scheds++] = strdup(tok);
+		if (!sched_wanted(front, tok))
+			continue;
+		opt.scheds[opt.nr_scheds].front = front;
+		opt.scheds[opt.nr_scheds].name = strdup(tok);
+		opt.nr_scheds++;
+		n++;
 	}
+	return n;
 }
 
 /*
@@ -435,7 +493,7 @@ static void pin_to_one_cpu(void)
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: hddbench [--time SEC] [--sched NAME[,NAME...]] "
+	fprintf(stderr, "usage: hddbench [--time SEC] [--sched [mq:|sq:]NAME[,...]] "
 		"[--scenario seqread|seqwrite|2seqread] [--readers N] [--ncq N] "
 		"[--seed N] [--real]\n");
 	exit(2);
@@ -464,9 +522,9 @@ int main(int argc, char **argv)
 			opt.seconds = atof(optarg);
 			break;
 		case 's':
-			for (tok = strtok_r(optarg, ",", &save); tok && opt.nr_scheds < MAX_SCHEDS;
+			for (tok = strtok_r(optarg, ",", &save); tok && opt.nr_want < MAX_SCHEDS;
 			     tok = strtok_r(NULL, ",", &save))
-				opt.scheds[opt.nr_scheds++] = tok;
+				opt.want[opt.nr_want++] = tok;
 			break;
 		case 'c':
 			opt.scenario = optarg;
@@ -494,23 +552,29 @@ int main(int argc, char **argv)
 	memset(io_buf, 0, IO_BUF);
 	if (!opt.real)
 		pin_to_one_cpu();
-	if (!opt.nr_scheds)
-		list_schedulers();
+	list_schedulers(HDDSIM_FRONT_MQ);
+	list_schedulers(HDDSIM_FRONT_SQ);
+	if (!opt.nr_scheds) {
+		fprintf(stderr, "hddbench: no such scheduler on either front end\n");
+		return 2;
+	}
 
 	printf("hddbench: 7200 rpm 1 TiB disk (hddsim defaults), ncq %u, %.0f s %s per run, "
 	       "%u random readers; schedulers:", opt.ncq, opt.seconds,
 	       opt.real ? "real time" : "virtual time", opt.readers);
 	for (i = 0; i < opt.nr_scheds; i++)
-		printf(" %s", opt.scheds[i]);
-	printf("\n\n| scenario | scheduler | sequential MB/s | random IOPS (per reader) "
+		printf(" %s:%s", front_name(opt.scheds[i].front), opt.scheds[i].name);
+	printf("\n\n| scenario | front | scheduler | sequential MB/s | random IOPS (per reader) "
 	       "| seq read ms p50 / p99 | random read ms p50 / p99 | seeks |\n"
-	       "|---|---|---|---|---|---|---|\n");
+	       "|---|---|---|---|---|---|---|---|\n");
 	for (j = 0; j < sizeof(scenarios) / sizeof(scenarios[0]); j++) {
 		if (opt.scenario && strcmp(opt.scenario, scenarios[j]))
 			continue;
 		for (i = 0; i < opt.nr_scheds; i++)
-			run_one(scenarios[j], opt.scheds[i]);
+			run_one(scenarios[j], opt.scheds[i].front, opt.scheds[i].name);
 	}
+	for (i = 0; i < opt.nr_scheds; i++)
+		free(opt.scheds[i].name);
 	free(io_buf);
 	return 0;
 }

@@ -29,10 +29,11 @@
  * the queue is kept quiesced (either front end): submitted bios wait in
  * the scheduler (or the software queues) and reach the drive in the next
  * hddsim_advance*() call, at the virtual time of that call, whichever
- * thread the library would have dispatched them on.  A virtual-clock run needs no sleeping and gives
- * the same result every time, provided its bios are submitted from one
- * thread that stays on one CPU (the library picks software queues, and
- * kyber its lists, by CPU).  Switch schedulers only while it is idle.
+ * thread the library would have dispatched them on.  A virtual-clock run
+ * needs no sleeping and gives the same result every time, provided its bios
+ * are submitted from one thread that stays on one CPU (the library picks
+ * software queues, and kyber its lists, by CPU).  Switch schedulers only
+ * while it is idle.
  *
  * What may run at the same time:
  *

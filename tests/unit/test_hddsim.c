@@ -3,9 +3,10 @@
  * The simulated disk: the model (seek grows with distance, rotation follows
  * the clock alone, transfer time proportional to length, slower inside,
  * sequential work loses no revolution), a mixed workload that ends every bio
- * exactly once under every registered scheduler, identical results from two
- * virtual-clock runs, NCQ reordering, and a real-time smoke run.  Nothing
- * here depends on wall-clock timing except the smoke run's generous bound.
+ * exactly once under every registered scheduler of either front end
+ * (multi-queue and single-queue), identical results from two virtual-clock
+ * runs on either, NCQ reordering, and real-time smoke runs.  Nothing here
+ * depends on wall-clock timing except the smoke runs' generous bound.
  */
 #define _GNU_SOURCE
 #include <stdarg.h>
@@ -166,7 +167,8 @@ static void w_end_io(struct rq_bio *bio)
  * readers; W_PER_STREAM bios each.  Returns a digest of every completion
  * time; checks every bio ended exactly once with OK.
  */
-static uint64_t run_workload(const char *sched, unsigned ncq, uint64_t *elapsed)
+static uint64_t run_workload_front(enum hddsim_front front, const char *sched, unsigned ncq,
+				   uint64_t *elapsed)
 {
 	struct wstream *ws = calloc(W_STREAMS, sizeof(*ws));
 	struct hddsim_config cfg;
@@ -177,10 +179,12 @@ static uint64_t run_workload(const char *sched, unsigned ncq, uint64_t *elapsed)
 
 	assert_non_null(ws);
 	hddsim_config_default(&cfg);
+	cfg.front = front;
 	cfg.sched = sched;
 	cfg.ncq_depth = ncq;
 	assert_int_equal(hddsim_create(&cfg, &dev), 0);
 	q = hddsim_queue(dev);
+	assert_true(rq_queue_is_sq(q) == (front == HDDSIM_FRONT_SQ));
 	start = hddsim_now_ns(dev);
 	for (i = 0; i < W_STREAMS; i++) {
 		ws[i].sequential = i < 2;
@@ -248,8 +252,16 @@ static uint64_t run_workload(const char *sched, unsigned ncq, uint64_t *elapsed)
 	return digest;
 }
 
-/* The schedulers registered in this build, "none" first. */
-static unsigned list_scheds(char names[][32], unsigned max)
+static uint64_t run_workload(const char *sched, unsigned ncq, uint64_t *elapsed)
+{
+	return run_workload_front(HDDSIM_FRONT_MQ, sched, ncq, elapsed);
+}
+
+/*
+ * The schedulers registered in this build for a queue of @front, as its
+ * "scheduler" attribute lists them (multi-queue: "none" first).
+ */
+static unsigned list_scheds_front(enum hddsim_front front, char names[][32], unsigned max)
 {
 	struct hddsim_config cfg;
 	struct hddsim_dev *dev;
@@ -257,7 +269,8 @@ static unsigned list_scheds(char names[][32], unsigned max)
 	unsigned n = 0;
 
 	hddsim_config_default(&cfg);
-	cfg.sched = "none";
+	cfg.front = front;
+	cfg.sched = front == HDDSIM_FRONT_SQ ? "noop" : "none";
 	assert_int_equal(hddsim_create(&cfg, &dev), 0);
 	assert_true(rq_queue_attr_get(hddsim_queue(dev), "scheduler", buf, sizeof(buf)) > 0);
 	hddsim_destroy(dev);
@@ -265,6 +278,11 @@ static unsigned list_scheds(char names[][32], unsigned max)
 	     tok = strtok_r(NULL, " \n[]", &save))
 		snprintf(names[n++], 32, "%s", tok);
 	return n;
+}
+
+static unsigned list_scheds(char names[][32], unsigned max)
+{
+	return list_scheds_front(HDDSIM_FRONT_MQ, names, max);
 }
 
 static void test_workload_every_bio_once(void **state)
@@ -308,6 +326,71 @@ static void test_virtual_clock_deterministic(void **state)
 	}
 }
 
+static void test_sq_workload_every_bio_once(void **state)
+{
+	char names[16][32];
+	unsigned i, n = list_scheds_front(HDDSIM_FRONT_SQ, names, 16);
+	bool noop = false;
+
+	(void)state;
+	/* noop is built in; every single-queue scheduler, one drive command
+	   at a time and with a queueing drive */
+	for (i = 0; i < n; i++) {
+		print_message("  single-queue workload under %s\n", names[i]);
+		assert_string_not_equal(names[i], "none");
+		noop |= !strcmp(names[i], "noop");
+		run_workload_front(HDDSIM_FRONT_SQ, names[i], 1, NULL);
+		run_workload_front(HDDSIM_FRONT_SQ, names[i], 4, NULL);
+	}
+	assert_true(noop);
+}
+
+static void test_sq_virtual_clock_deterministic(void **state)
+{
+	char names[16][32];
+	unsigned i, n = list_scheds_front(HDDSIM_FRONT_SQ, names, 16);
+
+	(void)state;
+	pin_to_one_cpu();
+	for (i = 0; i < n; i++) {
+		unsigned ncq;
+
+		for (ncq = 1; ncq <= 4; ncq += 3) {
+			uint64_t e1, e2, d1, d2;
+
+			d1 = run_workload_front(HDDSIM_FRONT_SQ, names[i], ncq, &e1);
+			d2 = run_workload_front(HDDSIM_FRONT_SQ, names[i], ncq, &e2);
+			print_message("  sq %s, ncq %u: %s\n", names[i], ncq,
+				      d1 == d2 ? "same" : "DIFFERENT");
+			assert_int_equal(d1, d2);
+			assert_int_equal(e1, e2);
+		}
+	}
+}
+
+static void test_sq_other_front_scheds_refused(void **state)
+{
+	struct hddsim_config cfg;
+	struct hddsim_dev *dev = NULL;
+
+	(void)state;
+	hddsim_config_default(&cfg);
+	cfg.front = HDDSIM_FRONT_SQ;
+	cfg.sched = "none"; /* a multi-queue name only */
+	assert_int_equal(hddsim_create(&cfg, &dev), -EINVAL);
+	cfg.front = HDDSIM_FRONT_MQ;
+	cfg.sched = "noop"; /* a single-queue name only */
+	assert_int_equal(hddsim_create(&cfg, &dev), -EINVAL);
+	cfg.front = (enum hddsim_front)7;
+	cfg.sched = NULL;
+	assert_int_equal(hddsim_create(&cfg, &dev), -EINVAL);
+	/* the library's default for a single-queue queue */
+	cfg.front = HDDSIM_FRONT_SQ;
+	assert_int_equal(hddsim_create(&cfg, &dev), 0);
+	assert_true(rq_queue_is_sq(hddsim_queue(dev)));
+	hddsim_destroy(dev);
+}
+
 static void test_ncq_reorders(void **state)
 {
 	uint64_t e1, e4;
@@ -349,7 +432,7 @@ static void real_end_io(struct rq_bio *bio)
 	rq_bio_put(bio);
 }
 
-static void test_real_clock_completes(void **state)
+static void real_clock_run(enum hddsim_front front, const char *sched)
 {
 	struct hddsim_config cfg;
 	struct hddsim_stats st;
@@ -357,10 +440,10 @@ static void test_real_clock_completes(void **state)
 	struct timespec t0, t;
 	unsigned i;
 
-	(void)state;
 	hddsim_config_default(&cfg);
 	cfg.clock = HDDSIM_CLOCK_REAL;
-	cfg.sched = "none";
+	cfg.front = front;
+	cfg.sched = sched;
 	/* a quick disk: the run takes milliseconds */
 	cfg.model.capacity_sectors = 1 << 20;
 	cfg.model.rpm = 15000;
@@ -391,6 +474,21 @@ static void test_real_clock_completes(void **state)
 	hddsim_destroy(dev);
 }
 
+static void test_real_clock_completes(void **state)
+{
+	(void)state;
+	real_clock_run(HDDSIM_FRONT_MQ, "none");
+}
+
+static void test_sq_real_clock_completes(void **state)
+{
+	(void)state;
+	/* cfq idles on the real clock and runs the queue from the service thread */
+	real_clock_run(HDDSIM_FRONT_SQ, "noop");
+	real_clock_run(HDDSIM_FRONT_SQ, "deadline");
+	real_clock_run(HDDSIM_FRONT_SQ, "cfq");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -400,9 +498,13 @@ int main(void)
 		cmocka_unit_test(test_transfer_proportional),
 		cmocka_unit_test(test_workload_every_bio_once),
 		cmocka_unit_test(test_virtual_clock_deterministic),
+		cmocka_unit_test(test_sq_workload_every_bio_once),
+		cmocka_unit_test(test_sq_virtual_clock_deterministic),
+		cmocka_unit_test(test_sq_other_front_scheds_refused),
 		cmocka_unit_test(test_ncq_reorders),
 		cmocka_unit_test(test_one_virtual_device),
 		cmocka_unit_test(test_real_clock_completes),
+		cmocka_unit_test(test_sq_real_clock_completes),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
