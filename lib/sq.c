@@ -658,8 +658,17 @@ RQ_EXPORT struct rq_request *rq_sq_peek_request(struct rq_queue *q)
 			}
 			return rq;
 		}
-		if (!sqd->nr_sorted || !sqd->eops.dispatch(q, false))
+		if (!sqd->nr_sorted)
 			return NULL;
+		if (!sqd->eops.dispatch(q, false)) {
+			/*
+			 * Work, but the scheduler holds it back (cfq idling for
+			 * the active queue): come back, as the multi-queue core
+			 * does, even if the scheduler armed no run itself.
+			 */
+			rq_sq_delay_queue(q, RQ_RESOURCE_DELAY_MS);
+			return NULL;
+		}
 	}
 }
 
