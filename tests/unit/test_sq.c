@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -117,9 +118,20 @@ static void drv_request_fn(struct rq_queue *q)
 	}
 }
 
+static _Atomic int timeouts;
+static enum rq_timeout_ret timeout_answer = RQ_EH_RESET_TIMER;
+
+/* The timeout hook: count, and answer as the test says (queue lock held). */
+static enum rq_timeout_ret drv_timeout(struct rq_request *rq)
+{
+	atomic_fetch_add(&timeouts, 1);
+	return timeout_answer;
+}
+
 static const struct rq_sq_ops drv_ops = {
 	RQ_SQ_OPS_INIT,
 	.request_fn = drv_request_fn,
+	.timeout = drv_timeout,
 };
 
 static char buf[4096];
@@ -340,6 +352,60 @@ static void test_tags(void **state)
 	rq_queue_destroy(q);
 }
 
+/*
+ * Timeouts: a started request the driver sits on past io_timeout reaches the
+ * timeout hook (with RESET_TIMER again and again; with DONE once, and the
+ * driver then ends it); a request ended in time never does.
+ */
+static void test_timeouts(void **state)
+{
+	struct rq_queue *q = mkq(0, 0);
+
+	atomic_store(&timeouts, 0);
+	assert_int_equal(rq_queue_attr_set(q, "io_timeout", "40"), 0);
+	drv.hold = true;
+	rq_submit_bio(q, mkbio(RQ_OP_READ, 0, 0));
+	assert_int_equal(drv.nr_held, 1);
+	timeout_answer = RQ_EH_RESET_TIMER;
+	for (unsigned i = 0; i < 1000 && atomic_load(&timeouts) < 2; i++) {
+		struct timespec ts = { 0, 10 * 1000 * 1000 };
+
+		nanosleep(&ts, NULL);
+	}
+	assert_true(atomic_load(&timeouts) >= 2);
+
+	/* DONE: called once for this issue, then the driver ends it */
+	timeout_answer = RQ_EH_DONE;
+	{
+		int before = atomic_load(&timeouts);
+		struct timespec ts = { 0, 10 * 1000 * 1000 };
+
+		for (unsigned i = 0; i < 1000 && atomic_load(&timeouts) == before; i++)
+			nanosleep(&ts, NULL);
+		before = atomic_load(&timeouts);
+		for (unsigned i = 0; i < 20; i++)
+			nanosleep(&ts, NULL); /* 200 ms: five timeout periods */
+		assert_int_equal(atomic_load(&timeouts), before);
+	}
+	rq_sq_end_request_all(drv.held[0], RQ_STS_TIMEOUT);
+	assert_int_equal(atomic_load(&ended), 1);
+	assert_int_equal(atomic_load(&bad), 1);
+
+	/* ended in time: no call */
+	{
+		int before = atomic_load(&timeouts);
+		struct timespec ts = { 0, 100 * 1000 * 1000 };
+
+		drv.hold = false;
+		rq_submit_bio(q, mkbio(RQ_OP_READ, 0, 64));
+		nanosleep(&ts, NULL);
+		assert_int_equal(atomic_load(&timeouts), before);
+		assert_int_equal(atomic_load(&ended), 2);
+	}
+	timeout_answer = RQ_EH_RESET_TIMER;
+	rq_queue_destroy(q);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -350,6 +416,7 @@ int main(void)
 		cmocka_unit_test(test_flush_sequence),
 		cmocka_unit_test(test_teardown),
 		cmocka_unit_test(test_tags),
+		cmocka_unit_test(test_timeouts),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
