@@ -270,13 +270,18 @@ void elevator_detach(struct rq_queue *q)
 
 /* -------------------------------------------------------------- parsing */
 
-/* A whole unsigned decimal number, optionally followed by one newline. */
-static int parse_ulong(const char *s, unsigned long min, unsigned long max, unsigned long *out)
+/*
+ * A whole unsigned decimal number within [@min, @max], optionally followed by
+ * one newline (as sysfs writes arrive).  Shared by the queue attributes and
+ * the schedulers' tunables.
+ */
+RQ_EXPORT int rq_elv_parse_uint(const char *s, unsigned long min, unsigned long max,
+				unsigned long *out)
 {
 	unsigned long v = 0;
 	const char *p = s;
 
-	if (!s || !isdigit((unsigned char)*p))
+	if (!s || !out || !isdigit((unsigned char)*p))
 		return -EINVAL;
 	while (isdigit((unsigned char)*p)) {
 		unsigned d = (unsigned)(*p - '0');
@@ -294,6 +299,11 @@ static int parse_ulong(const char *s, unsigned long min, unsigned long max, unsi
 		return -EINVAL;
 	*out = v;
 	return 0;
+}
+
+static int parse_ulong(const char *s, unsigned long min, unsigned long max, unsigned long *out)
+{
+	return rq_elv_parse_uint(s, min, max, out);
 }
 
 /* @s equals @word, optionally followed by one newline. */

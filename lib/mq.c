@@ -756,12 +756,14 @@ RQ_EXPORT void rq_mq_end_request(struct rq_request *rq, rq_status_t status)
 	mq_end_request_inflight(rq, status);
 }
 
-RQ_EXPORT bool rq_update_request(struct rq_request *rq, rq_status_t status, unsigned bytes)
+/*
+ * Complete @bytes of @rq from its start (partial completion, both front
+ * ends): bios wholly done leave the request and go to @end_bio.  Return:
+ * true while bytes remain.
+ */
+bool request_advance(struct rq_request *rq, rq_status_t status, unsigned bytes,
+		     void (*end_bio)(struct rq_queue *q, struct rq_bio *bio, rq_status_t status))
 {
-	uint8_t st = __atomic_load_n(&rq->state, __ATOMIC_ACQUIRE);
-
-	if (st != RQ_STATE_IN_FLIGHT && st != RQ_STATE_COMPLETING)
-		return false;
 	while (bytes && rq->bio) {
 		struct rq_bio *bio = rq->bio;
 		unsigned n = bytes < bio->iter.size ? bytes : bio->iter.size;
@@ -777,10 +779,25 @@ RQ_EXPORT bool rq_update_request(struct rq_request *rq, rq_status_t status, unsi
 			if (!rq->bio)
 				rq->biotail = NULL;
 			bio->next = NULL;
-			bio_end_with(bio, status);
+			end_bio(rq->q, bio, status);
 		}
 	}
 	return rq->bytes > 0;
+}
+
+static void end_bio_now(struct rq_queue *q, struct rq_bio *bio, rq_status_t status)
+{
+	(void)q;
+	bio_end_with(bio, status);
+}
+
+RQ_EXPORT bool rq_update_request(struct rq_request *rq, rq_status_t status, unsigned bytes)
+{
+	uint8_t st = __atomic_load_n(&rq->state, __ATOMIC_ACQUIRE);
+
+	if (st != RQ_STATE_IN_FLIGHT && st != RQ_STATE_COMPLETING)
+		return false;
+	return request_advance(rq, status, bytes, end_bio_now);
 }
 
 RQ_EXPORT rq_status_t rq_mq_complete_status(const struct rq_request *rq)

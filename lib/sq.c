@@ -721,24 +721,7 @@ struct rq_sw_ctx *sq_release_request(struct rq_request *rq)
 /* Partial completion; bios wholly done end after the lock drops.  Lock held. */
 static bool sq_update_request(struct rq_request *rq, rq_status_t status, unsigned bytes)
 {
-	while (bytes && rq->bio) {
-		struct rq_bio *bio = rq->bio;
-		unsigned n = bytes < bio->iter.size ? bytes : bio->iter.size;
-
-		if (status != RQ_STS_OK && bio->status == RQ_STS_OK)
-			bio->status = status;
-		bio_advance(bio, n);
-		rq->bytes -= n;
-		rq->sector += n >> RQ_SECTOR_SHIFT;
-		bytes -= n;
-		if (!bio->iter.size) {
-			rq->bio = bio->next;
-			if (!rq->bio)
-				rq->biotail = NULL;
-			sq_bio_end_later(rq->q, bio, status);
-		}
-	}
-	return rq->bytes > 0;
+	return request_advance(rq, status, bytes, sq_bio_end_later);
 }
 
 /* The request is done: scheduler told, bios ended (later), pool.  Lock held. */

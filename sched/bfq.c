@@ -1385,19 +1385,9 @@ static struct rq_request *bfq_next_request(struct rq_queue *q, struct rq_request
 /* Parse all of @buf (one optional trailing newline) as an unsigned in [min, max]. */
 static int parse_uint(const char *buf, unsigned long min, unsigned long max, unsigned *out)
 {
-	unsigned long v = 0;
-	const char *p = buf;
+	unsigned long v;
 
-	if (*p < '0' || *p > '9')
-		return -EINVAL;
-	for (; *p >= '0' && *p <= '9'; p++) {
-		v = v * 10 + (unsigned long)(*p - '0');
-		if (v > max)
-			return -EINVAL;
-	}
-	if (*p == '\n')
-		p++;
-	if (*p || v < min)
+	if (rq_elv_parse_uint(buf, min, max, &v))
 		return -EINVAL;
 	*out = (unsigned)v;
 	return 0;

@@ -693,20 +693,9 @@ static bool dl_has_work(struct rq_hw_ctx *hctx)
  */
 static int dl_parse_uint(const char *buf, unsigned min, unsigned max, unsigned *out)
 {
-	unsigned long long v = 0;
-	const char *p = buf;
+	unsigned long v;
 
-	if (*p < '0' || *p > '9')
-		return -EINVAL;
-	while (*p >= '0' && *p <= '9') {
-		v = v * 10 + (unsigned)(*p - '0');
-		if (v > max)
-			return -EINVAL;
-		p++;
-	}
-	if (*p == '\n')
-		p++;
-	if (*p || v < min)
+	if (rq_elv_parse_uint(buf, min, max, &v))
 		return -EINVAL;
 	*out = (unsigned)v;
 	return 0;

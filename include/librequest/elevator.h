@@ -239,6 +239,14 @@ void rq_sched_free_request(struct rq_request *rq);
 void rq_elv_rqhash_add(struct rq_queue *q, struct rq_request *rq);
 void rq_elv_rqhash_del(struct rq_queue *q, struct rq_request *rq);
 
+/**
+ * rq_elv_parse_uint() - parse a tunable as sysfs would hand it over: a whole
+ * decimal number within [@min, @max], optionally followed by one newline.
+ * Return: 0 and *@out, or -EINVAL with *@out untouched.
+ */
+int rq_elv_parse_uint(const char *buf, unsigned long min, unsigned long max,
+		      unsigned long *out);
+
 /** Sector-sorted red-black trees of requests (via rq->rb_node). */
 void rq_elv_rb_add(struct rq_rb_root *root, struct rq_request *rq);
 void rq_elv_rb_del(struct rq_rb_root *root, struct rq_request *rq);
