@@ -345,6 +345,12 @@ static void test_sq_workload_every_bio_once(void **state)
 	assert_true(noop);
 }
 
+/*
+ * Two virtual-clock runs of each single-queue scheduler give identical
+ * results.  cfq is left out: when the library clock is a virtual one, its
+ * idle windows also end on the real clock (sched-cfq.md), so a slow run
+ * (a sanitizer build, a loaded machine) may end one earlier than another.
+ */
 static void test_sq_virtual_clock_deterministic(void **state)
 {
 	char names[16][32];
@@ -354,6 +360,9 @@ static void test_sq_virtual_clock_deterministic(void **state)
 	pin_to_one_cpu();
 	for (i = 0; i < n; i++) {
 		unsigned ncq;
+
+		if (!strcmp(names[i], "cfq"))
+			continue;
 
 		for (ncq = 1; ncq <= 4; ncq += 3) {
 			uint64_t e1, e2, d1, d2;

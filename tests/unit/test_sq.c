@@ -119,13 +119,13 @@ static void drv_request_fn(struct rq_queue *q)
 }
 
 static _Atomic int timeouts;
-static enum rq_timeout_ret timeout_answer = RQ_EH_RESET_TIMER;
+static _Atomic enum rq_timeout_ret timeout_answer = RQ_EH_RESET_TIMER;
 
 /* The timeout hook: count, and answer as the test says (queue lock held). */
 static enum rq_timeout_ret drv_timeout(struct rq_request *rq)
 {
 	atomic_fetch_add(&timeouts, 1);
-	return timeout_answer;
+	return atomic_load(&timeout_answer);
 }
 
 static const struct rq_sq_ops drv_ops = {
@@ -366,7 +366,7 @@ static void test_timeouts(void **state)
 	drv.hold = true;
 	rq_submit_bio(q, mkbio(RQ_OP_READ, 0, 0));
 	assert_int_equal(drv.nr_held, 1);
-	timeout_answer = RQ_EH_RESET_TIMER;
+	atomic_store(&timeout_answer, RQ_EH_RESET_TIMER);
 	for (unsigned i = 0; i < 1000 && atomic_load(&timeouts) < 2; i++) {
 		struct timespec ts = { 0, 10 * 1000 * 1000 };
 
@@ -375,7 +375,7 @@ static void test_timeouts(void **state)
 	assert_true(atomic_load(&timeouts) >= 2);
 
 	/* DONE: called once for this issue, then the driver ends it */
-	timeout_answer = RQ_EH_DONE;
+	atomic_store(&timeout_answer, RQ_EH_DONE);
 	{
 		int before = atomic_load(&timeouts);
 		struct timespec ts = { 0, 10 * 1000 * 1000 };
@@ -402,7 +402,7 @@ static void test_timeouts(void **state)
 		assert_int_equal(atomic_load(&timeouts), before);
 		assert_int_equal(atomic_load(&ended), 2);
 	}
-	timeout_answer = RQ_EH_RESET_TIMER;
+	atomic_store(&timeout_answer, RQ_EH_RESET_TIMER);
 	rq_queue_destroy(q);
 }
 
