@@ -308,6 +308,13 @@ static void pin_to_one_cpu(void)
 	assert_int_equal(sched_setaffinity(0, sizeof(set), &set), 0);
 }
 
+/*
+ * Two virtual-clock runs give identical results.  Checked for the
+ * schedulers that never hold work back: kyber (waiting for tokens) and bfq
+ * (idling) leave it to a delayed run, which the library's service thread
+ * makes on the real clock, so under a slow build (sanitizers) a run now and
+ * then dispatches at another virtual moment.
+ */
 static void test_virtual_clock_deterministic(void **state)
 {
 	char names[16][32];
@@ -317,6 +324,8 @@ static void test_virtual_clock_deterministic(void **state)
 	/* software queues (and kyber's lists) follow the submitting CPU */
 	pin_to_one_cpu();
 	for (i = 0; i < n; i++) {
+		if (!strcmp(names[i], "kyber") || !strcmp(names[i], "bfq"))
+			continue;
 		uint64_t e1, e2, d1 = run_workload(names[i], 1, &e1);
 		uint64_t d2 = run_workload(names[i], 1, &e2);
 
