@@ -465,7 +465,8 @@ static int plug_cached_tag(struct rq_plug *plug, struct rq_tags *tags, unsigned 
 	return (int)(tags->nr_reserved + plug->cached_off + bit);
 }
 
-static void rq_init_common(struct rq_request *rq, struct rq_queue *q, struct rq_hw_ctx *hctx,
+/* Reset the core's fields of a request about to be used (both front ends). */
+void rq_init_common(struct rq_request *rq, struct rq_queue *q, struct rq_hw_ctx *hctx,
 			   struct rq_sw_ctx *ctx)
 {
 	/* the timeout scan reads these without a lock */

@@ -483,33 +483,11 @@ int sq_set_nr_requests(struct rq_queue *q, unsigned long nr)
 static void sq_rq_init(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_request *rq,
 		       struct rq_bio *bio, unsigned nr_segs)
 {
-	int32_t slot = rq->internal_tag;
-	uint32_t gen = rq->gen;
-
-	__atomic_store_n(&rq->q, q, __ATOMIC_RELAXED);
-	rq->hctx = NULL;
-	rq->ctx = ctx;
-	rq->cpu = (int32_t)ctx->cpu;
-	rq->rq_flags = 0;
-	rq->state = RQ_STATE_IDLE;
-	rq->core_busy = 0;
+	/* the pool slot (internal_tag) and the issue generation stay */
+	rq_init_common(rq, q, NULL, ctx);
 	rq->complete_status = RQ_STS_OK;
 	rq->tag = -1;
-	rq->internal_tag = slot;
-	rq->gen = gen;
-	rq->deadline_ns = 0;
-	rq->fifo_time = 0;
-	rq->rq_next = NULL;
-	rq->end_io = NULL;
-	rq->end_io_data = NULL;
-	rq->elv_priv[0] = rq->elv_priv[1] = NULL;
-	rq->hash.next = NULL;
-	rq->hash.pprev = NULL;
-	rq_rb_clear_node(&rq->rb_node);
-	rq_list_init(&rq->queuelist);
-	rq->flush.seq = 0;
 	rq->start_time_ns = rq_clock_ns();
-	rq->io_start_time_ns = 0;
 	rq->op = bio->op;
 	rq->opf = bio->opf;
 	rq->ioc = bio->ioc ? bio->ioc : rq_ioc_current();

@@ -229,6 +229,8 @@ void run_hw_queue(struct rq_hw_ctx *hctx);
 void hctx_park(struct rq_hw_ctx *hctx, struct rq_list_node *list, bool at_head);
 void mq_insert_request(struct rq_request *rq, bool at_head, bool run);
 void mq_free_request(struct rq_request *rq);
+void rq_init_common(struct rq_request *rq, struct rq_queue *q, struct rq_hw_ctx *hctx,
+		    struct rq_sw_ctx *ctx);
 bool request_advance(struct rq_request *rq, rq_status_t status, unsigned bytes,
 		     void (*end_bio)(struct rq_queue *q, struct rq_bio *bio, rq_status_t status));
 bool mq_get_driver_tag(struct rq_request *rq);
