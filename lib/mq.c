@@ -148,16 +148,21 @@ static inline bool hctx_stopped(struct rq_hw_ctx *hctx)
  * (freezers also re-check every few milliseconds, so a freeze that starts
  * just after the check costs a little latency, never a hang).
  */
-static void queue_exit_ctx(struct rq_queue *q, struct rq_sw_ctx *ctx)
+static void queue_exit_ctx_n(struct rq_queue *q, struct rq_sw_ctx *ctx, long n)
 {
 	if (likely(!atomic_load_explicit(&q->freeze_depth, memory_order_seq_cst))) {
-		atomic_fetch_sub_explicit(&ctx->usage, 1, memory_order_seq_cst);
+		atomic_fetch_sub_explicit(&ctx->usage, n, memory_order_seq_cst);
 		return;
 	}
 	pthread_mutex_lock(&q->freeze_lock);
-	atomic_fetch_sub_explicit(&ctx->usage, 1, memory_order_seq_cst);
+	atomic_fetch_sub_explicit(&ctx->usage, n, memory_order_seq_cst);
 	pthread_cond_broadcast(&q->freeze_cond);
 	pthread_mutex_unlock(&q->freeze_lock);
+}
+
+static inline void queue_exit_ctx(struct rq_queue *q, struct rq_sw_ctx *ctx)
+{
+	queue_exit_ctx_n(q, ctx, 1);
 }
 
 void queue_exit(struct rq_queue *q)
@@ -235,6 +240,8 @@ static void queue_drain(struct rq_queue *q)
 
 RQ_EXPORT void rq_queue_freeze(struct rq_queue *q)
 {
+	/* our own plugged requests and cached tags hold usage: let them go */
+	rq_flush_plug();
 	pthread_mutex_lock(&q->freeze_lock);
 	atomic_fetch_add_explicit(&q->freeze_depth, 1, memory_order_seq_cst);
 	pthread_mutex_unlock(&q->freeze_lock);
@@ -420,33 +427,42 @@ static int driver_tag_get_wait(struct rq_queue *q, struct rq_hw_ctx *hctx, unsig
 }
 
 /*
- * Batched tag allocation: a plug takes up to PLUG_TAG_BATCH driver tags of
- * one hw queue with a single compare-and-swap (sbq_get_batch) and hands
- * them out as its requests are made; what is left goes back in one batch
- * when the plug finishes.  Only for queues without a scheduler and with
- * unshared tags (fair sharing counts tags one by one).
+ * Batched tag allocation: a plug takes up to PLUG_TAG_BATCH tags of one hw
+ * queue with a single compare-and-swap (sbq_get_batch) and hands them out
+ * as its requests are made; what is left goes back in one batch when the
+ * plug flushes or finishes (the kernel's plug->cached_rqs).  Driver tags
+ * without a scheduler, scheduler tags with one; not for shared tag sets
+ * (fair sharing counts driver tags one by one) nor for depth-limited
+ * allocations (limit_depth).
+ *
+ * Scheduler tags die with their scheduler, so while a plug holds any it
+ * also holds one usage reference of their queue (plug->cache_q): a freeze,
+ * and with it a scheduler switch or nr_requests change, waits until the
+ * plug gives them back.  A plug never takes scheduler tags ahead once a
+ * freeze has begun.  Driver tags live as long as the tag set.
  */
 #define PLUG_TAG_BATCH 8
 
 static void plug_return_tags(struct rq_plug *plug, unsigned cpu)
 {
 	struct rq_tags *tags = plug->tag_cache;
-	unsigned long m = plug->cached_tags;
-	int bits[8 * sizeof(unsigned long)];
-	unsigned n = 0;
 
-	if (!m)
+	if (!plug->cached_tags)
 		return;
-	while (m) {
-		bits[n++] = (int)(plug->cached_off + (unsigned)__builtin_ctzl(m));
-		m &= m - 1;
-	}
+	sbq_put_mask(&tags->bitmap, plug->cached_tags, plug->cached_off, cpu);
 	plug->cached_tags = 0;
-	sbq_put_batch(&tags->bitmap, bits, n, cpu);
+	if (plug->cache_q) {
+		queue_exit(plug->cache_q);
+		plug->cache_q = NULL;
+	}
 }
 
-/* A driver tag from the plug's batch, refilled from @tags; -1 if none. */
-static int plug_cached_tag(struct rq_plug *plug, struct rq_tags *tags, unsigned cpu)
+/*
+ * A tag from the plug's batch, refilled from @tags (the scheduler tags of
+ * @q when @sched_q is set, else driver tags); -1 if none.
+ */
+static int plug_cached_tag(struct rq_plug *plug, struct rq_tags *tags, struct rq_queue *sched_q,
+			   unsigned cpu)
 {
 	unsigned bit;
 
@@ -455,13 +471,24 @@ static int plug_cached_tag(struct rq_plug *plug, struct rq_tags *tags, unsigned 
 		plug->tag_cache = tags;
 	}
 	if (!plug->cached_tags) {
+		if (sched_q && atomic_load_explicit(&sched_q->freeze_depth, memory_order_relaxed))
+			return -1;
 		plug->cached_tags = sbq_get_batch(&tags->bitmap, cpu, PLUG_TAG_BATCH,
 						  &plug->cached_off);
 		if (!plug->cached_tags)
 			return -1;
+		if (sched_q) {
+			queue_enter_extra(sched_q);
+			plug->cache_q = sched_q;
+		}
 	}
 	bit = (unsigned)__builtin_ctzl(plug->cached_tags);
 	plug->cached_tags &= plug->cached_tags - 1;
+	if (!plug->cached_tags && plug->cache_q) {
+		/* the request being made holds the queue from here */
+		queue_exit(plug->cache_q);
+		plug->cache_q = NULL;
+	}
 	return (int)(tags->nr_reserved + plug->cached_off + bit);
 }
 
@@ -516,7 +543,11 @@ static struct rq_request *mq_get_request(struct rq_queue *q, struct rq_sw_ctx *c
 			e->ops.limit_depth(&data);
 			shallow = data.shallow_depth;
 		}
-		tag = get_tag(q, hctx->sched_tags, ctx->cpu, shallow, nowait);
+		tag = -1;
+		if (tls_plug && !shallow)
+			tag = plug_cached_tag(tls_plug, hctx->sched_tags, q, ctx->cpu);
+		if (tag < 0)
+			tag = get_tag(q, hctx->sched_tags, ctx->cpu, shallow, nowait);
 		if (tag < 0)
 			return NULL;
 		rq = hctx->sched_tags->static_rqs[tag];
@@ -528,7 +559,7 @@ static struct rq_request *mq_get_request(struct rq_queue *q, struct rq_sw_ctx *c
 	} else {
 		tag = -1;
 		if (tls_plug && !tags_shared(q))
-			tag = plug_cached_tag(tls_plug, hctx->tags, ctx->cpu);
+			tag = plug_cached_tag(tls_plug, hctx->tags, NULL, ctx->cpu);
 		if (tag < 0)
 			tag = driver_tag_get_wait(q, hctx, ctx->cpu, nowait);
 		if (tag < 0)
@@ -611,15 +642,112 @@ static void put_driver_tag(struct rq_request *rq, unsigned cpu)
 }
 
 /*
- * Free a request that is not with the driver: scheduler told, tags back,
- * usage reference dropped.  The request must not be touched afterwards.
+ * Completion batches.  Requests a thread ends while it issues them (a
+ * driver completing inline, from queue_rq or queue_rqs) give their tags
+ * and usage references back together when that issue round ends: one
+ * atomic per bitmap word and one for the usage count instead of three per
+ * request (the kernel batches the same way for polled completions,
+ * io_comp_batch).  Only requests of the hw queue being issued, with
+ * unreserved tags of an unshared set; anything else is freed at once.
+ * The batch runs the hctx restart check at its end, after the tags are
+ * back, and drops the usage last, as a single release does.
  */
+struct comp_batch {
+	struct rq_hw_ctx *hctx;
+	unsigned long tags, sched;   /* driver / scheduler tag bits, one word each */
+	unsigned tags_off, sched_off; /* bitmap bit of each word's bit 0 */
+	unsigned cpu;                /* hint CPU: the first request's submitter */
+	struct rq_sw_ctx *ctx;       /* where the usage references are dropped */
+	long nr_usage;               /* requests taken */
+};
+
+static __thread struct comp_batch *tls_cbatch __attribute__((tls_model("initial-exec")));
+
+static void hctx_restart(struct rq_hw_ctx *hctx);
+
+/* Start a batch for @hctx unless the thread has one already (nested issue). */
+static inline bool comp_batch_start(struct comp_batch *cb, struct rq_hw_ctx *hctx)
+{
+	if (tls_cbatch)
+		return false;
+	cb->hctx = hctx;
+	cb->tags = cb->sched = 0;
+	cb->nr_usage = 0;
+	cb->ctx = NULL;
+	tls_cbatch = cb;
+	return true;
+}
+
+/* Add @bit of @sbq to the one-word mask *@mask, flushing another word's bits. */
+static void comp_batch_bit(struct sbitmap_queue *sbq, unsigned long *mask, unsigned *off,
+			   unsigned bit, unsigned cpu)
+{
+	unsigned word_off = (bit >> sbq->sb.shift) << sbq->sb.shift;
+
+	if (*mask && *off != word_off) {
+		sbq_put_mask(sbq, *mask, *off, cpu);
+		*mask = 0;
+	}
+	*off = word_off;
+	*mask |= 1UL << (bit - word_off);
+}
+
+/* Give the batch's tags back now (it keeps its usage references). */
+static void comp_batch_put_tags(struct comp_batch *cb)
+{
+	struct rq_hw_ctx *hctx = cb->hctx;
+
+	if (cb->tags)
+		sbq_put_mask(&hctx->tags->bitmap, cb->tags, cb->tags_off, cb->cpu);
+	if (cb->sched)
+		sbq_put_mask(&hctx->sched_tags->bitmap, cb->sched, cb->sched_off, cb->cpu);
+	cb->tags = cb->sched = 0;
+}
+
+/* End the thread's batch @cb: tags back, restart check, usage dropped last. */
+static void comp_batch_end(struct comp_batch *cb)
+{
+	tls_cbatch = NULL;
+	if (!cb->nr_usage)
+		return;
+	comp_batch_put_tags(cb);
+	hctx_restart(cb->hctx);
+	queue_exit_ctx_n(cb->hctx->q, cb->ctx, cb->nr_usage);
+}
+
+/* Take the tags and usage of @rq (released, on @ctx) into the batch, if any. */
+static bool comp_batch_take(struct rq_request *rq, int tag, int itag, struct rq_sw_ctx *ctx)
+{
+	struct comp_batch *cb = tls_cbatch;
+	struct rq_hw_ctx *hctx = rq->hctx;
+
+	if (likely(!cb) || cb->hctx != hctx)
+		return false;
+	if (tag >= 0 && (tags_shared(hctx->q) || (unsigned)tag < hctx->tags->nr_reserved))
+		return false;
+	if (itag >= 0 && (unsigned)itag < hctx->sched_tags->nr_reserved)
+		return false;
+	if (!cb->nr_usage) {
+		cb->cpu = ctx->cpu;
+		cb->ctx = ctx;
+	}
+	if (tag >= 0)
+		comp_batch_bit(&hctx->tags->bitmap, &cb->tags, &cb->tags_off,
+			       (unsigned)tag - hctx->tags->nr_reserved, cb->cpu);
+	if (itag >= 0)
+		comp_batch_bit(&hctx->sched_tags->bitmap, &cb->sched, &cb->sched_off,
+			       (unsigned)itag - hctx->sched_tags->nr_reserved, cb->cpu);
+	cb->nr_usage++;
+	return true;
+}
+
 /*
  * Release a request that is not with the driver: scheduler told, tags back.
  * Its usage reference is NOT dropped: returns the ctx to drop it on (NULL
- * for the flush machinery's own request), which the caller does last, after
- * any re-run of the hctx, so a destroyer waiting for usage 0 never frees an
- * hctx still in use.  The request must not be touched afterwards.
+ * for the flush machinery's own request, or when the thread's completion
+ * batch took tags and usage), which the caller does last, after any re-run
+ * of the hctx, so a destroyer waiting for usage 0 never frees an hctx still
+ * in use.  The request must not be touched afterwards.
  */
 static struct rq_sw_ctx *mq_release_request(struct rq_request *rq)
 {
@@ -644,6 +772,8 @@ static struct rq_sw_ctx *mq_release_request(struct rq_request *rq)
 		cpu_relax();
 	rq->bio = rq->biotail = NULL;
 	__atomic_store_n(&rq->state, RQ_STATE_IDLE, __ATOMIC_RELEASE);
+	if (comp_batch_take(rq, tag, itag, ctx))
+		return NULL;
 	if (tag >= 0)
 		driver_tag_put(hctx, (unsigned)tag, cpu);
 	if (itag >= 0)
@@ -1121,6 +1251,8 @@ static bool dispatch_rq_list(struct rq_hw_ctx *hctx, struct rq_list_node *list)
 	struct rq_sw_ctx *sctx = NULL;
 	bool need_commit = false;
 	uint64_t queued = 0, resource = 0;
+	struct comp_batch cb;
+	bool own_batch = comp_batch_start(&cb, hctx);
 	bool busy = false;
 
 	while (!rq_list_empty(list)) {
@@ -1129,6 +1261,11 @@ static bool dispatch_rq_list(struct rq_hw_ctx *hctx, struct rq_list_node *list)
 		bool last;
 
 		if (unlikely(rq->tag < 0) && !mq_get_driver_tag(rq)) {
+			/* tags this round freed may still sit in the batch */
+			if (own_batch && cb.tags) {
+				comp_batch_put_tags(&cb);
+				continue;
+			}
 			busy = true;
 			break;
 		}
@@ -1166,6 +1303,8 @@ static bool dispatch_rq_list(struct rq_hw_ctx *hctx, struct rq_list_node *list)
 	}
 	if (busy && need_commit && ops->commit_rqs)
 		ops->commit_rqs(hctx);
+	if (own_batch)
+		comp_batch_end(&cb);
 	if (sctx) {
 		ctx_stat_add(sctx, ST_DISPATCHED, queued);
 		if (resource)
@@ -1194,33 +1333,89 @@ static void hctx_collect_staged(struct rq_hw_ctx *hctx, struct rq_list_node *lis
 	}
 }
 
-/* Pull up to a batch from the scheduler and issue it.  False if busy. */
+/*
+ * Pull up to @max requests from the scheduler onto @list: one call of its
+ * dispatch_requests if it has one, else dispatch_request while it has work.
+ */
+static unsigned sched_pull(struct rq_hw_ctx *hctx, const struct rq_elevator_type *e,
+			   struct rq_list_node *list, unsigned max)
+{
+	unsigned n = 0;
+
+	if (e->dispatch_requests)
+		return e->dispatch_requests(hctx, list, max);
+	while (n < max && e->ops.has_work(hctx)) {
+		struct rq_request *rq = e->ops.dispatch_request(hctx);
+
+		if (!rq)
+			break;
+		rq_list_add_tail(&rq->queuelist, list);
+		n++;
+	}
+	return n;
+}
+
+/*
+ * Pull up to a batch from the scheduler and issue it.  False if busy.
+ *
+ * As the kernel, a request leaves the scheduler only while driver tags
+ * remain: the device is full otherwise, and the scheduler keeps deciding
+ * what goes next.  The kernel takes a driver tag per request pulled and
+ * stops at the first it cannot have; here (unshared tag sets) the tags are
+ * taken first, a bitmap word's worth with one atomic, the scheduler is
+ * asked for at most that many requests, and the tags left over go back
+ * with one atomic.  With a shared tag set (fair share counts tags one by
+ * one) or no tag free, one request is pulled and tagged as the kernel does.
+ */
 static bool sched_dispatch(struct rq_hw_ctx *hctx, bool *progress)
 {
 	const struct rq_elevator_type *e = hctx->q->elevator->type;
+	struct rq_tags *tags = hctx->tags;
+	bool batch_tags = !tags_shared(hctx->q);
+	unsigned cpu = cur_cpu(), n = 0;
 	struct rq_list_node list;
-	unsigned n = 0;
+	bool no_tag = false;
 
 	rq_list_init(&list);
-	while (n < RQ_DISPATCH_BATCH && e->ops.has_work(hctx)) {
-		struct rq_request *rq = e->ops.dispatch_request(hctx);
+	while (!no_tag && n < RQ_DISPATCH_BATCH && e->ops.has_work(hctx)) {
+		unsigned long bits = 0;
+		unsigned off = 0, want = 1, got;
+		struct rq_list_node pulled;
+		struct rq_request *rq;
 
-		if (!rq) {
+		if (batch_tags) {
+			bits = sbq_get_batch(&tags->bitmap, cpu, RQ_DISPATCH_BATCH - n, &off);
+			if (bits)
+				want = (unsigned)__builtin_popcountl(bits);
+		}
+		rq_list_init(&pulled);
+		got = sched_pull(hctx, e, &pulled, want);
+		if (!got) {
 			/*
 			 * Work, but the scheduler holds it back (idling, a
 			 * class waiting): come back, as the kernel does.
 			 */
+			sbq_put_mask(&tags->bitmap, bits, off, cpu);
 			hctx_delay_run(hctx, RQ_RESOURCE_DELAY_MS);
 			break;
 		}
-		rq_list_add_tail(&rq->queuelist, &list);
-		n++;
-		/*
-		 * As the kernel: without a driver tag stop pulling; the device
-		 * is full, and the scheduler keeps deciding what goes next.
-		 */
-		if (!mq_get_driver_tag(rq))
-			break;
+		while ((rq = rq_list_first_rq(&pulled))) {
+			rq_list_del_init(&rq->queuelist);
+			rq_list_add_tail(&rq->queuelist, &list);
+			n++;
+			if (rq->tag >= 0)
+				continue;
+			if (bits && rq->hctx == hctx) {
+				int tag = (int)(tags->nr_reserved + off + (unsigned)__builtin_ctzl(bits));
+
+				bits &= bits - 1;
+				rq->tag = tag;
+				__atomic_store_n(&tags->rqs[tag], rq, __ATOMIC_RELEASE);
+			} else if (!mq_get_driver_tag(rq)) {
+				no_tag = true;
+			}
+		}
+		sbq_put_mask(&tags->bitmap, bits, off, cpu);
 	}
 	*progress = n != 0;
 	if (!n)
@@ -1291,6 +1486,8 @@ static void issue_list_directly(struct rq_hw_ctx *hctx, struct rq_sw_ctx *ctx,
 	if (use_queue_rqs && q->ops->queue_rqs && !q->ops->get_budget) {
 		struct rq_request *head = NULL, **tail = &head;
 		struct rq_request *rq;
+		struct comp_batch cb;
+		bool own_batch = comp_batch_start(&cb, hctx);
 		uint64_t n = 0;
 
 		while ((rq = rq_list_first_rq(list))) {
@@ -1311,6 +1508,8 @@ static void issue_list_directly(struct rq_hw_ctx *hctx, struct rq_sw_ctx *ctx,
 			rq_list_add_tail(&rq->queuelist, list);
 			n--;
 		}
+		if (own_batch)
+			comp_batch_end(&cb);
 		ctx_stat_add(ctx, ST_DISPATCHED, n);
 	}
 	if (!rq_list_empty(list))
@@ -1347,6 +1546,7 @@ RQ_EXPORT void rq_start_plug(struct rq_plug *plug)
 	plug->tag_cache = NULL;
 	plug->cached_tags = 0;
 	plug->cached_off = 0;
+	plug->cache_q = NULL;
 	plug->head = plug->tail = NULL;
 	plug->count = 0;
 	plug->multiple_queues = 0;

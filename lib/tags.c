@@ -30,7 +30,7 @@
  *
  *   operation                          concurrent with
  *   sbq_get, _shallow, _batch          everything but init/destroy
- *   sbq_put, sbq_put_batch             everything but init/destroy
+ *   sbq_put, sbq_put_mask              everything but init/destroy
  *   sbq_wait_get, sbq_wake_all         everything but init/destroy
  *   sbq_resize                         get/put/wait (one resize at a time)
  *   sbq_weight, sbq_for_each_set       everything (a snapshot, word by word)
@@ -621,37 +621,26 @@ void sbq_put(struct sbitmap_queue *sbq, unsigned bit, unsigned cpu)
 }
 
 /**
- * sbq_put_batch() - free @nr bits, one atomic per run of bits in one word.
+ * sbq_put_mask() - free the bits of @mask in the word whose bit 0 is bit
+ * @offset (what sbq_get_batch() returned), with one atomic.
  * @sbq: the queue.
- * @bits: the bits.
- * @nr: how many.
- * @cpu: the caller's CPU (its hint becomes the first bit).
+ * @mask: the bits, relative to @offset; 0 does nothing.
+ * @offset: the word's first bit number.
+ * @cpu: the caller's CPU (its hint becomes the lowest bit).
  * Context: any thread.
  */
-void sbq_put_batch(struct sbitmap_queue *sbq, const int *bits, unsigned nr, unsigned cpu)
+void sbq_put_mask(struct sbitmap_queue *sbq, unsigned long mask, unsigned offset, unsigned cpu)
 {
 	struct sbitmap *sb = &sbq->sb;
-	unsigned long mask = 0;
-	unsigned index = 0, i;
+	unsigned first;
 
-	if (!nr)
+	if (!mask)
 		return;
-	for (i = 0; i < nr; i++) {
-		unsigned bit = (unsigned)bits[i];
-		unsigned wi = bit >> sb->shift;
-
-		if (mask && wi != index) {
-			atomic_fetch_and_explicit(&sb->map[index].word, ~mask,
-						  memory_order_seq_cst);
-			mask = 0;
-		}
-		index = wi;
-		mask |= 1UL << (bit & (sb_bits_per_word(sb) - 1));
-	}
-	atomic_fetch_and_explicit(&sb->map[index].word, ~mask, memory_order_seq_cst);
-	if (!sb->round_robin && (unsigned)bits[0] < READ_ONCE(sb->depth))
-		WRITE_ONCE(*sb_hint(sb, cpu), (unsigned)bits[0]);
-	sbq_wake_up(sbq, nr);
+	atomic_fetch_and_explicit(&sb->map[offset >> sb->shift].word, ~mask, memory_order_seq_cst);
+	first = offset + (unsigned)__builtin_ctzl(mask);
+	if (!sb->round_robin && first < READ_ONCE(sb->depth))
+		WRITE_ONCE(*sb_hint(sb, cpu), first);
+	sbq_wake_up(sbq, (unsigned)__builtin_popcountl(mask));
 }
 
 static struct timespec deadline_after_ns(long ns)

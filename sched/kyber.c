@@ -698,6 +698,20 @@ static struct rq_request *kyber_dispatch_request(struct rq_hw_ctx *hctx)
 	return NULL;
 }
 
+/* Up to @max requests, as @max kyber_dispatch_request() calls would give. */
+static unsigned kyber_dispatch_requests(struct rq_hw_ctx *hctx, struct rq_list_node *list,
+					unsigned max)
+{
+	struct rq_request *rq;
+	unsigned n = 0;
+
+	while (n < max && (rq = kyber_dispatch_request(hctx))) {
+		rq_list_add_tail(&rq->queuelist, list);
+		n++;
+	}
+	return n;
+}
+
 static bool kyber_has_work(struct rq_hw_ctx *hctx)
 {
 	struct kyber_hctx_data *khd = kyber_hd(hctx);
@@ -872,4 +886,5 @@ const struct rq_elevator_type rq_kyber_type = {
 		.requeue_request = kyber_requeue_request,
 	},
 	.attrs = kyber_attrs,
+	.dispatch_requests = kyber_dispatch_requests,
 };

@@ -28,7 +28,7 @@
  * tunable async_depth and the counter nr_queued, which are read without it.
  *
  *   operation                              lock
- *   insert_requests, dispatch_request       takes dd->lock
+ *   insert_requests, dispatch_request(s)    takes dd->lock
  *   bio_merge                               takes dd->lock, calls
  *                                           rq_sched_try_merge() under it
  *   request_merge, request_merged,          called back by the core from
@@ -626,10 +626,49 @@ static void dl_insert_requests(struct rq_hw_ctx *hctx, struct rq_list_node *list
 	}
 }
 
+/*
+ * The next request for @hq: the head-inserted ones first, then an aged
+ * lower-class request, then the highest class with work (batch,
+ * direction, deadline: see the top of the file); out of all our
+ * structures.  NULL when none is queued.  dd->lock held.
+ */
+static struct rq_request *dl_dispatch_locked(struct dl_data *dd, struct dl_hctx_queue *hq,
+					     struct dl_clock *clk)
+{
+	struct rq_request *rq, *next;
+	struct dl_prio_queue *pq;
+	enum dl_prio top;
+	enum dl_dir dir;
+
+	rq = rq_list_first_rq(&hq->dispatch);
+	if (rq) {
+		rq_list_del_init(&rq->queuelist);
+		dl_count(dd, hq, -1);
+		return rq;
+	}
+	for (top = DL_PRIO_RT; top < DL_NR_PRIOS; top++)
+		if (hq->prio[top].nr_queued)
+			break;
+	if (top == DL_NR_PRIOS)
+		return NULL;
+	rq = dl_aged_request(dd, hq, top, clk);
+	if (rq)
+		hq->batch_prio = DL_NR_PRIOS; /* an aged request is a batch of its own */
+	else
+		rq = dl_choose_in_prio(dd, hq, top, clk);
+	if (!rq)
+		return NULL;
+	pq = dl_pq(dd, rq);
+	dir = dl_dir_of(rq->op);
+	next = rq_elv_rb_latter(rq);
+	dl_remove(dd, rq);
+	pq->latest_pos[dir] = rq_request_end_sector(rq);
+	pq->next_hint[dir] = next;
+	return rq;
+}
+
 /**
- * dl_dispatch_request() - the next request for @hctx: the head-inserted
- * ones first, then an aged lower-class request, then the highest class
- * with work (batch, direction, deadline: see the top of the file).
+ * dl_dispatch_request() - the next request for @hctx (dl_dispatch_locked).
  * Context: dispatcher of @hctx (one at a time); takes dd->lock.
  * Return: the request, out of all our structures; NULL when none is queued.
  */
@@ -638,40 +677,41 @@ static struct rq_request *dl_dispatch_request(struct rq_hw_ctx *hctx)
 	struct dl_data *dd = dl_of(rq_hctx_queue(hctx));
 	struct dl_hctx_queue *hq = dl_hq(dd, hctx);
 	struct dl_clock clk = { 0, false };
-	struct rq_request *rq = NULL;
-	enum dl_prio top;
+	struct rq_request *rq;
 
 	if (!READ_ONCE(hq->nr_queued))
 		return NULL;
 	pthread_mutex_lock(&dd->lock);
-	rq = rq_list_first_rq(&hq->dispatch);
-	if (rq) {
-		rq_list_del_init(&rq->queuelist);
-		dl_count(dd, hq, -1);
-		goto out;
-	}
-	for (top = DL_PRIO_RT; top < DL_NR_PRIOS; top++)
-		if (hq->prio[top].nr_queued)
-			break;
-	if (top == DL_NR_PRIOS)
-		goto out;
-	rq = dl_aged_request(dd, hq, top, &clk);
-	if (rq)
-		hq->batch_prio = DL_NR_PRIOS; /* an aged request is a batch of its own */
-	else
-		rq = dl_choose_in_prio(dd, hq, top, &clk);
-	if (rq) {
-		struct dl_prio_queue *pq = dl_pq(dd, rq);
-		enum dl_dir dir = dl_dir_of(rq->op);
-		struct rq_request *next = rq_elv_rb_latter(rq);
-
-		dl_remove(dd, rq);
-		pq->latest_pos[dir] = rq_request_end_sector(rq);
-		pq->next_hint[dir] = next;
-	}
-out:
+	rq = dl_dispatch_locked(dd, hq, &clk);
 	pthread_mutex_unlock(&dd->lock);
 	return rq;
+}
+
+/**
+ * dl_dispatch_requests() - up to @max requests for @hctx onto @list, the
+ * same ones, in the same order, as @max dl_dispatch_request() calls; the
+ * decisions of one batch share one reading of the clock.
+ * Context: dispatcher of @hctx; takes dd->lock once.
+ * Return: how many.
+ */
+static unsigned dl_dispatch_requests(struct rq_hw_ctx *hctx, struct rq_list_node *list,
+				     unsigned max)
+{
+	struct dl_data *dd = dl_of(rq_hctx_queue(hctx));
+	struct dl_hctx_queue *hq = dl_hq(dd, hctx);
+	struct dl_clock clk = { 0, false };
+	struct rq_request *rq;
+	unsigned n = 0;
+
+	if (!READ_ONCE(hq->nr_queued))
+		return 0;
+	pthread_mutex_lock(&dd->lock);
+	while (n < max && (rq = dl_dispatch_locked(dd, hq, &clk))) {
+		rq_list_add_tail(&rq->queuelist, list);
+		n++;
+	}
+	pthread_mutex_unlock(&dd->lock);
+	return n;
 }
 
 /**
@@ -794,4 +834,5 @@ const struct rq_elevator_type rq_mq_deadline_type = {
 		.next_request = dl_next_request,
 	},
 	.attrs = dl_attrs,
+	.dispatch_requests = dl_dispatch_requests,
 };

@@ -151,6 +151,24 @@ struct rq_elevator_type {
 	struct rq_elevator_ops ops;             /* multi-queue */
 	const struct rq_elv_attr *attrs;        /* NULL-name terminated, or NULL */
 	const struct rq_elevator_sq_ops *sq_ops; /* single-queue, or NULL */
+
+	/*
+	 * Hooks added after the first release sit here, past the fields
+	 * above, so a scheduler built against an older header (a smaller
+	 * size) still registers and they read as NULL (core default).
+	 */
+
+	/**
+	 * @dispatch_requests: optional batch form of ops.dispatch_request:
+	 * move up to @max requests for @hctx, in dispatch order, to the tail
+	 * of @list and return how many.  It must choose exactly what @max
+	 * calls of dispatch_request would (stopping at the first NULL); it
+	 * exists so a scheduler pays one lock round trip per batch.  The core
+	 * passes as @max the driver tags it already holds, so nothing pulled
+	 * waits for a tag.  Context: dispatcher of @hctx, as dispatch_request.
+	 */
+	unsigned (*dispatch_requests)(struct rq_hw_ctx *hctx, struct rq_list_node *list,
+				      unsigned max);
 };
 
 #define RQ_ELV_TYPE_INIT .size = sizeof(struct rq_elevator_type), .abi_version = RQ_ELV_ABI

@@ -120,6 +120,7 @@ struct rq_plug {
 	void *tag_cache;           /* core: tags the cached bits come from */
 	unsigned long cached_tags; /* core: tags taken ahead in one batch */
 	unsigned cached_off;       /* core: bitmap bit of cached bit 0 */
+	struct rq_queue *cache_q;  /* core: queue whose usage cached scheduler tags hold */
 };
 
 /** Requests a plug holds before it flushes by itself (BLK_MAX_REQUEST_COUNT). */

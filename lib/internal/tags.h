@@ -88,8 +88,8 @@ unsigned long sbq_get_batch(struct sbitmap_queue *sbq, unsigned cpu, unsigned nr
 /** sbq_put() - free @bit; remembers it as @cpu's hint; wakes sleepers. */
 void sbq_put(struct sbitmap_queue *sbq, unsigned bit, unsigned cpu);
 
-/** sbq_put_batch() - free @nr bits listed in @bits. */
-void sbq_put_batch(struct sbitmap_queue *sbq, const int *bits, unsigned nr, unsigned cpu);
+/** sbq_put_mask() - free a mask of one word, as sbq_get_batch() gave it. */
+void sbq_put_mask(struct sbitmap_queue *sbq, unsigned long mask, unsigned offset, unsigned cpu);
 
 /**
  * sbq_wait_get() - allocate a bit, sleeping until one frees.  @shallow_depth

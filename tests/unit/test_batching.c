@@ -1,0 +1,286 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * The core's batching of tags (doc/architecture.md, "Batching"): scheduler
+ * tags a plug takes ahead, driver tags taken a word at a time at dispatch,
+ * and the completion batch that gives inline-completed requests' tags back
+ * at the end of an issue round.  Each is invisible to the user except in
+ * what it must never break:
+ * - a scheduler switch waits for a plug that holds scheduler tags of the
+ *   old scheduler, and a switch from inside one's own plug does not hang;
+ * - a driver of depth 1 that completes inline gets every request of a big
+ *   plug issued before rq_finish_plug() returns (no stall waiting for a
+ *   tag that sits in a batch);
+ * - after a round, every tag is back: as many requests as the depth can be
+ *   held by the driver at once.
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "mock_driver.h"
+#include "fixtures.h"
+
+#define NR_BIOS 64
+
+static const char *const scheds[] = { "none", "mq-deadline", "kyber", "bfq" };
+#define NR_SCHEDS (sizeof(scheds) / sizeof(scheds[0]))
+
+static struct mock_dev *make(const char *sched, unsigned depth, enum mock_completion mode)
+{
+	struct mock_config cfg = { .queue_depth = depth, .completion = mode };
+	struct rq_queue_config qc;
+
+	memset(&qc, 0, sizeof(qc));
+	qc.scheduler = sched;
+	return mock_create(&cfg, &qc);
+}
+
+static void set_mode(struct mock_dev *m, enum mock_completion mode)
+{
+	pthread_mutex_lock(&m->lock);
+	m->cfg.completion = mode;
+	pthread_mutex_unlock(&m->lock);
+}
+
+static uint8_t buf[4096]; /* every read lands here; the data does not matter */
+
+/* Wait for @io, check it ended well, and put its bio. */
+static void finish_io(struct mock_io *io)
+{
+	mock_wait(io);
+	assert_int_equal(io->status, RQ_STS_OK);
+	rq_bio_put(io->bio);
+}
+
+/* Submit @n one-block reads far apart (no merges) on @ios. */
+static void submit_reads(struct mock_dev *m, struct mock_io *ios, unsigned n, uint64_t first)
+{
+	for (unsigned i = 0; i < n; i++)
+		rq_submit_bio(m->q, mock_bio(&ios[i], RQ_OP_READ, first + 64ull * i, buf, 4096));
+}
+
+/* ------------------------------------------- scheduler tags in a plug */
+
+struct switcher {
+	struct rq_queue *q;
+	const char *to;
+	int ret;
+	atomic_bool done;
+};
+
+static void *switch_thread(void *arg)
+{
+	struct switcher *s = arg;
+
+	s->ret = rq_queue_attr_set(s->q, "scheduler", s->to);
+	atomic_store(&s->done, true);
+	return NULL;
+}
+
+/*
+ * A plug that made a request with mq-deadline holds scheduler tags taken
+ * ahead even when the request itself left the plug (a PREFLUSH write goes
+ * to the flush machinery at once, and completes inline).  A switch to
+ * kyber frees those tags, so it must wait until the plug gives them back,
+ * then succeed; the plug's next request uses the new scheduler's tags.
+ */
+static void test_switch_waits_for_plug_tags(void **state)
+{
+	struct rq_queue_limits lim;
+	struct rq_queue_config qc;
+	struct mock_config cfg = { .queue_depth = 64, .completion = MOCK_COMPLETE_INLINE };
+	struct switcher s = { .to = "kyber" };
+	struct mock_io io[5];
+	struct rq_plug plug;
+	struct mock_dev *m;
+	pthread_t t;
+
+	(void)state;
+	rq_queue_limits_default(&lim);
+	lim.features = RQ_FEAT_WRITE_CACHE;
+	memset(&qc, 0, sizeof(qc));
+	qc.limits = &lim;
+	qc.scheduler = "mq-deadline";
+	m = mock_create(&cfg, &qc);
+	s.q = m->q;
+
+	rq_start_plug(&plug);
+	{
+		struct rq_bio *bio = mock_bio(&io[0], RQ_OP_WRITE, 0, buf, 4096);
+
+		bio->opf |= RQ_BIO_PREFLUSH;
+		rq_submit_bio(m->q, bio);
+	}
+	finish_io(&io[0]);
+	assert_int_equal(pthread_create(&t, NULL, switch_thread, &s), 0);
+	fixture_sleep_us(50 * 1000);
+	/* the plug is empty but holds the old scheduler's tags: no switch yet */
+	assert_false(atomic_load(&s.done));
+	rq_finish_plug(&plug);
+	assert_int_equal(pthread_join(t, NULL), 0);
+	assert_true(atomic_load(&s.done));
+	assert_int_equal(s.ret, 0);
+
+	/* the new scheduler's tags work, through a plug again */
+	rq_start_plug(&plug);
+	submit_reads(m, &io[1], 4, 1 << 16);
+	rq_finish_plug(&plug);
+	for (unsigned i = 1; i < 5; i++)
+		finish_io(&io[i]);
+	mock_destroy(m);
+}
+
+/* A switch from inside one's own plug lets the plug go first: no hang. */
+static void test_switch_inside_own_plug(void **state)
+{
+	struct mock_dev *m = make("mq-deadline", 64, MOCK_COMPLETE_INLINE);
+	struct mock_io io[3];
+	struct rq_plug plug;
+
+	(void)state;
+	rq_start_plug(&plug);
+	submit_reads(m, io, 2, 0);
+	assert_int_equal(rq_queue_attr_set(m->q, "scheduler", "bfq"), 0);
+	/* the switch issued what the plug held */
+	finish_io(&io[0]);
+	finish_io(&io[1]);
+	submit_reads(m, &io[2], 1, 1 << 16);
+	rq_finish_plug(&plug);
+	finish_io(&io[2]);
+	mock_destroy(m);
+}
+
+/* ---------------------------------------------- inline completion, depth 1 */
+
+/*
+ * One driver tag and inline completion: each request's tag must be free
+ * again for the next one of the same round, so the whole plug is issued
+ * by the time rq_finish_plug() returns, with no RESOURCE and no waiting on
+ * a delayed run.
+ */
+static void test_depth1_inline_no_stall(void **state)
+{
+	(void)state;
+	for (unsigned s = 0; s < NR_SCHEDS; s++) {
+		struct mock_dev *m = make(scheds[s], 1, MOCK_COMPLETE_INLINE);
+		struct mock_io io[NR_BIOS];
+		struct rq_queue_stats st;
+		struct rq_plug plug;
+
+		rq_start_plug(&plug);
+		submit_reads(m, io, NR_BIOS, 0);
+		rq_finish_plug(&plug);
+		for (unsigned i = 0; i < NR_BIOS; i++) {
+			if (io[i].done != 1)
+				fail_msg("%s: bio %u ended %d times at plug finish", scheds[s], i,
+					 io[i].done);
+			finish_io(&io[i]);
+		}
+		rq_queue_get_stats(m->q, &st);
+		assert_int_equal(st.completed, NR_BIOS);
+		assert_int_equal(st.resource, 0);
+		mock_destroy(m);
+	}
+}
+
+/*
+ * The same with FUA writes on a device that honours FUA: they bypass the
+ * scheduler and wait on the hw queue's dispatch list without a driver tag,
+ * so within one issue round each needs the tag the one before it just
+ * freed (still in the completion batch).  All must be done when
+ * rq_finish_plug() returns.
+ */
+static void test_depth1_inline_fua_bypass(void **state)
+{
+	(void)state;
+	for (unsigned s = 0; s < NR_SCHEDS; s++) {
+		struct mock_config cfg = { .queue_depth = 1, .completion = MOCK_COMPLETE_INLINE };
+		struct rq_queue_limits lim;
+		struct rq_queue_config qc;
+		struct mock_io io[8];
+		struct rq_queue_stats st;
+		struct rq_plug plug;
+		struct mock_dev *m;
+
+		rq_queue_limits_default(&lim);
+		lim.features = RQ_FEAT_WRITE_CACHE | RQ_FEAT_FUA;
+		memset(&qc, 0, sizeof(qc));
+		qc.limits = &lim;
+		qc.scheduler = scheds[s];
+		m = mock_create(&cfg, &qc);
+		rq_start_plug(&plug);
+		for (unsigned i = 0; i < 8; i++) {
+			struct rq_bio *bio = mock_bio(&io[i], RQ_OP_WRITE, 64ull * i, buf, 4096);
+
+			bio->opf |= RQ_BIO_FUA;
+			rq_submit_bio(m->q, bio);
+		}
+		rq_finish_plug(&plug);
+		for (unsigned i = 0; i < 8; i++) {
+			if (io[i].done != 1)
+				fail_msg("%s: FUA write %u ended %d times at plug finish", scheds[s],
+					 i, io[i].done);
+			finish_io(&io[i]);
+		}
+		rq_queue_get_stats(m->q, &st);
+		assert_int_equal(st.resource, 0);
+		mock_destroy(m);
+	}
+}
+
+/* ------------------------------------------------ every tag comes back */
+
+/*
+ * Rounds of inline completions (through plugs of more requests than the
+ * depth) must leave all driver and scheduler tags free: afterwards the
+ * driver can hold exactly @depth requests at once.
+ */
+static void test_tags_back_after_rounds(void **state)
+{
+	enum { DEPTH = 8 };
+
+	(void)state;
+	for (unsigned s = 0; s < NR_SCHEDS; s++) {
+		struct mock_dev *m = make(scheds[s], DEPTH, MOCK_COMPLETE_INLINE);
+		struct mock_io io[NR_BIOS], held[DEPTH];
+
+		for (unsigned round = 0; round < 3; round++) {
+			struct rq_plug plug;
+
+			rq_start_plug(&plug);
+			submit_reads(m, io, NR_BIOS, (uint64_t)round << 16);
+			rq_finish_plug(&plug);
+			for (unsigned i = 0; i < NR_BIOS; i++)
+				finish_io(&io[i]);
+		}
+		set_mode(m, MOCK_COMPLETE_DEFER);
+		submit_reads(m, held, DEPTH, 1ull << 20);
+		if (!mock_wait_held(m, DEPTH, 5000))
+			fail_msg("%s: driver holds %u of %d", scheds[s], mock_nr_held(m), DEPTH);
+		assert_int_equal(mock_complete_all(m, RQ_STS_OK), DEPTH);
+		for (unsigned i = 0; i < DEPTH; i++)
+			finish_io(&held[i]);
+		mock_destroy(m);
+	}
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_switch_waits_for_plug_tags),
+		cmocka_unit_test(test_switch_inside_own_plug),
+		cmocka_unit_test(test_depth1_inline_no_stall),
+		cmocka_unit_test(test_depth1_inline_fua_bypass),
+		cmocka_unit_test(test_tags_back_after_rounds),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
