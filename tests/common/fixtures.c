@@ -357,6 +357,55 @@ void fixture_sleep_us(unsigned us)
 	nanosleep(&ts, NULL);
 }
 
+void *fixture_realloc(void *p, size_t n)
+{
+	void *r = realloc(p, n);
+
+	if (!r)
+		abort();
+	return r;
+}
+
+rq_status_t fixture_move_data(uint8_t *mem, uint64_t mem_bytes, struct rq_request *rq,
+			      uint32_t bytes)
+{
+	uint64_t off = rq->sector << RQ_SECTOR_SHIFT;
+	struct rq_req_iter ri;
+	struct rq_segment seg;
+
+	if (!mem)
+		return RQ_STS_OK;
+	if (bytes > rq->bytes)
+		bytes = rq->bytes;
+	switch (rq->op) {
+	case RQ_OP_READ:
+	case RQ_OP_WRITE:
+	case RQ_OP_DISCARD:
+	case RQ_OP_WRITE_ZEROES:
+		if (off > mem_bytes || bytes > mem_bytes - off)
+			return RQ_STS_IOERR;
+		break;
+	default:
+		return RQ_STS_OK;
+	}
+	if (rq->op == RQ_OP_DISCARD || rq->op == RQ_OP_WRITE_ZEROES) {
+		memset(mem + off, 0, bytes);
+		return RQ_STS_OK;
+	}
+	rq_req_iter_init(&ri, rq);
+	while (bytes && rq_req_iter_next(&ri, &seg)) {
+		uint32_t n = seg.len < bytes ? seg.len : bytes;
+
+		if (rq->op == RQ_OP_READ)
+			memcpy(seg.base, mem + off, n);
+		else
+			memcpy(mem + off, seg.base, n);
+		off += n;
+		bytes -= n;
+	}
+	return RQ_STS_OK;
+}
+
 /* --------------------------------------------------------------- bio records */
 
 void fx_end_io(struct rq_bio *bio)

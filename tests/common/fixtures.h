@@ -6,6 +6,7 @@
 #define RQ_TEST_FIXTURES_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include <librequest/librequest.h>
@@ -37,6 +38,19 @@ uint64_t fixture_now_ms(void);
 
 /** fixture_sleep_us() - sleep a little. */
 void fixture_sleep_us(unsigned us);
+
+/** fixture_realloc() - realloc() that aborts when out of memory (any thread: no cmocka). */
+void *fixture_realloc(void *p, size_t n);
+
+/**
+ * fixture_move_data() - what a memory-backed test device does with the
+ * first @bytes (at most rq->bytes) of @rq: reads and writes copy between
+ * the request's pieces and @mem, discards and write-zeroes zero @mem;
+ * other ops move nothing.  @mem NULL: nothing to move.
+ * Return: RQ_STS_OK, or RQ_STS_IOERR when the range is past @mem_bytes.
+ */
+rq_status_t fixture_move_data(uint8_t *mem, uint64_t mem_bytes, struct rq_request *rq,
+			      uint32_t bytes);
 
 /*
  * Bio records: many bios in flight, each counting its end_io calls.  The

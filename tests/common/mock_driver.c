@@ -15,6 +15,7 @@
 #include <time.h>
 #include <cmocka.h>
 
+#include "fixtures.h"
 #include "mock_driver.h"
 
 /* Private state that does not belong in the public struct. */
@@ -30,8 +31,6 @@ struct mock_priv {
 	unsigned long life[MOCK_POLL + 1]; /* init/exit counts */
 	int budget_min;               /* lowest budget_used ever seen */
 	int budget_max;               /* highest budget_used ever seen */
-	unsigned max_pieces;          /* most data pieces walked in one request */
-	unsigned long bad_requests;   /* data walk disagreed with rq->bytes */
 };
 
 static struct mock_priv *to_priv(struct mock_dev *m)
@@ -49,41 +48,16 @@ static struct mock_dev *dev_of_rq(struct rq_request *rq)
 	return dev_of_queue(rq->q);
 }
 
-static void *xrealloc(void *p, size_t n)
-{
-	void *r = realloc(p, n);
-
-	if (!r)
-		abort();
-	return r;
-}
-
-/* Append an event; m->lock held. */
+/* Append an event, with the hw queue it concerns; m->lock held. */
 static struct mock_event *record_locked(struct mock_dev *m, enum mock_call call,
 					struct rq_hw_ctx *hctx, struct rq_request *rq)
 {
-	struct mock_event *ev;
+	struct mock_event *ev = recorder_add_locked(&m->rec, call, rq);
 
-	if (m->nr_events == m->max_events) {
-		m->max_events = m->max_events ? m->max_events * 2 : 256;
-		m->events = xrealloc(m->events, m->max_events * sizeof(*ev));
-	}
-	ev = &m->events[m->nr_events++];
-	memset(ev, 0, sizeof(*ev));
-	ev->call = call;
-	ev->tag = -1;
 	if (hctx)
 		ev->hctx = rq_hctx_index(hctx);
 	else if (rq && rq->hctx)
 		ev->hctx = rq_hctx_index(rq->hctx);
-	if (rq) {
-		ev->op = rq->op;
-		ev->opf = rq->opf;
-		ev->sector = rq->sector;
-		ev->bytes = rq->bytes;
-		ev->nr_segments = rq->nr_segments;
-		ev->tag = rq->tag;
-	}
 	return ev;
 }
 
@@ -99,55 +73,16 @@ static void push(struct rq_request ***arr, unsigned *nr, unsigned *max, struct r
 {
 	if (*nr == *max) {
 		*max = *max ? *max * 2 : 64;
-		*arr = xrealloc(*arr, *max * sizeof(**arr));
+		*arr = fixture_realloc(*arr, *max * sizeof(**arr));
 	}
 	(*arr)[(*nr)++] = rq;
-}
-
-/*
- * Move the data of a request between its buffers and the memory backing.
- * Returns the status the request should end with.
- */
-static rq_status_t do_data(struct mock_dev *m, struct rq_request *rq)
-{
-	struct rq_req_iter ri;
-	struct rq_segment seg;
-	uint64_t off;
-
-	if (!m->mem)
-		return RQ_STS_OK;
-	off = rq->sector << RQ_SECTOR_SHIFT;
-	switch (rq->op) {
-	case RQ_OP_READ:
-	case RQ_OP_WRITE:
-		if (off > m->cfg.mem_bytes || rq->bytes > m->cfg.mem_bytes - off)
-			return RQ_STS_IOERR;
-		rq_req_iter_init(&ri, rq);
-		while (rq_req_iter_next(&ri, &seg)) {
-			if (rq->op == RQ_OP_READ)
-				memcpy(seg.base, m->mem + off, seg.len);
-			else
-				memcpy(m->mem + off, seg.base, seg.len);
-			off += seg.len;
-		}
-		break;
-	case RQ_OP_DISCARD:
-	case RQ_OP_WRITE_ZEROES:
-		if (off > m->cfg.mem_bytes || rq->bytes > m->cfg.mem_bytes - off)
-			return RQ_STS_IOERR;
-		memset(m->mem + off, 0, rq->bytes);
-		break;
-	default:
-		break;
-	}
-	return RQ_STS_OK;
 }
 
 /* End @rq as the device would: data first (only on success), then the core. */
 static void finish_rq(struct mock_dev *m, struct rq_request *rq, rq_status_t status)
 {
 	if (status == RQ_STS_OK)
-		status = do_data(m, rq);
+		status = fixture_move_data(m->mem, m->cfg.mem_bytes, rq, rq->bytes);
 	pthread_mutex_lock(&m->lock);
 	m->completions++;
 	pthread_mutex_unlock(&m->lock);
@@ -193,38 +128,14 @@ static void accept_unlock(struct mock_dev *m, struct rq_request *rq)
 
 /* ------------------------------------------------------------------ ops */
 
-/* Walk a data request as a driver would and remember what it looked like. */
-static void check_walk(struct mock_dev *m, struct rq_request *rq)
-{
-	struct mock_priv *p = to_priv(m);
-	struct rq_req_iter ri;
-	struct rq_segment seg;
-	unsigned pieces = 0;
-	uint64_t total = 0;
-
-	if (!rq_op_has_data(rq->op))
-		return;
-	rq_req_iter_init(&ri, rq);
-	while (rq_req_iter_next(&ri, &seg)) {
-		pieces++;
-		total += seg.len;
-	}
-	pthread_mutex_lock(&m->lock);
-	if (pieces > p->max_pieces)
-		p->max_pieces = pieces;
-	if (total != rq->bytes)
-		p->bad_requests++;
-	pthread_mutex_unlock(&m->lock);
-}
-
 static rq_status_t mock_queue_rq(struct rq_hw_ctx *hctx, struct rq_request *rq, bool last)
 {
 	struct mock_dev *m = dev_of_queue(rq_hctx_queue(hctx));
 	struct mock_event *ev;
 	rq_status_t ret = RQ_STS_OK;
 
-	check_walk(m, rq);
 	pthread_mutex_lock(&m->lock);
+	recorder_walk_locked(&m->rec, rq);
 	ev = record_locked(m, MOCK_QUEUE_RQ, hctx, rq);
 	ev->last = last;
 	m->queue_rq_calls++;
@@ -372,7 +283,7 @@ static void *mock_thread(void *arg)
 		nr = p->nr_pending;
 		if (nr > max) {
 			max = nr;
-			batch = xrealloc(batch, max * sizeof(*batch));
+			batch = fixture_realloc(batch, max * sizeof(*batch));
 		}
 		memcpy(batch, p->pending, nr * sizeof(*batch));
 		p->nr_pending = 0;
@@ -406,6 +317,7 @@ struct mock_dev *mock_create(const struct mock_config *cfg, const struct rq_queu
 	if (!m->cfg.queue_depth)
 		m->cfg.queue_depth = 64;
 	pthread_mutex_init(&m->lock, NULL);
+	recorder_init(&m->rec, &m->lock);
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&m->cond, &ca);
@@ -495,7 +407,7 @@ void mock_destroy(struct mock_dev *m)
 	rq_tag_set_free(m->set);
 	pthread_mutex_destroy(&m->lock);
 	pthread_cond_destroy(&m->cond);
-	free(m->events);
+	recorder_free(&m->rec);
 	free(m->held);
 	free(p->pending);
 	free(m->mem);
@@ -582,82 +494,48 @@ unsigned mock_complete_all(struct mock_dev *m, rq_status_t status)
 
 unsigned mock_count(struct mock_dev *m, enum mock_call call)
 {
-	unsigned n = 0;
+	unsigned n;
 
-	pthread_mutex_lock(&m->lock);
 	switch (call) {
 	case MOCK_INIT_HCTX:
 	case MOCK_EXIT_HCTX:
 	case MOCK_INIT_REQUEST:
 	case MOCK_EXIT_REQUEST:
+		pthread_mutex_lock(&m->lock);
 		n = to_priv(m)->life[call];
-		break;
+		pthread_mutex_unlock(&m->lock);
+		return n;
 	default:
-		for (unsigned i = 0; i < m->nr_events; i++)
-			n += m->events[i].call == call;
+		return recorder_count(&m->rec, call);
 	}
-	pthread_mutex_unlock(&m->lock);
-	return n;
 }
 
 struct mock_event mock_event(struct mock_dev *m, unsigned i)
 {
 	struct mock_event ev;
 
-	pthread_mutex_lock(&m->lock);
-	assert_true(i < m->nr_events);
-	ev = m->events[i];
-	pthread_mutex_unlock(&m->lock);
+	assert_true(recorder_find(&m->rec, RECORDER_ALL, i, &ev));
 	return ev;
 }
 
 unsigned mock_nr_events(struct mock_dev *m)
 {
-	unsigned n;
-
-	pthread_mutex_lock(&m->lock);
-	n = m->nr_events;
-	pthread_mutex_unlock(&m->lock);
-	return n;
+	return recorder_count(&m->rec, RECORDER_ALL);
 }
 
 bool mock_find(struct mock_dev *m, enum mock_call call, unsigned i, struct mock_event *out)
 {
-	bool found = false;
-
-	pthread_mutex_lock(&m->lock);
-	for (unsigned k = 0; k < m->nr_events; k++) {
-		if (m->events[k].call != call)
-			continue;
-		if (i-- == 0) {
-			*out = m->events[k];
-			found = true;
-			break;
-		}
-	}
-	pthread_mutex_unlock(&m->lock);
-	return found;
+	return recorder_find(&m->rec, call, i, out);
 }
 
 unsigned mock_copy_events(struct mock_dev *m, enum mock_call call, struct mock_event **out)
 {
-	unsigned n = 0;
-
-	pthread_mutex_lock(&m->lock);
-	*out = malloc((m->nr_events ? m->nr_events : 1) * sizeof(**out));
-	assert_non_null(*out);
-	for (unsigned k = 0; k < m->nr_events; k++)
-		if (m->events[k].call == call)
-			(*out)[n++] = m->events[k];
-	pthread_mutex_unlock(&m->lock);
-	return n;
+	return recorder_copy(&m->rec, call, out);
 }
 
 void mock_reset_events(struct mock_dev *m)
 {
-	pthread_mutex_lock(&m->lock);
-	m->nr_events = 0;
-	pthread_mutex_unlock(&m->lock);
+	recorder_reset(&m->rec);
 }
 
 unsigned long mock_queue_rqs_calls(struct mock_dev *m)
@@ -693,37 +571,29 @@ static void deadline_in(struct timespec *ts, unsigned ms)
 	}
 }
 
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 bool mock_wait_held(struct mock_dev *m, unsigned n, unsigned timeout_ms)
 {
-	uint64_t end = now_ms() + timeout_ms;
+	uint64_t end = fixture_now_ms() + timeout_ms;
 
 	for (;;) {
 		if (mock_nr_held(m) >= n)
 			return true;
-		if (now_ms() >= end)
+		if (fixture_now_ms() >= end)
 			return false;
-		nanosleep(&(struct timespec){ .tv_nsec = 200000 }, NULL);
+		fixture_sleep_us(200);
 	}
 }
 
 bool mock_wait_count(struct mock_dev *m, enum mock_call call, unsigned n, unsigned timeout_ms)
 {
-	uint64_t end = now_ms() + timeout_ms;
+	uint64_t end = fixture_now_ms() + timeout_ms;
 
 	for (;;) {
 		if (mock_count(m, call) >= n)
 			return true;
-		if (now_ms() >= end)
+		if (fixture_now_ms() >= end)
 			return false;
-		nanosleep(&(struct timespec){ .tv_nsec = 200000 }, NULL);
+		fixture_sleep_us(200);
 	}
 }
 
@@ -817,10 +687,5 @@ rq_status_t mock_rw(struct mock_dev *m, unsigned op, uint64_t sector, void *buf,
 
 void mock_walk_stats(struct mock_dev *m, unsigned *max_pieces, unsigned long *bad_requests)
 {
-	pthread_mutex_lock(&m->lock);
-	if (max_pieces)
-		*max_pieces = to_priv(m)->max_pieces;
-	if (bad_requests)
-		*bad_requests = to_priv(m)->bad_requests;
-	pthread_mutex_unlock(&m->lock);
+	recorder_walk_stats(&m->rec, max_pieces, bad_requests);
 }

@@ -13,34 +13,9 @@
 
 #include <librequest/librequest.h>
 
-enum mock_call {
-	MOCK_QUEUE_RQ,
-	MOCK_COMMIT_RQS,
-	MOCK_QUEUE_RQS,
-	MOCK_COMPLETE,
-	MOCK_TIMEOUT,
-	MOCK_GET_BUDGET,
-	MOCK_PUT_BUDGET,
-	MOCK_INIT_HCTX,
-	MOCK_EXIT_HCTX,
-	MOCK_INIT_REQUEST,
-	MOCK_EXIT_REQUEST,
-	MOCK_POLL,
-};
+#include "recorder.h"
 
-/* One recorded call. */
-struct mock_event {
-	enum mock_call call;
-	unsigned hctx;        /* hw queue index (where it applies) */
-	int op;               /* request fields at the time of the call */
-	uint32_t opf;
-	uint64_t sector;
-	uint32_t bytes;
-	uint16_t nr_segments;
-	bool last;            /* queue_rq's last */
-	rq_status_t ret;      /* what queue_rq returned */
-	int tag;
-};
+/* enum mock_call and struct mock_event: recorder.h */
 
 enum mock_completion {
 	MOCK_COMPLETE_INLINE,  /* rq_mq_end_request() inside queue_rq */
@@ -71,8 +46,7 @@ struct mock_dev {
 	struct rq_tag_set *set;
 	struct rq_queue *q;
 	pthread_mutex_t lock;        /* guards everything below */
-	struct mock_event *events;
-	unsigned nr_events, max_events;
+	struct recorder rec;         /* every call, in order */
 	/* scripted answers for the next queue_rq calls (FIFO), then RQ_STS_OK */
 	rq_status_t script[64];
 	unsigned script_head, script_len;

@@ -16,6 +16,7 @@
 #include <time.h>
 #include <cmocka.h>
 
+#include "fixtures.h"
 #include "mock_driver.h"
 #include "sq_driver.h"
 
@@ -29,8 +30,6 @@ struct sq_slot {
 struct sq_priv {
 	struct sq_dev d;               /* first: container_of by cast */
 	struct rq_sq_ops ops;
-	struct sq_event *events;
-	unsigned nr_events, max_events;
 	struct sq_slot *held;          /* in the order taken (= finish order) */
 	unsigned nr_held, max_held;
 	unsigned in_device;            /* held + being ended by the thread */
@@ -43,8 +42,6 @@ struct sq_priv {
 	pthread_t thread;
 	bool thread_started, thread_stop;
 	pthread_cond_t cond;
-	unsigned max_pieces;
-	unsigned long bad_requests;
 };
 
 static struct sq_priv *to_priv(struct sq_dev *d)
@@ -55,15 +52,6 @@ static struct sq_priv *to_priv(struct sq_dev *d)
 static struct sq_dev *dev_of(struct rq_queue *q)
 {
 	return rq_queue_driver_data(q);
-}
-
-static void *xrealloc(void *p, size_t n)
-{
-	void *r = realloc(p, n);
-
-	if (!r)
-		abort();
-	return r;
 }
 
 /* ------------------------------------------------------------ the clock */
@@ -125,45 +113,10 @@ void sq_clock_ticker(bool on)
 
 /* ------------------------------------------------------------- the data */
 
-/*
- * Move the first @bytes of @rq's remaining data between its buffers and
- * the memory backing.  Return: the status it should end with.
- */
+/* Move the first @bytes of @rq's remaining data; the status it ends with. */
 static rq_status_t do_data(struct sq_dev *d, struct rq_request *rq, uint32_t bytes)
 {
-	uint64_t off = rq->sector << RQ_SECTOR_SHIFT;
-	struct rq_req_iter ri;
-	struct rq_segment seg;
-
-	if (!d->mem)
-		return RQ_STS_OK;
-	if (bytes > rq->bytes)
-		bytes = rq->bytes;
-	if (off > d->cfg.mem_bytes || bytes > d->cfg.mem_bytes - off)
-		return RQ_STS_IOERR;
-	switch (rq->op) {
-	case RQ_OP_READ:
-	case RQ_OP_WRITE:
-		rq_req_iter_init(&ri, rq);
-		while (bytes && rq_req_iter_next(&ri, &seg)) {
-			uint32_t n = seg.len < bytes ? seg.len : bytes;
-
-			if (rq->op == RQ_OP_READ)
-				memcpy(seg.base, d->mem + off, n);
-			else
-				memcpy(d->mem + off, seg.base, n);
-			off += n;
-			bytes -= n;
-		}
-		break;
-	case RQ_OP_DISCARD:
-	case RQ_OP_WRITE_ZEROES:
-		memset(d->mem + off, 0, bytes);
-		break;
-	default:
-		break;
-	}
-	return RQ_STS_OK;
+	return fixture_move_data(d->mem, d->cfg.mem_bytes, rq, bytes);
 }
 
 static void count_completion(struct sq_dev *d)
@@ -193,52 +146,18 @@ static void end_rq_locked(struct sq_dev *d, struct rq_request *rq, rq_status_t s
 
 /* --------------------------------------------------------- request_fn */
 
-/* Walk a data request as a driver would; remember what it looked like. */
-static void check_walk_locked(struct sq_priv *p, struct rq_request *rq)
+/* Record @rq as taken, and walk it; dev->lock held. */
+static void record_locked(struct sq_dev *d, struct rq_request *rq)
 {
-	struct rq_req_iter ri;
-	struct rq_segment seg;
-	unsigned pieces = 0;
-	uint64_t total = 0;
-
-	if (!rq_op_has_data(rq->op))
-		return;
-	rq_req_iter_init(&ri, rq);
-	while (rq_req_iter_next(&ri, &seg)) {
-		pieces++;
-		total += seg.len;
-	}
-	if (pieces > p->max_pieces)
-		p->max_pieces = pieces;
-	if (total != rq->bytes)
-		p->bad_requests++;
-}
-
-/* Record @rq as taken; dev->lock held. */
-static void record_locked(struct sq_priv *p, struct rq_request *rq)
-{
-	struct sq_event *ev;
-
-	if (p->nr_events == p->max_events) {
-		p->max_events = p->max_events ? 2 * p->max_events : 256;
-		p->events = xrealloc(p->events, p->max_events * sizeof(*ev));
-	}
-	ev = &p->events[p->nr_events++];
-	ev->sector = rq->sector;
-	ev->bytes = rq->bytes;
-	ev->opf = rq->opf;
-	ev->op = rq->op;
-	ev->nr_segments = rq->nr_segments;
-	ev->tag = rq->tag;
-	ev->when_ns = sq_clock_now();
-	check_walk_locked(p, rq);
+	recorder_add_locked(&d->rec, MOCK_QUEUE_RQ, rq);
+	recorder_walk_locked(&d->rec, rq);
 }
 
 static void hold_locked(struct sq_priv *p, struct rq_request *rq, uint64_t finish_ns)
 {
 	if (p->nr_held == p->max_held) {
 		p->max_held = p->max_held ? 2 * p->max_held : 64;
-		p->held = xrealloc(p->held, p->max_held * sizeof(*p->held));
+		p->held = fixture_realloc(p->held, p->max_held * sizeof(*p->held));
 	}
 	p->held[p->nr_held++] = (struct sq_slot){ rq, finish_ns };
 	p->in_device++;
@@ -304,7 +223,7 @@ static void sq_request_fn(struct rq_queue *q)
 		}
 
 		pthread_mutex_lock(&d->lock);
-		record_locked(p, rq);
+		record_locked(d, rq);
 		if (inline_end) {
 			pthread_mutex_unlock(&d->lock);
 			if (d->cfg.drop_lock && !p->draining) {
@@ -354,7 +273,7 @@ static void *sq_thread(void *arg)
 		nr = p->nr_held;
 		if (nr > max) {
 			max = nr;
-			batch = xrealloc(batch, max * sizeof(*batch));
+			batch = fixture_realloc(batch, max * sizeof(*batch));
 		}
 		memcpy(batch, p->held, nr * sizeof(*batch));
 		p->nr_held = 0;
@@ -391,6 +310,7 @@ int sq_create_ret(const struct sq_config *cfg, struct sq_dev **out)
 		d->cfg.depth = 1;
 	pthread_mutex_init(&d->lock, NULL);
 	pthread_mutex_init(&d->qlock, NULL);
+	recorder_init(&d->rec, &d->lock);
 	pthread_cond_init(&p->cond, NULL);
 	if (d->cfg.mem_bytes) {
 		d->mem = calloc(1, d->cfg.mem_bytes);
@@ -480,7 +400,7 @@ void sq_destroy(struct sq_dev *d)
 	pthread_mutex_destroy(&d->lock);
 	pthread_mutex_destroy(&d->qlock);
 	pthread_cond_destroy(&p->cond);
-	free(p->events);
+	recorder_free(&d->rec);
 	free(p->held);
 	free(d->mem);
 	free(p);
@@ -554,24 +474,16 @@ struct rq_request *sq_held(struct sq_dev *d, unsigned i)
 	return rq;
 }
 
-static uint64_t real_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 bool sq_wait_held(struct sq_dev *d, unsigned n, unsigned timeout_ms)
 {
-	uint64_t end = real_ms() + timeout_ms;
+	uint64_t end = fixture_now_ms() + timeout_ms;
 
 	for (;;) {
 		if (sq_nr_held(d) >= n)
 			return true;
-		if (real_ms() >= end)
+		if (fixture_now_ms() >= end)
 			return false;
-		nanosleep(&(struct timespec){ .tv_nsec = 200000 }, NULL);
+		fixture_sleep_us(200);
 	}
 }
 
@@ -659,6 +571,23 @@ bool sq_complete_bytes(struct sq_dev *d, unsigned i, unsigned bytes, rq_status_t
 	return false;
 }
 
+void sq_drain(struct sq_dev *d, struct fx_rec *recs, unsigned n)
+{
+	uint64_t end = fixture_now_ms() + 10000;
+	unsigned i = 0;
+
+	for (;;) {
+		sq_complete_all(d, RQ_STS_OK);
+		while (i < n && fx_done(&recs[i]))
+			i++;
+		if (i == n)
+			return;
+		if (fixture_now_ms() > end)
+			fail_msg("%u of %u bios never ended", n - i, n);
+		fixture_sleep_us(200);
+	}
+}
+
 bool sq_requeue(struct sq_dev *d, unsigned i)
 {
 	struct rq_request *rq = take_held(d, i);
@@ -736,54 +665,30 @@ uint64_t sq_run_until_idle(struct sq_dev *d, uint64_t max_ns)
 
 unsigned sq_nr_events(struct sq_dev *d)
 {
-	unsigned n;
-
-	pthread_mutex_lock(&d->lock);
-	n = to_priv(d)->nr_events;
-	pthread_mutex_unlock(&d->lock);
-	return n;
+	return recorder_count(&d->rec, RECORDER_ALL);
 }
 
-struct sq_event sq_event(struct sq_dev *d, unsigned i)
+struct mock_event sq_event(struct sq_dev *d, unsigned i)
 {
-	struct sq_event ev;
+	struct mock_event ev;
 
-	pthread_mutex_lock(&d->lock);
-	assert_true(i < to_priv(d)->nr_events);
-	ev = to_priv(d)->events[i];
-	pthread_mutex_unlock(&d->lock);
+	assert_true(recorder_find(&d->rec, RECORDER_ALL, i, &ev));
 	return ev;
 }
 
-unsigned sq_copy_events(struct sq_dev *d, struct sq_event **out)
+unsigned sq_copy_events(struct sq_dev *d, struct mock_event **out)
 {
-	struct sq_priv *p = to_priv(d);
-	unsigned n;
-
-	pthread_mutex_lock(&d->lock);
-	n = p->nr_events;
-	*out = malloc((n ? n : 1) * sizeof(**out));
-	assert_non_null(*out);
-	memcpy(*out, p->events, n * sizeof(**out));
-	pthread_mutex_unlock(&d->lock);
-	return n;
+	return recorder_copy(&d->rec, RECORDER_ALL, out);
 }
 
 void sq_reset_events(struct sq_dev *d)
 {
-	pthread_mutex_lock(&d->lock);
-	to_priv(d)->nr_events = 0;
-	pthread_mutex_unlock(&d->lock);
+	recorder_reset(&d->rec);
 }
 
 void sq_walk_stats(struct sq_dev *d, unsigned *max_pieces, unsigned long *bad_requests)
 {
-	pthread_mutex_lock(&d->lock);
-	if (max_pieces)
-		*max_pieces = to_priv(d)->max_pieces;
-	if (bad_requests)
-		*bad_requests = to_priv(d)->bad_requests;
-	pthread_mutex_unlock(&d->lock);
+	recorder_walk_stats(&d->rec, max_pieces, bad_requests);
 }
 
 /* -------------------------------------------------------- synchronous io */

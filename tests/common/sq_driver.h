@@ -5,7 +5,8 @@
  *
  * The device takes requests in request_fn (rq_sq_fetch_request(), or peek +
  * rq_sq_start_tag() when tagged) up to its depth, records each one in
- * dispatch order, and ends them according to its mode:
+ * dispatch order (as a MOCK_QUEUE_RQ event of recorder.h, with the virtual
+ * clock), and ends them according to its mode:
  *
  *   SQ_MODE_INLINE  inside request_fn, lock held (rq_sq_end_request_all_locked);
  *                   with drop_lock the data is moved with the lock dropped
@@ -38,6 +39,9 @@
 
 #include <librequest/librequest.h>
 
+#include "fixtures.h"
+#include "recorder.h"
+
 enum sq_mode {
 	SQ_MODE_INLINE,
 	SQ_MODE_HOLD,
@@ -65,23 +69,13 @@ struct sq_config {
 	uint64_t ns_per_sector;      /* CLOCK: transfer time */
 };
 
-/** struct sq_event - one request as the device took it. */
-struct sq_event {
-	uint64_t sector;
-	uint32_t bytes;
-	uint32_t opf;
-	uint8_t op;
-	uint16_t nr_segments;
-	int tag;                     /* rq->tag (-1 untagged) */
-	uint64_t when_ns;            /* virtual clock when it was taken */
-};
-
 struct sq_dev {
 	struct sq_config cfg;
 	struct rq_queue *q;
 	pthread_mutex_t lock;        /* the device's bookkeeping (see top) */
 	pthread_mutex_t qlock;       /* the queue lock with driver_lock */
 	uint8_t *mem;                /* memory backing, cfg.mem_bytes */
+	struct recorder rec;         /* the requests taken, in order (guarded by lock) */
 };
 
 /* --------------------------------------------------------- virtual clock */
@@ -157,6 +151,12 @@ unsigned sq_complete_all(struct sq_dev *d, rq_status_t status);
  */
 bool sq_complete_bytes(struct sq_dev *d, unsigned i, unsigned bytes, rq_status_t status);
 /**
+ * sq_drain() - end (OK) what the device holds, and what it takes
+ * meanwhile, until every one of @recs (fixtures.h) has ended; fails the
+ * test after 10 s.
+ */
+void sq_drain(struct sq_dev *d, struct fx_rec *recs, unsigned n);
+/**
  * sq_requeue() - give held request @i back (rq_sq_requeue_request under the
  * queue lock).  The queue is not run: call rq_sq_run_queue().
  * Return: false if there is no such request.
@@ -181,9 +181,9 @@ uint64_t sq_run_until_idle(struct sq_dev *d, uint64_t max_ns);
 /** sq_nr_events() - requests taken so far. */
 unsigned sq_nr_events(struct sq_dev *d);
 /** sq_event() - the @i-th request taken (copy); asserts it exists. */
-struct sq_event sq_event(struct sq_dev *d, unsigned i);
+struct mock_event sq_event(struct sq_dev *d, unsigned i);
 /** sq_copy_events() - malloc'ed copy of all events (free it); returns the count. */
-unsigned sq_copy_events(struct sq_dev *d, struct sq_event **out);
+unsigned sq_copy_events(struct sq_dev *d, struct mock_event **out);
 /** sq_reset_events() - forget recorded events. */
 void sq_reset_events(struct sq_dev *d);
 /**

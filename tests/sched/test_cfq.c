@@ -320,7 +320,7 @@ static void test_class_order(void **state)
 		RQ_IOPRIO_VALUE(RQ_IOPRIO_CLASS_RT, 4),
 	};
 	struct stream s[3];
-	struct sq_event *ev;
+	struct mock_event *ev;
 	unsigned n, last_rank = 0;
 
 	sq_pause(d, true);
@@ -357,7 +357,7 @@ static int fifo_position(const char *fifo_expire, uint64_t *wait_ns)
 {
 	struct sq_dev *d = make_disk(10 * MS, 0);
 	struct stream s;
-	struct sq_event *ev;
+	struct mock_event *ev;
 	uint64_t t0;
 	int pos = -1;
 	unsigned n;
@@ -416,7 +416,7 @@ static void test_merges_per_queue(void **state)
 	struct sq_dev *d = make_disk(1 * MS, 0);
 	struct stream a, b;
 	struct rq_queue_stats st;
-	struct sq_event *ev;
+	struct mock_event *ev;
 	unsigned n;
 
 	stream_init(&a, 0, 0, false, 8, 0);

@@ -4,451 +4,65 @@
  *
  * Usage: test_conformance <scheduler>   ("none", "test-fifo", ...)
  *
- * The scheduler is set at queue creation and, in a second run, switched to
+ * The scenarios are the ones the single-queue suite runs too
+ * (tests/common/workload.h), here over the multi-queue mock driver: the
+ * scheduler is set at queue creation and, in a second run, switched to
  * through the "scheduler" attribute.  A memory-backed mock with thread
  * completion takes mixed reads, writes, discards, write-zeroes and flushes
  * from 2 threads in plugs of random size; every bio must end exactly once
  * with OK, every request must respect the limits, and the device must end up
- * equal to the shadow copies the threads keep (each thread owns half of the
- * device, and bios of one batch never overlap, so the result is determined).
+ * equal to the shadow copies the threads keep.
  */
-#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
 
 #include "fixtures.h"
 #include "mock_driver.h"
+#include "workload.h"
 
 static const char *sched_name = "none";
 
-/* Limits of the conformance queue. */
-#define MEM_BYTES (8u << 20)
-#define MAX_SECTORS 64u        /* 32 KiB */
-#define MAX_SEGMENTS 8u
-#define MAX_DISCARD 128u
-#define MAX_WZ 96u
-
-static struct mock_dev *make_dev(const char *create_with, enum mock_completion c)
+/* The conformance device over the mock, @create_with at creation; *@wl: its
+ * view for the shared scenarios (if not NULL). */
+static struct mock_dev *make_dev(const char *create_with, enum mock_completion c,
+				 struct wl_dev *wl)
 {
-	struct mock_config cfg = { .completion = c, .mem_bytes = MEM_BYTES, .queue_depth = 32,
+	struct mock_config cfg = { .completion = c, .mem_bytes = WL_MEM_BYTES, .queue_depth = 32,
 				   .nr_hw_queues = 2 };
 	struct rq_queue_limits lim;
 	struct rq_queue_config qc = { .limits = &lim, .scheduler = create_with };
-
-	rq_queue_limits_default(&lim);
-	lim.max_sectors = MAX_SECTORS;
-	lim.max_segments = MAX_SEGMENTS;
-	lim.max_discard_sectors = MAX_DISCARD;
-	lim.max_write_zeroes_sectors = MAX_WZ;
-	lim.features = RQ_FEAT_WRITE_CACHE;
-	return mock_create(&cfg, &qc);
-}
-
-/* The "scheduler" attribute shows @name active (in brackets). */
-static void expect_active(struct rq_queue *q, const char *name)
-{
-	char buf[512], want[64];
-
-	assert_true(rq_queue_attr_get(q, "scheduler", buf, sizeof(buf)) > 0);
-	snprintf(want, sizeof(want), "[%s]", name);
-	if (!strstr(buf, want))
-		fail_msg("scheduler attribute \"%s\" does not show %s active", buf, want);
-}
-
-/* ------------------------------------------------------------ workload */
-
-struct wl_bio {
-	struct fx_rec rec;
-	unsigned op;
-	uint32_t opf;
-	uint64_t sector;
-	uint32_t len;
-	uint8_t *data;          /* one allocation; vectors are pieces of it with gaps */
-	uint8_t *vbase[4];
-	uint32_t vlen[4];
-	unsigned nvec;
-};
-
-struct nomerge_rec {
-	unsigned op;
-	uint64_t sector;
-	uint32_t len;
-};
-
-struct worker {
 	struct mock_dev *m;
-	unsigned id;
-	unsigned seed;
-	uint64_t region_start;  /* sectors */
-	uint64_t region_sectors;
-	uint8_t *shadow;        /* the region's expected bytes */
-	unsigned batches;
-	/* results, checked by the main thread */
-	unsigned long bios, bad_end, bad_status, bad_read, timeouts;
-	struct nomerge_rec *nomerge;
-	unsigned nr_nomerge, max_nomerge;
-	/* bios larger than their op's limit: split, and (as in the kernel)
-	 * their pieces carry RQ_BIO_NOMERGE */
-	struct nomerge_rec *split;
-	unsigned nr_split, max_split;
-};
 
-static void note(struct nomerge_rec **arr, unsigned *nr, unsigned *max, struct nomerge_rec r)
-{
-	if (*nr == *max) {
-		*max = *max ? 2 * *max : 64;
-		*arr = realloc(*arr, *max * sizeof(**arr));
-		if (!*arr)
-			abort();
-	}
-	(*arr)[(*nr)++] = r;
-}
-
-static unsigned op_limit(unsigned op)
-{
-	return op == RQ_OP_DISCARD ? MAX_DISCARD : op == RQ_OP_WRITE_ZEROES ? MAX_WZ : MAX_SECTORS;
-}
-
-static unsigned rnd(struct worker *w, unsigned n)
-{
-	return (unsigned)rand_r(&w->seed) % n;
-}
-
-/* Make the bio's buffers: 1..4 vectors, pieces of one allocation separated
- * by 512-byte gaps (never memory-contiguous), each a multiple of 512. */
-static void wl_buffers(struct worker *w, struct wl_bio *b)
-{
-	unsigned sectors = b->len >> 9;
-	unsigned nvec = 1 + rnd(w, sectors < 4 ? sectors : 4);
-	uint8_t *p;
-
-	b->data = malloc(b->len + 4 * 512);
-	if (!b->data)
-		abort();
-	p = b->data;
-	b->nvec = nvec;
-	for (unsigned i = 0; i < nvec; i++) {
-		unsigned s = i == nvec - 1 ? sectors : 1 + rnd(w, sectors - (nvec - 1 - i));
-
-		b->vbase[i] = p;
-		b->vlen[i] = s << 9;
-		sectors -= s;
-		p += (s << 9) + 512;
-	}
-}
-
-static struct rq_bio *wl_make_bio(struct wl_bio *b)
-{
-	struct rq_bio *bio = rq_bio_alloc(b->nvec);
-
-	/* worker threads: no cmocka asserts here */
-	if (!bio)
-		abort();
-	b->rec.done = 0;
-	b->rec.status = -1;
-	b->rec.bio = bio;
-	bio->op = b->op;
-	bio->opf = b->opf;
-	bio->iter.sector = b->sector;
-	for (unsigned i = 0; i < b->nvec; i++)
-		if (rq_bio_add_vec(bio, b->vbase[i], b->vlen[i]))
-			abort();
-	bio->iter.size = b->len;
-	bio->end_io = fx_end_io;
-	bio->private_data = &b->rec;
-	return bio;
-}
-
-/* Copy between the bio's vectors and a flat buffer. */
-static void wl_gather(struct wl_bio *b, uint8_t *flat)
-{
-	for (unsigned i = 0, off = 0; i < b->nvec; off += b->vlen[i], i++)
-		memcpy(flat + off, b->vbase[i], b->vlen[i]);
-}
-
-static void wl_scatter(struct wl_bio *b, const uint8_t *flat)
-{
-	for (unsigned i = 0, off = 0; i < b->nvec; off += b->vlen[i], i++)
-		memcpy(b->vbase[i], flat + off, b->vlen[i]);
-}
-
-static void *worker_main(void *arg)
-{
-	struct worker *w = arg;
-	struct wl_bio batch[24];
-	uint8_t *flat = malloc(512 * 512);
-
-	for (unsigned it = 0; it < w->batches; it++) {
-		unsigned n = 1 + rnd(w, 24);
-		uint64_t pos = rnd(w, (unsigned)(w->region_sectors / 2));
-		unsigned op = RQ_OP_WRITE, k = 0;
-		bool reverse = rnd(w, 5) == 0;
-		struct rq_plug plug;
-
-		/* plan: increasing, non-overlapping ranges; gap 0 half the time */
-		for (k = 0; k < n; k++) {
-			struct wl_bio *b = &batch[k];
-			unsigned r = rnd(w, 100), sectors;
-
-			memset(b, 0, sizeof(*b));
-			if (k == 0 || rnd(w, 10) >= 7) {
-				if (r < 45)
-					op = RQ_OP_WRITE;
-				else if (r < 80)
-					op = RQ_OP_READ;
-				else if (r < 88)
-					op = RQ_OP_DISCARD;
-				else if (r < 95)
-					op = RQ_OP_WRITE_ZEROES;
-				else
-					op = RQ_OP_FLUSH;
-			}
-			b->op = op;
-			if (op == RQ_OP_FLUSH) {
-				b->sector = 0;
-				b->len = 0;
-				continue;
-			}
-			sectors = rnd(w, 20) == 0 ? 65 + rnd(w, 192) : 1 + rnd(w, 32);
-			if (k && rnd(w, 2))
-				pos += 1 + rnd(w, 64);
-			if (pos + sectors > w->region_sectors)
-				break;
-			b->sector = w->region_start + pos;
-			b->len = sectors << 9;
-			pos += sectors;
-			if (rq_op_has_data(op)) {
-				wl_buffers(w, b);
-				if (rnd(w, 10) == 0 && sectors <= MAX_SECTORS) {
-					/* at most MAX_SEGMENTS vectors: never split */
-					b->opf |= RQ_BIO_NOMERGE;
-				}
-				if (op == RQ_OP_WRITE && rnd(w, 25) == 0)
-					b->opf |= rnd(w, 2) ? RQ_BIO_FUA : RQ_BIO_PREFLUSH;
-			}
-		}
-		n = k;
-
-		/* shadow: writes/zeroes take effect (no overlap inside a batch) */
-		for (k = 0; k < n; k++) {
-			struct wl_bio *b = &batch[k];
-			uint64_t off = (b->sector - w->region_start) << 9;
-
-			if (b->op == RQ_OP_WRITE) {
-				fixture_fill(flat, b->len, w->seed + k, b->sector << 9);
-				wl_scatter(b, flat);
-				memcpy(w->shadow + off, flat, b->len);
-			} else if (b->op == RQ_OP_DISCARD || b->op == RQ_OP_WRITE_ZEROES) {
-				memset(w->shadow + off, 0, b->len);
-			} else if (b->op == RQ_OP_READ) {
-				for (unsigned v = 0; v < b->nvec; v++)
-					memset(b->vbase[v], 0xcc, b->vlen[v]);
-			}
-			if (b->opf & RQ_BIO_NOMERGE)
-				note(&w->nomerge, &w->nr_nomerge, &w->max_nomerge,
-				     (struct nomerge_rec){ b->op, b->sector, b->len });
-			if (b->op != RQ_OP_FLUSH && (b->len >> 9) > op_limit(b->op))
-				note(&w->split, &w->nr_split, &w->max_split,
-				     (struct nomerge_rec){ b->op, b->sector, b->len });
-		}
-
-		rq_start_plug(&plug);
-		for (unsigned i = 0; i < n; i++) {
-			struct wl_bio *b = &batch[reverse ? n - 1 - i : i];
-
-			rq_submit_bio(w->m->q, wl_make_bio(b));
-		}
-		rq_finish_plug(&plug);
-		w->bios += n;
-
-		for (k = 0; k < n; k++) {
-			struct wl_bio *b = &batch[k];
-
-			if (!fx_wait(&b->rec, 1, 10000)) {
-				w->timeouts++;
-				/* the bio may still be in use: leak it rather than free it */
-				continue;
-			}
-			if (fx_done(&b->rec) != 1)
-				w->bad_end++;
-			if (b->rec.status != RQ_STS_OK)
-				w->bad_status++;
-			if (b->op == RQ_OP_READ) {
-				wl_gather(b, flat);
-				if (memcmp(flat, w->shadow + ((b->sector - w->region_start) << 9),
-					   b->len))
-					w->bad_read++;
-			}
-			rq_bio_put(b->rec.bio);
-			free(b->data);
-		}
-		if (w->timeouts)
-			break;
-	}
-	free(flat);
-	return NULL;
-}
-
-/*
- * Run the mixed workload over @m from 2 threads and check: every bio ended
- * exactly once with OK, reads saw the expected data, the device equals the
- * shadows, every request the driver saw respected max_sectors /
- * max_segments / max_discard / max_write_zeroes and its data walk matched its
- * size, and each NOMERGE bio reached the driver alone.
- */
-static void run_workload(struct mock_dev *m, unsigned batches)
-{
-	struct worker w[2];
-	pthread_t t[2];
-	struct mock_event *evs;
-	unsigned n, max_pieces;
-	unsigned long bad_walk;
-	const uint64_t half = (MEM_BYTES >> 9) / 2;
-
-	for (unsigned i = 0; i < 2; i++) {
-		memset(&w[i], 0, sizeof(w[i]));
-		w[i].m = m;
-		w[i].id = i;
-		w[i].seed = 1234 + 77 * i;
-		w[i].region_start = i * half;
-		w[i].region_sectors = half;
-		w[i].shadow = calloc(1, half << 9);
-		w[i].batches = batches;
-		assert_non_null(w[i].shadow);
-		/* the device starts as the shadow: zeroes */
-		memset(m->mem + (w[i].region_start << 9), 0, half << 9);
-	}
-	for (unsigned i = 0; i < 2; i++)
-		assert_int_equal(pthread_create(&t[i], NULL, worker_main, &w[i]), 0);
-	for (unsigned i = 0; i < 2; i++)
-		pthread_join(t[i], NULL);
-
-	for (unsigned i = 0; i < 2; i++) {
-		assert_int_equal(w[i].timeouts, 0);
-		assert_int_equal(w[i].bad_end, 0);
-		assert_int_equal(w[i].bad_status, 0);
-		assert_int_equal(w[i].bad_read, 0);
-		assert_true(w[i].bios > 0);
-		assert_memory_equal(m->mem + (w[i].region_start << 9), w[i].shadow, half << 9);
-	}
-
-	n = mock_copy_events(m, MOCK_QUEUE_RQ, &evs);
-	assert_true(n > 0);
-	for (unsigned i = 0; i < n; i++) {
-		const struct mock_event *e = &evs[i];
-		unsigned sectors = e->bytes >> 9;
-
-		switch (e->op) {
-		case RQ_OP_READ:
-		case RQ_OP_WRITE:
-			if (sectors > MAX_SECTORS || e->nr_segments > MAX_SEGMENTS || !sectors)
-				fail_msg("request op %d at %llu: %u sectors, %u segments", e->op,
-					 (unsigned long long)e->sector, sectors, e->nr_segments);
-			break;
-		case RQ_OP_DISCARD:
-			assert_true(sectors > 0 && sectors <= MAX_DISCARD);
-			break;
-		case RQ_OP_WRITE_ZEROES:
-			assert_true(sectors > 0 && sectors <= MAX_WZ);
-			break;
-		case RQ_OP_FLUSH:
-			assert_int_equal(e->bytes, 0);
-			break;
-		default:
-			fail_msg("unknown op %d reached the driver", e->op);
-		}
-		/* a NOMERGE request is exactly one NOMERGE bio, or a piece of a
-		 * split bio */
-		if (e->opf & RQ_BIO_NOMERGE) {
-			bool found = false;
-
-			for (unsigned k = 0; k < 2 && !found; k++) {
-				for (unsigned j = 0; j < w[k].nr_nomerge && !found; j++)
-					found = w[k].nomerge[j].op == e->op &&
-						w[k].nomerge[j].sector == e->sector &&
-						w[k].nomerge[j].len == e->bytes;
-				for (unsigned j = 0; j < w[k].nr_split && !found; j++)
-					found = w[k].split[j].op == e->op &&
-						w[k].split[j].sector <= e->sector &&
-						e->sector + sectors <=
-							w[k].split[j].sector +
-								(w[k].split[j].len >> 9);
-			}
-			if (!found)
-				fail_msg("NOMERGE request at %llu, %u bytes, matches no bio",
-					 (unsigned long long)e->sector, e->bytes);
-		}
-	}
-	/* every NOMERGE bio reached the driver as a request of its own */
-	for (unsigned k = 0; k < 2; k++) {
-		for (unsigned j = 0; j < w[k].nr_nomerge; j++) {
-			bool found = false;
-
-			for (unsigned i = 0; i < n && !found; i++)
-				found = evs[i].op == w[k].nomerge[j].op &&
-					evs[i].sector == w[k].nomerge[j].sector &&
-					evs[i].bytes == w[k].nomerge[j].len &&
-					evs[i].ret == RQ_STS_OK;
-			if (!found)
-				fail_msg("NOMERGE bio at %llu, %u bytes, was merged",
-					 (unsigned long long)w[k].nomerge[j].sector,
-					 w[k].nomerge[j].len);
-		}
-	}
-	{
-		struct rq_queue_stats st;
-		unsigned long bios = w[0].bios + w[1].bios;
-
-		rq_queue_get_stats(m->q, &st);
-		print_message("%s: %lu bios, %u driver requests, %u+%u NOMERGE bios, %u+%u split bios, "
-			      "merges back %llu front %llu rq %llu plug %llu, splits %llu, flushes %llu\n",
-			      sched_name, bios, n, w[0].nr_nomerge, w[1].nr_nomerge, w[0].nr_split,
-			      w[1].nr_split, (unsigned long long)st.merges_back,
-			      (unsigned long long)st.merges_front, (unsigned long long)st.merges_rq,
-			      (unsigned long long)st.plug_merges, (unsigned long long)st.splits,
-			      (unsigned long long)st.flushes);
-	}
-	free(evs);
-	mock_walk_stats(m, &max_pieces, &bad_walk);
-	assert_int_equal(bad_walk, 0);
-	assert_true(max_pieces <= MAX_SEGMENTS);
-	for (unsigned i = 0; i < 2; i++) {
-		free(w[i].shadow);
-		free(w[i].nomerge);
-		free(w[i].split);
-	}
+	wl_limits(&lim);
+	m = mock_create(&cfg, &qc);
+	if (wl)
+		*wl = (struct wl_dev){ .sched = sched_name, .q = m->q, .mem = m->mem,
+				       .rec = &m->rec };
+	return m;
 }
 
 /* Mixed workload, scheduler chosen at queue creation. */
 static void test_mixed_created(void **state)
 {
-	struct mock_dev *m = make_dev(sched_name, MOCK_COMPLETE_THREAD);
-	struct rq_queue_stats st;
+	struct wl_dev wl;
+	struct mock_dev *m = make_dev(sched_name, MOCK_COMPLETE_THREAD, &wl);
 
-	expect_active(m->q, sched_name);
-	run_workload(m, 300);
-	rq_queue_get_stats(m->q, &st);
-	assert_true(st.merges_back + st.merges_front > 0);
-	assert_int_equal(st.errors, 0);
-	assert_true(st.splits > 0);
+	wl_mixed_created(&wl, 300);
 	mock_destroy(m);
 }
 
 /* Mixed workload, scheduler switched to through the attribute. */
 static void test_mixed_switched(void **state)
 {
-	struct mock_dev *m = make_dev("none", MOCK_COMPLETE_THREAD);
+	struct wl_dev wl;
+	struct mock_dev *m = make_dev("none", MOCK_COMPLETE_THREAD, &wl);
 
-	expect_active(m->q, "none");
-	assert_int_equal(rq_queue_attr_set(m->q, "scheduler", sched_name), 0);
-	expect_active(m->q, sched_name);
-	run_workload(m, 300);
+	wl_mixed_switched(&wl, "none", 300);
 	mock_destroy(m);
 }
 
@@ -456,29 +70,10 @@ static void test_mixed_switched(void **state)
  * driver as one 16 KiB request; merge stats are counted. */
 static void test_sequential_plug_merges(void **state)
 {
-	struct mock_dev *m = make_dev(sched_name, MOCK_COMPLETE_INLINE);
-	static uint8_t bufs[4][8192];
-	struct fx_rec rec[4];
-	struct rq_plug plug;
-	struct rq_queue_stats st;
-	struct mock_event ev;
+	struct wl_dev wl;
+	struct mock_dev *m = make_dev(sched_name, MOCK_COMPLETE_INLINE, &wl);
 
-	rq_start_plug(&plug);
-	for (unsigned i = 0; i < 4; i++)
-		rq_submit_bio(m->q, fx_bio(&rec[i], RQ_OP_WRITE, 1000 + i * 8, bufs[i], 4096));
-	rq_finish_plug(&plug);
-	assert_true(fx_wait(rec, 4, 10000));
-	for (unsigned i = 0; i < 4; i++) {
-		assert_int_equal(fx_done(&rec[i]), 1);
-		assert_int_equal(rec[i].status, RQ_STS_OK);
-	}
-	assert_int_equal(mock_count(m, MOCK_QUEUE_RQ), 1);
-	assert_true(mock_find(m, MOCK_QUEUE_RQ, 0, &ev));
-	assert_int_equal(ev.sector, 1000);
-	assert_int_equal(ev.bytes, 4 * 4096);
-	rq_queue_get_stats(m->q, &st);
-	assert_int_equal(st.merges_back, 3);
-	fx_put(rec, 4);
+	wl_sequential_plug_merges(&wl);
 	mock_destroy(m);
 }
 
@@ -486,33 +81,10 @@ static void test_sequential_plug_merges(void **state)
  * the driver as 4 requests of 4 KiB; no merge is counted. */
 static void test_nomerge_never_merges(void **state)
 {
-	struct mock_dev *m = make_dev(sched_name, MOCK_COMPLETE_INLINE);
-	static uint8_t bufs[4][8192];
-	struct fx_rec rec[4];
-	struct rq_plug plug;
-	struct rq_queue_stats st;
-	struct mock_event *evs;
-	unsigned n;
+	struct wl_dev wl;
+	struct mock_dev *m = make_dev(sched_name, MOCK_COMPLETE_INLINE, &wl);
 
-	rq_start_plug(&plug);
-	for (unsigned i = 0; i < 4; i++) {
-		struct rq_bio *bio = fx_bio(&rec[i], RQ_OP_WRITE, 1000 + i * 8, bufs[i], 4096);
-
-		bio->opf |= RQ_BIO_NOMERGE;
-		rq_submit_bio(m->q, bio);
-	}
-	rq_finish_plug(&plug);
-	assert_true(fx_wait(rec, 4, 10000));
-	n = mock_copy_events(m, MOCK_QUEUE_RQ, &evs);
-	assert_int_equal(n, 4);
-	for (unsigned i = 0; i < n; i++)
-		assert_int_equal(evs[i].bytes, 4096);
-	free(evs);
-	rq_queue_get_stats(m->q, &st);
-	assert_int_equal(st.merges_back + st.merges_front + st.merges_rq, 0);
-	for (unsigned i = 0; i < 4; i++)
-		assert_int_equal(fx_done(&rec[i]), 1);
-	fx_put(rec, 4);
+	wl_nomerge_never_merges(&wl);
 	mock_destroy(m);
 }
 
@@ -520,7 +92,7 @@ static void test_nomerge_never_merges(void **state)
  * everything ends exactly once. */
 static void test_destroy_with_held(void **state)
 {
-	struct mock_dev *m = make_dev(sched_name, MOCK_COMPLETE_DEFER);
+	struct mock_dev *m = make_dev(sched_name, MOCK_COMPLETE_DEFER, NULL);
 	static uint8_t bufs[6][8192];
 	struct fx_rec rec[6];
 

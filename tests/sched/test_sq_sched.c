@@ -71,32 +71,13 @@ static void expect_ended(struct fx_rec *recs, unsigned n, int status)
 	}
 }
 
-/* End what the device holds, and what it takes meanwhile, until every
- * record has ended. */
-static void drain(struct sq_dev *d, struct fx_rec *recs, unsigned n)
-{
-	uint64_t end = fixture_now_ms() + 10000;
-	unsigned i = 0;
-
-	for (;;) {
-		sq_complete_all(d, RQ_STS_OK);
-		while (i < n && fx_done(&recs[i]))
-			i++;
-		if (i == n)
-			return;
-		if (fixture_now_ms() > end)
-			fail_msg("%u of %u bios never ended", n - i, n);
-		fixture_sleep_us(200);
-	}
-}
-
 /*
  * The directions of the recorded dispatches as runs: "R32 W16 R8 W24".
  * Discards and write-zeroes count as writes (the data direction).
  */
 static void dir_runs(struct sq_dev *d, char *out, size_t len)
 {
-	struct sq_event *ev;
+	struct mock_event *ev;
 	unsigned n = sq_copy_events(d, &ev);
 	size_t pos = 0;
 
@@ -117,7 +98,7 @@ static void dir_runs(struct sq_dev *d, char *out, size_t len)
 static void expect_event(struct sq_dev *d, unsigned i, unsigned op, uint64_t sector,
 			 unsigned sectors)
 {
-	struct sq_event ev = sq_event(d, i);
+	struct mock_event ev = sq_event(d, i);
 
 	if (ev.op != op || ev.sector != sector || ev.bytes != sectors << 9)
 		fail_msg("dispatch %u: op %u sector %llu %u sectors; want op %u sector %llu %u sectors",
@@ -346,7 +327,7 @@ static void run_front(const char *front_merges, bool expect_merge)
 {
 	struct sq_dev *d = make(SQ_MODE_INLINE, "deadline", 1);
 	struct rq_queue_stats st;
-	struct sq_event *ev;
+	struct mock_event *ev;
 	struct fx_rec rec[4];
 	bool saw_merged = false, saw_w1 = false, saw_front = false;
 	unsigned n;
@@ -865,7 +846,7 @@ static void test_fe_tags(void **state)
 	rq_sq_end_tag(d->q, rq);
 	assert_null(rq_sq_find_tag(d->q, freed_tag));
 	rq_sq_unlock(d->q);
-	drain(d, rec, 6);
+	sq_drain(d, rec, 6);
 	expect_ended(rec, 6, RQ_STS_OK);
 
 	/* shrink to 2: only two in the device */
@@ -882,7 +863,7 @@ static void test_fe_tags(void **state)
 	rq_sq_unlock(d->q);
 	rq_sq_run_queue(d->q);
 	assert_true(sq_wait_held(d, 4, 5000));
-	drain(d, &rec[6], 4);
+	sq_drain(d, &rec[6], 4);
 	expect_ended(&rec[6], 4, RQ_STS_OK);
 	fx_put(rec, 10);
 	sq_destroy(d);
