@@ -2,15 +2,23 @@
 /*
  * nbd_file: the file driver of rqnbd.  See nbd_file.h.
  *
- * Reading order: per-request payload and per-hw-queue state, the I/O of one
- * request, the worker thread, the rq_mq_ops, creation and teardown.
+ * Reading order: per-request payload and per-worker state, the I/O of one
+ * request, the worker thread, the rq_mq_ops, the rq_sq_ops, creation and
+ * teardown.
  *
- * queue_rq appends the request to its hw queue's list under a mutex and
- * signals the worker; the worker takes the whole list, does each request
- * with positioned system calls and ends it with rq_mq_end_request().  The
- * queue advertises a volatile write cache and FUA: a FUA write is
- * pwritev2(RWF_DSYNC), a flush is fdatasync(), and FUA on a discard or
- * write-zeroes is an fdatasync() after it.
+ * The front ends differ only in how a request reaches a worker and how it
+ * is ended.  Multi-queue: queue_rq appends the request to its hw queue's
+ * worker list; the worker ends it with rq_mq_end_request().  Single-queue:
+ * request_fn (queue lock held) fetches requests while fewer than the depth
+ * are out and appends each to the next worker's list in turn; the worker
+ * takes the queue lock, ends the request with rq_sq_end_request_all_locked()
+ * and, still holding it, runs the same dispatch to refill the freed slot
+ * (the library does not call request_fn when a request ends).  Either way
+ * a worker takes its whole list, does each request with positioned system
+ * calls, and nothing blocks on I/O under a lock.  The queue advertises a
+ * volatile write cache and FUA: a FUA write is pwritev2(RWF_DSYNC), a flush
+ * is fdatasync(), and FUA on a discard or write-zeroes is an fdatasync()
+ * after it.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -26,17 +34,20 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <librequest/sq.h>
+
 #include "nbd_file.h"
 
 #define NBDF_IOV_BATCH 64          /* segments per preadv/pwritev call */
 #define NBDF_ZERO_BUF (256u << 10) /* fallback zero-writing chunk */
+#define NBDF_DEFAULT_DEPTH 64      /* tags per hw queue / requests out (sq) */
 
 /* The driver's payload of every request. */
 struct nbdf_cmd {
 	struct nbdf_cmd *next;
 };
 
-/* One hardware queue and its worker. */
+/* A worker and its list: one per hw queue, or one of the sq workers. */
 struct nbdf_hq {
 	struct nbd_file *f;
 	pthread_t thread;
@@ -51,6 +62,9 @@ struct nbd_file {
 	int fd;
 	uint64_t size;
 	bool is_blockdev;
+	bool sq;                /* single-queue front end */
+	unsigned depth;         /* sq: requests with the workers at most */
+	unsigned next_hq;       /* sq: the worker for the next request; queue lock */
 	unsigned nr_hq;
 	struct nbdf_hq *hqs;
 	struct rq_tag_set *set;
@@ -192,9 +206,49 @@ static rq_status_t nbdf_do(struct nbd_file *f, struct rq_request *rq)
 
 /* ------------------------------------------------------------ the worker */
 
+static void nbdf_request_fn(struct rq_queue *q);
+
+/*
+ * Append @cmd to @hq's list and wake its worker.  Context: queue_rq, or
+ * request_fn under the queue lock; takes the worker's mutex briefly.
+ */
+static void nbdf_hq_push(struct nbdf_hq *hq, struct nbdf_cmd *cmd)
+{
+	bool was_empty;
+
+	cmd->next = NULL;
+	pthread_mutex_lock(&hq->lock);
+	was_empty = !hq->head;
+	if (hq->tail)
+		hq->tail->next = cmd;
+	else
+		hq->head = cmd;
+	hq->tail = cmd;
+	pthread_mutex_unlock(&hq->lock);
+	if (was_empty)
+		pthread_cond_signal(&hq->cond);
+}
+
+/*
+ * End a request the worker has done, on the device's front end.  Single
+ * queue: under the queue lock, then refill the slot it freed; the unlock
+ * ends the bios and is the worker's last touch of the queue for it.
+ */
+static void nbdf_end(struct nbd_file *f, struct rq_request *rq, rq_status_t status)
+{
+	if (!f->sq) {
+		rq_mq_end_request(rq, status);
+		return;
+	}
+	rq_sq_lock(f->q);
+	rq_sq_end_request_all_locked(rq, status);
+	nbdf_request_fn(f->q);
+	rq_sq_unlock(f->q);
+}
+
 /**
- * nbdf_worker() - a hw queue's worker: does and ends requests in arrival
- * order until told to stop with nothing left.
+ * nbdf_worker() - a worker: does and ends the requests of its list in
+ * arrival order until told to stop with nothing left.
  * @arg: the struct nbdf_hq.
  *
  * Context: own thread, from nbd_file_create() until nbd_file_destroy().
@@ -224,7 +278,7 @@ static void *nbdf_worker(void *arg)
 
 			/* read the link first: the request is reused once ended */
 			list = cmd->next;
-			rq_mq_end_request(rq, nbdf_do(hq->f, rq));
+			nbdf_end(hq->f, rq, nbdf_do(hq->f, rq));
 		}
 	}
 	return NULL;
@@ -245,21 +299,7 @@ static void *nbdf_worker(void *arg)
 static rq_status_t nbdf_queue_rq(struct rq_hw_ctx *hctx, struct rq_request *rq,
 				 bool last)
 {
-	struct nbdf_hq *hq = rq_hctx_driver_data(hctx);
-	struct nbdf_cmd *cmd = rq_request_pdu(rq);
-	bool was_empty;
-
-	cmd->next = NULL;
-	pthread_mutex_lock(&hq->lock);
-	was_empty = !hq->head;
-	if (hq->tail)
-		hq->tail->next = cmd;
-	else
-		hq->head = cmd;
-	hq->tail = cmd;
-	pthread_mutex_unlock(&hq->lock);
-	if (was_empty)
-		pthread_cond_signal(&hq->cond);
+	nbdf_hq_push(rq_hctx_driver_data(hctx), rq_request_pdu(rq));
 	return RQ_STS_OK;
 }
 
@@ -283,6 +323,34 @@ static const struct rq_mq_ops nbdf_mq_ops = {
 	RQ_MQ_OPS_INIT,
 	.queue_rq = nbdf_queue_rq,
 	.init_hctx = nbdf_init_hctx,
+};
+
+/* ------------------------------------------------------------- sq ops */
+
+/**
+ * nbdf_request_fn() - hand requests to the workers in turn while fewer
+ * than the depth are with them.
+ * @q: the queue.
+ *
+ * Context: queue lock held: called by the library when there is work, and
+ * by a worker that has just ended a request (nbdf_end()).  Takes a
+ * worker's mutex briefly, never blocks on I/O, never drops the queue lock.
+ */
+static void nbdf_request_fn(struct rq_queue *q)
+{
+	struct nbd_file *f = rq_queue_driver_data(q);
+	struct rq_request *rq;
+
+	while (rq_sq_in_flight(q, false) + rq_sq_in_flight(q, true) < f->depth &&
+	       (rq = rq_sq_fetch_request(q))) {
+		nbdf_hq_push(&f->hqs[f->next_hq], rq_request_pdu(rq));
+		f->next_hq = (f->next_hq + 1) % f->nr_hq;
+	}
+}
+
+static const struct rq_sq_ops nbdf_sq_ops = {
+	RQ_SQ_OPS_INIT,
+	.request_fn = nbdf_request_fn,
 };
 
 /* ----------------------------------------------------- create / destroy */
@@ -368,9 +436,28 @@ int nbd_file_create(const struct nbd_file_config *cfg, struct nbd_file **out)
 	if (!lim.max_write_zeroes_sectors)
 		lim.max_write_zeroes_sectors = UINT32_MAX >> RQ_SECTOR_SHIFT;
 
+	f->depth = cfg->queue_depth ? cfg->queue_depth : NBDF_DEFAULT_DEPTH;
+	if (cfg->single_queue) {
+		struct rq_sq_config sq = {
+			.ops = &nbdf_sq_ops,
+			.limits = &lim,
+			.capacity = f->size >> RQ_SECTOR_SHIFT,
+			.scheduler = cfg->sched,
+			.cmd_size = sizeof(struct nbdf_cmd),
+			.queuedata = f,
+		};
+
+		f->sq = true;
+		ret = rq_sq_alloc_queue(&sq, &f->q);
+		if (ret)
+			goto fail;
+		*out = f;
+		return 0;
+	}
+
 	sc.ops = &nbdf_mq_ops;
 	sc.nr_hw_queues = f->nr_hq;
-	sc.queue_depth = cfg->queue_depth ? cfg->queue_depth : 64;
+	sc.queue_depth = f->depth;
 	sc.cmd_size = sizeof(struct nbdf_cmd);
 	sc.numa_node = -1;
 	sc.driver_data = f;

@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
- * nbd_file: a small multi-queue driver over a regular file or block device,
- * for rqnbd --file.  One worker thread per hardware queue takes the requests
- * queue_rq hands it and does them with preadv/pwritev2/fdatasync/fallocate,
- * then ends them.  Nothing blocks in queue_rq.
+ * nbd_file: a small driver over a regular file or block device, for rqnbd
+ * --file, on either front end.  Worker threads do the requests with
+ * preadv/pwritev2/fdatasync/fallocate and end them.  Multi-queue: one worker
+ * per hardware queue takes what queue_rq hands it.  Single-queue: one queue,
+ * nr_hw_queues workers; request_fn hands each worker requests in turn while
+ * fewer than queue_depth are out.  Nothing blocks in queue_rq or request_fn.
  *
  * What may run at the same time:
  *
@@ -24,8 +26,10 @@
 struct nbd_file_config {
 	const char *path;       /* file or block device */
 	bool read_only;         /* open O_RDONLY */
-	unsigned nr_hw_queues;  /* >= 1 */
-	unsigned queue_depth;   /* tags per hw queue */
+	bool single_queue;      /* the single-queue front end (request_fn) */
+	unsigned nr_hw_queues;  /* >= 1; single-queue: worker threads */
+	unsigned queue_depth;   /* tags per hw queue; single-queue: requests
+				   with the workers at most; 0: 64 */
 	const char *sched;      /* NULL: the library's choice */
 	const struct rq_queue_limits *limits; /* NULL: the driver's defaults */
 };

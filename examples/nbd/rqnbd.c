@@ -51,7 +51,6 @@
 
 /* Exit codes. */
 #define RQNBD_EXIT_FAIL 1       /* bad arguments, set-up failed */
-#define RQNBD_EXIT_UNSUPPORTED 2 /* a feature not implemented yet */
 
 struct opts {
 	const char *unix_path;
@@ -83,10 +82,13 @@ static void usage(FILE *f)
 "  --bind ADDR         TCP address to bind (default 127.0.0.1)\n"
 "  --memory SIZE       serve SIZE bytes of memory (suffix K, M, G, T: powers of 1024)\n"
 "  --file PATH         serve a file or block device\n"
-"  --front mq|sq       request-layer front end (default mq; sq: --memory only)\n"
+"  --front mq|sq       request-layer front end: multi-queue (default) or one\n"
+"                      request_fn under one queue lock\n"
 "  --sched NAME        I/O scheduler of the queue (default: the library's choice)\n"
-"  --queues N          hardware queues (default: online CPUs, at most 8)\n"
-"  --depth N           tags per hardware queue (default %d)\n"
+"  --queues N          hardware queues (default: online CPUs, at most 8);\n"
+"                      --front sq --file: worker threads\n"
+"  --depth N           tags per hardware queue (default %d); --front sq:\n"
+"                      requests with the device at most\n"
 "  --read-only         refuse writes, trims and zeroing with EPERM\n"
 "  --export-name NAME  the export's name (default \"\"; \"\" always matches too)\n"
 "  --list-scheds       print the schedulers the queue offers, one per line\n",
@@ -250,11 +252,6 @@ static void parse_args(int argc, char **argv, struct opts *o)
 		die_usage("--front must be mq or sq", o->front);
 	if (o->list_scheds)
 		return;
-	if (!strcmp(o->front, "sq") && o->file) {
-		/* the file backend's driver is multi-queue only */
-		fprintf(stderr, "rqnbd: --front sq serves --memory exports only\n");
-		exit(RQNBD_EXIT_UNSUPPORTED);
-	}
 	if (!!o->unix_path == !!o->port)
 		die_usage("give exactly one of --unix and --port", NULL);
 	if (o->bind_addr && !o->port)
@@ -309,6 +306,7 @@ static int device_open(const struct opts *o, struct device *dev)
 		struct nbd_file_config cfg = {
 			.path = o->file,
 			.read_only = o->read_only,
+			.single_queue = !strcmp(o->front, "sq"),
 			.nr_hw_queues = o->queues,
 			.queue_depth = o->depth,
 			.sched = o->sched,
@@ -484,7 +482,7 @@ int main(int argc, char **argv)
 	sigset_t sigs;
 	int lfd, sfd, ret;
 	rq_status_t fs;
-	char sched[128] = "";
+	char sched[128] = "", shape[48];
 
 	parse_args(argc, argv, &o);
 	if (o.list_scheds)
@@ -541,10 +539,16 @@ int main(int argc, char **argv)
 		device_close(&dev);
 		return RQNBD_EXIT_FAIL;
 	}
-	fprintf(stderr, "rqnbd: serving %llu bytes (%s%s, %u hw queues, depth %u, "
+	if (!strcmp(o.front, "mq"))
+		snprintf(shape, sizeof(shape), "%u hw queues", o.queues);
+	else if (o.file)
+		snprintf(shape, sizeof(shape), "single queue, %u workers", o.queues);
+	else
+		snprintf(shape, sizeof(shape), "single queue");
+	fprintf(stderr, "rqnbd: serving %llu bytes (%s%s, %s, depth %u, "
 		"scheduler %s) on %s%s%s\n",
 		(unsigned long long)exp.size, o.memory ? "memory" : o.file,
-		o.read_only ? ", read-only" : "", o.queues, o.depth, sched,
+		o.read_only ? ", read-only" : "", shape, o.depth, sched,
 		o.unix_path ? o.unix_path : o.bind_addr ? o.bind_addr : "127.0.0.1",
 		o.port ? " port " : "", o.port ? o.port : "");
 

@@ -1,26 +1,60 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: LGPL-2.1-or-later
 #
-# rqnbd --file: data copied in with nbdcopy is in the file itself once the
-# server has stopped (SIGTERM drains, flushes, exits 0), and a new server on
-# the same file serves it back.  Then SIGTERM and SIGINT while fio keeps
-# four connections busy: the server still drains and exits 0 in time.
+# rqnbd --file on one front end (mq, the default, or sq): data copied in
+# with nbdcopy (random data around an 8 MiB run of zeros, which nbdcopy
+# sends as zeroing requests) and a flush at the end reads back with the same
+# sha256 through the server, and is in the file itself once the server has
+# stopped (SIGTERM drains, flushes, exits 0); a new server on the same file
+# serves it back.  On sq this is done once per scheduler the single-queue
+# front end offers (noop, deadline, cfq), two workers and a depth of 8 so
+# the scheduler has requests to hold.  Then SIGTERM and SIGINT while fio
+# keeps four connections busy: the server still drains and exits 0 in time.
 #
-# usage: nbd_file.sh RQNBD    Skips (77) without nbdcopy.
+# usage: nbd_file.sh RQNBD [mq|sq]    Skips (77) without nbdcopy.
 set -u
 . "$(dirname "$0")/nbd_lib.sh"
-need nbdcopy truncate
+need nbdcopy truncate sha256sum
 nbd_init "$1"
+front=${2:-mq}
 
-truncate -s 32M "$tmp/disk.img"
-head -c 32M /dev/urandom >"$tmp/data"
-nbd_start --file "$tmp/disk.img" --queues 2 --sched none
-timeout 60 nbdcopy "$tmp/data" "$uri" || fail "nbdcopy in failed"
-nbd_stop
-cmp "$tmp/data" "$tmp/disk.img" || fail "the file does not hold the data after stop"
-echo "file holds the 32 MiB written through rqnbd"
+case $front in
+mq)
+	scheds=none
+	shape="--queues 2"
+	;;
+sq)
+	scheds=$("$rqnbd" --front sq --list-scheds) || fail "rqnbd --front sq --list-scheds failed"
+	[ -n "$scheds" ] || fail "no single-queue schedulers listed"
+	shape="--queues 2 --depth 8"
+	;;
+*)
+	fail "front end must be mq or sq, not $front"
+	;;
+esac
 
-nbd_start --file "$tmp/disk.img"
+sum() { sha256sum <"$1" | cut -d' ' -f1; }
+
+{
+	head -c 12M /dev/urandom
+	head -c 8M /dev/zero
+	head -c 12M /dev/urandom
+} >"$tmp/data"
+for s in $scheds; do
+	rm -f "$tmp/disk.img" "$tmp/out"
+	truncate -s 32M "$tmp/disk.img"
+	# shellcheck disable=SC2086
+	nbd_start --front "$front" --file "$tmp/disk.img" $shape --sched "$s"
+	timeout 60 nbdcopy --flush "$tmp/data" "$uri" || fail "nbdcopy in failed ($s)"
+	timeout 60 nbdcopy "$uri" "$tmp/out" || fail "nbdcopy out failed ($s)"
+	[ "$(sum "$tmp/data")" = "$(sum "$tmp/out")" ] || fail "sha256 of the data read back differs ($s)"
+	nbd_stop
+	cmp "$tmp/data" "$tmp/disk.img" || fail "the file does not hold the data after stop ($s)"
+	echo "$front, scheduler $s: 32 MiB in and out with equal sha256, in the file after stop"
+done
+
+rm -f "$tmp/out"
+nbd_start --front "$front" --file "$tmp/disk.img"
 timeout 60 nbdcopy "$uri" "$tmp/out" || fail "nbdcopy out failed"
 cmp "$tmp/data" "$tmp/out" || fail "data read back differs"
 echo "a new server reads it back"
@@ -28,7 +62,7 @@ nbd_stop
 
 if command -v fio >/dev/null 2>&1 && fio --enghelp 2>/dev/null | grep -qw nbd; then
 	for sig in TERM INT; do
-		nbd_start --file "$tmp/disk.img" --queues 2
+		nbd_start --front "$front" --file "$tmp/disk.img" --queues 2
 		timeout 60 fio --name=load --ioengine=nbd --uri="$uri" --rw=randrw --bs=64k \
 			--iodepth=32 --numjobs=4 --size=32m --time_based --runtime=30 \
 			>/dev/null 2>&1 &

@@ -4,7 +4,8 @@
 # fio's nbd engine with verify=crc32c against rqnbd, once per scheduler the
 # build offers on either front end (rqnbd [--front sq] --list-scheds): two jobs, each its own connection and
 # region, 4 KiB random writes at iodepth 32, then verified reads; and a
-# mixed-size run (4-128 KiB) over the file device.
+# mixed-size run (4-128 KiB) over the file device on each front end (sq:
+# cfq, or the first single-queue scheduler listed, at depth 8).
 #
 # usage: nbd_fio.sh RQNBD    Skips (77) without fio or its nbd engine.
 set -u
@@ -48,4 +49,10 @@ nbd_start --file "$tmp/disk.img" --queues 2
 run_fio verify-file 4k --bsrange=4k-128k --fsync=16
 nbd_stop
 echo "fio verify crc32c, file device, 4-128 KiB: ok"
+
+sq_file_sched=$(echo "$sq_scheds" | grep -x cfq || echo "$sq_scheds" | head -n 1)
+nbd_start --front sq --file "$tmp/disk.img" --queues 2 --depth 8 --sched "$sq_file_sched"
+run_fio verify-file-sq 4k --bsrange=4k-128k --fsync=16
+nbd_stop
+echo "fio verify crc32c, file device, single queue, scheduler $sq_file_sched, 4-128 KiB: ok"
 echo PASS
