@@ -129,22 +129,9 @@ static void sq_drop_refs(struct rq_queue *q, long n)
 	pthread_mutex_unlock(&q->freeze_lock);
 }
 
-/* End the bios finished while the lock was held.  Lock NOT held. */
-void sq_bios_end_deferred(struct rq_queue *q)
+/* End @bio (a chain by ->next), then drop @refs usage references of @q. */
+static void sq_end_chain(struct rq_queue *q, struct rq_bio *bio, long refs)
 {
-	struct rq_sq_data *sqd = sqd_of(q);
-	struct rq_bio *bio;
-	long refs;
-
-	if (!atomic_load_explicit(&sqd->deferred_pending, memory_order_acquire))
-		return;
-	sq_lock(sqd);
-	bio = sqd->deferred;
-	refs = sqd->deferred_refs;
-	sqd->deferred = NULL;
-	sqd->deferred_refs = 0;
-	atomic_store_explicit(&sqd->deferred_pending, false, memory_order_relaxed);
-	sq_unlock(sqd);
 	while (bio) {
 		struct rq_bio *next = bio->next;
 
@@ -155,6 +142,53 @@ void sq_bios_end_deferred(struct rq_queue *q)
 	sq_drop_refs(q, refs);
 }
 
+/* Take the bios ended under the lock, and their references.  Lock held. */
+static struct rq_bio *sq_take_deferred(struct rq_sq_data *sqd, long *refs)
+{
+	struct rq_bio *bio = sqd->deferred;
+
+	*refs = sqd->deferred_refs;
+	sqd->deferred = NULL;
+	sqd->deferred_refs = 0;
+	atomic_store_explicit(&sqd->deferred_pending, false, memory_order_relaxed);
+	return bio;
+}
+
+/*
+ * End the bios finished while the lock was held.  Lock NOT held; the
+ * caller must hold @q otherwise (the service thread's registration).
+ */
+void sq_bios_end_deferred(struct rq_queue *q)
+{
+	struct rq_sq_data *sqd = sqd_of(q);
+	struct rq_bio *bio;
+	long refs;
+
+	if (!atomic_load_explicit(&sqd->deferred_pending, memory_order_acquire))
+		return;
+	sq_lock(sqd);
+	bio = sq_take_deferred(sqd, &refs);
+	sq_unlock(sqd);
+	sq_end_chain(q, bio, refs);
+}
+
+/*
+ * Drop the lock (held) and end the bios finished under it.  What ended
+ * is taken before the unlock: afterwards the queue may only be held by
+ * those bios' references, so the final drop is the last touch of @q.
+ */
+static void sq_unlock_end(struct rq_queue *q)
+{
+	struct rq_sq_data *sqd = sqd_of(q);
+	struct rq_bio *bio = NULL;
+	long refs = 0;
+
+	if (atomic_load_explicit(&sqd->deferred_pending, memory_order_relaxed))
+		bio = sq_take_deferred(sqd, &refs);
+	sq_unlock(sqd);
+	sq_end_chain(q, bio, refs);
+}
+
 RQ_EXPORT void rq_sq_lock(struct rq_queue *q)
 {
 	sq_lock(sqd_of(q));
@@ -162,8 +196,7 @@ RQ_EXPORT void rq_sq_lock(struct rq_queue *q)
 
 RQ_EXPORT void rq_sq_unlock(struct rq_queue *q)
 {
-	sq_unlock(sqd_of(q));
-	sq_bios_end_deferred(q);
+	sq_unlock_end(q);
 }
 
 /*
@@ -216,6 +249,11 @@ void sq_run_queue_locked(struct rq_queue *q)
 		sqd->ops.request_fn(q);
 		sqd->request_fn_active--;
 	} while (sqd->rerun && !sqd->stopped);
+}
+
+RQ_EXPORT void rq_sq_run_queue_locked(struct rq_queue *q)
+{
+	sq_run_queue_locked(q);
 }
 
 RQ_EXPORT void rq_sq_run_queue(struct rq_queue *q)
@@ -306,8 +344,7 @@ void sq_service(struct rq_queue *q, uint64_t now, uint64_t *next)
 		else
 			sqd->timeout_deadline[i] = now + timeout;
 	}
-	sq_unlock(sqd);
-	sq_bios_end_deferred(q);
+	sq_unlock_end(q);
 }
 
 /* ----------------------------------------------------------- the pool */
@@ -943,8 +980,7 @@ void sq_submit_piece(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_bio *b
 	if (flush_seq) {
 		if (!flush_insert(rq)) /* data only: straight to the driver */
 			sq_flush_queue_rq(rq, false);
-		sq_unlock(sqd);
-		sq_bios_end_deferred(q);
+		sq_unlock_end(q);
 		return;
 	}
 	if (plug) {
@@ -954,8 +990,7 @@ void sq_submit_piece(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_bio *b
 	}
 	sq_insert_sorted(q, rq);
 	sq_run_queue_locked(q);
-	sq_unlock(sqd);
-	sq_bios_end_deferred(q);
+	sq_unlock_end(q);
 }
 
 /* Unplug: the plugged requests of one queue into the scheduler, then run. */
@@ -972,8 +1007,7 @@ void sq_plug_issue(struct rq_list_node *list, struct rq_request *first)
 		sq_insert_merge(q, rq);
 	}
 	sq_run_queue_locked(q);
-	sq_unlock(sqd);
-	sq_bios_end_deferred(q);
+	sq_unlock_end(q);
 }
 
 /* ----------------------------------------------------------- switching */
@@ -1198,6 +1232,5 @@ void sq_teardown(struct rq_queue *q)
 		__atomic_store_n(&rq->state, RQ_STATE_IN_FLIGHT, __ATOMIC_RELEASE);
 		rq_sq_end_request_all_locked(rq, RQ_STS_IOERR);
 	}
-	sq_unlock(sqd);
-	sq_bios_end_deferred(q);
+	sq_unlock_end(q);
 }

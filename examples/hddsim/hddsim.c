@@ -457,8 +457,11 @@ static void hddsim_complete_locked(struct hddsim_dev *dev, uint64_t now)
 
 	/* the completion first (the scheduler hears of it), then dispatch */
 	if (dev->cfg.front == HDDSIM_FRONT_SQ) {
-		rq_sq_end_request_all(hddsim_rq(cmd), RQ_STS_OK);
-		rq_sq_run_queue(dev->q); /* quiesced (virtual clock): nothing */
+		/* under the lock throughout: the unlock is our last touch of the queue */
+		rq_sq_lock(dev->q);
+		rq_sq_end_request_all_locked(hddsim_rq(cmd), RQ_STS_OK);
+		rq_sq_run_queue_locked(dev->q); /* quiesced (virtual clock): nothing */
+		rq_sq_unlock(dev->q);
 		return;
 	}
 	rq_mq_end_request(hddsim_rq(cmd), RQ_STS_OK);

@@ -46,6 +46,7 @@
 struct null_cmd {
 	struct null_cmd *next;   /* completion list link */
 	uint64_t queued_ns;      /* timer mode: when queue_rq took it */
+	rq_status_t status;      /* single queue: the answer, until it is ended */
 };
 
 /* Counters with one writer each; see the file comment. */
@@ -444,20 +445,40 @@ static void null_wait_until(uint64_t deadline)
 		null_cpu_relax();
 }
 
-/* Finish one command on the completion thread. */
+/* Finish one command on the completion thread (multi-queue). */
 static void null_finish_cmd(struct null_hq *hq, struct null_cmd *cmd)
 {
 	struct rq_request *rq = rq_request_from_pdu(cmd);
 	rq_status_t status = null_handle_rq(hq->dev, hq, rq);
 
 	null_count(&hq->completed, 1);
-	if (hq->dev->cfg.queue_mode == NULL_Q_RQ) {
-		/* single queue: end it (takes the queue lock) */
-		rq_sq_end_request_all(rq, status);
-		return;
-	}
 	/* ops->complete (null_complete_rq) ends it, here or on the submitter */
 	rq_mq_complete_request(rq, status);
+}
+
+/*
+ * Single queue: finish the commands from @head up to @stop (exclusive).
+ * The data moves outside the queue lock; then one lock hold ends them all
+ * and refills the device, so the unlock is the last touch of the queue
+ * (a queue being destroyed may go once its last request has ended).
+ */
+static void null_finish_sq(struct null_hq *hq, struct null_cmd *head, struct null_cmd *stop)
+{
+	struct rq_queue *q = hq->dev->q;
+	struct null_cmd *cmd, *next;
+	unsigned n = 0;
+
+	for (cmd = head; cmd != stop; cmd = cmd->next, n++)
+		cmd->status = null_handle_rq(hq->dev, hq, rq_request_from_pdu(cmd));
+	null_count(&hq->completed, n);
+	rq_sq_lock(q);
+	for (cmd = head; cmd != stop; cmd = next) {
+		/* read the link first: the request may be reused once ended */
+		next = cmd->next;
+		rq_sq_end_request_all_locked(rq_request_from_pdu(cmd), cmd->status);
+	}
+	rq_sq_run_queue_locked(q);
+	rq_sq_unlock(q);
 }
 
 /**
@@ -493,6 +514,14 @@ static void *null_complete_thread(void *arg)
 			/* one delay for all: FIFO order is deadline order */
 			uint64_t now = null_now_ns();
 
+			if (dev->cfg.queue_mode == NULL_Q_RQ) {
+				struct null_cmd *stop = head;
+
+				while (stop && now >= stop->queued_ns + delay)
+					stop = stop->next;
+				null_finish_sq(hq, head, stop);
+				head = stop;
+			}
 			while (head && now >= head->queued_ns + delay) {
 				struct null_cmd *cmd = head;
 
@@ -501,11 +530,13 @@ static void *null_complete_thread(void *arg)
 			}
 			if (!head)
 				tail = NULL;
-			if (dev->cfg.queue_mode == NULL_Q_RQ)
-				rq_sq_run_queue(dev->q);
 			if (head)
 				null_wait_until(head->queued_ns + delay);
 			continue;
+		}
+		if (dev->cfg.queue_mode == NULL_Q_RQ) {
+			null_finish_sq(hq, head, NULL);
+			head = NULL;
 		}
 		while (head) {
 			struct null_cmd *cmd = head;
@@ -515,9 +546,6 @@ static void *null_complete_thread(void *arg)
 			null_finish_cmd(hq, cmd);
 		}
 		tail = NULL;
-		/* single queue: the device has room again */
-		if (dev->cfg.queue_mode == NULL_Q_RQ)
-			rq_sq_run_queue(dev->q);
 	}
 	return NULL;
 }

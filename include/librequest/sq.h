@@ -143,6 +143,15 @@ bool rq_sq_queue_stopped(struct rq_queue *q);
 
 /** rq_sq_run_queue() - call request_fn if there is work.  Lock NOT held. */
 void rq_sq_run_queue(struct rq_queue *q);
+/**
+ * rq_sq_run_queue_locked() - the same with the queue lock held (the
+ * kernel's __blk_run_queue): for a completion path that ends requests
+ * under the lock and refills the device before dropping it, so nothing
+ * touches the queue after the unlock (a queue being destroyed may go once
+ * its last request has ended).  From inside request_fn it only asks for
+ * one more round.
+ */
+void rq_sq_run_queue_locked(struct rq_queue *q);
 
 /** rq_sq_delay_queue() - run the queue after @msecs (service thread). */
 void rq_sq_delay_queue(struct rq_queue *q, unsigned msecs);
