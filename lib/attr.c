@@ -110,7 +110,7 @@ static int elevator_switch_locked(struct rq_queue *q, const char *name)
 	struct rq_elevator_queue *eq = NULL, *old = q->elevator;
 	struct rq_tags **new_tags = NULL;
 	void **old_sched_data = NULL;
-	unsigned old_nr_requests = q->nr_requests, i;
+	unsigned old_nr_requests = q->nr_requests, nr = 0, i;
 	void *data = NULL;
 	int ret = 0;
 
@@ -136,8 +136,7 @@ static int elevator_switch_locked(struct rq_queue *q, const char *name)
 		goto out_put;
 	}
 	if (e) {
-		unsigned nr = 2 * min_t(unsigned, q->set->queue_depth, RQ_DEFAULT_NR_REQUESTS);
-
+		nr = 2 * min_t(unsigned, q->set->queue_depth, RQ_DEFAULT_NR_REQUESTS);
 		eq = calloc(1, sizeof(*eq));
 		new_tags = sched_tags_alloc(q, sched_depth_max(q->set), nr);
 		if (!eq || !new_tags) {
@@ -146,10 +145,12 @@ static int elevator_switch_locked(struct rq_queue *q, const char *name)
 		}
 		eq->type = e;
 		elv_hash_init(eq);
-		q->nr_requests = nr;
 	}
 
 	mq_freeze_and_quiesce(q);
+	/* the new depth only once the old scheduler's limit_depth has stopped */
+	if (e)
+		q->nr_requests = nr;
 	for (i = 0; i < q->nr_hw_queues; i++) {
 		old_sched_data[i] = q->hctxs[i]->sched_data;
 		q->hctxs[i]->sched_data = NULL;
@@ -161,14 +162,22 @@ static int elevator_switch_locked(struct rq_queue *q, const char *name)
 				goto out_restore;
 		}
 		eq->data = data;
+		/*
+		 * The new scheduler's hctx hooks see its own data through
+		 * rq_queue_elevator_data(); the old one's exit hooks, below,
+		 * see the old data again.  Nothing else runs: frozen, quiesced.
+		 */
+		q->elevator = eq;
 		for (i = 0; i < q->nr_hw_queues; i++) {
 			if (e->ops.init_hctx && (ret = e->ops.init_hctx(q->hctxs[i], i))) {
 				sched_exit_hctxs(q, e, i);
 				if (e->ops.exit_sched)
 					e->ops.exit_sched(q, data);
+				q->elevator = old;
 				goto out_restore;
 			}
 		}
+		q->elevator = old;
 	}
 
 	/* the new one is ready: retire the old one with its own hctx data */
@@ -180,9 +189,11 @@ static int elevator_switch_locked(struct rq_queue *q, const char *name)
 			free(new_sched_data);
 			free(old_tags);
 			if (e) {
+				q->elevator = eq;
 				sched_exit_hctxs(q, e, q->nr_hw_queues);
 				if (e->ops.exit_sched)
 					e->ops.exit_sched(q, data);
+				q->elevator = old;
 			}
 			ret = -ENOMEM;
 			goto out_restore;

@@ -122,6 +122,12 @@ bool bio_attempt_merge(struct rq_queue *q, struct rq_request *rq, struct rq_bio 
 	return bio_attempt_front_merge(rq, bio, nr_segs);
 }
 
+RQ_EXPORT bool rq_sched_list_merge(struct rq_queue *q, struct rq_list_node *list,
+				   struct rq_bio *bio, unsigned nr_segs)
+{
+	return ctx_list_merge(q, list, bio, nr_segs);
+}
+
 /* Merge into one of the newest requests staged on a software queue. */
 bool ctx_list_merge(struct rq_queue *q, struct rq_list_node *list, struct rq_bio *bio,
 		    unsigned nr_segs)

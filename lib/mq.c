@@ -248,6 +248,11 @@ RQ_EXPORT void rq_queue_freeze(struct rq_queue *q)
 	queue_drain(q);
 }
 
+RQ_EXPORT bool rq_queue_frozen(const struct rq_queue *q)
+{
+	return atomic_load_explicit(&q->freeze_depth, memory_order_relaxed) > 0;
+}
+
 RQ_EXPORT void rq_queue_unfreeze(struct rq_queue *q)
 {
 	pthread_mutex_lock(&q->freeze_lock);
@@ -962,7 +967,7 @@ struct rq_mailbox {
 static pthread_mutex_t mbox_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct rq_mailbox *mbox_list;
 static _Atomic int mbox_pending; /* mailboxes that may hold requests */
-static __thread struct rq_mailbox *tls_mbox;
+static __thread struct rq_mailbox *tls_mbox __attribute__((tls_model("initial-exec")));
 static pthread_key_t mbox_key;
 static pthread_once_t mbox_once = PTHREAD_ONCE_INIT;
 

@@ -292,7 +292,7 @@ static uint64_t slice_idle_ns(const struct bfq_data *bd)
 /* Frozen (or dying): no request can arrive, so waiting for one is useless. */
 static bool queue_frozen(const struct bfq_data *bd)
 {
-	return atomic_load_explicit(&bd->q->freeze_depth, memory_order_relaxed) > 0;
+	return rq_queue_frozen(bd->q);
 }
 
 static bool bfqq_busy(const struct bfq_queue *bfqq)

@@ -37,7 +37,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lib/internal/core.h"
+#include <librequest/elevator.h>
+
+#include "lib/internal/compiler.h"
 
 /* ------------------------------------------------------------- tunables */
 
@@ -630,7 +632,7 @@ static bool kyber_bio_merge(struct rq_queue *q, struct rq_bio *bio, unsigned nr_
 		return false;
 	kcq = &khd->kcqs[idx];
 	rq_spin_lock(&kcq->lock);
-	merged = ctx_list_merge(q, &kcq->rq_list[domain], bio, nr_segs);
+	merged = rq_sched_list_merge(q, &kcq->rq_list[domain], bio, nr_segs);
 	rq_spin_unlock(&kcq->lock);
 	return merged;
 }

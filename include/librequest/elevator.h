@@ -238,6 +238,17 @@ bool rq_sched_try_merge(struct rq_queue *q, struct rq_bio *bio, unsigned nr_segs
 			struct rq_request **merged);
 
 /**
+ * rq_sched_list_merge() - merge @bio into one of the newest requests (up to
+ * eight, newest first) on @list, a scheduler's own per-CPU list of queued
+ * requests linked by queuelist, as the core does with its software queues
+ * (blk_bio_list_merge).
+ * Context: bio_merge, under the lock that guards @list.
+ * Return: true if @bio was merged (it is then the request's).
+ */
+bool rq_sched_list_merge(struct rq_queue *q, struct rq_list_node *list, struct rq_bio *bio,
+			 unsigned nr_segs);
+
+/**
  * rq_sched_try_insert_merge() - merge @rq into a queued request it is
  * contiguous with (one-hit cache or hash back merge); on success @rq is
  * emptied and added (by queuelist) to @free: free each with

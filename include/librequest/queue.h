@@ -298,6 +298,13 @@ struct rq_queue_stats {
 	uint64_t invalid;        /* bios rejected before a request */
 };
 
+/**
+ * rq_queue_frozen() - true while a freeze of @q is on or being waited for
+ * (and while it is torn down): no new request can arrive until it ends.
+ * A hint for schedulers deciding whether to wait for more I/O.
+ */
+bool rq_queue_frozen(const struct rq_queue *q);
+
 /** rq_queue_get_stats() - sum the queue's counters. */
 void rq_queue_get_stats(struct rq_queue *q, struct rq_queue_stats *st);
 

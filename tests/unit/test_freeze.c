@@ -188,9 +188,12 @@ static void test_nested_freeze(void **state)
 	struct mock_io io;
 	struct rq_bio *bio;
 
+	assert_false(rq_queue_frozen(m->q));
 	rq_queue_freeze(m->q);
+	assert_true(rq_queue_frozen(m->q));
 	rq_queue_freeze(m->q);
 	rq_queue_unfreeze(m->q);
+	assert_true(rq_queue_frozen(m->q)); /* still frozen once */
 
 	bio = mock_bio(&io, RQ_OP_WRITE, 0, zero_buf, 4096);
 	bio->opf |= RQ_BIO_NOWAIT;
@@ -199,6 +202,7 @@ static void test_nested_freeze(void **state)
 	assert_int_equal(mock_count(m, MOCK_QUEUE_RQ), 0);
 
 	rq_queue_unfreeze(m->q);
+	assert_false(rq_queue_frozen(m->q));
 	bio = mock_bio(&io, RQ_OP_WRITE, 0, zero_buf, 4096);
 	bio->opf |= RQ_BIO_NOWAIT;
 	rq_submit_bio(m->q, bio);

@@ -110,6 +110,36 @@ static bool toy_has_work(struct rq_hw_ctx *hctx)
 	return work;
 }
 
+/*
+ * A scheduler whose hw queue hooks check that rq_queue_elevator_data()
+ * is its own data while they run (a switch builds the new scheduler while
+ * the old one is still installed, and retires the old one after).
+ */
+#define HCTX_CHECK_NAME "switch-hctx-check"
+
+static atomic_uint hctx_hook_calls, hctx_hook_wrong_data;
+
+static void hctx_check(struct rq_hw_ctx *hctx)
+{
+	struct toy_data *d = rq_queue_elevator_data(rq_hctx_queue(hctx));
+
+	atomic_fetch_add(&hctx_hook_calls, 1);
+	if (!d || rq_hctx_sched_data(hctx) != d)
+		atomic_fetch_add(&hctx_hook_wrong_data, 1);
+}
+
+static int check_init_hctx(struct rq_hw_ctx *hctx, unsigned idx)
+{
+	rq_hctx_set_sched_data(hctx, rq_queue_elevator_data(rq_hctx_queue(hctx)));
+	hctx_check(hctx);
+	return 0;
+}
+
+static void check_exit_hctx(struct rq_hw_ctx *hctx, unsigned idx)
+{
+	hctx_check(hctx);
+}
+
 static int fail_init_sched(struct rq_queue *q, void **data)
 {
 	atomic_fetch_add(&fail_inits, 1);
@@ -142,8 +172,24 @@ static void register_scheds(void)
 			.has_work = toy_has_work,
 		},
 	};
+	static const struct rq_elevator_type hctx_checker = {
+		RQ_ELV_TYPE_INIT,
+		.name = HCTX_CHECK_NAME,
+		.features = RQ_ELV_F_MQ,
+		.ops = {
+			.init_sched = toy_init_sched,
+			.exit_sched = toy_exit_sched,
+			.init_hctx = check_init_hctx,
+			.exit_hctx = check_exit_hctx,
+			.insert_requests = toy_insert,
+			.dispatch_request = toy_dispatch,
+			.has_work = toy_has_work,
+		},
+	};
 	int ret;
 
+	ret = rq_elevator_register(&hctx_checker);
+	assert_true(ret == 0 || ret == -EEXIST);
 	assert_int_equal(fixture_register_fifo(), 0);
 	ret = rq_elevator_register(&toy);
 	assert_true(ret == 0 || ret == -EEXIST);
@@ -491,6 +537,28 @@ static void test_switch_under_load(void **state)
 	free(l);
 }
 
+/*
+ * Switching into and out of a scheduler with hw queue hooks, from and to
+ * schedulers with data of their own: each init_hctx/exit_hctx call sees
+ * its own scheduler's data through rq_queue_elevator_data().
+ */
+static void test_hctx_hooks_see_own_data(void **state)
+{
+	struct mock_config cfg = { .nr_hw_queues = 2, .completion = MOCK_COMPLETE_INLINE };
+	struct mock_dev *m = mock_create(&cfg, NULL);
+	static const char *const order[] = { "mq-deadline", HCTX_CHECK_NAME, "kyber",
+					     HCTX_CHECK_NAME, "none", HCTX_CHECK_NAME };
+
+	atomic_store(&hctx_hook_calls, 0);
+	atomic_store(&hctx_hook_wrong_data, 0);
+	for (unsigned i = 0; i < sizeof(order) / sizeof(order[0]); i++)
+		assert_int_equal(rq_queue_attr_set(m->q, "scheduler", order[i]), 0);
+	mock_destroy(m);
+	/* three installs and three retirements (the last at destroy), 2 hw queues each */
+	assert_int_equal(atomic_load(&hctx_hook_calls), 12);
+	assert_int_equal(atomic_load(&hctx_hook_wrong_data), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -501,6 +569,7 @@ int main(void)
 		cmocka_unit_test(test_failed_init_keeps_old),
 		cmocka_unit_test(test_switch_waits_for_held),
 		cmocka_unit_test(test_switch_under_load),
+		cmocka_unit_test(test_hctx_hooks_see_own_data),
 	};
 
 	return cmocka_run_group_tests(tests, setup, NULL);
