@@ -15,15 +15,25 @@
  * While the driver's timeout hook runs, rq->core_busy keeps the request from
  * being reused.
  *
+ * Application-driven mode (rq_service_manual(), before the first queue):
+ * no thread is started; the application calls rq_service_run() when the
+ * time it returned has passed or rq_service_fd() is readable (a kick), as
+ * a run-to-completion server does from its event loop.  The same pass runs
+ * either way.
+ *
  * What may run at the same time:
  *   service_register / unregister     each other (svc_lock), the thread
  *   service_kick                      anything, any context
+ *   rq_service_run                    everything; calls serialize
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
 #include <semaphore.h>
+#include <stdint.h>
+#include <sys/eventfd.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "internal/core.h"
 
@@ -33,6 +43,14 @@ static bool svc_started;
 static sem_t svc_sem;
 static _Atomic int svc_kicked;
 static pthread_t svc_thread;
+
+/*
+ * Application-driven mode (rq_service_manual()): no thread; the
+ * application calls rq_service_run(), and a kick makes svc_efd readable.
+ */
+static _Atomic bool svc_manual;
+static int svc_efd = -1;
+static pthread_mutex_t svc_run_lock = PTHREAD_MUTEX_INITIALIZER; /* one pass at a time */
 
 uint64_t mono_ns(void)
 {
@@ -47,11 +65,13 @@ static _Atomic uint64_t svc_wake_at; /* an extra wake-up (mailboxes) */
 
 static void *service_main(void *arg);
 
-/* Start the thread once, on first need. */
+/* Start the thread once, on first need (never in application-driven mode). */
 static void service_start(void)
 {
 	pthread_attr_t attr;
 
+	if (atomic_load(&svc_manual))
+		return;
 	sem_init(&svc_sem, 0, 0);
 	pthread_attr_init(&attr);
 	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
@@ -63,8 +83,17 @@ static void service_start(void)
 void service_kick(void)
 {
 	pthread_once(&svc_once, service_start);
-	if (!atomic_exchange_explicit(&svc_kicked, 1, memory_order_acq_rel))
-		sem_post(&svc_sem);
+	if (atomic_exchange_explicit(&svc_kicked, 1, memory_order_acq_rel))
+		return;
+	if (atomic_load_explicit(&svc_manual, memory_order_acquire)) {
+		uint64_t one = 1;
+
+		/* async-signal-safe; a full counter still reads as readable */
+		if (write(svc_efd, &one, sizeof(one)) < 0)
+			(void)0;
+		return;
+	}
+	sem_post(&svc_sem);
 }
 
 static uint64_t scan_interval_ns(const struct rq_queue *q)
@@ -170,24 +199,36 @@ static uint64_t service_queue(struct rq_queue *q, uint64_t now, uint64_t next)
 	return next;
 }
 
+/*
+ * One pass over everything due at @now: completion mailboxes, then every
+ * queue.  Return: when the next thing falls due (mono_ns), or the idle
+ * horizon a second ahead; *@idle when no queue exists.
+ */
+static uint64_t service_pass(uint64_t now, bool *idle)
+{
+	uint64_t next = now + 1000000000ull;
+
+	atomic_store_explicit(&svc_kicked, 0, memory_order_release);
+	mbox_service(now);
+	pthread_mutex_lock(&svc_lock);
+	for (struct rq_queue *q = svc_queues; q; q = q->svc_next)
+		next = service_queue(q, now, next);
+	*idle = !svc_queues;
+	pthread_mutex_unlock(&svc_lock);
+	if (atomic_load(&svc_wake_at) && atomic_load(&svc_wake_at) < next)
+		next = atomic_exchange(&svc_wake_at, 0);
+	return next;
+}
+
 static void *service_main(void *arg)
 {
 	(void)arg;
 	for (;;) {
-		uint64_t now = mono_ns(), next = now + 1000000000ull, wait_ns;
+		uint64_t now = mono_ns(), next, wait_ns;
 		struct timespec ts;
 		bool idle;
 
-		atomic_store_explicit(&svc_kicked, 0, memory_order_release);
-		mbox_service(now);
-		pthread_mutex_lock(&svc_lock);
-		for (struct rq_queue *q = svc_queues; q; q = q->svc_next)
-			next = service_queue(q, now, next);
-		idle = !svc_queues;
-		pthread_mutex_unlock(&svc_lock);
-		if (atomic_load(&svc_wake_at) && atomic_load(&svc_wake_at) < next)
-			next = atomic_exchange(&svc_wake_at, 0);
-
+		next = service_pass(now, &idle);
 		if (idle) {
 			while (sem_wait(&svc_sem) && errno == EINTR)
 				;
@@ -208,6 +249,55 @@ static void *service_main(void *arg)
 			;
 	}
 	return NULL;
+}
+
+RQ_EXPORT int rq_service_manual(void)
+{
+	int ret = 0;
+
+	pthread_mutex_lock(&svc_lock);
+	if (atomic_load(&svc_manual)) {
+		ret = 0;
+	} else if (svc_started || svc_queues) {
+		ret = -EBUSY;
+	} else {
+		svc_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+		if (svc_efd < 0)
+			ret = -errno;
+		else
+			atomic_store_explicit(&svc_manual, true, memory_order_release);
+	}
+	pthread_mutex_unlock(&svc_lock);
+	/* a thread started meanwhile (first queue on another thread) wins */
+	pthread_once(&svc_once, service_start);
+	if (!ret && svc_started)
+		ret = -EBUSY;
+	return ret;
+}
+
+RQ_EXPORT int rq_service_fd(void)
+{
+	return atomic_load_explicit(&svc_manual, memory_order_acquire) ? svc_efd : -EINVAL;
+}
+
+RQ_EXPORT int64_t rq_service_run(void)
+{
+	uint64_t now, next, drain;
+	bool idle;
+
+	if (!atomic_load_explicit(&svc_manual, memory_order_acquire))
+		return -EINVAL;
+	/* clear the kick before the pass, so a kick during it stays readable */
+	if (read(svc_efd, &drain, sizeof(drain)) < 0)
+		(void)0;
+	pthread_mutex_lock(&svc_run_lock);
+	now = mono_ns();
+	next = service_pass(now, &idle);
+	pthread_mutex_unlock(&svc_run_lock);
+	now = mono_ns();
+	if (idle && !atomic_load(&svc_wake_at))
+		return INT64_MAX;
+	return next > now ? (int64_t)(next - now) : 0;
 }
 
 /* Have the service thread look again in @msecs (completion mailboxes). */

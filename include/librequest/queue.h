@@ -305,6 +305,46 @@ struct rq_queue_stats {
  */
 bool rq_queue_frozen(const struct rq_queue *q);
 
+/* ------------------------------------------------------------- service
+ *
+ * The library's background work — hardware queue runs asked for
+ * asynchronously or after a delay (RQ_STS_RESOURCE's 3 ms safety net, a
+ * scheduler idling), requeue kicks, the timeout scan, completion mailboxes
+ * (rq_affinity 2), the single-queue front end's deferred work — is done by
+ * one service thread the library starts with the first queue.  A
+ * run-to-completion application can own it instead: no thread is started,
+ * and its event loop calls rq_service_run() when the returned time has
+ * passed or rq_service_fd() polls readable.
+ */
+
+/**
+ * rq_service_manual() - switch the library to application-driven service.
+ * Call before creating the first queue.
+ * Context: any thread; once per process (again: 0, nothing changes).
+ * Return: 0; -EBUSY if a queue exists or the service thread already runs;
+ * -errno if the eventfd could not be made.
+ */
+int rq_service_manual(void);
+
+/**
+ * rq_service_run() - do the service work that is due now.
+ * Context: any thread, not from a driver or scheduler hook; concurrent
+ * calls serialize.  Drivers' timeout hooks and queue runs happen here.
+ * Return: nanoseconds until the next work falls due (0: call again now;
+ * INT64_MAX: nothing is scheduled and no queue exists), or -EINVAL when
+ * not in application-driven mode.
+ */
+int64_t rq_service_run(void);
+
+/**
+ * rq_service_fd() - an eventfd that becomes readable when work is asked
+ * for sooner than rq_service_run() said (an async run, a new delay);
+ * rq_service_run() clears it.
+ * Return: the descriptor (the library's: do not close it), or -EINVAL when
+ * not in application-driven mode.
+ */
+int rq_service_fd(void);
+
 /** rq_queue_get_stats() - sum the queue's counters. */
 void rq_queue_get_stats(struct rq_queue *q, struct rq_queue_stats *st);
 
