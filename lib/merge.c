@@ -107,12 +107,10 @@ bool bio_attempt_front_merge(struct rq_request *rq, struct rq_bio *bio, unsigned
 bool bio_attempt_merge(struct rq_queue *q, struct rq_request *rq, struct rq_bio *bio,
 		       unsigned nr_segs, bool sched_allow)
 {
-	enum rq_elv_merge pos;
+	/* adjacency first: it is what random I/O fails, and it is cheap */
+	enum rq_elv_merge pos = rq_try_merge_pos(rq, bio);
 
-	if (!rq_merge_ok(rq, bio))
-		return false;
-	pos = rq_try_merge_pos(rq, bio);
-	if (pos == RQ_ELV_NO_MERGE)
+	if (pos == RQ_ELV_NO_MERGE || !rq_merge_ok(rq, bio))
 		return false;
 	if (sched_allow && q->elevator && q->elevator->type->ops.allow_merge &&
 	    !q->elevator->type->ops.allow_merge(q, rq, bio))
