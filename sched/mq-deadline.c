@@ -87,8 +87,10 @@ enum dl_prio {
  *	while the tree has not changed otherwise (NULL: unknown); saves a
  *	search from the root on every dispatch of a batch.
  * @nr_queued: requests in @sort / @fifo.
+ * @hq: the hardware queue's state this belongs to.
  */
 struct dl_prio_queue {
+	struct dl_hctx_queue *hq;
 	struct rq_rb_root sort[DL_NR_DIRS];
 	struct rq_list_node fifo[DL_NR_DIRS];
 	uint64_t latest_pos[DL_NR_DIRS];
@@ -152,7 +154,11 @@ struct dl_data {
 	unsigned prio_aging_expire_ms;
 };
 
-/* rq->elv_priv[0]: set while the request is in our trees and lists */
+/*
+ * rq->elv_priv[0]: set while the request is in our trees and lists;
+ * rq->elv_priv[1]: then, its struct dl_prio_queue (class and hw queue
+ * worked out once, at insert).
+ */
 #define DL_RQ_QUEUED ((void *)1)
 
 /* --------------------------------------------------------------- helpers */
@@ -188,9 +194,10 @@ static inline struct dl_hctx_queue *dl_hq(struct dl_data *dd, const struct rq_hw
 	return &dd->hqs[idx < dd->nr_hw ? idx : 0];
 }
 
-static inline struct dl_prio_queue *dl_pq(struct dl_data *dd, const struct rq_request *rq)
+/* The class queue of a queued request (see DL_RQ_QUEUED). */
+static inline struct dl_prio_queue *dl_pq(const struct rq_request *rq)
 {
-	return &dl_hq(dd, rq->hctx)->prio[dl_prio_of(rq->ioprio)];
+	return rq->elv_priv[1];
 }
 
 static inline bool dl_queued(const struct rq_request *rq)
@@ -223,6 +230,8 @@ static void dl_add(struct dl_data *dd, struct rq_request *rq, uint64_t now)
 	enum dl_dir dir = dl_dir_of(rq->op);
 	unsigned expire_ms = dir == DL_READ ? dd->read_expire_ms : dd->write_expire_ms;
 
+	rq->elv_priv[1] = pq;
+
 	rq_elv_rb_add(&pq->sort[dir], rq);
 	pq->next_hint[dir] = NULL;
 	rq->fifo_time = now + expire_ms * NSEC_PER_MSEC;
@@ -237,8 +246,8 @@ static void dl_add(struct dl_data *dd, struct rq_request *rq, uint64_t now)
 /* Take @rq out of its tree, FIFO and the hash; lock held. */
 static void dl_remove(struct dl_data *dd, struct rq_request *rq)
 {
-	struct dl_hctx_queue *hq = dl_hq(dd, rq->hctx);
-	struct dl_prio_queue *pq = &hq->prio[dl_prio_of(rq->ioprio)];
+	struct dl_prio_queue *pq = dl_pq(rq);
+	struct dl_hctx_queue *hq = pq->hq;
 	enum dl_dir dir = dl_dir_of(rq->op);
 
 	if (pq->next_hint[dir] == rq)
@@ -385,6 +394,7 @@ static int dl_init_sched(struct rq_queue *q, void **data)
 
 		rq_list_init(&hq->dispatch);
 		for (unsigned p = 0; p < DL_NR_PRIOS; p++) {
+			hq->prio[p].hq = hq;
 			for (unsigned d = 0; d < DL_NR_DIRS; d++) {
 				hq->prio[p].sort[d].node = NULL;
 				rq_list_init(&hq->prio[p].fifo[d]);
@@ -531,15 +541,15 @@ static int dl_request_merge(struct rq_queue *q, struct rq_request **rq, struct r
  */
 static void dl_request_merged(struct rq_queue *q, struct rq_request *rq, enum rq_elv_merge type)
 {
-	struct dl_data *dd = dl_of(q);
 	struct rq_rb_root *root;
 
+	(void)q;
 	if (type != RQ_ELV_FRONT_MERGE || !dl_queued(rq))
 		return;
-	root = &dl_pq(dd, rq)->sort[dl_dir_of(rq->op)];
+	root = &dl_pq(rq)->sort[dl_dir_of(rq->op)];
 	rq_elv_rb_del(root, rq);
 	rq_elv_rb_add(root, rq);
-	dl_pq(dd, rq)->next_hint[dl_dir_of(rq->op)] = NULL;
+	dl_pq(rq)->next_hint[dl_dir_of(rq->op)] = NULL;
 }
 
 /**
@@ -556,7 +566,7 @@ static void dl_requests_merged(struct rq_queue *q, struct rq_request *rq, struct
 	if (!dl_queued(next))
 		return;
 	if (dl_queued(rq) && next->fifo_time < rq->fifo_time &&
-	    dl_dir_of(rq->op) == dl_dir_of(next->op) && dl_pq(dd, rq) == dl_pq(dd, next)) {
+	    dl_dir_of(rq->op) == dl_dir_of(next->op) && dl_pq(rq) == dl_pq(next)) {
 		/* take next's place in the FIFO: put rq right after it */
 		rq_list_del_init(&rq->queuelist);
 		rq_list_insert(&rq->queuelist, &next->queuelist, next->queuelist.next);
@@ -658,7 +668,7 @@ static struct rq_request *dl_dispatch_locked(struct dl_data *dd, struct dl_hctx_
 		rq = dl_choose_in_prio(dd, hq, top, clk);
 	if (!rq)
 		return NULL;
-	pq = dl_pq(dd, rq);
+	pq = dl_pq(rq);
 	dir = dl_dir_of(rq->op);
 	next = rq_elv_rb_latter(rq);
 	dl_remove(dd, rq);
