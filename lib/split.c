@@ -115,7 +115,6 @@ static struct rq_bio *bio_split_front(struct rq_bio *bio, uint32_t bytes)
 		return NULL;
 	split->iter.size = bytes;
 	split->opf |= RQ_BIO_NOMERGE;
-	split->core_flags |= RQ_BIOF_SPLIT_DONE;
 	bio_chain(split, bio);
 	bio_advance(bio, bytes);
 	return split;
@@ -250,7 +249,6 @@ struct rq_bio *bio_split_to_limits_status(const struct rq_queue_limits *lim,
 	}
 
 	if (likely(!bytes)) {
-		__atomic_fetch_or(&bio->core_flags, (uint16_t)RQ_BIOF_SPLIT_DONE, __ATOMIC_RELAXED);
 		*nr_segs = segs;
 		return bio;
 	}

@@ -13,7 +13,6 @@
 /* rq_bio.core_flags */
 #define RQ_BIOF_CHAIN (1u << 0)     /* remaining counts pieces: end_io waits */
 #define RQ_BIOF_CLONED (1u << 1)    /* shares another bio's vectors */
-#define RQ_BIOF_SPLIT_DONE (1u << 2) /* already checked and split to limits */
 #define RQ_BIOF_ALLOCATED (1u << 3) /* from a cache: rq_bio_put frees it */
 #define RQ_BIOF_EXT_VECS (1u << 4)  /* vecs were allocated separately */
 

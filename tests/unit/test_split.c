@@ -105,7 +105,6 @@ static void test_fits_whole(void **state)
 	bio = make_bio(1, 4096, 0x100000, 0, &rec);
 	assert_ptr_equal(bio_split_to_limits(&lim, bio, &nsegs), bio);
 	assert_int_equal(nsegs, 1);
-	assert_true(bio->core_flags & RQ_BIOF_SPLIT_DONE);
 	assert_false(bio->core_flags & RQ_BIOF_CHAIN);
 	rq_bio_put(bio);
 }
