@@ -128,7 +128,11 @@ struct rq_plug {
 
 /**
  * rq_start_plug() - start batching the calling thread's submissions.
- * Nested plugs join the outermost one.
+ * Nested plugs join the outermost one.  Keep a plug short, around one
+ * batch of submissions, as the kernel's are: what it holds (plugged
+ * requests, tags taken ahead, which hold the queue's usage) is given back
+ * only when it is flushed or finished, and a freeze of the queue (a
+ * scheduler switch, an nr_requests change, destroying it) waits until then.
  */
 void rq_start_plug(struct rq_plug *plug);
 
