@@ -464,3 +464,35 @@ void fx_put(struct fx_rec *recs, unsigned n)
 		recs[i].bio = NULL;
 	}
 }
+
+/* ------------------------------------------------- a switch on its own thread */
+
+static void *fx_switch_thread(void *arg)
+{
+	struct fx_switch *s = arg;
+
+	s->ret = rq_queue_attr_set(s->q, "scheduler", s->name);
+	__atomic_store_n(&s->done, 1, __ATOMIC_RELEASE);
+	return NULL;
+}
+
+void fx_switch_start(struct fx_switch *s, struct rq_queue *q, const char *name)
+{
+	s->q = q;
+	s->name = name;
+	s->ret = 0;
+	s->done = 0;
+	if (pthread_create(&s->thread, NULL, fx_switch_thread, s))
+		abort();
+}
+
+bool fx_switch_done(struct fx_switch *s)
+{
+	return __atomic_load_n(&s->done, __ATOMIC_ACQUIRE);
+}
+
+int fx_switch_join(struct fx_switch *s)
+{
+	pthread_join(s->thread, NULL);
+	return s->ret;
+}

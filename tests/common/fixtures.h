@@ -5,6 +5,7 @@
 #ifndef RQ_TEST_FIXTURES_H
 #define RQ_TEST_FIXTURES_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -74,5 +75,24 @@ int fx_done(struct fx_rec *rec);
 void fx_put(struct fx_rec *recs, unsigned n);
 /** fx_end_io() - the end_io fx_bio() sets (bio->private_data = the record). */
 void fx_end_io(struct rq_bio *bio);
+
+/*
+ * A scheduler switch on a thread of its own (a switch freezes the queue, so
+ * a test that holds requests or a plug must not make it itself).
+ */
+struct fx_switch {
+	struct rq_queue *q;
+	const char *name;
+	pthread_t thread;
+	int ret;             /* rq_queue_attr_set's answer, once done */
+	int done;            /* atomic: the switch returned */
+};
+
+/** fx_switch_start() - start switching @q to scheduler @name; asserts the thread started. */
+void fx_switch_start(struct fx_switch *s, struct rq_queue *q, const char *name);
+/** fx_switch_done() - has the switch returned? */
+bool fx_switch_done(struct fx_switch *s);
+/** fx_switch_join() - wait for the switch; its answer (0 or -errno). */
+int fx_switch_join(struct fx_switch *s);
 
 #endif /* RQ_TEST_FIXTURES_H */

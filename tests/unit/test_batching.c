@@ -17,7 +17,6 @@
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
-#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -69,22 +68,6 @@ static void submit_reads(struct mock_dev *m, struct mock_io *ios, unsigned n, ui
 
 /* ------------------------------------------- scheduler tags in a plug */
 
-struct switcher {
-	struct rq_queue *q;
-	const char *to;
-	int ret;
-	atomic_bool done;
-};
-
-static void *switch_thread(void *arg)
-{
-	struct switcher *s = arg;
-
-	s->ret = rq_queue_attr_set(s->q, "scheduler", s->to);
-	atomic_store(&s->done, true);
-	return NULL;
-}
-
 /*
  * A plug that made a request with mq-deadline holds scheduler tags taken
  * ahead even when the request itself left the plug (a PREFLUSH write goes
@@ -97,11 +80,10 @@ static void test_switch_waits_for_plug_tags(void **state)
 	struct rq_queue_limits lim;
 	struct rq_queue_config qc;
 	struct mock_config cfg = { .queue_depth = 64, .completion = MOCK_COMPLETE_INLINE };
-	struct switcher s = { .to = "kyber" };
+	struct fx_switch s;
 	struct mock_io io[5];
 	struct rq_plug plug;
 	struct mock_dev *m;
-	pthread_t t;
 
 	(void)state;
 	rq_queue_limits_default(&lim);
@@ -110,7 +92,6 @@ static void test_switch_waits_for_plug_tags(void **state)
 	qc.limits = &lim;
 	qc.scheduler = "mq-deadline";
 	m = mock_create(&cfg, &qc);
-	s.q = m->q;
 
 	rq_start_plug(&plug);
 	{
@@ -120,14 +101,12 @@ static void test_switch_waits_for_plug_tags(void **state)
 		rq_submit_bio(m->q, bio);
 	}
 	finish_io(&io[0]);
-	assert_int_equal(pthread_create(&t, NULL, switch_thread, &s), 0);
+	fx_switch_start(&s, m->q, "kyber");
 	fixture_sleep_us(50 * 1000);
 	/* the plug is empty but holds the old scheduler's tags: no switch yet */
-	assert_false(atomic_load(&s.done));
+	assert_false(fx_switch_done(&s));
 	rq_finish_plug(&plug);
-	assert_int_equal(pthread_join(t, NULL), 0);
-	assert_true(atomic_load(&s.done));
-	assert_int_equal(s.ret, 0);
+	assert_int_equal(fx_switch_join(&s), 0);
 
 	/* the new scheduler's tags work, through a plug again */
 	rq_start_plug(&plug);

@@ -387,49 +387,32 @@ static void test_failed_init_keeps_old(void **state)
  * by a DEFER driver, the switch in another thread completes only after the
  * request is ended, and the request ends once with OK.
  */
-struct switcher {
-	struct mock_dev *m;
-	const char *name;
-	atomic_int ret;
-	atomic_int returned;
-};
-
-static void *switch_thread(void *arg)
-{
-	struct switcher *s = arg;
-
-	atomic_store(&s->ret, rq_queue_attr_set(s->m->q, "scheduler", s->name));
-	atomic_store(&s->returned, 1);
-	return NULL;
-}
-
 static void test_switch_waits_for_held(void **state)
 {
-	struct switcher s = { .m = dev(MOCK_COMPLETE_DEFER), .name = FIXTURE_FIFO_NAME };
+	struct mock_dev *m = dev(MOCK_COMPLETE_DEFER);
+	struct fx_switch s;
 	struct mock_io io;
-	pthread_t th;
 
-	rq_submit_bio(s.m->q, mock_bio(&io, RQ_OP_WRITE, 0, buf4k, 4096));
-	assert_true(mock_wait_held(s.m, 1, 10000));
-	assert_int_equal(pthread_create(&th, NULL, switch_thread, &s), 0);
+	rq_submit_bio(m->q, mock_bio(&io, RQ_OP_WRITE, 0, buf4k, 4096));
+	assert_true(mock_wait_held(m, 1, 10000));
+	fx_switch_start(&s, m->q, FIXTURE_FIFO_NAME);
 	fixture_sleep_us(50 * 1000);
-	assert_int_equal(atomic_load(&s.returned), 0);
-	mock_complete_all(s.m, RQ_STS_OK);
-	assert_true(WAIT_FOR(atomic_load(&s.returned) == 1, 10000));
-	pthread_join(th, NULL);
-	assert_int_equal(atomic_load(&s.ret), 0);
+	assert_false(fx_switch_done(&s));
+	mock_complete_all(m, RQ_STS_OK);
+	assert_true(WAIT_FOR(fx_switch_done(&s), 10000));
+	assert_int_equal(fx_switch_join(&s), 0);
 	mock_wait(&io);
 	assert_int_equal(io.status, RQ_STS_OK);
-	expect_active(s.m, FIXTURE_FIFO_NAME, "none");
+	expect_active(m, FIXTURE_FIFO_NAME, "none");
 
 	/* new I/O goes through test-fifo to the (deferring) driver */
-	rq_submit_bio(s.m->q, mock_bio(&io, RQ_OP_WRITE, 64, buf4k, 4096));
-	assert_true(mock_wait_held(s.m, 1, 10000));
+	rq_submit_bio(m->q, mock_bio(&io, RQ_OP_WRITE, 64, buf4k, 4096));
+	assert_true(mock_wait_held(m, 1, 10000));
 	assert_int_equal(io_done(&io), 0);
-	mock_complete_all(s.m, RQ_STS_OK);
+	mock_complete_all(m, RQ_STS_OK);
 	mock_wait(&io);
 	assert_int_equal(io.status, RQ_STS_OK);
-	mock_destroy(s.m);
+	mock_destroy(m);
 }
 
 /* -------------------------------------------------- switching under load */
