@@ -137,14 +137,13 @@ static int elevator_switch_locked(struct rq_queue *q, const char *name)
 	}
 	if (e) {
 		nr = 2 * min_t(unsigned, q->set->queue_depth, RQ_DEFAULT_NR_REQUESTS);
-		eq = calloc(1, sizeof(*eq));
+		eq = elv_queue_alloc(q->nr_hw_queues);
 		new_tags = sched_tags_alloc(q, sched_depth_max(q->set), nr);
 		if (!eq || !new_tags) {
 			ret = -ENOMEM;
 			goto out_put;
 		}
 		eq->type = e;
-		elv_hash_init(eq);
 	}
 
 	mq_freeze_and_quiesce(q);

@@ -8,10 +8,14 @@
  * and I/O priority; only when contiguous; and never beyond max_sectors for
  * the op or max_segments (segments of different bios are not coalesced).
  *
- * The hash and last_merge belong to the scheduler instance and are used
- * under the scheduler's own lock (the callers of the rq_sched_* helpers).
+ * The hash and last_merge belong to the scheduler instance, one pair per
+ * hardware queue (a bio or request only meets requests of its own hardware
+ * queue, as a scheduler's sorted tree per hardware queue already has it),
+ * and are used under the scheduler's lock for that hardware queue (the
+ * callers of the rq_sched_* helpers).
  */
 #include <errno.h>
+#include <stdlib.h>
 
 #include "internal/core.h"
 #include "internal/elevator.h"
@@ -148,10 +152,36 @@ static inline unsigned hash_bucket(uint64_t sector)
 	return (unsigned)((sector * 0x9E3779B97F4A7C15ull) >> (64 - RQ_ELV_HASH_BITS));
 }
 
-void elv_hash_init(struct rq_elevator_queue *eq)
+/* A scheduler instance with @nr_merge (at least one) zeroed merge states. */
+struct rq_elevator_queue *elv_queue_alloc(unsigned nr_merge)
 {
-	for (unsigned i = 0; i < (1u << RQ_ELV_HASH_BITS); i++)
-		eq->hash[i] = NULL;
+	struct rq_elevator_queue *eq;
+
+	if (!nr_merge)
+		nr_merge = 1;
+	eq = calloc(1, sizeof(*eq) + nr_merge * sizeof(eq->merge[0]));
+	if (eq)
+		eq->nr_merge = nr_merge;
+	return eq;
+}
+
+/* The merge state of @hctx's requests (the one state on the sq front end). */
+static inline struct elv_merge_state *ems_of_hctx(struct rq_queue *q,
+						  const struct rq_hw_ctx *hctx)
+{
+	/* nr_merge is the queue's hw queue count (one on the sq front end) */
+	return &q->elevator->merge[q->sq || !hctx ? 0 : hctx->queue_num];
+}
+
+static inline struct elv_merge_state *ems_of_rq(struct rq_queue *q, const struct rq_request *rq)
+{
+	return ems_of_hctx(q, rq->hctx);
+}
+
+/* Where a bio submitted now would be queued: its hw queue's state. */
+static inline struct elv_merge_state *ems_of_bio(struct rq_queue *q, const struct rq_bio *bio)
+{
+	return ems_of_hctx(q, q->sq ? NULL : rq_bio_map_hctx(q, bio, NULL));
 }
 
 RQ_EXPORT void rq_elv_rqhash_del(struct rq_queue *q, struct rq_request *rq)
@@ -166,18 +196,21 @@ RQ_EXPORT void rq_elv_rqhash_del(struct rq_queue *q, struct rq_request *rq)
 	n->next = NULL;
 	n->pprev = NULL;
 	rq->rq_flags &= ~RQ_RQF_HASHED;
-	if (q->elevator && q->elevator->last_merge == rq)
-		q->elevator->last_merge = NULL;
+	if (q->elevator) {
+		struct elv_merge_state *ems = ems_of_rq(q, rq);
+
+		if (ems->last_merge == rq)
+			ems->last_merge = NULL;
+	}
 }
 
 RQ_EXPORT void rq_elv_rqhash_add(struct rq_queue *q, struct rq_request *rq)
 {
-	struct rq_elevator_queue *eq = q->elevator;
 	struct rq_hlist_node **head;
 
-	if (!eq || (rq->rq_flags & RQ_RQF_HASHED))
+	if (!q->elevator || (rq->rq_flags & RQ_RQF_HASHED))
 		return;
-	head = &eq->hash[hash_bucket(rq_request_end_sector(rq))];
+	head = &ems_of_rq(q, rq)->hash[hash_bucket(rq_request_end_sector(rq))];
 	rq->hash.next = *head;
 	if (*head)
 		(*head)->pprev = &rq->hash.next;
@@ -189,18 +222,19 @@ RQ_EXPORT void rq_elv_rqhash_add(struct rq_queue *q, struct rq_request *rq)
 static void rqhash_reposition(struct rq_queue *q, struct rq_request *rq)
 {
 	if (rq->rq_flags & RQ_RQF_HASHED) {
-		struct rq_request *keep = q->elevator->last_merge;
+		struct elv_merge_state *ems = ems_of_rq(q, rq);
+		struct rq_request *keep = ems->last_merge;
 
 		rq_elv_rqhash_del(q, rq);
 		rq_elv_rqhash_add(q, rq);
-		q->elevator->last_merge = keep;
+		ems->last_merge = keep;
 	}
 }
 
 /* The hashed request ending at @sector; drops unmergeable ones it meets. */
-struct rq_request *elv_hash_find(struct rq_elevator_queue *eq, uint64_t sector)
+static struct rq_request *elv_hash_find(struct elv_merge_state *ems, uint64_t sector)
 {
-	struct rq_hlist_node *n = eq->hash[hash_bucket(sector)];
+	struct rq_hlist_node *n = ems->hash[hash_bucket(sector)];
 
 	while (n) {
 		struct rq_request *rq = RQ_CONTAINER_OF(n, struct rq_request, hash);
@@ -332,7 +366,7 @@ static struct rq_request *attempt_merge(struct rq_queue *q, struct rq_request *r
 	elv_requests_merged(q, rq, next);
 	rq_elv_rqhash_del(q, next);
 	rqhash_reposition(q, rq);
-	q->elevator->last_merge = rq;
+	ems_of_rq(q, rq)->last_merge = rq;
 	next->bio = next->biotail = NULL;
 	next->bytes = 0;
 	stat_inc(q, ST_MERGES_RQ);
@@ -358,30 +392,31 @@ static void elv_merged_request(struct rq_queue *q, struct rq_request *rq, enum r
 	elv_request_grew(q, rq, type);
 	if (type == RQ_ELV_BACK_MERGE)
 		rqhash_reposition(q, rq);
-	q->elevator->last_merge = rq;
+	ems_of_rq(q, rq)->last_merge = rq;
 }
 
 RQ_EXPORT bool rq_sched_try_merge(struct rq_queue *q, struct rq_bio *bio, unsigned nr_segs,
 				  struct rq_request **merged)
 {
-	struct rq_elevator_queue *eq = q->elevator;
 	enum rq_elv_merge type = RQ_ELV_NO_MERGE;
+	struct elv_merge_state *ems;
 	struct rq_request *rq = NULL;
 
 	if (merged)
 		*merged = NULL;
-	if (!eq || READ_ONCE(q->nomerges) == 2 || !bio_mergeable(bio))
+	if (!q->elevator || READ_ONCE(q->nomerges) == 2 || !bio_mergeable(bio))
 		return false;
+	ems = ems_of_bio(q, bio);
 	/* the one-hit cache first */
-	if (eq->last_merge && rq_merge_ok(eq->last_merge, bio)) {
-		type = rq_try_merge_pos(eq->last_merge, bio);
-		if (type != RQ_ELV_NO_MERGE && sched_allows(q, eq->last_merge, bio))
-			rq = eq->last_merge;
+	if (ems->last_merge && rq_merge_ok(ems->last_merge, bio)) {
+		type = rq_try_merge_pos(ems->last_merge, bio);
+		if (type != RQ_ELV_NO_MERGE && sched_allows(q, ems->last_merge, bio))
+			rq = ems->last_merge;
 		else
 			type = RQ_ELV_NO_MERGE;
 	}
 	if (type == RQ_ELV_NO_MERGE && READ_ONCE(q->nomerges) == 0) {
-		rq = elv_hash_find(eq, bio->iter.sector);
+		rq = elv_hash_find(ems, bio->iter.sector);
 		if (rq && rq_merge_ok(rq, bio) && sched_allows(q, rq, bio)) {
 			type = RQ_ELV_BACK_MERGE;
 		} else {
@@ -417,19 +452,20 @@ RQ_EXPORT bool rq_sched_try_merge(struct rq_queue *q, struct rq_bio *bio, unsign
 RQ_EXPORT bool rq_sched_try_insert_merge(struct rq_queue *q, struct rq_request *rq,
 					 struct rq_list_node *free)
 {
-	struct rq_elevator_queue *eq = q->elevator;
+	struct elv_merge_state *ems;
 	bool ret = false;
 
-	if (!eq || READ_ONCE(q->nomerges) == 2)
+	if (!q->elevator || READ_ONCE(q->nomerges) == 2)
 		return false;
-	if (eq->last_merge && eq->last_merge != rq && attempt_merge(q, eq->last_merge, rq)) {
+	ems = ems_of_rq(q, rq);
+	if (ems->last_merge && ems->last_merge != rq && attempt_merge(q, ems->last_merge, rq)) {
 		rq_list_add(&rq->queuelist, free);
 		return true;
 	}
 	if (READ_ONCE(q->nomerges))
 		return false;
 	for (;;) {
-		struct rq_request *prev = elv_hash_find(eq, rq->sector);
+		struct rq_request *prev = elv_hash_find(ems, rq->sector);
 
 		if (!prev || prev == rq || !attempt_merge(q, prev, rq))
 			break;

@@ -90,6 +90,15 @@ static struct rq_mailbox *mbox_self(void);
  */
 static __thread uint64_t tls_plug_now __attribute__((tls_model("initial-exec")));
 
+/*
+ * The CPU whose software queue the bio being submitted on this thread
+ * uses, -1 outside rq_submit_bio(): while a submission runs, the hw queue
+ * rq_bio_map_hctx() names is the one its request would be made on, even if
+ * the thread has moved since, so a scheduler locking that hw queue and the
+ * core's merge lookups agree.
+ */
+static __thread int tls_submit_cpu __attribute__((tls_model("initial-exec"))) = -1;
+
 static inline uint64_t core_clock_ns(void)
 {
 	uint64_t t;
@@ -1746,9 +1755,20 @@ static void submit_piece(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_bi
 	}
 }
 
+static void submit_bio_on(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_bio *bio);
+
 RQ_EXPORT void rq_submit_bio(struct rq_queue *q, struct rq_bio *bio)
 {
 	struct rq_sw_ctx *ctx = queue_ctx(q, cur_cpu());
+	int outer = tls_submit_cpu; /* a driver may submit from inside a submission */
+
+	tls_submit_cpu = (int)ctx->cpu;
+	submit_bio_on(q, ctx, bio);
+	tls_submit_cpu = outer;
+}
+
+static void submit_bio_on(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_bio *bio)
+{
 	rq_status_t status;
 	int ret;
 
@@ -2570,7 +2590,8 @@ RQ_EXPORT unsigned rq_request_ctx_index(const struct rq_request *rq)
 RQ_EXPORT struct rq_hw_ctx *rq_bio_map_hctx(struct rq_queue *q, const struct rq_bio *bio,
 					    unsigned *ctx_index)
 {
-	struct rq_sw_ctx *ctx = queue_ctx(q, cur_cpu());
+	struct rq_sw_ctx *ctx = queue_ctx(q, tls_submit_cpu >= 0 ? (unsigned)tls_submit_cpu :
+								  cur_cpu());
 	struct rq_hw_ctx *hctx = map_hctx(q, ctx->cpu, bio->opf);
 
 	if (ctx_index)

@@ -545,8 +545,8 @@ static void sq_insert_sorted(struct rq_queue *q, struct rq_request *rq)
 	sqd->nr_sorted++;
 	if (rq_mergeable(rq)) {
 		rq_elv_rqhash_add(q, rq);
-		if (!q->elevator->last_merge)
-			q->elevator->last_merge = rq;
+		if (!q->elevator->merge[0].last_merge)
+			q->elevator->merge[0].last_merge = rq;
 	}
 	sqd->eops.add_request(q, rq);
 }
@@ -574,8 +574,8 @@ static void sq_leave_scheduler(struct rq_queue *q, struct rq_request *rq)
 {
 	struct rq_sq_data *sqd = sqd_of(q);
 
-	if (q->elevator->last_merge == rq)
-		q->elevator->last_merge = NULL;
+	if (q->elevator->merge[0].last_merge == rq)
+		q->elevator->merge[0].last_merge = NULL;
 	rq_elv_rqhash_del(q, rq);
 	if (rq->rq_flags & RQ_RQF_SORTED) {
 		rq->rq_flags &= ~RQ_RQF_SORTED;
@@ -723,8 +723,8 @@ struct rq_sw_ctx *sq_release_request(struct rq_request *rq)
 			sqd->eops.put_request(rq);
 		rq->rq_flags &= ~RQ_RQF_ELVPRIV;
 	}
-	if (q->elevator && q->elevator->last_merge == rq)
-		q->elevator->last_merge = NULL;
+	if (q->elevator && q->elevator->merge[0].last_merge == rq)
+		q->elevator->merge[0].last_merge = NULL;
 	if (rq->tag >= 0)
 		rq_sq_end_tag(q, rq);
 	rq->bio = rq->biotail = NULL;
@@ -1047,13 +1047,12 @@ int sq_elevator_switch(struct rq_queue *q, const char *name)
 		elevator_put(e);
 		return -EINVAL;
 	}
-	eq = calloc(1, sizeof(*eq));
+	eq = elv_queue_alloc(1);
 	if (!eq) {
 		elevator_put(e);
 		return -ENOMEM;
 	}
 	eq->type = e;
-	elv_hash_init(eq);
 	sq_eops_copy(&new_ops, e->sq_ops);
 
 	rq_queue_freeze(q);

@@ -20,24 +20,28 @@
  * The scheduler ignores the core's per-CPU staging: insert_requests puts
  * requests straight into these structures.  With several hardware queues
  * each has its own set of trees, lists and batch state (a request is only
- * ever dispatched on its own hardware queue), but one lock per queue guards
- * them all, because the core's back-merge hash and last_merge cache, which
- * are shared by the whole queue, are used under it.
+ * ever dispatched on its own hardware queue) and its own lock: the core's
+ * back-merge hash and last_merge cache are per hardware queue too, so a
+ * bio or request only ever meets requests of its own hardware queue, and
+ * submitters and dispatchers of different hardware queues share no lock.
  *
- * Locking: dd->lock (one per queue) guards everything below except the
- * tunable async_depth and the counter nr_queued, which are read without it.
+ * Locking: hq->lock guards the state of its hardware queue.  The tunables
+ * are read and written without a lock (READ_ONCE / WRITE_ONCE: a change
+ * applies from the next decision on); the counter nr_queued is read
+ * without the lock.
  *
  *   operation                              lock
- *   insert_requests, dispatch_request(s)    takes dd->lock
- *   bio_merge                               takes dd->lock, calls
+ *   insert_requests, dispatch_request(s)    takes the hctx's hq->lock
+ *   bio_merge                               takes hq->lock of the hctx the
+ *                                           bio maps to, and calls
  *                                           rq_sched_try_merge() under it
  *   request_merge, request_merged,          called back by the core from
  *   requests_merged, next/former_request    rq_sched_try_merge() and
  *                                           rq_sched_try_insert_merge(),
- *                                           i.e. with dd->lock held
+ *                                           i.e. with that hq->lock held
  *   has_work, limit_depth                   lock-free (READ_ONCE)
- *   attribute show/store                    takes dd->lock
- *   depth_updated                           queue frozen; takes dd->lock
+ *   attribute show/store                    lock-free (READ_ONCE / WRITE_ONCE)
+ *   depth_updated                           queue frozen
  */
 #include <errno.h>
 #include <limits.h>
@@ -109,6 +113,7 @@ struct dl_clock {
 
 /**
  * struct dl_hctx_queue - the scheduler state of one hardware queue.
+ * @lock: guards everything below (see the table at the top).
  * @dispatch: requests inserted at the head, sent before anything else.
  * @prio: the sorted requests, by priority class.
  * @nr_queued: requests on @dispatch and in @prio (written under the lock,
@@ -119,6 +124,7 @@ struct dl_clock {
  * @starved: read batches started while writes were waiting.
  */
 struct dl_hctx_queue {
+	pthread_mutex_t lock;
 	struct rq_list_node dispatch;
 	struct dl_prio_queue prio[DL_NR_PRIOS];
 	unsigned nr_queued;
@@ -130,18 +136,13 @@ struct dl_hctx_queue {
 
 /**
  * struct dl_data - the scheduler data of one queue (from init_sched).
- * @lock: guards everything here (see the table at the top).
  * @q: the queue.
- * @nr_queued: requests queued on all hw queues; a lock-free hint that lets
- *	bio_merge skip the lock when there is nothing to merge with.
  * @nr_hw: entries in @hqs.
  * @hqs: per hardware queue state.
  * The rest are the tunables (see dl_attrs).
  */
 struct dl_data {
-	pthread_mutex_t lock;
 	struct rq_queue *q;
-	unsigned nr_queued;
 	unsigned nr_hw;
 	struct dl_hctx_queue *hqs;
 
@@ -212,11 +213,10 @@ static inline bool dl_mergeable(const struct rq_request *rq)
 	       !(rq->opf & (RQ_BIO_NOMERGE | RQ_BIO_FUA | RQ_BIO_PREFLUSH));
 }
 
-/* Add @rq to the hctx queue counters; lock held. */
-static inline void dl_count(struct dl_data *dd, struct dl_hctx_queue *hq, int delta)
+/* Add @delta to the hctx queue's counter; lock held. */
+static inline void dl_count(struct dl_hctx_queue *hq, int delta)
 {
 	WRITE_ONCE(hq->nr_queued, hq->nr_queued + delta);
-	WRITE_ONCE(dd->nr_queued, dd->nr_queued + delta);
 }
 
 /*
@@ -228,7 +228,8 @@ static void dl_add(struct dl_data *dd, struct rq_request *rq, uint64_t now)
 	struct dl_hctx_queue *hq = dl_hq(dd, rq->hctx);
 	struct dl_prio_queue *pq = &hq->prio[dl_prio_of(rq->ioprio)];
 	enum dl_dir dir = dl_dir_of(rq->op);
-	unsigned expire_ms = dir == DL_READ ? dd->read_expire_ms : dd->write_expire_ms;
+	unsigned expire_ms = dir == DL_READ ? READ_ONCE(dd->read_expire_ms) :
+					      READ_ONCE(dd->write_expire_ms);
 
 	rq->elv_priv[1] = pq;
 
@@ -240,7 +241,7 @@ static void dl_add(struct dl_data *dd, struct rq_request *rq, uint64_t now)
 		rq_elv_rqhash_add(dd->q, rq);
 	rq->elv_priv[0] = DL_RQ_QUEUED;
 	pq->nr_queued++;
-	dl_count(dd, hq, 1);
+	dl_count(hq, 1);
 }
 
 /* Take @rq out of its tree, FIFO and the hash; lock held. */
@@ -257,7 +258,7 @@ static void dl_remove(struct dl_data *dd, struct rq_request *rq)
 	rq_elv_rqhash_del(dd->q, rq);
 	rq->elv_priv[0] = NULL;
 	pq->nr_queued--;
-	dl_count(dd, hq, -1);
+	dl_count(hq, -1);
 }
 
 /* The oldest request of one direction, or NULL. */
@@ -316,7 +317,7 @@ static struct rq_request *dl_choose_in_prio(struct dl_data *dd, struct dl_hctx_q
 	bool reads, writes;
 	enum dl_dir dir;
 
-	if (hq->batch_prio == prio && hq->batching < dd->fifo_batch) {
+	if (hq->batch_prio == prio && hq->batching < READ_ONCE(dd->fifo_batch)) {
 		rq = dl_next_sorted(pq, hq->batch_dir);
 		if (rq) {
 			hq->batching++;
@@ -326,7 +327,7 @@ static struct rq_request *dl_choose_in_prio(struct dl_data *dd, struct dl_hctx_q
 
 	reads = !rq_list_empty(&pq->fifo[DL_READ]);
 	writes = !rq_list_empty(&pq->fifo[DL_WRITE]);
-	if (reads && (!writes || hq->starved++ < dd->writes_starved)) {
+	if (reads && (!writes || hq->starved++ < READ_ONCE(dd->writes_starved))) {
 		dir = DL_READ;
 	} else if (writes) {
 		hq->starved = 0;
@@ -352,7 +353,7 @@ static struct rq_request *dl_choose_in_prio(struct dl_data *dd, struct dl_hctx_q
 static struct rq_request *dl_aged_request(struct dl_data *dd, struct dl_hctx_queue *hq,
 					  enum dl_prio top, struct dl_clock *clk)
 {
-	uint64_t aging_ns = dd->prio_aging_expire_ms * NSEC_PER_MSEC;
+	uint64_t aging_ns = READ_ONCE(dd->prio_aging_expire_ms) * NSEC_PER_MSEC;
 
 	for (unsigned p = top + 1; p < DL_NR_PRIOS; p++) {
 		struct dl_prio_queue *pq = &hq->prio[p];
@@ -389,9 +390,12 @@ static int dl_init_sched(struct rq_queue *q, void **data)
 		free(dd);
 		return -ENOMEM;
 	}
+	pthread_mutexattr_init(&attr);
+	pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ADAPTIVE_NP);
 	for (unsigned h = 0; h < dd->nr_hw; h++) {
 		struct dl_hctx_queue *hq = &dd->hqs[h];
 
+		pthread_mutex_init(&hq->lock, &attr);
 		rq_list_init(&hq->dispatch);
 		for (unsigned p = 0; p < DL_NR_PRIOS; p++) {
 			hq->prio[p].hq = hq;
@@ -409,9 +413,6 @@ static int dl_init_sched(struct rq_queue *q, void **data)
 		hq->batching = 0;
 		hq->starved = 0;
 	}
-	pthread_mutexattr_init(&attr);
-	pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ADAPTIVE_NP);
-	pthread_mutex_init(&dd->lock, &attr);
 	pthread_mutexattr_destroy(&attr);
 
 	dd->q = q;
@@ -435,7 +436,8 @@ static void dl_exit_sched(struct rq_queue *q, void *data)
 	struct dl_data *dd = data;
 
 	(void)q;
-	pthread_mutex_destroy(&dd->lock);
+	for (unsigned h = 0; h < dd->nr_hw; h++)
+		pthread_mutex_destroy(&dd->hqs[h].lock);
 	free(dd->hqs);
 	free(dd);
 }
@@ -450,9 +452,7 @@ static void dl_depth_updated(struct rq_hw_ctx *hctx)
 	struct dl_data *dd = dl_of(rq_hctx_queue(hctx));
 	unsigned depth = rq_queue_nr_requests(rq_hctx_queue(hctx));
 
-	pthread_mutex_lock(&dd->lock);
 	WRITE_ONCE(dd->async_depth, max_t(unsigned, 1, 3 * depth / 4));
-	pthread_mutex_unlock(&dd->lock);
 }
 
 /**
@@ -483,21 +483,27 @@ static void dl_limit_depth(struct rq_alloc_data *data)
 /**
  * dl_bio_merge() - try to merge @bio into a queued request (back merge by
  * the core's hash, front merge by our tree, then request-request merges).
- * Context: submitter; takes dd->lock.
+ * Only requests of the hardware queue the bio maps to are candidates (the
+ * core's hash is per hardware queue, like our trees).
+ * Context: submitter; takes that hardware queue's hq->lock.
  * Return: true if @bio now belongs to a request.
  */
 static bool dl_bio_merge(struct rq_queue *q, struct rq_bio *bio, unsigned nr_segs)
 {
-	struct dl_data *dd = dl_of(q);
+	struct rq_hw_ctx *hctx = rq_bio_map_hctx(q, bio, NULL);
 	struct rq_request *free_rq = NULL;
+	struct dl_hctx_queue *hq;
 	bool merged;
 
-	/* nothing queued, nothing to merge with (a race only misses a merge) */
-	if (!READ_ONCE(dd->nr_queued))
+	if (!hctx)
 		return false;
-	pthread_mutex_lock(&dd->lock);
+	hq = dl_hq(dl_of(q), hctx);
+	/* nothing queued, nothing to merge with (a race only misses a merge) */
+	if (!READ_ONCE(hq->nr_queued))
+		return false;
+	pthread_mutex_lock(&hq->lock);
 	merged = rq_sched_try_merge(q, bio, nr_segs, &free_rq);
-	pthread_mutex_unlock(&dd->lock);
+	pthread_mutex_unlock(&hq->lock);
 	if (free_rq)
 		rq_sched_free_request(free_rq);
 	return merged;
@@ -506,7 +512,7 @@ static bool dl_bio_merge(struct rq_queue *q, struct rq_bio *bio, unsigned nr_seg
 /**
  * dl_request_merge() - find a queued request @bio can be put in front of:
  * one of the bio's class and direction starting where the bio ends.
- * Context: from rq_sched_try_merge(), dd->lock held.
+ * Context: from rq_sched_try_merge(), the hq->lock held.
  * Return: RQ_ELV_FRONT_MERGE with *@rq set, or RQ_ELV_NO_MERGE.
  */
 static int dl_request_merge(struct rq_queue *q, struct rq_request **rq, struct rq_bio *bio)
@@ -517,7 +523,7 @@ static int dl_request_merge(struct rq_queue *q, struct rq_request **rq, struct r
 	struct rq_request *found;
 	uint16_t ioprio = bio->ioprio;
 
-	if (!dd->front_merges)
+	if (!READ_ONCE(dd->front_merges))
 		return RQ_ELV_NO_MERGE;
 	if (!ioprio) {
 		ioc = bio->ioc ? bio->ioc : rq_ioc_current();
@@ -537,7 +543,7 @@ static int dl_request_merge(struct rq_queue *q, struct rq_request **rq, struct r
 /**
  * dl_request_merged() - @rq grew; after a front merge its start sector
  * moved, so it is re-sorted.
- * Context: from rq_sched_try_merge(), dd->lock held.
+ * Context: from rq_sched_try_merge(), the hq->lock held.
  */
 static void dl_request_merged(struct rq_queue *q, struct rq_request *rq, enum rq_elv_merge type)
 {
@@ -557,7 +563,7 @@ static void dl_request_merged(struct rq_queue *q, struct rq_request *rq, enum rq
  * the earlier deadline (and @next's place in the FIFO if that was earlier).
  * @next may be a request that was never inserted (an insert merge).
  * Context: from rq_sched_try_merge() / rq_sched_try_insert_merge(),
- * dd->lock held.
+ * the hq->lock held.
  */
 static void dl_requests_merged(struct rq_queue *q, struct rq_request *rq, struct rq_request *next)
 {
@@ -578,7 +584,7 @@ static void dl_requests_merged(struct rq_queue *q, struct rq_request *rq, struct
 /**
  * dl_former_request() / dl_next_request() - the neighbours of @rq in its
  * sorted tree, for request-request merges.
- * Context: from rq_sched_try_merge(), dd->lock held.
+ * Context: from rq_sched_try_merge(), the hq->lock held.
  * Return: the request, or NULL (also when @rq is not queued with us).
  */
 static struct rq_request *dl_former_request(struct rq_queue *q, struct rq_request *rq)
@@ -597,29 +603,29 @@ static struct rq_request *dl_next_request(struct rq_queue *q, struct rq_request 
  * dl_insert_requests() - take the requests on @list: at the head (the
  * hctx's dispatch list, in their order) with RQ_INSERT_AT_HEAD, else merged
  * into a queued request when contiguous with one, else sorted.
- * Context: submitter or dispatcher; takes dd->lock.  Requests emptied by
+ * Context: submitter or dispatcher; takes hq->lock.  Requests emptied by
  * insert merges are freed after the lock is dropped.
  */
 static void dl_insert_requests(struct rq_hw_ctx *hctx, struct rq_list_node *list, unsigned flags)
 {
 	struct rq_queue *q = rq_hctx_queue(hctx);
 	struct dl_data *dd = dl_of(q);
+	struct dl_hctx_queue *hq = dl_hq(dd, hctx);
 	struct rq_list_node free_list;
 	struct rq_request *rq;
 	uint64_t now;
 
 	rq_list_init(&free_list);
 	now = rq_clock_ns(); /* one read for the whole list (a plug's batch) */
-	pthread_mutex_lock(&dd->lock);
+	pthread_mutex_lock(&hq->lock);
 	if (flags & RQ_INSERT_AT_HEAD) {
-		struct dl_hctx_queue *hq = dl_hq(dd, hctx);
 		unsigned n = 0;
 
 		for (struct rq_list_node *it = list->next; it != list; it = it->next, n++)
 			RQ_CONTAINER_OF(it, struct rq_request, queuelist)->elv_priv[0] = NULL;
 		rq_list_splice_init(list, &hq->dispatch);
-		dl_count(dd, hq, (int)n);
-		pthread_mutex_unlock(&dd->lock);
+		dl_count(hq, (int)n);
+		pthread_mutex_unlock(&hq->lock);
 		return;
 	}
 	while ((rq = rq_list_first_rq(list))) {
@@ -629,7 +635,7 @@ static void dl_insert_requests(struct rq_hw_ctx *hctx, struct rq_list_node *list
 			continue;
 		dl_add(dd, rq, now);
 	}
-	pthread_mutex_unlock(&dd->lock);
+	pthread_mutex_unlock(&hq->lock);
 	while ((rq = rq_list_first_rq(&free_list))) {
 		rq_list_del_init(&rq->queuelist);
 		rq_sched_free_request(rq);
@@ -640,7 +646,7 @@ static void dl_insert_requests(struct rq_hw_ctx *hctx, struct rq_list_node *list
  * The next request for @hq: the head-inserted ones first, then an aged
  * lower-class request, then the highest class with work (batch,
  * direction, deadline: see the top of the file); out of all our
- * structures.  NULL when none is queued.  dd->lock held.
+ * structures.  NULL when none is queued.  hq->lock held.
  */
 static struct rq_request *dl_dispatch_locked(struct dl_data *dd, struct dl_hctx_queue *hq,
 					     struct dl_clock *clk)
@@ -653,7 +659,7 @@ static struct rq_request *dl_dispatch_locked(struct dl_data *dd, struct dl_hctx_
 	rq = rq_list_first_rq(&hq->dispatch);
 	if (rq) {
 		rq_list_del_init(&rq->queuelist);
-		dl_count(dd, hq, -1);
+		dl_count(hq, -1);
 		return rq;
 	}
 	for (top = DL_PRIO_RT; top < DL_NR_PRIOS; top++)
@@ -679,7 +685,7 @@ static struct rq_request *dl_dispatch_locked(struct dl_data *dd, struct dl_hctx_
 
 /**
  * dl_dispatch_request() - the next request for @hctx (dl_dispatch_locked).
- * Context: dispatcher of @hctx (one at a time); takes dd->lock.
+ * Context: dispatcher of @hctx (one at a time); takes hq->lock.
  * Return: the request, out of all our structures; NULL when none is queued.
  */
 static struct rq_request *dl_dispatch_request(struct rq_hw_ctx *hctx)
@@ -691,9 +697,9 @@ static struct rq_request *dl_dispatch_request(struct rq_hw_ctx *hctx)
 
 	if (!READ_ONCE(hq->nr_queued))
 		return NULL;
-	pthread_mutex_lock(&dd->lock);
+	pthread_mutex_lock(&hq->lock);
 	rq = dl_dispatch_locked(dd, hq, &clk);
-	pthread_mutex_unlock(&dd->lock);
+	pthread_mutex_unlock(&hq->lock);
 	return rq;
 }
 
@@ -701,7 +707,7 @@ static struct rq_request *dl_dispatch_request(struct rq_hw_ctx *hctx)
  * dl_dispatch_requests() - up to @max requests for @hctx onto @list, the
  * same ones, in the same order, as @max dl_dispatch_request() calls; the
  * decisions of one batch share one reading of the clock.
- * Context: dispatcher of @hctx; takes dd->lock once.
+ * Context: dispatcher of @hctx; takes hq->lock once.
  * Return: how many.
  */
 static unsigned dl_dispatch_requests(struct rq_hw_ctx *hctx, struct rq_list_node *list,
@@ -715,12 +721,12 @@ static unsigned dl_dispatch_requests(struct rq_hw_ctx *hctx, struct rq_list_node
 
 	if (!READ_ONCE(hq->nr_queued))
 		return 0;
-	pthread_mutex_lock(&dd->lock);
+	pthread_mutex_lock(&hq->lock);
 	while (n < max && (rq = dl_dispatch_locked(dd, hq, &clk))) {
 		rq_list_add_tail(&rq->queuelist, list);
 		n++;
 	}
-	pthread_mutex_unlock(&dd->lock);
+	pthread_mutex_unlock(&hq->lock);
 	return n;
 }
 
@@ -758,17 +764,13 @@ static int dl_show_uint(unsigned v, char *buf, size_t len)
 	return n < 0 || (size_t)n >= len ? -ENOSPC : n;
 }
 
-/* One show/store pair per tunable, reading or writing it under dd->lock. */
+/* One show/store pair per tunable (lock-free: see the table at the top). */
 #define DL_ATTR(name, min, max)							\
 	static int dl_show_##name(void *data, char *buf, size_t len)		\
 	{									\
 		struct dl_data *dd = data;					\
-		unsigned v;							\
 										\
-		pthread_mutex_lock(&dd->lock);					\
-		v = dd->name;							\
-		pthread_mutex_unlock(&dd->lock);				\
-		return dl_show_uint(v, buf, len);				\
+		return dl_show_uint(READ_ONCE(dd->name), buf, len);		\
 	}									\
 	static int dl_store_##name(void *data, const char *buf)			\
 	{									\
@@ -777,9 +779,7 @@ static int dl_show_uint(unsigned v, char *buf, size_t len)
 										\
 		if (dl_parse_uint(buf, (min), (max), &v))			\
 			return -EINVAL;						\
-		pthread_mutex_lock(&dd->lock);					\
 		WRITE_ONCE(dd->name, v);					\
-		pthread_mutex_unlock(&dd->lock);				\
 		return 0;							\
 	}
 
@@ -805,9 +805,7 @@ static int dl_store_async_depth(void *data, const char *buf)
 
 	if (dl_parse_uint(buf, 1, rq_queue_nr_requests(dd->q), &v))
 		return -EINVAL;
-	pthread_mutex_lock(&dd->lock);
 	WRITE_ONCE(dd->async_depth, v);
-	pthread_mutex_unlock(&dd->lock);
 	return 0;
 }
 

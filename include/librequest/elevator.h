@@ -207,7 +207,10 @@ unsigned rq_request_ctx_index(const struct rq_request *rq);
 /**
  * rq_bio_map_hctx() - the hw queue a bio submitted now from this CPU would
  * use, and (in *@ctx_index, may be NULL) the index of this CPU's software
- * queue on it.  For bio_merge hooks.
+ * queue on it.  For bio_merge hooks: inside a submission it names the hw
+ * queue the bio's request would be made on (and whose merge hash
+ * rq_sched_try_merge() searches), even if the thread has moved to another
+ * CPU since the submission began.
  */
 struct rq_hw_ctx *rq_bio_map_hctx(struct rq_queue *q, const struct rq_bio *bio,
 				  unsigned *ctx_index);

@@ -124,12 +124,21 @@ struct rq_tag_set {
 	struct rq_queue *queues[64];
 };
 
+/*
+ * The back-merge hash and the one-hit last_merge cache of one hardware
+ * queue (of the whole queue on the single-queue front end).
+ */
+struct elv_merge_state {
+	struct rq_hlist_node *hash[1u << RQ_ELV_HASH_BITS];
+	struct rq_request *last_merge;
+};
+
 /* An attached scheduler (elevator_queue). */
 struct rq_elevator_queue {
 	const struct rq_elevator_type *type;
 	void *data;
-	struct rq_hlist_node *hash[1u << RQ_ELV_HASH_BITS];
-	struct rq_request *last_merge;
+	unsigned nr_merge;               /* entries of merge[] */
+	struct elv_merge_state merge[];  /* per hw queue; one on the sq front end */
 };
 
 /* Flush sequencing state (blk_flush_queue). */
@@ -252,8 +261,7 @@ bool bio_attempt_merge(struct rq_queue *q, struct rq_request *rq, struct rq_bio 
 		       unsigned nr_segs, bool sched_allow);
 bool bio_mergeable(const struct rq_bio *bio);
 bool rq_mergeable(const struct rq_request *rq);
-void elv_hash_init(struct rq_elevator_queue *eq);
-struct rq_request *elv_hash_find(struct rq_elevator_queue *eq, uint64_t sector);
+struct rq_elevator_queue *elv_queue_alloc(unsigned nr_merge);
 bool ctx_list_merge(struct rq_queue *q, struct rq_list_node *list, struct rq_bio *bio,
 		    unsigned nr_segs);
 

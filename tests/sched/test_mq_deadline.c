@@ -11,7 +11,10 @@
  * is quiesced; rq_queue_unquiesce() then drains them all at once at the
  * virtual time the test set.
  */
+#define _GNU_SOURCE
 #include <errno.h>
+#include <pthread.h>
+#include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -19,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "fixtures.h"
@@ -281,6 +285,65 @@ static void test_front_merges(void **state)
 	}
 }
 
+/* Pin the calling thread to @cpu. */
+static void pin_to(unsigned cpu)
+{
+	cpu_set_t set;
+
+	CPU_ZERO(&set);
+	CPU_SET(cpu, &set);
+	assert_int_equal(pthread_setaffinity_np(pthread_self(), sizeof(set), &set), 0);
+}
+
+/*
+ * With two hardware queues (CPU 0 -> hw queue 0, CPU 1 -> hw queue 1),
+ * merge state is per hardware queue: a bio submitted on CPU 1 does not
+ * merge with a contiguous request queued on hw queue 0, while one
+ * submitted on CPU 0 does (here a front merge).
+ */
+static void test_merges_per_hw_queue(void **state)
+{
+	struct mock_config cfg = { .completion = MOCK_COMPLETE_DEFER, .nr_hw_queues = 2 };
+	struct rq_queue_config qc = { .scheduler = "mq-deadline" };
+	struct rq_queue_stats st;
+	struct dl_dev *d;
+	cpu_set_t old;
+	unsigned n;
+	struct mock_event *ev;
+
+	(void)state;
+	if (sysconf(_SC_NPROCESSORS_ONLN) < 2)
+		skip();
+	assert_int_equal(pthread_getaffinity_np(pthread_self(), sizeof(old), &old), 0);
+	d = calloc(1, sizeof(*d));
+	assert_non_null(d);
+	vclock_set_ms(0);
+	d->m = mock_create(&cfg, &qc);
+	rq_queue_quiesce(d->m->q);
+	pin_to(0);
+	submit(d, RQ_OP_READ, 100);     /* hw queue 0: sectors 100-107 */
+	pin_to(1);
+	submit(d, RQ_OP_READ, 108);     /* contiguous, but hw queue 1: apart */
+	pin_to(0);
+	submit(d, RQ_OP_READ, 92);      /* ends at 100, hw queue 0: front merge */
+	assert_int_equal(pthread_setaffinity_np(pthread_self(), sizeof(old), &old), 0);
+	rq_queue_unquiesce(d->m->q);
+	assert_true(mock_wait_count(d->m, MOCK_QUEUE_RQ, 2, 10000));
+	n = mock_copy_events(d->m, MOCK_QUEUE_RQ, &ev);
+	assert_int_equal(n, 2);
+	for (unsigned i = 0; i < n; i++) {
+		if (ev[i].sector == 92)
+			assert_int_equal(ev[i].bytes, 8192);
+		else
+			assert_true(ev[i].sector == 108 && ev[i].bytes == 4096);
+	}
+	free(ev);
+	rq_queue_get_stats(d->m->q, &st);
+	assert_int_equal(st.merges_front, 1);
+	assert_int_equal(st.merges_back, 0);
+	dev_destroy(d);
+}
+
 /* RT requests go before BE (and NONE, which counts as BE), BE before IDLE. */
 static void test_prio_classes(void **state)
 {
@@ -520,6 +583,7 @@ int main(void)
 		cmocka_unit_test(test_fifo_batch_bounds_batch),
 		cmocka_unit_test(test_expired_write_first),
 		cmocka_unit_test(test_front_merges),
+		cmocka_unit_test(test_merges_per_hw_queue),
 		cmocka_unit_test(test_prio_classes),
 		cmocka_unit_test(test_prio_aging),
 		cmocka_unit_test(test_async_depth),
