@@ -30,8 +30,9 @@
  *
  * With several hardware queues each has a scheduler of its own (queues,
  * groups, virtual times): a request is only ever dispatched on its own
- * hardware queue.  One mutex per request queue guards all of them, because
- * the core's back-merge hash and last_merge are shared by the whole queue.
+ * hardware queue.  One mutex per request queue guards all of them (the
+ * core's back-merge hash and last_merge are per hardware queue, so one
+ * mutex per instance, as mq-deadline has, would do; not split yet).
  *
  * Locking: bd->lock guards everything below.
  *
@@ -1112,7 +1113,7 @@ static bool bfq_mergeable(const struct rq_request *rq)
 
 /*
  * Does a request of @bfqq end where @rq starts?  Insert merges go through
- * the queue-wide hash, which knows nothing of contexts: ask it only when
+ * the core's hash (per hardware queue), which knows nothing of contexts: ask it only when
  * the context's own queue has the neighbour, so requests of different
  * contexts stay apart.
  */
