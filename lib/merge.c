@@ -155,21 +155,17 @@ static inline unsigned hash_bucket(uint64_t sector)
 /* A scheduler instance with @nr_merge (at least one) zeroed merge states. */
 struct rq_elevator_queue *elv_queue_alloc(unsigned nr_merge)
 {
-	struct rq_elevator_queue *eq;
-
 	if (!nr_merge)
 		nr_merge = 1;
-	eq = calloc(1, sizeof(*eq) + nr_merge * sizeof(eq->merge[0]));
-	if (eq)
-		eq->nr_merge = nr_merge;
-	return eq;
+	return calloc(1, sizeof(struct rq_elevator_queue) +
+			 nr_merge * sizeof(struct elv_merge_state));
 }
 
 /* The merge state of @hctx's requests (the one state on the sq front end). */
 static inline struct elv_merge_state *ems_of_hctx(struct rq_queue *q,
 						  const struct rq_hw_ctx *hctx)
 {
-	/* nr_merge is the queue's hw queue count (one on the sq front end) */
+	/* merge[] has one entry per hw queue (elv_queue_alloc), one on sq */
 	return &q->elevator->merge[q->sq || !hctx ? 0 : hctx->queue_num];
 }
 

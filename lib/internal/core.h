@@ -137,8 +137,7 @@ struct elv_merge_state {
 struct rq_elevator_queue {
 	const struct rq_elevator_type *type;
 	void *data;
-	unsigned nr_merge;               /* entries of merge[] */
-	struct elv_merge_state merge[];  /* per hw queue; one on the sq front end */
+	struct elv_merge_state merge[];  /* one per hw queue; one on the sq front end */
 };
 
 /* Flush sequencing state (blk_flush_queue). */
