@@ -417,24 +417,29 @@ RQ_EXPORT void rq_elv_rb_del(struct rq_rb_root *root, struct rq_request *rq)
  * @root: the tree.
  * @sector: the start sector.
  * Context: the scheduler's lock.
- * Return: a request of @root whose sector is @sector (the first met on the
- * way down when there are several), NULL if none.
+ * Return: the first request of @root in sorted order whose sector is
+ * @sector, NULL if none.  When several start there, that is the one added
+ * first (rq_elv_rb_add() puts equal sectors after each other), whatever
+ * the tree's shape; the kernel takes the first met on the way down.
  */
 RQ_EXPORT struct rq_request *rq_elv_rb_find(struct rq_rb_root *root, uint64_t sector)
 {
 	struct rq_rb_node *n = root->node;
+	struct rq_request *found = NULL;
 
 	while (n) {
 		struct rq_request *rq = rb_entry_rq(n);
 
-		if (sector < rq->sector)
+		if (sector < rq->sector) {
 			n = n->left;
-		else if (sector > rq->sector)
+		} else if (sector > rq->sector) {
 			n = n->right;
-		else
-			return rq;
+		} else {
+			found = rq; /* an earlier one may lie to the left */
+			n = n->left;
+		}
 	}
-	return NULL;
+	return found;
 }
 
 /**

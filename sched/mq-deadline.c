@@ -25,6 +25,25 @@
  * bio or request only ever meets requests of its own hardware queue, and
  * submitters and dispatchers of different hardware queues share no lock.
  *
+ * Sorted runs.  A list inserted into an empty hardware queue (the common
+ * case when the device keeps up: a plug's worth arrives, is dispatched, and
+ * the next arrives to find nothing queued) is sorted by start sector into a
+ * small array per class and direction, a run, instead of being put one by
+ * one into the trees and the back-merge hash.  Dispatch walks the run in
+ * the same order the tree would give, so nothing a user or driver sees
+ * changes; what is saved is the tree's insert and erase on random sectors
+ * (a mispredicted branch per level) and the hash's add and delete.  Runs
+ * are only made when no insert merge is possible: the hardware queue holds
+ * nothing, so the batch can only merge within itself, and its requests,
+ * sorted, neither overlap nor touch.  Anything that needs the trees or the
+ * hash (a bio merge, an insert into a non-empty queue, a front merge that
+ * moves a request's start) first moves every run of the hardware queue
+ * into them ("materialises" it).  Requests in a run are not on the hash,
+ * so every merge path materialises first: bio_merge before it looks, and
+ * insert_requests before an insert merge; the merge hooks the core calls
+ * back from there (request_merge, request_merged, requests_merged,
+ * former/next_request) therefore never meet a run.
+ *
  * Locking: hq->lock guards the state of its hardware queue.  The tunables
  * are read and written without a lock (READ_ONCE / WRITE_ONCE: a change
  * applies from the next decision on); the counter nr_queued is read
@@ -49,10 +68,26 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <librequest/elevator.h>
 
 #include "lib/internal/compiler.h"
+
+/*
+ * DL_TREE_ONLY: this scheduler without sorted runs, registered as
+ * "mq-deadline-tree" (tests/sched/dl_tree_only.c).  A test runs the two on
+ * the same script and checks that they dispatch the same requests in the
+ * same order.
+ */
+#ifdef DL_TREE_ONLY
+#define DL_USE_RUNS 0
+#define DL_TYPE_NAME "mq-deadline-tree"
+#define rq_mq_deadline_type rq_mq_deadline_tree_type
+#else
+#define DL_USE_RUNS 1
+#define DL_TYPE_NAME "mq-deadline"
+#endif
 
 /* ------------------------------------------------------ tunable defaults */
 
@@ -81,6 +116,25 @@ enum dl_prio {
 	DL_NR_PRIOS,
 };
 
+/* Requests one run can hold: a plug's flush on several queues (2 x 32). */
+#define DL_RUN_MAX (2 * RQ_PLUG_MAX_REQUESTS)
+
+/**
+ * struct dl_run - requests of one class and direction kept as a sorted
+ * array instead of in the tree (see "Sorted runs" at the top).
+ * @head: entries before it have all been dispatched.
+ * @len: entries in use; 0 when the class and direction use the tree.
+ * @live: entries not dispatched yet.
+ * @sector: the entries' start sectors, ascending (kept for dispatched
+ *	entries too, so the array stays searchable).
+ * @rq: the requests; NULL once dispatched.
+ */
+struct dl_run {
+	unsigned head, len, live;
+	uint64_t sector[DL_RUN_MAX];
+	struct rq_request *rq[DL_RUN_MAX];
+};
+
 /**
  * struct dl_prio_queue - the requests of one priority class on one hw queue.
  * @sort: per direction, the requests sorted by start sector.
@@ -90,8 +144,10 @@ enum dl_prio {
  * @next_hint: per direction, the tree successor of the request sent last,
  *	while the tree has not changed otherwise (NULL: unknown); saves a
  *	search from the root on every dispatch of a batch.
- * @nr_queued: requests in @sort / @fifo.
+ * @nr_queued: requests in @sort (or @run) / @fifo.
  * @hq: the hardware queue's state this belongs to.
+ * @run: per direction, the sorted run that stands in for @sort while its
+ *	len is not 0 (@sort is empty then).
  */
 struct dl_prio_queue {
 	struct dl_hctx_queue *hq;
@@ -100,6 +156,7 @@ struct dl_prio_queue {
 	uint64_t latest_pos[DL_NR_DIRS];
 	struct rq_request *next_hint[DL_NR_DIRS];
 	unsigned nr_queued;
+	struct dl_run run[DL_NR_DIRS];
 };
 
 /**
@@ -122,16 +179,18 @@ struct dl_clock {
  * @batch_dir: its direction.
  * @batching: requests sent in it so far.
  * @starved: read batches started while writes were waiting.
+ * @nr_runs: class queues and directions using a run instead of the tree.
  */
 struct dl_hctx_queue {
 	pthread_mutex_t lock;
 	struct rq_list_node dispatch;
-	struct dl_prio_queue prio[DL_NR_PRIOS];
 	unsigned nr_queued;
 	enum dl_prio batch_prio;
 	enum dl_dir batch_dir;
 	unsigned batching;
 	unsigned starved;
+	unsigned nr_runs;
+	struct dl_prio_queue prio[DL_NR_PRIOS];
 } rq_cacheline_aligned;
 
 /**
@@ -156,11 +215,13 @@ struct dl_data {
 };
 
 /*
- * rq->elv_priv[0]: set while the request is in our trees and lists;
- * rq->elv_priv[1]: then, its struct dl_prio_queue (class and hw queue
- * worked out once, at insert).
+ * rq->elv_priv[0]: NULL while the request is not in our sorted structures;
+ * DL_RQ_QUEUED while it is in a tree; 2 + i while it is entry i of a run.
+ * rq->elv_priv[1]: while it is in either, its struct dl_prio_queue (class
+ * and hw queue worked out once, at insert).
  */
 #define DL_RQ_QUEUED ((void *)1)
+#define DL_RUN_SLOT(i) ((void *)(uintptr_t)(2 + (i)))
 
 /* --------------------------------------------------------------- helpers */
 
@@ -203,7 +264,17 @@ static inline struct dl_prio_queue *dl_pq(const struct rq_request *rq)
 
 static inline bool dl_queued(const struct rq_request *rq)
 {
-	return rq->elv_priv[0] == DL_RQ_QUEUED;
+	return rq->elv_priv[0] != NULL;
+}
+
+static inline bool dl_in_run(const struct rq_request *rq)
+{
+	return (uintptr_t)rq->elv_priv[0] >= 2;
+}
+
+static inline unsigned dl_run_index(const struct rq_request *rq)
+{
+	return (unsigned)((uintptr_t)rq->elv_priv[0] - 2);
 }
 
 /* Only reads, writes and discards without NOMERGE go on the merge hash. */
@@ -244,7 +315,20 @@ static void dl_add(struct dl_data *dd, struct rq_request *rq, uint64_t now)
 	dl_count(hq, 1);
 }
 
-/* Take @rq out of its tree, FIFO and the hash; lock held. */
+/* Take run entry @i (request @rq) out of @run; lock held. */
+static void dl_run_del(struct dl_hctx_queue *hq, struct dl_run *run, unsigned i)
+{
+	run->rq[i] = NULL;
+	if (!--run->live) {
+		run->head = run->len = 0;
+		hq->nr_runs--;
+		return;
+	}
+	while (!run->rq[run->head])
+		run->head++;
+}
+
+/* Take @rq out of its tree or run, FIFO and the hash; lock held. */
 static void dl_remove(struct dl_data *dd, struct rq_request *rq)
 {
 	struct dl_prio_queue *pq = dl_pq(rq);
@@ -253,12 +337,142 @@ static void dl_remove(struct dl_data *dd, struct rq_request *rq)
 
 	if (pq->next_hint[dir] == rq)
 		pq->next_hint[dir] = NULL;
-	rq_elv_rb_del(&pq->sort[dir], rq);
+	if (dl_in_run(rq)) {
+		dl_run_del(hq, &pq->run[dir], dl_run_index(rq));
+	} else {
+		rq_elv_rb_del(&pq->sort[dir], rq);
+		rq_elv_rqhash_del(dd->q, rq);
+	}
 	rq_list_del_init(&rq->queuelist);
-	rq_elv_rqhash_del(dd->q, rq);
 	rq->elv_priv[0] = NULL;
 	pq->nr_queued--;
 	dl_count(hq, -1);
+}
+
+/*
+ * The next of @rq in sector order among the queued requests of its class
+ * and direction (tree or run), or NULL; lock held.
+ */
+static struct rq_request *dl_sorted_latter(struct rq_request *rq)
+{
+	const struct dl_run *run;
+
+	if (!dl_in_run(rq))
+		return rq_elv_rb_latter(rq);
+	run = &dl_pq(rq)->run[dl_dir_of(rq->op)];
+	for (unsigned i = dl_run_index(rq) + 1; i < run->len; i++)
+		if (run->rq[i])
+			return run->rq[i];
+	return NULL;
+}
+
+/*
+ * Move every run of @hq into the trees and the hash, as if its requests
+ * had been inserted one by one; lock held.  Their order, FIFO places and
+ * deadlines do not change.
+ */
+static void dl_materialise(struct dl_data *dd, struct dl_hctx_queue *hq)
+{
+	for (unsigned p = 0; p < DL_NR_PRIOS && hq->nr_runs; p++) {
+		struct dl_prio_queue *pq = &hq->prio[p];
+
+		for (unsigned d = 0; d < DL_NR_DIRS; d++) {
+			struct dl_run *run = &pq->run[d];
+
+			if (!run->len)
+				continue;
+			for (unsigned i = run->head; i < run->len; i++) {
+				struct rq_request *rq = run->rq[i];
+
+				if (!rq)
+					continue;
+				rq_elv_rb_add(&pq->sort[d], rq);
+				if (dl_mergeable(rq))
+					rq_elv_rqhash_add(dd->q, rq);
+				rq->elv_priv[0] = DL_RQ_QUEUED;
+			}
+			run->head = run->len = run->live = 0;
+			hq->nr_runs--;
+		}
+	}
+}
+
+/*
+ * Insert @list into @hq as sorted runs if that is the same as inserting it
+ * one by one (see "Sorted runs" at the top): @hq holds nothing, the list
+ * fits, and its requests sorted by sector neither overlap nor touch (so no
+ * insert merge can happen and no two share a start sector).  Lock held.
+ * Return: true if done (@list is empty then); false if @list is untouched.
+ */
+static bool dl_insert_runs(struct dl_data *dd, struct dl_hctx_queue *hq,
+			   struct rq_list_node *list, uint64_t now)
+{
+	struct {
+		uint64_t sector;
+		struct rq_request *rq;
+	} e[DL_RUN_MAX];
+	unsigned n = 0, expire_ms[DL_NR_DIRS];
+	uint64_t end = 0;
+	struct rq_request *rq;
+
+	if (hq->nr_queued)
+		return false;
+	/* sort by start sector while gathering: insertion sort, n is small */
+	for (struct rq_list_node *it = list->next; it != list; it = it->next) {
+		unsigned j = n;
+		uint64_t sector;
+
+		if (n == DL_RUN_MAX)
+			return false;
+		rq = RQ_CONTAINER_OF(it, struct rq_request, queuelist);
+		sector = rq->sector;
+		while (j && e[j - 1].sector > sector) {
+			e[j] = e[j - 1];
+			j--;
+		}
+		e[j].sector = sector;
+		e[j].rq = rq;
+		n++;
+	}
+	for (unsigned i = 0; i < n; i++) {
+		if (i && e[i].sector <= end)
+			return false;
+		end = max_t(uint64_t, end, rq_request_end_sector(e[i].rq));
+	}
+
+	for (unsigned i = 0; i < n; i++) {
+		struct dl_prio_queue *pq;
+		enum dl_dir dir;
+		struct dl_run *run;
+
+		rq = e[i].rq;
+		pq = &hq->prio[dl_prio_of(rq->ioprio)];
+		dir = dl_dir_of(rq->op);
+		run = &pq->run[dir];
+		if (!run->len)
+			hq->nr_runs++;
+		run->sector[run->len] = e[i].sector;
+		run->rq[run->len] = rq;
+		rq->elv_priv[0] = DL_RUN_SLOT(run->len);
+		rq->elv_priv[1] = pq;
+		run->len++;
+		run->live++;
+		pq->next_hint[dir] = NULL;
+	}
+	/* the FIFOs in arrival order */
+	expire_ms[DL_READ] = READ_ONCE(dd->read_expire_ms);
+	expire_ms[DL_WRITE] = READ_ONCE(dd->write_expire_ms);
+	while ((rq = rq_list_first_rq(list))) {
+		struct dl_prio_queue *pq = dl_pq(rq);
+		enum dl_dir dir = dl_dir_of(rq->op);
+
+		rq_list_del_init(&rq->queuelist);
+		rq->fifo_time = now + expire_ms[dir] * NSEC_PER_MSEC;
+		rq_list_add_tail(&rq->queuelist, &pq->fifo[dir]);
+		pq->nr_queued++;
+	}
+	dl_count(hq, (int)n);
+	return true;
 }
 
 /* The oldest request of one direction, or NULL. */
@@ -279,7 +493,8 @@ static inline uint64_t dl_now(struct dl_clock *clk)
 
 /*
  * The next request in sector order: the lowest-sector request starting at
- * or after the end of the one sent last in @dir, or NULL.
+ * or after the end of the one sent last in @dir (in the tree or the run),
+ * or NULL.
  */
 static struct rq_request *dl_next_sorted(struct dl_prio_queue *pq, enum dl_dir dir)
 {
@@ -291,6 +506,23 @@ static struct rq_request *dl_next_sorted(struct dl_prio_queue *pq, enum dl_dir d
 	if (best && best->sector >= pos)
 		return best;
 	best = NULL;
+	if (pq->run[dir].len) {
+		const struct dl_run *run = &pq->run[dir];
+		unsigned lo = run->head, hi = run->len;
+
+		/* the first entry at or after pos, then the first live one */
+		while (lo < hi) {
+			unsigned mid = lo + (hi - lo) / 2;
+
+			if (run->sector[mid] >= pos)
+				hi = mid;
+			else
+				lo = mid + 1;
+		}
+		while (lo < run->len && !run->rq[lo])
+			lo++;
+		return lo < run->len ? run->rq[lo] : NULL;
+	}
 	while (n) {
 		struct rq_request *rq = RQ_CONTAINER_OF(n, struct rq_request, rb_node);
 
@@ -390,6 +622,7 @@ static int dl_init_sched(struct rq_queue *q, void **data)
 		free(dd);
 		return -ENOMEM;
 	}
+	memset(dd->hqs, 0, dd->nr_hw * sizeof(*dd->hqs));
 	pthread_mutexattr_init(&attr);
 	pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ADAPTIVE_NP);
 	for (unsigned h = 0; h < dd->nr_hw; h++) {
@@ -502,6 +735,8 @@ static bool dl_bio_merge(struct rq_queue *q, struct rq_bio *bio, unsigned nr_seg
 	if (!READ_ONCE(hq->nr_queued))
 		return false;
 	pthread_mutex_lock(&hq->lock);
+	if (hq->nr_runs)
+		dl_materialise(dl_of(q), hq);
 	merged = rq_sched_try_merge(q, bio, nr_segs, &free_rq);
 	pthread_mutex_unlock(&hq->lock);
 	if (free_rq)
@@ -518,6 +753,7 @@ static bool dl_bio_merge(struct rq_queue *q, struct rq_bio *bio, unsigned nr_seg
 static int dl_request_merge(struct rq_queue *q, struct rq_request **rq, struct rq_bio *bio)
 {
 	struct dl_data *dd = dl_of(q);
+	struct dl_hctx_queue *hq;
 	struct rq_hw_ctx *hctx;
 	struct rq_io_context *ioc;
 	struct rq_request *found;
@@ -532,7 +768,8 @@ static int dl_request_merge(struct rq_queue *q, struct rq_request **rq, struct r
 	hctx = rq_bio_map_hctx(q, bio, NULL);
 	if (!hctx)
 		return RQ_ELV_NO_MERGE;
-	found = rq_elv_rb_find(&dl_hq(dd, hctx)->prio[dl_prio_of(ioprio)].sort[dl_dir_of(bio->op)],
+	hq = dl_hq(dd, hctx);
+	found = rq_elv_rb_find(&hq->prio[dl_prio_of(ioprio)].sort[dl_dir_of(bio->op)],
 			       rq_bio_end_sector(bio));
 	if (!found)
 		return RQ_ELV_NO_MERGE;
@@ -583,7 +820,8 @@ static void dl_requests_merged(struct rq_queue *q, struct rq_request *rq, struct
 
 /**
  * dl_former_request() / dl_next_request() - the neighbours of @rq in its
- * sorted tree, for request-request merges.
+ * sorted tree, for request-request merges (no run exists then: see
+ * "Sorted runs").
  * Context: from rq_sched_try_merge(), the hq->lock held.
  * Return: the request, or NULL (also when @rq is not queued with us).
  */
@@ -602,7 +840,8 @@ static struct rq_request *dl_next_request(struct rq_queue *q, struct rq_request 
 /**
  * dl_insert_requests() - take the requests on @list: at the head (the
  * hctx's dispatch list, in their order) with RQ_INSERT_AT_HEAD, else merged
- * into a queued request when contiguous with one, else sorted.
+ * into a queued request when contiguous with one, else sorted (as runs
+ * when the hardware queue is empty and nothing can merge).
  * Context: submitter or dispatcher; takes hq->lock.  Requests emptied by
  * insert merges are freed after the lock is dropped.
  */
@@ -628,6 +867,12 @@ static void dl_insert_requests(struct rq_hw_ctx *hctx, struct rq_list_node *list
 		pthread_mutex_unlock(&hq->lock);
 		return;
 	}
+	if (DL_USE_RUNS && dl_insert_runs(dd, hq, list, now)) {
+		pthread_mutex_unlock(&hq->lock);
+		return;
+	}
+	if (hq->nr_runs)
+		dl_materialise(dd, hq);
 	while ((rq = rq_list_first_rq(list))) {
 		rq_list_del_init(&rq->queuelist);
 		rq->elv_priv[0] = NULL;
@@ -676,7 +921,7 @@ static struct rq_request *dl_dispatch_locked(struct dl_data *dd, struct dl_hctx_
 		return NULL;
 	pq = dl_pq(rq);
 	dir = dl_dir_of(rq->op);
-	next = rq_elv_rb_latter(rq);
+	next = dl_sorted_latter(rq);
 	dl_remove(dd, rq);
 	pq->latest_pos[dir] = rq_request_end_sector(rq);
 	pq->next_hint[dir] = next;
@@ -822,9 +1067,10 @@ static const struct rq_elv_attr dl_attrs[] = {
 
 /* ------------------------------------------------------------------ type */
 
+extern const struct rq_elevator_type rq_mq_deadline_type;
 const struct rq_elevator_type rq_mq_deadline_type = {
 	RQ_ELV_TYPE_INIT,
-	.name = "mq-deadline",
+	.name = DL_TYPE_NAME,
 	.features = RQ_ELV_F_MQ,
 	.ops = {
 		.init_sched = dl_init_sched,

@@ -279,7 +279,11 @@ void rq_elv_rqhash_del(struct rq_queue *q, struct rq_request *rq);
 int rq_elv_parse_uint(const char *buf, unsigned long min, unsigned long max,
 		      unsigned long *out);
 
-/** Sector-sorted red-black trees of requests (via rq->rb_node). */
+/*
+ * Sector-sorted red-black trees of requests (via rq->rb_node).  Equal
+ * sectors keep the order they were added in; rq_elv_rb_find() returns the
+ * first of them.
+ */
 void rq_elv_rb_add(struct rq_rb_root *root, struct rq_request *rq);
 void rq_elv_rb_del(struct rq_rb_root *root, struct rq_request *rq);
 struct rq_request *rq_elv_rb_find(struct rq_rb_root *root, uint64_t sector);
