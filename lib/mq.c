@@ -18,6 +18,7 @@
 #define _GNU_SOURCE
 #define _LGPL_SOURCE
 #include <errno.h>
+#include <limits.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,25 +87,27 @@ static struct rq_mailbox *mbox_self(void);
  * Time for request bookkeeping, cached while the thread holds a plug (the
  * kernel's plug->cur_ktime): one clock read serves every request made,
  * issued or completed inline during the plug; a flush starts a new reading.
- * Timestamps thus lag by at most the time a plug lives.
+ * Timestamps thus lag by at most the time a plug lives.  Never set without
+ * a plug (it is cleared whenever tls_plug is), so a reading found here is
+ * the plug's.
  */
 static __thread uint64_t tls_plug_now __attribute__((tls_model("initial-exec")));
 
 /*
- * The CPU whose software queue the bio being submitted on this thread
- * uses, -1 outside rq_submit_bio(): while a submission runs, the hw queue
+ * The software queue the bio being submitted on this thread uses, NULL
+ * outside rq_submit_bio(): while a submission runs, the hw queue
  * rq_bio_map_hctx() names is the one its request would be made on, even if
  * the thread has moved since, so a scheduler locking that hw queue and the
  * core's merge lookups agree.
  */
-static __thread int tls_submit_cpu __attribute__((tls_model("initial-exec"))) = -1;
+static __thread struct rq_sw_ctx *tls_submit_ctx __attribute__((tls_model("initial-exec")));
 
 static inline uint64_t core_clock_ns(void)
 {
-	uint64_t t;
+	uint64_t t = tls_plug_now;
 
-	if (tls_plug && tls_plug_now)
-		return tls_plug_now;
+	if (t)
+		return t;
 	t = rq_clock_ns();
 	if (tls_plug)
 		tls_plug_now = t;
@@ -466,33 +469,36 @@ static void plug_return_tags(struct rq_plug *plug, unsigned cpu)
 	sbq_put_mask(&tags->bitmap, plug->cached_tags, plug->cached_off, cpu);
 	plug->cached_tags = 0;
 	if (plug->cache_q) {
-		queue_exit(plug->cache_q);
+		/* any CPU's usage slot will do: the freezer sums them */
+		queue_exit_ctx(plug->cache_q, queue_ctx(plug->cache_q, cpu));
 		plug->cache_q = NULL;
 	}
 }
 
 /*
  * A tag from the plug's batch, refilled from @tags (the scheduler tags of
- * @q when @sched_q is set, else driver tags); -1 if none.
+ * @q when @sched_q is set, else driver tags); -1 if none.  @ctx is the
+ * submission's software queue (of @sched_q, when set): its CPU hints the
+ * bitmap and its usage slot counts the plug's reference.
  */
 static int plug_cached_tag(struct rq_plug *plug, struct rq_tags *tags, struct rq_queue *sched_q,
-			   unsigned cpu)
+			   struct rq_sw_ctx *ctx)
 {
 	unsigned bit;
 
 	if (unlikely(plug->tag_cache != tags)) {
-		plug_return_tags(plug, cpu);
+		plug_return_tags(plug, ctx->cpu);
 		plug->tag_cache = tags;
 	}
 	if (!plug->cached_tags) {
 		if (sched_q && atomic_load_explicit(&sched_q->freeze_depth, memory_order_relaxed))
 			return -1;
-		plug->cached_tags = sbq_get_batch(&tags->bitmap, cpu, PLUG_TAG_BATCH,
+		plug->cached_tags = sbq_get_batch(&tags->bitmap, ctx->cpu, PLUG_TAG_BATCH,
 						  &plug->cached_off);
 		if (!plug->cached_tags)
 			return -1;
 		if (sched_q) {
-			queue_enter_extra(sched_q);
+			atomic_fetch_add_explicit(&ctx->usage, 1, memory_order_seq_cst);
 			plug->cache_q = sched_q;
 		}
 	}
@@ -500,7 +506,7 @@ static int plug_cached_tag(struct rq_plug *plug, struct rq_tags *tags, struct rq
 	plug->cached_tags &= plug->cached_tags - 1;
 	if (!plug->cached_tags && plug->cache_q) {
 		/* the request being made holds the queue from here */
-		queue_exit(plug->cache_q);
+		queue_exit_ctx(plug->cache_q, queue_ctx(plug->cache_q, ctx->cpu));
 		plug->cache_q = NULL;
 	}
 	return (int)(tags->nr_reserved + plug->cached_off + bit);
@@ -559,7 +565,7 @@ static struct rq_request *mq_get_request(struct rq_queue *q, struct rq_sw_ctx *c
 		}
 		tag = -1;
 		if (tls_plug && !shallow)
-			tag = plug_cached_tag(tls_plug, hctx->sched_tags, q, ctx->cpu);
+			tag = plug_cached_tag(tls_plug, hctx->sched_tags, q, ctx);
 		if (tag < 0)
 			tag = get_tag(q, hctx->sched_tags, ctx->cpu, shallow, nowait);
 		if (tag < 0)
@@ -573,7 +579,7 @@ static struct rq_request *mq_get_request(struct rq_queue *q, struct rq_sw_ctx *c
 	} else {
 		tag = -1;
 		if (tls_plug && !tags_shared(q))
-			tag = plug_cached_tag(tls_plug, hctx->tags, NULL, ctx->cpu);
+			tag = plug_cached_tag(tls_plug, hctx->tags, NULL, ctx);
 		if (tag < 0)
 			tag = driver_tag_get_wait(q, hctx, ctx->cpu, nowait);
 		if (tag < 0)
@@ -673,6 +679,11 @@ struct comp_batch {
 	unsigned cpu;                /* hint CPU: the first request's submitter */
 	struct rq_sw_ctx *ctx;       /* where the usage references are dropped */
 	long nr_usage;               /* requests taken */
+	/* of hctx, looked up once per batch rather than per request: */
+	struct sbitmap_queue *tags_sbq, *sched_sbq;
+	unsigned tags_first, sched_first; /* lowest tag taken (above the reserved
+					     ones); UINT_MAX: none */
+	unsigned tags_word, sched_word;   /* ~(bits per word - 1) */
 };
 
 static __thread struct comp_batch *tls_cbatch __attribute__((tls_model("initial-exec")));
@@ -682,21 +693,33 @@ static void hctx_restart(struct rq_hw_ctx *hctx);
 /* Start a batch for @hctx unless the thread has one already (nested issue). */
 static inline bool comp_batch_start(struct comp_batch *cb, struct rq_hw_ctx *hctx)
 {
+	struct rq_tags *sched_tags = hctx->sched_tags;
+
 	if (tls_cbatch)
 		return false;
 	cb->hctx = hctx;
 	cb->tags = cb->sched = 0;
 	cb->nr_usage = 0;
 	cb->ctx = NULL;
+	/* fair sharing counts driver tags one by one: none of a shared set */
+	cb->tags_sbq = &hctx->tags->bitmap;
+	cb->tags_first = tags_shared(hctx->q) ? UINT_MAX : hctx->tags->nr_reserved;
+	cb->tags_word = ~((1u << hctx->tags->bitmap.sb.shift) - 1);
+	cb->sched_sbq = sched_tags ? &sched_tags->bitmap : NULL;
+	cb->sched_first = sched_tags ? sched_tags->nr_reserved : UINT_MAX;
+	cb->sched_word = sched_tags ? ~((1u << sched_tags->bitmap.sb.shift) - 1) : 0;
 	tls_cbatch = cb;
 	return true;
 }
 
-/* Add @bit of @sbq to the one-word mask *@mask, flushing another word's bits. */
-static void comp_batch_bit(struct sbitmap_queue *sbq, unsigned long *mask, unsigned *off,
-			   unsigned bit, unsigned cpu)
+/*
+ * Add @bit of @sbq (words of ~@word_mask + 1 bits) to the one-word mask
+ * *@mask, flushing another word's bits.
+ */
+static inline void comp_batch_bit(struct sbitmap_queue *sbq, unsigned word_mask,
+				  unsigned long *mask, unsigned *off, unsigned bit, unsigned cpu)
 {
-	unsigned word_off = (bit >> sbq->sb.shift) << sbq->sb.shift;
+	unsigned word_off = bit & word_mask;
 
 	if (*mask && *off != word_off) {
 		sbq_put_mask(sbq, *mask, *off, cpu);
@@ -709,12 +732,10 @@ static void comp_batch_bit(struct sbitmap_queue *sbq, unsigned long *mask, unsig
 /* Give the batch's tags back now (it keeps its usage references). */
 static void comp_batch_put_tags(struct comp_batch *cb)
 {
-	struct rq_hw_ctx *hctx = cb->hctx;
-
 	if (cb->tags)
-		sbq_put_mask(&hctx->tags->bitmap, cb->tags, cb->tags_off, cb->cpu);
+		sbq_put_mask(cb->tags_sbq, cb->tags, cb->tags_off, cb->cpu);
 	if (cb->sched)
-		sbq_put_mask(&hctx->sched_tags->bitmap, cb->sched, cb->sched_off, cb->cpu);
+		sbq_put_mask(cb->sched_sbq, cb->sched, cb->sched_off, cb->cpu);
 	cb->tags = cb->sched = 0;
 }
 
@@ -733,24 +754,23 @@ static void comp_batch_end(struct comp_batch *cb)
 static bool comp_batch_take(struct rq_request *rq, int tag, int itag, struct rq_sw_ctx *ctx)
 {
 	struct comp_batch *cb = tls_cbatch;
-	struct rq_hw_ctx *hctx = rq->hctx;
 
-	if (likely(!cb) || cb->hctx != hctx)
+	if (likely(!cb) || cb->hctx != rq->hctx)
 		return false;
-	if (tag >= 0 && (tags_shared(hctx->q) || (unsigned)tag < hctx->tags->nr_reserved))
-		return false;
-	if (itag >= 0 && (unsigned)itag < hctx->sched_tags->nr_reserved)
+	/* reserved tags, and driver tags of a shared set, are freed one by one */
+	if ((tag >= 0 && (unsigned)tag < cb->tags_first) ||
+	    (itag >= 0 && (unsigned)itag < cb->sched_first))
 		return false;
 	if (!cb->nr_usage) {
 		cb->cpu = ctx->cpu;
 		cb->ctx = ctx;
 	}
 	if (tag >= 0)
-		comp_batch_bit(&hctx->tags->bitmap, &cb->tags, &cb->tags_off,
-			       (unsigned)tag - hctx->tags->nr_reserved, cb->cpu);
+		comp_batch_bit(cb->tags_sbq, cb->tags_word, &cb->tags, &cb->tags_off,
+			       (unsigned)tag - cb->tags_first, cb->cpu);
 	if (itag >= 0)
-		comp_batch_bit(&hctx->sched_tags->bitmap, &cb->sched, &cb->sched_off,
-			       (unsigned)itag - hctx->sched_tags->nr_reserved, cb->cpu);
+		comp_batch_bit(cb->sched_sbq, cb->sched_word, &cb->sched, &cb->sched_off,
+			       (unsigned)itag - cb->sched_first, cb->cpu);
 	cb->nr_usage++;
 	return true;
 }
@@ -1386,21 +1406,25 @@ static bool sched_dispatch(struct rq_hw_ctx *hctx, bool *progress)
 	const struct rq_elevator_type *e = hctx->q->elevator->type;
 	struct rq_tags *tags = hctx->tags;
 	bool batch_tags = !tags_shared(hctx->q);
-	unsigned cpu = cur_cpu(), n = 0;
+	unsigned cpu, n = 0;
 	struct rq_list_node list;
 	bool no_tag = false;
 
+	*progress = false;
+	if (!e->ops.has_work(hctx))
+		return true;
+	cpu = cur_cpu(); /* only with work: the last round of a run has none */
 	rq_list_init(&list);
-	while (!no_tag && n < RQ_DISPATCH_BATCH && e->ops.has_work(hctx)) {
+	do {
 		unsigned long bits = 0;
 		unsigned off = 0, want = 1, got;
 		struct rq_list_node pulled;
-		struct rq_request *rq;
+		struct rq_list_node *it;
 
 		if (batch_tags) {
 			bits = sbq_get_batch(&tags->bitmap, cpu, RQ_DISPATCH_BATCH - n, &off);
 			if (bits)
-				want = (unsigned)__builtin_popcountl(bits);
+				want = rq_popcountl(bits);
 		}
 		rq_list_init(&pulled);
 		got = sched_pull(hctx, e, &pulled, want);
@@ -1413,9 +1437,10 @@ static bool sched_dispatch(struct rq_hw_ctx *hctx, bool *progress)
 			hctx_delay_run(hctx, RQ_RESOURCE_DELAY_MS);
 			break;
 		}
-		while ((rq = rq_list_first_rq(&pulled))) {
-			rq_list_del_init(&rq->queuelist);
-			rq_list_add_tail(&rq->queuelist, &list);
+		/* tag them where they lie, then move the whole batch over */
+		for (it = pulled.next; it != &pulled; it = it->next) {
+			struct rq_request *rq = RQ_CONTAINER_OF(it, struct rq_request, queuelist);
+
 			n++;
 			if (rq->tag >= 0)
 				continue;
@@ -1429,8 +1454,9 @@ static bool sched_dispatch(struct rq_hw_ctx *hctx, bool *progress)
 				no_tag = true;
 			}
 		}
+		rq_list_splice_tail_init(&pulled, &list);
 		sbq_put_mask(&tags->bitmap, bits, off, cpu);
-	}
+	} while (!no_tag && n < RQ_DISPATCH_BATCH && e->ops.has_work(hctx));
 	*progress = n != 0;
 	if (!n)
 		return true;
@@ -1572,8 +1598,12 @@ RQ_EXPORT void rq_start_plug(struct rq_plug *plug)
 	}
 }
 
-/* Issue a run of requests that share one queue and hctx. */
-static void plug_issue_run(struct rq_list_node *list, struct rq_request *first)
+/*
+ * Issue a run of requests that share one queue and hctx: @list, and with a
+ * scheduler @bypass, the flushes and FUA writes that skip it.
+ */
+static void plug_issue_run(struct rq_list_node *list, struct rq_list_node *bypass,
+			   struct rq_request *first)
 {
 	struct rq_queue *q = first->q;
 	struct rq_hw_ctx *hctx = first->hctx;
@@ -1583,23 +1613,8 @@ static void plug_issue_run(struct rq_list_node *list, struct rq_request *first)
 		return;
 	}
 	if (q->elevator) {
-		struct rq_list_node bypass, *n, *next;
-
-		/* flushes and FUA writes bypass the scheduler, as in the kernel */
-		rq_list_init(&bypass);
-		for (n = list->next; n != list; n = next) {
-			struct rq_request *rq = RQ_CONTAINER_OF(n, struct rq_request, queuelist);
-
-			next = n->next;
-			if (rq->rq_flags & RQ_RQF_ELVPRIV) {
-				rq->rq_flags |= RQ_RQF_SORTED;
-			} else {
-				rq_list_del_init(n);
-				rq_list_add_tail(n, &bypass);
-			}
-		}
-		if (!rq_list_empty(&bypass))
-			hctx_park(hctx, &bypass, false);
+		if (!rq_list_empty(bypass))
+			hctx_park(hctx, bypass, false);
 		if (!rq_list_empty(list))
 			q->elevator->type->ops.insert_requests(hctx, list, 0);
 		run_hw_queue(hctx);
@@ -1618,17 +1633,40 @@ static void plug_flush_list(struct rq_plug *plug)
 	plug->multiple_queues = 0;
 	while (rq) {
 		struct rq_request *first = rq;
-		struct rq_list_node list;
+		struct rq_queue *q = first->q;
+		struct rq_hw_ctx *hctx = first->hctx;
+		struct rq_list_node list, bypass;
 
 		rq_list_init(&list);
-		while (rq && rq->q == first->q && rq->hctx == first->hctx) {
-			struct rq_request *next = rq->rq_next;
+		rq_list_init(&bypass);
+		if (!q->sq && q->elevator) {
+			/*
+			 * Sorted into the scheduler, or (flushes and FUA
+			 * writes, as in the kernel) past it: decided as the
+			 * run is gathered.
+			 */
+			do {
+				struct rq_request *next = rq->rq_next;
 
-			rq->rq_next = NULL;
-			rq_list_add_tail(&rq->queuelist, &list);
-			rq = next;
+				rq->rq_next = NULL;
+				if (rq->rq_flags & RQ_RQF_ELVPRIV) {
+					rq->rq_flags |= RQ_RQF_SORTED;
+					rq_list_add_tail(&rq->queuelist, &list);
+				} else {
+					rq_list_add_tail(&rq->queuelist, &bypass);
+				}
+				rq = next;
+			} while (rq && rq->q == q && rq->hctx == hctx);
+		} else {
+			do {
+				struct rq_request *next = rq->rq_next;
+
+				rq->rq_next = NULL;
+				rq_list_add_tail(&rq->queuelist, &list);
+				rq = next;
+			} while (rq && rq->q == q && rq->hctx == hctx);
 		}
-		plug_issue_run(&list, first);
+		plug_issue_run(&list, &bypass, first);
 	}
 }
 
@@ -1760,11 +1798,11 @@ static void submit_bio_on(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_b
 RQ_EXPORT void rq_submit_bio(struct rq_queue *q, struct rq_bio *bio)
 {
 	struct rq_sw_ctx *ctx = queue_ctx(q, cur_cpu());
-	int outer = tls_submit_cpu; /* a driver may submit from inside a submission */
+	struct rq_sw_ctx *outer = tls_submit_ctx; /* a driver may submit from inside a submission */
 
-	tls_submit_cpu = (int)ctx->cpu;
+	tls_submit_ctx = ctx;
 	submit_bio_on(q, ctx, bio);
-	tls_submit_cpu = outer;
+	tls_submit_ctx = outer;
 }
 
 static void submit_bio_on(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_bio *bio)
@@ -2587,16 +2625,36 @@ RQ_EXPORT unsigned rq_request_ctx_index(const struct rq_request *rq)
 	return rq->ctx->index_hw;
 }
 
-RQ_EXPORT struct rq_hw_ctx *rq_bio_map_hctx(struct rq_queue *q, const struct rq_bio *bio,
-					    unsigned *ctx_index)
+/* rq_bio_map_hctx() from @ctx's CPU: polled bios, other queues, outside submissions. */
+static __attribute__((noinline)) struct rq_hw_ctx *
+bio_map_hctx_slow(struct rq_queue *q, struct rq_sw_ctx *ctx, const struct rq_bio *bio,
+		  unsigned *ctx_index)
 {
-	struct rq_sw_ctx *ctx = queue_ctx(q, tls_submit_cpu >= 0 ? (unsigned)tls_submit_cpu :
-								  cur_cpu());
-	struct rq_hw_ctx *hctx = map_hctx(q, ctx->cpu, bio->opf);
+	struct rq_hw_ctx *hctx;
 
+	ctx = queue_ctx(q, ctx ? ctx->cpu : cur_cpu());
+	hctx = map_hctx(q, ctx->cpu, bio->opf);
 	if (ctx_index)
 		*ctx_index = hctx == ctx->hctx ? ctx->index_hw : 0;
 	return hctx;
+}
+
+/*
+ * Schedulers ask from bio_merge, once or twice per bio: inside a submission
+ * of @q the answer is the submission's software queue's hw queue, which
+ * map_hctx() would give for a bio that is not polled (ctx->hctx is set from
+ * the same map when the queue is made).  Small, so LTO can inline it.
+ */
+RQ_EXPORT struct rq_hw_ctx *rq_bio_map_hctx(struct rq_queue *q, const struct rq_bio *bio,
+					    unsigned *ctx_index)
+{
+	struct rq_sw_ctx *ctx = tls_submit_ctx;
+
+	if (unlikely(!ctx || ctx->q != q || (bio->opf & RQ_BIO_POLLED)))
+		return bio_map_hctx_slow(q, ctx, bio, ctx_index);
+	if (ctx_index)
+		*ctx_index = ctx->index_hw;
+	return ctx->hctx;
 }
 
 RQ_EXPORT unsigned rq_queue_nr_requests(const struct rq_queue *q)

@@ -190,6 +190,30 @@ static inline unsigned long low_bits(unsigned nr)
 }
 
 /*
+ * The @nr lowest set bits of @bits (all of them if it has fewer), as a
+ * mask.  Free bits mostly come in one run from the lowest (tags go back
+ * low first), so the run is tried whole before a bit-by-bit walk.
+ */
+static inline unsigned long lowest_set_bits(unsigned long bits, unsigned nr)
+{
+	unsigned long low = bits & -bits;
+	unsigned long run = bits & ~(bits + low);  /* the lowest run of set bits */
+	unsigned long want = low * low_bits(nr);   /* @nr bits from @low up (fewer at the top) */
+	unsigned long take = 0;
+	unsigned n;
+
+	if (!(want & ~run))
+		return want;   /* the run holds them (or ends at the word's top bit) */
+	if (run == bits)
+		return bits;   /* one run, shorter than @nr: all of it */
+	for (n = 0; n < nr && bits; n++) {
+		take |= bits & -bits;
+		bits &= bits - 1;
+	}
+	return take;
+}
+
+/*
  * The shift for @depth: whole longs, unless that leaves fewer than four
  * words, in which case words shrink until there are four (spreading CPUs).
  */
@@ -377,16 +401,24 @@ static struct sbq_wait_state *sbq_wake_ptr(struct sbitmap_queue *sbq, unsigned *
 	return NULL;
 }
 
-/* @nr bits were freed: count them against the current wait state. */
+/*
+ * Is anyone sleeping for a bit?  Asked right after a put frees bits.
+ * Sequentially consistent: pairs with sbq_wait_get's fence.
+ */
+static inline bool sbq_has_sleepers(struct sbitmap_queue *sbq)
+{
+	return atomic_load_explicit(&sbq->ws_active, memory_order_seq_cst) != 0;
+}
+
+/*
+ * @nr bits were freed while sbq_has_sleepers(): count them against the
+ * current wait state.
+ */
 static void sbq_wake_up(struct sbitmap_queue *sbq, unsigned nr)
 {
 	struct sbq_wait_state *ws;
 	unsigned idx, next;
 	int cnt;
-
-	/* Sequentially consistent: pairs with sbq_wait_get's fence. */
-	if (likely(atomic_load_explicit(&sbq->ws_active, memory_order_seq_cst) == 0))
-		return;
 
 	ws = sbq_wake_ptr(sbq, &idx);
 	if (!ws)
@@ -579,15 +611,11 @@ unsigned long sbq_get_batch(struct sbitmap_queue *sbq, unsigned cpu, unsigned nr
 
 		for (;;) {
 			unsigned long free_bits = ~val & mask;
-			unsigned long take = 0;
-			unsigned n;
+			unsigned long take;
 
 			if (!free_bits)
 				break;
-			for (n = 0; n < nr && free_bits; n++) {
-				take |= free_bits & -free_bits;
-				free_bits &= free_bits - 1;
-			}
+			take = lowest_set_bits(free_bits, nr);
 			if (atomic_compare_exchange_weak_explicit(&w->word, &val, val | take,
 								  memory_order_acquire,
 								  memory_order_relaxed)) {
@@ -617,7 +645,8 @@ void sbq_put(struct sbitmap_queue *sbq, unsigned bit, unsigned cpu)
 	atomic_fetch_and_explicit(&sb->map[bit >> sb->shift].word, ~mask, memory_order_seq_cst);
 	if (!sb->round_robin && bit < READ_ONCE(sb->depth))
 		WRITE_ONCE(*sb_hint(sb, cpu), bit);
-	sbq_wake_up(sbq, 1);
+	if (unlikely(sbq_has_sleepers(sbq)))
+		sbq_wake_up(sbq, 1);
 }
 
 /**
@@ -640,7 +669,8 @@ void sbq_put_mask(struct sbitmap_queue *sbq, unsigned long mask, unsigned offset
 	first = offset + (unsigned)__builtin_ctzl(mask);
 	if (!sb->round_robin && first < READ_ONCE(sb->depth))
 		WRITE_ONCE(*sb_hint(sb, cpu), first);
-	sbq_wake_up(sbq, (unsigned)__builtin_popcountl(mask));
+	if (unlikely(sbq_has_sleepers(sbq)))
+		sbq_wake_up(sbq, rq_popcountl(mask));
 }
 
 static struct timespec deadline_after_ns(long ns)

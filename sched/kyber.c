@@ -104,6 +104,8 @@ struct kyber_ctx_queue {
 
 /**
  * struct kyber_hctx_data - per hardware queue state.
+ * @kqd: the queue's data (saves the completion and dispatch paths a walk
+ *	through the queue and its elevator).
  * @nr_ctx: software queues of the hctx (entries of @kcqs).
  * @nr_words: 64-bit words of each pending map.
  * @kcqs: the per-CPU lists.
@@ -113,7 +115,8 @@ struct kyber_ctx_queue {
  *	dispatcher's own.
  * @cur_domain: domain being served; the dispatcher's own.
  * @batching: requests dispatched from @cur_domain in this turn.
- * @dispatched: per domain, tokens ever taken; written by the dispatcher only.
+ * @dispatched: per domain, tokens ever taken; written by the dispatcher only
+ *	(once per run of requests it hands out).
  * @returned: per domain, tokens ever given back (completers).  The tokens
  *	in use are @dispatched - @returned, so taking one needs no atomic
  *	read-modify-write.
@@ -126,6 +129,7 @@ struct kyber_ctx_queue {
  * @lat_seen: @lat as the last window close read it (window closer only).
  */
 struct kyber_hctx_data {
+	struct kyber_queue_data *kqd;
 	unsigned nr_ctx;
 	unsigned nr_words;
 	struct kyber_ctx_queue *kcqs;
@@ -259,43 +263,65 @@ static void kyber_flush_domain(struct kyber_hctx_data *khd, unsigned domain)
 	}
 }
 
-static bool kyber_domain_pending(const struct kyber_hctx_data *khd, unsigned domain)
+/* May any CPU list of the hctx hold requests of @domain?  (Lockless hint.) */
+static inline bool kyber_cpus_pending(const struct kyber_hctx_data *khd, unsigned domain)
 {
-	if (!rq_list_empty(&khd->rqs[domain]))
-		return true;
 	for (unsigned w = 0; w < khd->nr_words; w++)
 		if (atomic_load_explicit(&khd->pending[domain][w], memory_order_relaxed))
 			return true;
 	return false;
 }
 
-/* Take a token of @domain if fewer than its depth are in use. */
-static inline bool kyber_try_token(struct kyber_queue_data *kqd, struct kyber_hctx_data *khd,
-				   unsigned domain)
+static bool kyber_domain_pending(const struct kyber_hctx_data *khd, unsigned domain)
 {
-	unsigned depth = atomic_load_explicit(&kqd->depth[domain], memory_order_relaxed);
-	unsigned taken = atomic_load_explicit(&khd->dispatched[domain], memory_order_relaxed);
-	unsigned back = atomic_load_explicit(&khd->returned[domain], memory_order_seq_cst);
-
-	if (taken - back >= depth)
-		return false;
-	atomic_store_explicit(&khd->dispatched[domain], taken + 1, memory_order_relaxed);
-	return true;
+	return !rq_list_empty(&khd->rqs[domain]) || kyber_cpus_pending(khd, domain);
 }
 
 /*
- * A token of @domain, or false.  On failure the domain is marked waiting
- * and tried once more: a token returned between the two tries sees the
- * mark (both sides are sequentially consistent), so the hctx runs again
- * either here or from the completion.
+ * Unlink the requests @first .. @last (queuelist nodes, in list order) from
+ * their list and append them, in that order, to @to.
  */
-static bool kyber_get_token(struct kyber_queue_data *kqd, struct kyber_hctx_data *khd,
-			    unsigned domain)
+static inline void kyber_list_move_tail(struct rq_list_node *first, struct rq_list_node *last,
+					struct rq_list_node *to)
 {
-	if (kyber_try_token(kqd, khd, domain))
-		return true;
+	first->prev->next = last->next;
+	last->next->prev = first->prev;
+	first->prev = to->prev;
+	to->prev->next = first;
+	last->next = to;
+	to->prev = last;
+}
+
+/*
+ * Tokens of @domain free on @khd once @taken have ever been taken: its
+ * depth minus those in use, 0 when they are all in use (or a cut depth is
+ * below the use).
+ */
+static inline unsigned kyber_free_tokens(const struct kyber_queue_data *kqd,
+					 struct kyber_hctx_data *khd, unsigned domain,
+					 unsigned taken)
+{
+	unsigned depth = atomic_load_explicit(&kqd->depth[domain], memory_order_relaxed);
+	unsigned back = atomic_load_explicit(&khd->returned[domain], memory_order_seq_cst);
+
+	return taken - back < depth ? depth - (taken - back) : 0;
+}
+
+/*
+ * Tokens of @domain free, as kyber_free_tokens(), or 0.  With none free the
+ * domain is marked waiting and looked at once more: a token returned
+ * between the two looks sees the mark (both sides are sequentially
+ * consistent), so the hctx runs again either here or from the completion.
+ */
+static unsigned kyber_get_tokens(const struct kyber_queue_data *kqd, struct kyber_hctx_data *khd,
+				 unsigned domain, unsigned taken)
+{
+	unsigned n = kyber_free_tokens(kqd, khd, domain, taken);
+
+	if (n)
+		return n;
 	atomic_fetch_or_explicit(&khd->waiting, 1u << domain, memory_order_seq_cst);
-	return kyber_try_token(kqd, khd, domain);
+	return kyber_free_tokens(kqd, khd, domain, taken);
 }
 
 /* Give back the token @rq holds, if any; re-run the hctx if one waited. */
@@ -318,23 +344,51 @@ static void kyber_put_token(struct rq_request *rq)
 }
 
 /*
- * Next request of @domain with a token, or NULL (nothing queued, or the
- * domain's depth is used up).
+ * Move up to @max requests of @domain, oldest first, to the tail of @list,
+ * each with a token; return how many.  The dispatcher's list is refilled
+ * from the CPU lists whenever it runs dry, and the tokens are counted here
+ * and published once, so a run of requests costs one pass over them and
+ * one store instead of a token round trip each.  Fewer than @max: the
+ * domain had nothing more queued or no token left at that point, exactly
+ * where taking them one by one would have stopped.
  * Context: the dispatcher of the hctx.
  */
-static struct rq_request *kyber_take(struct kyber_queue_data *kqd, struct kyber_hctx_data *khd,
-				     unsigned domain)
+static unsigned kyber_take(struct kyber_queue_data *kqd, struct kyber_hctx_data *khd,
+			   unsigned domain, unsigned max, struct rq_list_node *list)
 {
-	struct rq_request *rq;
+	struct rq_list_node *queued = &khd->rqs[domain];
+	void *token = (void *)(uintptr_t)(domain + 1);
+	unsigned taken = atomic_load_explicit(&khd->dispatched[domain], memory_order_relaxed);
+	unsigned n = 0, tokens = 0;
 
-	if (rq_list_empty(&khd->rqs[domain]))
-		kyber_flush_domain(khd, domain);
-	rq = rq_list_first_rq(&khd->rqs[domain]);
-	if (!rq || !kyber_get_token(kqd, khd, domain))
-		return NULL;
-	rq_list_del_init(&rq->queuelist);
-	rq->elv_priv[0] = (void *)(uintptr_t)(domain + 1);
-	return rq;
+	while (n < max) {
+		struct rq_list_node *first, *last;
+		unsigned run = 1, limit;
+
+		if (rq_list_empty(queued)) {
+			kyber_flush_domain(khd, domain);
+			if (rq_list_empty(queued))
+				break;
+		}
+		if (!tokens && !(tokens = kyber_get_tokens(kqd, khd, domain, taken + n)))
+			break;
+		/* as many as are queued, wanted and covered by tokens, in one move */
+		limit = max - n < tokens ? max - n : tokens;
+		first = last = queued->next;
+		for (;;) {
+			RQ_CONTAINER_OF(last, struct rq_request, queuelist)->elv_priv[0] = token;
+			if (run == limit || last->next == queued)
+				break;
+			last = last->next;
+			run++;
+		}
+		kyber_list_move_tail(first, last, list);
+		n += run;
+		tokens -= run;
+	}
+	if (n)
+		atomic_store_explicit(&khd->dispatched[domain], taken + n, memory_order_relaxed);
+	return n;
 }
 
 /* Histogram bucket of latency @lat against a quarter of the target. */
@@ -479,8 +533,13 @@ static void kyber_close_window(struct kyber_queue_data *kqd)
 		atomic_store_explicit(&kqd->depth[d], depth[d], memory_order_relaxed);
 }
 
-/* Close the window if @now is past its end and nobody else is closing it. */
-static void kyber_maybe_close_window(struct kyber_queue_data *kqd, uint64_t now)
+/*
+ * Close the window if @now is past its end and nobody else is closing it.
+ * Once per window: kept out of line so that the completion path it is
+ * called from stays small.
+ */
+static __attribute__((noinline)) void kyber_maybe_close_window(struct kyber_queue_data *kqd,
+							       uint64_t now)
 {
 	bool raised = false;
 
@@ -551,6 +610,8 @@ static int kyber_init_hctx(struct rq_hw_ctx *hctx, unsigned idx)
 	if (!khd)
 		return -ENOMEM;
 	memset(khd, 0, sizeof(*khd));
+	/* init_sched has run: the queue's data is the new scheduler's */
+	khd->kqd = kyber_qd(rq_hctx_queue(hctx));
 	khd->nr_ctx = nr_ctx;
 	khd->nr_words = (nr_ctx + 63) / 64;
 	kcq_bytes = nr_ctx * sizeof(*khd->kcqs);
@@ -608,21 +669,20 @@ static void kyber_prepare_request(struct rq_request *rq)
 	rq->elv_priv[0] = NULL;
 }
 
-/* Merge @bio into one of the newest requests on this CPU's list of its domain. */
-static bool kyber_bio_merge(struct rq_queue *q, struct rq_bio *bio, unsigned nr_segs)
+/* Merge @bio into one of the newest requests on this CPU's list of @domain. */
+static __attribute__((noinline)) bool kyber_cpu_list_merge(struct rq_queue *q, struct rq_bio *bio,
+							   unsigned nr_segs, unsigned domain)
 {
 	unsigned idx = 0;
 	struct rq_hw_ctx *hctx = rq_bio_map_hctx(q, bio, &idx);
 	struct kyber_hctx_data *khd = kyber_hd(hctx);
 	struct kyber_ctx_queue *kcq;
-	unsigned domain;
 	bool merged;
 
 	if (!khd)
 		return false;
 	if (idx >= khd->nr_ctx)
 		idx = 0;
-	domain = kyber_domain_of_op(bio->op);
 	/*
 	 * Not marked: the list is empty, or being emptied by the dispatcher;
 	 * either way nothing worth a lock to merge with.
@@ -637,34 +697,75 @@ static bool kyber_bio_merge(struct rq_queue *q, struct rq_bio *bio, unsigned nr_
 	return merged;
 }
 
-/* Append each request to the list of its CPU and domain. */
+/*
+ * Merge @bio into one of the newest requests on this CPU's list of its
+ * domain.  With one hw queue every bio maps to it, whatever the CPU: when
+ * none of its CPU lists of the domain is marked there is nothing to merge
+ * with on any CPU, which one load tells before this CPU's software queue
+ * is looked up (out of line, as that lookup is what costs).
+ */
+static bool kyber_bio_merge(struct rq_queue *q, struct rq_bio *bio, unsigned nr_segs)
+{
+	unsigned domain = kyber_domain_of_op(bio->op);
+
+	if (rq_queue_nr_hw_queues(q) == 1) {
+		const struct kyber_hctx_data *khd = kyber_hd(rq_queue_hctx(q, 0));
+
+		if (!khd || !kyber_cpus_pending(khd, domain))
+			return false;
+	}
+	return kyber_cpu_list_merge(q, bio, nr_segs, domain);
+}
+
+/* Index in the hctx's CPU lists of the software queue @rq was made on. */
+static inline unsigned kyber_ctx_index(const struct kyber_hctx_data *khd,
+				       const struct rq_request *rq)
+{
+	unsigned idx = rq_request_ctx_index(rq);
+
+	return idx < khd->nr_ctx ? idx : 0;
+}
+
+/*
+ * Append each request to the list of its CPU and domain.  A plug's requests
+ * mostly share a CPU and an op: each run of such neighbours is moved with
+ * one splice under one lock hold.  At the head (requeues), each goes before
+ * the ones inserted before it, one at a time.
+ */
 static void kyber_insert_requests(struct rq_hw_ctx *hctx, struct rq_list_node *list,
 				  unsigned flags)
 {
 	struct kyber_hctx_data *khd = kyber_hd(hctx);
 	struct kyber_ctx_queue *locked = NULL;
-	struct rq_request *rq;
 
-	while ((rq = rq_list_first_rq(list))) {
-		unsigned idx = rq_request_ctx_index(rq);
+	while (!rq_list_empty(list)) {
+		struct rq_list_node *first = list->next, *last = first;
+		struct rq_request *rq = RQ_CONTAINER_OF(first, struct rq_request, queuelist);
+		unsigned idx = kyber_ctx_index(khd, rq);
 		unsigned domain = kyber_domain_of_op(rq->op);
-		struct kyber_ctx_queue *kcq;
+		struct kyber_ctx_queue *kcq = &khd->kcqs[idx];
 
-		if (idx >= khd->nr_ctx)
-			idx = 0;
-		kcq = &khd->kcqs[idx];
-		/* a plug's requests mostly share a CPU: one lock hold for them */
 		if (kcq != locked) {
 			if (locked)
 				rq_spin_unlock(&locked->lock);
 			rq_spin_lock(&kcq->lock);
 			locked = kcq;
 		}
-		rq_list_del_init(&rq->queuelist);
-		if (flags & RQ_INSERT_AT_HEAD)
-			rq_list_add(&rq->queuelist, &kcq->rq_list[domain]);
-		else
-			rq_list_add_tail(&rq->queuelist, &kcq->rq_list[domain]);
+		if (flags & RQ_INSERT_AT_HEAD) {
+			rq_list_del_init(first);
+			rq_list_add(first, &kcq->rq_list[domain]);
+		} else {
+			/* the run: followers made on the same CPU with the same op */
+			while (last->next != list) {
+				const struct rq_request *next =
+					RQ_CONTAINER_OF(last->next, struct rq_request, queuelist);
+
+				if (next->ctx != rq->ctx || next->op != rq->op)
+					break;
+				last = last->next;
+			}
+			kyber_list_move_tail(first, last, &kcq->rq_list[domain]);
+		}
 		kyber_mark_pending(khd, domain, idx);
 	}
 	if (locked)
@@ -672,46 +773,71 @@ static void kyber_insert_requests(struct rq_hw_ctx *hctx, struct rq_list_node *l
 }
 
 /*
- * Serve the current domain until its batch is done, then the others round
- * robin; a domain with nothing queued or no token left is passed over.
+ * Up to @max requests for @hctx onto the tail of @list, in the order @max
+ * kyber_dispatch_request() calls would give them (see there), a run of the
+ * current domain at a time.
  */
-static struct rq_request *kyber_dispatch_request(struct rq_hw_ctx *hctx)
-{
-	struct kyber_queue_data *kqd = kyber_qd(rq_hctx_queue(hctx));
-	struct kyber_hctx_data *khd = kyber_hd(hctx);
-	struct rq_request *rq;
-
-	if (khd->batching < kyber_batch_size[khd->cur_domain]) {
-		rq = kyber_take(kqd, khd, khd->cur_domain);
-		if (rq) {
-			khd->batching++;
-			return rq;
-		}
-	}
-	for (unsigned i = 0; i < KYBER_NR_DOMAINS; i++) {
-		khd->cur_domain = (khd->cur_domain + 1) % KYBER_NR_DOMAINS;
-		khd->batching = 0;
-		rq = kyber_take(kqd, khd, khd->cur_domain);
-		if (rq) {
-			khd->batching = 1;
-			return rq;
-		}
-	}
-	return NULL;
-}
-
-/* Up to @max requests, as @max kyber_dispatch_request() calls would give. */
 static unsigned kyber_dispatch_requests(struct rq_hw_ctx *hctx, struct rq_list_node *list,
 					unsigned max)
 {
-	struct rq_request *rq;
+	struct kyber_hctx_data *khd = kyber_hd(hctx);
+	struct kyber_queue_data *kqd = khd->kqd;
 	unsigned n = 0;
 
-	while (n < max && (rq = kyber_dispatch_request(hctx))) {
-		rq_list_add_tail(&rq->queuelist, list);
-		n++;
+	while (n < max) {
+		unsigned domain = khd->cur_domain, want, got = 0;
+
+		/* the current domain goes on with its batch */
+		if (khd->batching < kyber_batch_size[domain]) {
+			want = kyber_batch_size[domain] - khd->batching;
+			if (want > max - n)
+				want = max - n;
+			got = kyber_take(kqd, khd, domain, want, list);
+			khd->batching += got;
+			n += got;
+			if (got == want)
+				continue;
+		}
+		/*
+		 * Its batch is done or it has no more to give: the next ones in
+		 * turn.  Those with nothing queued anywhere (most of them, most
+		 * of the time) are passed over on a lockless look.
+		 */
+		got = 0;
+		for (unsigned i = 0; i < KYBER_NR_DOMAINS; i++) {
+			domain = (domain + 1) % KYBER_NR_DOMAINS;
+			if (!kyber_domain_pending(khd, domain))
+				continue;
+			want = kyber_batch_size[domain] < max - n ? kyber_batch_size[domain] : max - n;
+			got = kyber_take(kqd, khd, domain, want, list);
+			if (got)
+				break;
+		}
+		khd->cur_domain = domain;
+		khd->batching = got;
+		n += got;
+		if (!got)
+			break;
 	}
 	return n;
+}
+
+/*
+ * Serve the current domain until its batch is done, then the others round
+ * robin; a domain with nothing queued or no token left is passed over.
+ * The next request in that order, or NULL: kyber_dispatch_requests() of one.
+ */
+static struct rq_request *kyber_dispatch_request(struct rq_hw_ctx *hctx)
+{
+	struct rq_list_node list;
+	struct rq_request *rq;
+
+	rq_list_init(&list);
+	if (!kyber_dispatch_requests(hctx, &list, 1))
+		return NULL;
+	rq = rq_list_first_rq(&list);
+	rq_list_del_init(&rq->queuelist);
+	return rq;
 }
 
 static bool kyber_has_work(struct rq_hw_ctx *hctx)
@@ -734,8 +860,8 @@ static void kyber_completed_request(struct rq_request *rq, uint64_t now)
 
 	if (t >= KYBER_NR_TARGETS || !rq->io_start_time_ns)
 		return;
-	kqd = kyber_qd(rq->q);
 	khd = kyber_hd(rq->hctx);
+	kqd = khd->kqd;
 	quarter = atomic_load_explicit(&kqd->lat_quarter[t], memory_order_relaxed);
 	total = now > rq->start_time_ns ? now - rq->start_time_ns : 0;
 	io = now > rq->io_start_time_ns ? now - rq->io_start_time_ns : 0;

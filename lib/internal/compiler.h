@@ -5,6 +5,7 @@
 #ifndef RQ_INTERNAL_COMPILER_H
 #define RQ_INTERNAL_COMPILER_H
 
+#include <limits.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -24,6 +25,23 @@
 #define min_t(t, a, b) ((t)(a) < (t)(b) ? (t)(a) : (t)(b))
 #define max_t(t, a, b) ((t)(a) > (t)(b) ? (t)(a) : (t)(b))
 #define DIV_ROUND_UP(n, d) (((n) + (d) - 1) / (d))
+
+/*
+ * Set bits of a word.  __builtin_popcountl() becomes a libgcc call unless
+ * the target has a popcount instruction (x86-64 before -mpopcnt): count
+ * in registers instead.
+ */
+static inline unsigned rq_popcountl(unsigned long x)
+{
+#if defined(__POPCNT__) || !defined(__x86_64__) || ULONG_MAX != 0xffffffffffffffffUL
+	return (unsigned)__builtin_popcountl(x);
+#else
+	x = x - ((x >> 1) & 0x5555555555555555UL);
+	x = (x & 0x3333333333333333UL) + ((x >> 2) & 0x3333333333333333UL);
+	x = (x + (x >> 4)) & 0x0f0f0f0f0f0f0f0fUL;
+	return (unsigned)((x * 0x0101010101010101UL) >> 56);
+#endif
+}
 
 /* Relaxed and ordered accesses to plain fields shared between threads. */
 #define READ_ONCE(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
