@@ -479,10 +479,14 @@ static void plug_return_tags(struct rq_plug *plug, unsigned cpu)
  * A tag from the plug's batch, refilled from @tags (the scheduler tags of
  * @q when @sched_q is set, else driver tags); -1 if none.  @ctx is the
  * submission's software queue (of @sched_q, when set): its CPU hints the
- * bitmap and its usage slot counts the plug's reference.
+ * bitmap and its usage slot counts the plug's reference.  With @shallow
+ * (a scheduler's limit_depth: bits per word the request may use; 0: all)
+ * only such a bit is handed out, and a refill takes only such bits; a
+ * cached bit above the limit (taken for a request without one) is left
+ * for the next request that may have it.
  */
 static int plug_cached_tag(struct rq_plug *plug, struct rq_tags *tags, struct rq_queue *sched_q,
-			   struct rq_sw_ctx *ctx)
+			   struct rq_sw_ctx *ctx, unsigned shallow)
 {
 	unsigned bit;
 
@@ -493,8 +497,8 @@ static int plug_cached_tag(struct rq_plug *plug, struct rq_tags *tags, struct rq
 	if (!plug->cached_tags) {
 		if (sched_q && atomic_load_explicit(&sched_q->freeze_depth, memory_order_relaxed))
 			return -1;
-		plug->cached_tags = sbq_get_batch(&tags->bitmap, ctx->cpu, PLUG_TAG_BATCH,
-						  &plug->cached_off);
+		plug->cached_tags = sbq_get_batch_shallow(&tags->bitmap, ctx->cpu, PLUG_TAG_BATCH,
+							  shallow, &plug->cached_off);
 		if (!plug->cached_tags)
 			return -1;
 		if (sched_q) {
@@ -503,6 +507,8 @@ static int plug_cached_tag(struct rq_plug *plug, struct rq_tags *tags, struct rq
 		}
 	}
 	bit = (unsigned)__builtin_ctzl(plug->cached_tags);
+	if (unlikely(shallow) && bit >= shallow)
+		return -1; /* the lowest is the one that would go: above the limit */
 	plug->cached_tags &= plug->cached_tags - 1;
 	if (!plug->cached_tags && plug->cache_q) {
 		/* the request being made holds the queue from here */
@@ -564,8 +570,8 @@ static struct rq_request *mq_get_request(struct rq_queue *q, struct rq_sw_ctx *c
 			shallow = data.shallow_depth;
 		}
 		tag = -1;
-		if (tls_plug && !shallow)
-			tag = plug_cached_tag(tls_plug, hctx->sched_tags, q, ctx);
+		if (tls_plug)
+			tag = plug_cached_tag(tls_plug, hctx->sched_tags, q, ctx, shallow);
 		if (tag < 0)
 			tag = get_tag(q, hctx->sched_tags, ctx->cpu, shallow, nowait);
 		if (tag < 0)
@@ -579,7 +585,7 @@ static struct rq_request *mq_get_request(struct rq_queue *q, struct rq_sw_ctx *c
 	} else {
 		tag = -1;
 		if (tls_plug && !tags_shared(q))
-			tag = plug_cached_tag(tls_plug, hctx->tags, NULL, ctx);
+			tag = plug_cached_tag(tls_plug, hctx->tags, NULL, ctx, 0);
 		if (tag < 0)
 			tag = driver_tag_get_wait(q, hctx, ctx->cpu, nowait);
 		if (tag < 0)

@@ -578,17 +578,18 @@ int sbq_get_shallow(struct sbitmap_queue *sbq, unsigned cpu, unsigned shallow_de
 }
 
 /**
- * sbq_get_batch() - take up to @nr free bits of one word with one
- * compare-and-swap.
+ * sbq_get_batch_shallow() - take up to @nr free bits of one word with one
+ * compare-and-swap, among the first @shallow_depth bits of each word.
  * @sbq: the queue.
  * @cpu: the caller's CPU (where the search starts).
  * @nr: bits wanted, at most the bits per word.
+ * @shallow_depth: bits per word that may be used; 0 means all.
  * @offset: out: the bit number of the word's bit 0.
  * Context: any thread; never blocks.
  * Return: the mask of bits taken (bit i is bit *@offset + i), 0 if none.
  */
-unsigned long sbq_get_batch(struct sbitmap_queue *sbq, unsigned cpu, unsigned nr,
-			    unsigned *offset)
+unsigned long sbq_get_batch_shallow(struct sbitmap_queue *sbq, unsigned cpu, unsigned nr,
+				    unsigned shallow_depth, unsigned *offset)
 {
 	struct sbitmap *sb = &sbq->sb;
 	unsigned depth = READ_ONCE(sb->depth);
@@ -600,13 +601,19 @@ unsigned long sbq_get_batch(struct sbitmap_queue *sbq, unsigned cpu, unsigned nr
 		return 0;
 	if (nr > sb_bits_per_word(sb))
 		nr = sb_bits_per_word(sb);
+	if (shallow_depth >= sb_bits_per_word(sb))
+		shallow_depth = 0;
+	if (unlikely(shallow_depth && shallow_depth < READ_ONCE(sbq->min_shallow_depth)))
+		sbq_note_shallow(sbq, shallow_depth);
 	if (hint >= depth)
 		hint = 0;
 	index = hint >> sb->shift;
 
 	for (i = 0; i < map_nr; i++) {
 		struct sbitmap_word *w = &sb->map[index];
-		unsigned long mask = low_bits(sb_word_depth(sb, depth, index));
+		unsigned wdepth = sb_word_depth(sb, depth, index);
+		unsigned long mask = low_bits(shallow_depth && shallow_depth < wdepth ?
+					      shallow_depth : wdepth);
 		unsigned long val = atomic_load_explicit(&w->word, memory_order_relaxed);
 
 		for (;;) {
@@ -627,6 +634,15 @@ unsigned long sbq_get_batch(struct sbitmap_queue *sbq, unsigned cpu, unsigned nr
 			index = 0;
 	}
 	return 0;
+}
+
+/**
+ * sbq_get_batch() - sbq_get_batch_shallow() with every bit of a word usable.
+ */
+unsigned long sbq_get_batch(struct sbitmap_queue *sbq, unsigned cpu, unsigned nr,
+			    unsigned *offset)
+{
+	return sbq_get_batch_shallow(sbq, cpu, nr, 0, offset);
 }
 
 /**

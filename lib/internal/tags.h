@@ -84,6 +84,9 @@ int sbq_get_shallow(struct sbitmap_queue *sbq, unsigned cpu, unsigned shallow_de
  */
 unsigned long sbq_get_batch(struct sbitmap_queue *sbq, unsigned cpu, unsigned nr,
 			    unsigned *offset);
+/** sbq_get_batch_shallow() - the same, using at most @shallow_depth bits per word. */
+unsigned long sbq_get_batch_shallow(struct sbitmap_queue *sbq, unsigned cpu, unsigned nr,
+				    unsigned shallow_depth, unsigned *offset);
 
 /** sbq_put() - free @bit; remembers it as @cpu's hint; wakes sleepers. */
 void sbq_put(struct sbitmap_queue *sbq, unsigned bit, unsigned cpu);

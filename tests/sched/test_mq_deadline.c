@@ -450,6 +450,43 @@ static void test_async_depth(void **state)
 	dev_destroy(d);
 }
 
+/* The same limit holds inside a plug, which takes scheduler tags ahead in
+ * batches: a batch for an async request takes only bits it may use, and a
+ * bit taken ahead for a sync request is not handed to an async one. */
+static void test_async_depth_plugged(void **state)
+{
+	struct dl_dev *d = dev_create(64);
+	struct rq_plug plug;
+	unsigned again;
+
+	(void)state;
+	dev_set(d, "iosched/async_depth", "8"); /* 4 bits of each 64-bit word */
+	rq_start_plug(&plug);
+	for (unsigned i = 0; i < 40; i++)
+		submit_len(d, RQ_OP_WRITE, 1000 + 100 * i, 4096, RQ_BIO_NOWAIT, 0);
+	rq_finish_plug(&plug);
+	assert_int_equal(count_status(d, 0, 40, RQ_STS_AGAIN), 32);
+	assert_true(mock_wait_held(d->m, 8, 10000));
+	assert_int_equal(mock_nr_held(d->m), 8);
+	mock_complete_all(d->m, RQ_STS_OK);
+	assert_true(fx_wait(d->recs, d->nr, 10000));
+
+	/* a sync write first fills the plug's batch with any bits (8 of a
+	 * word, from its lowest): the async writes may have only the low 4 */
+	rq_start_plug(&plug);
+	submit_len(d, RQ_OP_WRITE, 9000, 4096, RQ_BIO_NOWAIT | RQ_BIO_SYNC, 0);
+	for (unsigned i = 0; i < 40; i++)
+		submit_len(d, RQ_OP_WRITE, 10000 + 100 * i, 4096, RQ_BIO_NOWAIT, 0);
+	rq_finish_plug(&plug);
+	again = count_status(d, 41, 81, RQ_STS_AGAIN);
+	assert_int_equal(count_status(d, 40, 41, RQ_STS_AGAIN), 0);
+	assert_true(again >= 32);
+	assert_true(mock_wait_held(d->m, 1 + 40 - again, 10000));
+	assert_int_equal(mock_nr_held(d->m), 1 + 40 - again);
+	mock_complete_all(d->m, RQ_STS_OK);
+	dev_destroy(d);
+}
+
 /* Every tunable shows its default, takes a valid value, and refuses bad
  * ones with -EINVAL, keeping the old value. */
 static void test_tunables(void **state)
@@ -587,6 +624,7 @@ int main(void)
 		cmocka_unit_test(test_prio_classes),
 		cmocka_unit_test(test_prio_aging),
 		cmocka_unit_test(test_async_depth),
+		cmocka_unit_test(test_async_depth_plugged),
 		cmocka_unit_test(test_tunables),
 		cmocka_unit_test(test_at_head_first),
 		cmocka_unit_test(test_drain_one_by_one),
