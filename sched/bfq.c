@@ -1304,9 +1304,17 @@ static void bfq_requeue_request(struct rq_request *rq)
 static bool bfq_bio_merge(struct rq_queue *q, struct rq_bio *bio, unsigned nr_segs)
 {
 	struct bfq_data *bd = bfq_of(q);
+	struct rq_hw_ctx *hctx = rq_bio_map_hctx(q, bio, NULL);
 	struct rq_request *free_rq = NULL;
 	bool merged;
 
+	/*
+	 * Only requests queued on the bio's hardware queue are candidates (the
+	 * core's hash is per hardware queue): none queued, no lock to take (a
+	 * race only misses a merge).
+	 */
+	if (!hctx || !READ_ONCE(sched_of_hctx(bd, hctx)->queued))
+		return false;
 	pthread_mutex_lock(&bd->lock);
 	merged = rq_sched_try_merge(q, bio, nr_segs, &free_rq);
 	pthread_mutex_unlock(&bd->lock);

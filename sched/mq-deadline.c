@@ -35,14 +35,13 @@
  * (a mispredicted branch per level) and the hash's add and delete.  Runs
  * are only made when no insert merge is possible: the hardware queue holds
  * nothing, so the batch can only merge within itself, and its requests,
- * sorted, neither overlap nor touch.  Anything that needs the trees or the
- * hash (a bio merge, an insert into a non-empty queue, a front merge that
- * moves a request's start) first moves every run of the hardware queue
- * into them ("materialises" it).  Requests in a run are not on the hash,
- * so every merge path materialises first: bio_merge before it looks, and
- * insert_requests before an insert merge; the merge hooks the core calls
- * back from there (request_merge, request_merged, requests_merged,
- * former/next_request) therefore never meet a run.
+ * sorted, neither overlap nor touch.  Requests in a run are not on the
+ * hash, so every merge path first moves every run of the hardware queue
+ * into the trees and the hash ("materialises" it): bio_merge before it
+ * looks, insert_requests before an insert into a non-empty queue.  The
+ * merge hooks the core calls back from there (request_merge,
+ * request_merged, requests_merged, former/next_request) therefore never
+ * meet a run.
  *
  * Locking: hq->lock guards the state of its hardware queue.  The tunables
  * are read and written without a lock (READ_ONCE / WRITE_ONCE: a change
