@@ -29,24 +29,30 @@
  * for little bandwidth) have their weight multiplied for a while.
  *
  * With several hardware queues each has a scheduler of its own (queues,
- * groups, virtual times): a request is only ever dispatched on its own
- * hardware queue.  One mutex per request queue guards all of them (the
- * core's back-merge hash and last_merge are per hardware queue, so one
- * mutex per instance, as mq-deadline has, would do; not split yet).
+ * groups, virtual times, and the peak-rate estimate behind the automatic
+ * max_budget): a request is only ever dispatched on its own hardware
+ * queue.  Each has its own mutex (the core's back-merge hash and
+ * last_merge are per hardware queue too), so submitters and dispatchers of
+ * different hardware queues share no lock.
  *
- * Locking: bd->lock guards everything below.
+ * Locking: bs->lock guards the state of its hardware queue's scheduler.
+ * The tunables are written with every bs->lock held (in index order) and
+ * read under any one of them.
  *
  *   operation                                    lock
- *   prepare/finish_request, insert_requests,     takes bd->lock
- *   dispatch_request, has_work,
- *   completed_request, requeue_request
- *   bio_merge                                    takes bd->lock and calls
+ *   prepare/finish_request, insert_requests,     takes the bs->lock of the
+ *   dispatch_request, has_work,                  request's (or hctx's)
+ *   completed_request, requeue_request           hardware queue
+ *   bio_merge                                    takes the bs->lock of the
+ *                                                hardware queue the bio maps
+ *                                                to and calls
  *                                                rq_sched_try_merge() under it
  *   request_merge, request_merged,               called back by the core from
  *   requests_merged, former/next_request,        rq_sched_try_merge() /
  *   allow_merge                                  rq_sched_try_insert_merge(),
- *                                                i.e. with bd->lock held
- *   attribute show/store                         takes bd->lock
+ *                                                i.e. with that bs->lock held
+ *   attribute store                              takes every bs->lock
+ *   attribute show                               takes the first bs->lock
  */
 #include <errno.h>
 #include <limits.h>
@@ -182,6 +188,7 @@ struct bfq_queue {
 
 /* struct bfq_sched - the scheduler of one hardware queue. */
 struct bfq_sched {
+	pthread_mutex_t lock;         /* guards everything below (see the top) */
 	struct bfq_data *bd;
 	struct rq_hw_ctx *hctx;
 	struct bfq_group root;
@@ -197,10 +204,14 @@ struct bfq_sched {
 	bool idling;
 	uint64_t idle_end;
 	struct bfq_queue oom_q;       /* used when a queue cannot be allocated */
-};
+	/* automatic max_budget: peak completion rate of this hardware queue */
+	uint64_t rate_t0;
+	uint64_t rate_sectors;
+	uint64_t peak_rate;           /* sectors per ns << 32 */
+	unsigned auto_budget;
+} rq_cacheline_aligned;
 
 struct bfq_data {
-	pthread_mutex_t lock;
 	struct rq_queue *q;
 	unsigned nr_sched;
 	struct bfq_sched *sched;
@@ -215,11 +226,6 @@ struct bfq_data {
 	unsigned timeout_sync_ms;
 	unsigned max_budget;          /* as set; 0: automatic */
 	unsigned strict_guarantees;
-	/* automatic max_budget: peak completion rate */
-	uint64_t rate_t0;
-	uint64_t rate_sectors;
-	uint64_t peak_rate;           /* sectors per ns << 32 */
-	unsigned auto_budget;
 };
 
 /* --------------------------------------------------------------- helpers */
@@ -273,14 +279,14 @@ static uint64_t vt_delta(uint64_t sectors, uint64_t weight)
 	return (sectors << BFQ_VT_SHIFT) / (weight ? weight : 1);
 }
 
-static unsigned max_budget(const struct bfq_data *bd)
+static unsigned max_budget(const struct bfq_sched *bs)
 {
-	return bd->max_budget ? bd->max_budget : bd->auto_budget;
+	return bs->bd->max_budget ? bs->bd->max_budget : bs->auto_budget;
 }
 
-static unsigned min_budget(const struct bfq_data *bd)
+static unsigned min_budget(const struct bfq_sched *bs)
 {
-	unsigned m = max_budget(bd) >> BFQ_MIN_BUDGET_SHIFT;
+	unsigned m = max_budget(bs) >> BFQ_MIN_BUDGET_SHIFT;
 
 	return m < 8 ? 8 : m;
 }
@@ -551,7 +557,7 @@ static void bfqq_init(struct bfq_sched *bs, struct bfq_queue *bfqq, struct rq_io
 	rq_list_init(&bfqq->fifo);
 	rq_list_init(&bfqq->entity.node);
 	bfqq->entity.cls = (uint8_t)ioc_class(ioc);
-	bfqq->max_budget = max_budget(bs->bd) / 2;
+	bfqq->max_budget = max_budget(bs) / 2;
 	bfqq->wr_coeff = 1;
 	bfqq->last_used = now;
 	bfqq->softrt_next = now;
@@ -752,9 +758,9 @@ static void bfqq_activate(struct bfq_data *bd, struct bfq_queue *bfqq, unsigned 
 	bfqq->entity.cls = (uint8_t)ioc_class(bfqq->ioc);
 	bfqq->entity.weight = bfqq_weight(bd, bfqq, now);
 	if (!bfqq->sync)
-		bfqq->max_budget = max_budget(bd);
-	if (bfqq->max_budget < min_budget(bd))
-		bfqq->max_budget = min_budget(bd);
+		bfqq->max_budget = max_budget(bfqq->bs);
+	if (bfqq->max_budget < min_budget(bfqq->bs))
+		bfqq->max_budget = min_budget(bfqq->bs);
 	bfqq->entity.budget = bfqq->max_budget > next_sectors ? bfqq->max_budget : next_sectors;
 	entity_activate(&bfqq->entity);
 }
@@ -786,7 +792,7 @@ static void sched_expire(struct bfq_sched *bs, enum bfq_expire why, uint64_t now
 	struct bfq_queue *bfqq = bs->in_service;
 	struct bfq_entity *e = &bfqq->entity;
 	struct bfq_group *g = e->parent;
-	uint32_t served = e->service, b = bfqq->max_budget, maxb = max_budget(bd);
+	uint32_t served = e->service, b = bfqq->max_budget, maxb = max_budget(bs);
 	struct rq_request *next;
 
 	switch (why) {
@@ -806,8 +812,8 @@ static void sched_expire(struct bfq_sched *bs, enum bfq_expire why, uint64_t now
 	}
 	if (!bfqq->sync || b > maxb)
 		b = maxb;
-	if (b < min_budget(bd))
-		b = min_budget(bd);
+	if (b < min_budget(bs))
+		b = min_budget(bs);
 	bfqq->max_budget = b;
 	bs->in_service = NULL;
 	sched_set_idle(bs, false, 0);
@@ -935,36 +941,39 @@ static void bfqq_request_done(struct bfq_sched *bs, struct bfq_queue *bfqq, stru
 	bs->in_flight--;
 }
 
-/* Feed the automatic max_budget: sectors completed per window, peak kept. */
-static void rate_sample(struct bfq_data *bd, unsigned sectors, uint64_t now)
+/*
+ * Feed the automatic max_budget of @bs: sectors completed per window, peak
+ * kept; lock held.
+ */
+static void rate_sample(struct bfq_sched *bs, unsigned sectors, uint64_t now)
 {
 	uint64_t dt;
 
-	if (!bd->rate_t0 || now < bd->rate_t0) {
-		bd->rate_t0 = now;
-		bd->rate_sectors = 0;
+	if (!bs->rate_t0 || now < bs->rate_t0) {
+		bs->rate_t0 = now;
+		bs->rate_sectors = 0;
 		return;
 	}
-	bd->rate_sectors += sectors;
-	dt = now - bd->rate_t0;
+	bs->rate_sectors += sectors;
+	dt = now - bs->rate_t0;
 	if (dt < BFQ_RATE_WINDOW_NS)
 		return;
 	{
-		uint64_t rate = (bd->rate_sectors << 32) / dt;
+		uint64_t rate = (bs->rate_sectors << 32) / dt;
 		uint64_t budget;
 
 		/* the peak decays slowly, so a device that got slower is noticed */
-		bd->peak_rate -= bd->peak_rate >> 4;
-		if (rate > bd->peak_rate)
-			bd->peak_rate = rate;
-		budget = (bd->peak_rate >> 16) * ((uint64_t)bd->timeout_sync_ms * NSEC_PER_MSEC) >> 16;
+		bs->peak_rate -= bs->peak_rate >> 4;
+		if (rate > bs->peak_rate)
+			bs->peak_rate = rate;
+		budget = (bs->peak_rate >> 16) * ((uint64_t)bs->bd->timeout_sync_ms * NSEC_PER_MSEC) >> 16;
 		if (budget < BFQ_AUTO_BUDGET_MIN)
 			budget = BFQ_AUTO_BUDGET_MIN;
 		if (budget > BFQ_AUTO_BUDGET_MAX)
 			budget = BFQ_AUTO_BUDGET_MAX;
-		bd->auto_budget = (unsigned)budget;
-		bd->rate_t0 = now;
-		bd->rate_sectors = 0;
+		bs->auto_budget = (unsigned)budget;
+		bs->rate_t0 = now;
+		bs->rate_sectors = 0;
 	}
 }
 
@@ -972,6 +981,9 @@ static void rate_sample(struct bfq_data *bd, unsigned sectors, uint64_t now)
 
 static void bfq_sched_init(struct bfq_data *bd, struct bfq_sched *bs, struct rq_hw_ctx *hctx)
 {
+	memset(bs, 0, sizeof(*bs));
+	pthread_mutex_init(&bs->lock, NULL);
+	bs->auto_budget = BFQ_DEFAULT_MAX_BUDGET;
 	bs->bd = bd;
 	bs->hctx = hctx;
 	for (unsigned c = 0; c < BFQ_NR_CLASSES; c++)
@@ -992,12 +1004,10 @@ static int bfq_init_sched(struct rq_queue *q, void **data)
 	if (!bd)
 		return -ENOMEM;
 	bd->nr_sched = nr ? nr : 1;
-	bd->sched = calloc(bd->nr_sched, sizeof(*bd->sched));
-	if (!bd->sched) {
+	if (posix_memalign((void **)&bd->sched, RQ_CACHELINE, bd->nr_sched * sizeof(*bd->sched))) {
 		free(bd);
 		return -ENOMEM;
 	}
-	pthread_mutex_init(&bd->lock, NULL);
 	bd->q = q;
 	bd->inflight_cap = q->set->queue_depth - q->set->reserved_tags + 1;
 	bd->slice_idle_us = BFQ_SLICE_IDLE_US;
@@ -1009,7 +1019,6 @@ static int bfq_init_sched(struct rq_queue *q, void **data)
 	bd->timeout_sync_ms = BFQ_TIMEOUT_SYNC_MS;
 	bd->max_budget = BFQ_MAX_BUDGET;
 	bd->strict_guarantees = BFQ_STRICT_GUARANTEES;
-	bd->auto_budget = BFQ_DEFAULT_MAX_BUDGET;
 	for (unsigned i = 0; i < bd->nr_sched; i++)
 		bfq_sched_init(bd, &bd->sched[i], nr ? rq_queue_hctx(q, i) : NULL);
 	*data = bd;
@@ -1040,8 +1049,8 @@ static void bfq_exit_sched(struct rq_queue *q, void *data)
 			rq_iog_put(g->iog);
 			free(g);
 		}
+		pthread_mutex_destroy(&bs->lock);
 	}
-	pthread_mutex_destroy(&bd->lock);
 	free(bd->sched);
 	free(bd);
 }
@@ -1058,11 +1067,11 @@ static void bfq_prepare_request(struct rq_request *rq)
 	uint64_t now = rq->start_time_ns; /* the core read the clock when it made @rq */
 	struct bfq_queue *bfqq;
 
-	pthread_mutex_lock(&bd->lock);
+	pthread_mutex_lock(&bs->lock);
 	bfqq = bfqq_lookup(bs, rq->ioc, rq_is_sync(rq), true, now);
 	bfqq->ref++;
 	bfqq->last_used = now;
-	pthread_mutex_unlock(&bd->lock);
+	pthread_mutex_unlock(&bs->lock);
 	rq->elv_priv[0] = bfqq;
 	rq_set_bits(rq, 0);
 }
@@ -1078,7 +1087,7 @@ static void bfq_finish_request(struct rq_request *rq)
 	if (!bfqq)
 		return;
 	bs = bfqq->bs;
-	pthread_mutex_lock(&bd->lock);
+	pthread_mutex_lock(&bs->lock);
 	if (rq_bits(rq) & BFQ_RQ_QUEUED) {
 		bfqq_del_rq(rq->q, bfqq, rq);
 		if (!bfqq->queued && bs->in_service != bfqq)
@@ -1101,7 +1110,7 @@ static void bfq_finish_request(struct rq_request *rq)
 	if (!--bfqq->ref && bfqq != &bs->oom_q && !bfqq_busy(bfqq) && bs->in_service != bfqq &&
 	    ioc_refs(bfqq->ioc) == 1)
 		bfqq_free(bs, bfqq);
-	pthread_mutex_unlock(&bd->lock);
+	pthread_mutex_unlock(&bs->lock);
 	if (kick && bs->queued)
 		rq_mq_run_hw_queue(kick, true);
 }
@@ -1140,7 +1149,7 @@ static void bfq_insert_requests(struct rq_hw_ctx *hctx, struct rq_list_node *lis
 	struct rq_request *rq;
 
 	rq_list_init(&free_list);
-	pthread_mutex_lock(&bd->lock);
+	pthread_mutex_lock(&bs->lock);
 	while ((rq = rq_list_first_rq(list))) {
 		struct bfq_queue *bfqq = rq_bfqq(rq), *cur;
 		/* arrival time: when the core made the request (saves a clock read) */
@@ -1182,7 +1191,7 @@ static void bfq_insert_requests(struct rq_hw_ctx *hctx, struct rq_list_node *lis
 				sched_expire(bs, BFQ_EXP_PREEMPTED, now);
 		}
 	}
-	pthread_mutex_unlock(&bd->lock);
+	pthread_mutex_unlock(&bs->lock);
 	while ((rq = rq_list_first_rq(&free_list))) {
 		rq_list_del_init(&rq->queuelist);
 		rq_sched_free_request(rq);
@@ -1198,7 +1207,7 @@ static struct rq_request *bfq_dispatch_request(struct rq_hw_ctx *hctx)
 	struct bfq_queue *bfqq;
 	unsigned delay = 0;
 
-	pthread_mutex_lock(&bd->lock);
+	pthread_mutex_lock(&bs->lock);
 	rq = rq_list_first_rq(&bs->head_list);
 	if (rq) {
 		rq_list_del_init(&rq->queuelist);
@@ -1215,7 +1224,7 @@ static struct rq_request *bfq_dispatch_request(struct rq_hw_ctx *hctx)
 		else
 			rq = NULL;
 	}
-	pthread_mutex_unlock(&bd->lock);
+	pthread_mutex_unlock(&bs->lock);
 	if (delay)
 		rq_mq_delay_run_hw_queue(hctx, delay);
 	return rq;
@@ -1232,7 +1241,7 @@ static bool bfq_has_work(struct rq_hw_ctx *hctx)
 	/* lock-free answer when empty: whoever adds a request runs the queue after */
 	if (!READ_ONCE(bs->queued) && !READ_ONCE(bs->nr_head))
 		return false;
-	pthread_mutex_lock(&bd->lock);
+	pthread_mutex_lock(&bs->lock);
 	if (bs->nr_head)
 		work = true;
 	else if (bs->in_flight >= (bd->strict_guarantees ? 1 : bd->inflight_cap))
@@ -1241,7 +1250,7 @@ static bool bfq_has_work(struct rq_hw_ctx *hctx)
 		work = true; /* dispatch finds a request without waiting: no clock read */
 	else
 		work = sched_ready(bs, rq_clock_ns(), &rq, &delay);
-	pthread_mutex_unlock(&bd->lock);
+	pthread_mutex_unlock(&bs->lock);
 	if (delay)
 		rq_mq_delay_run_hw_queue(hctx, delay);
 	return work;
@@ -1263,9 +1272,9 @@ static void bfq_completed_request(struct rq_request *rq, uint64_t now)
 	if (!bfqq)
 		return;
 	bs = bfqq->bs;
-	pthread_mutex_lock(&bd->lock);
+	pthread_mutex_lock(&bs->lock);
 	if (rq_bits(rq) & BFQ_RQ_DISPATCHED) {
-		rate_sample(bd, (unsigned)(rq_bits(rq) >> BFQ_RQ_SECTOR_SHIFT), now);
+		rate_sample(bs, (unsigned)(rq_bits(rq) >> BFQ_RQ_SECTOR_SHIFT), now);
 		bfqq_request_done(bs, bfqq, rq);
 		if (bs->in_service == bfqq && !bfqq->queued && !bfqq->dispatched && !bs->idling) {
 			if (bfqq_should_idle(bd, bfqq)) {
@@ -1280,7 +1289,7 @@ static void bfq_completed_request(struct rq_request *rq, uint64_t now)
 		if (bd->strict_guarantees && !bs->in_flight && bs->queued)
 			kick = bs->hctx;
 	}
-	pthread_mutex_unlock(&bd->lock);
+	pthread_mutex_unlock(&bs->lock);
 	if (delay)
 		rq_mq_delay_run_hw_queue(bs->hctx, delay);
 	if (kick)
@@ -1289,35 +1298,38 @@ static void bfq_completed_request(struct rq_request *rq, uint64_t now)
 
 static void bfq_requeue_request(struct rq_request *rq)
 {
-	struct bfq_data *bd = bfq_of(rq->q);
 	struct bfq_queue *bfqq = rq_bfqq(rq);
 
 	if (!bfqq)
 		return;
-	pthread_mutex_lock(&bd->lock);
+	pthread_mutex_lock(&bfqq->bs->lock);
 	if (rq_bits(rq) & BFQ_RQ_DISPATCHED)
 		bfqq_request_done(bfqq->bs, bfqq, rq);
 	rq_set_bits(rq, 0);
-	pthread_mutex_unlock(&bd->lock);
+	pthread_mutex_unlock(&bfqq->bs->lock);
 }
 
 static bool bfq_bio_merge(struct rq_queue *q, struct rq_bio *bio, unsigned nr_segs)
 {
-	struct bfq_data *bd = bfq_of(q);
 	struct rq_hw_ctx *hctx = rq_bio_map_hctx(q, bio, NULL);
 	struct rq_request *free_rq = NULL;
+	struct bfq_sched *bs;
 	bool merged;
 
 	/*
 	 * Only requests queued on the bio's hardware queue are candidates (the
-	 * core's hash is per hardware queue): none queued, no lock to take (a
-	 * race only misses a merge).
+	 * core's hash is per hardware queue, and during a submission the core
+	 * keeps the bio's mapping, so the lock taken is the hash's): none
+	 * queued, no lock to take (a race only misses a merge).
 	 */
-	if (!hctx || !READ_ONCE(sched_of_hctx(bd, hctx)->queued))
+	if (!hctx)
 		return false;
-	pthread_mutex_lock(&bd->lock);
+	bs = sched_of_hctx(bfq_of(q), hctx);
+	if (!READ_ONCE(bs->queued))
+		return false;
+	pthread_mutex_lock(&bs->lock);
 	merged = rq_sched_try_merge(q, bio, nr_segs, &free_rq);
-	pthread_mutex_unlock(&bd->lock);
+	pthread_mutex_unlock(&bs->lock);
 	if (free_rq)
 		rq_sched_free_request(free_rq);
 	return merged;
@@ -1414,9 +1426,10 @@ static int show_locked(void *data, char *buf, size_t len, const unsigned *field,
 	struct bfq_data *bd = data;
 	unsigned v;
 
-	pthread_mutex_lock(&bd->lock);
+	/* a store holds every lock: any one orders this read after it */
+	pthread_mutex_lock(&bd->sched[0].lock);
 	v = *field / div;
-	pthread_mutex_unlock(&bd->lock);
+	pthread_mutex_unlock(&bd->sched[0].lock);
 	return emit(buf, len, v);
 }
 
@@ -1428,9 +1441,11 @@ static int store_locked(void *data, const char *buf, unsigned *field, unsigned m
 
 	if (parse_uint(buf, min, max, &v))
 		return -EINVAL;
-	pthread_mutex_lock(&bd->lock);
+	for (unsigned i = 0; i < bd->nr_sched; i++)
+		pthread_mutex_lock(&bd->sched[i].lock);
 	*field = v * mul;
-	pthread_mutex_unlock(&bd->lock);
+	for (unsigned i = bd->nr_sched; i-- > 0;)
+		pthread_mutex_unlock(&bd->sched[i].lock);
 	return 0;
 }
 
