@@ -1126,7 +1126,7 @@ RQ_EXPORT bool rq_mq_complete_request(struct rq_request *rq, rq_status_t status)
 								memory_order_release,
 								memory_order_relaxed));
 		if (!head) {
-			__atomic_store_n(&mb->pushed_ns, mono_ns(), __ATOMIC_RELAXED);
+			__atomic_store_n(&mb->pushed_ns, service_clock_ns(), __ATOMIC_RELAXED);
 			atomic_store(&mbox_pending, 1);
 			rq_mq_delay_kick_service(1);
 		}
@@ -1197,7 +1197,7 @@ void run_hw_queue(struct rq_hw_ctx *hctx)
 
 static void hctx_delay_run(struct rq_hw_ctx *hctx, unsigned msecs)
 {
-	uint64_t at = mono_ns() + (uint64_t)msecs * 1000000ull;
+	uint64_t at = service_clock_ns() + (uint64_t)msecs * 1000000ull;
 	uint64_t cur = atomic_load(&hctx->run_at_ns);
 
 	while (cur == 0 || at < cur) {
@@ -2002,7 +2002,7 @@ RQ_EXPORT void rq_mq_kick_requeue_list(struct rq_queue *q)
 
 RQ_EXPORT void rq_mq_delay_kick_requeue_list(struct rq_queue *q, unsigned msecs)
 {
-	uint64_t at = mono_ns() + (uint64_t)msecs * 1000000ull;
+	uint64_t at = service_clock_ns() + (uint64_t)msecs * 1000000ull;
 	uint64_t cur = atomic_load(&q->requeue_at_ns);
 
 	while (cur == 0 || at < cur) {

@@ -21,6 +21,13 @@
  * a run-to-completion server does from its event loop.  The same pass runs
  * either way.
  *
+ * Every service deadline (delayed runs, requeue kicks, the timeout scan,
+ * mailbox and deferred-bio fallbacks) is a service_clock_ns() value: with
+ * the thread, CLOCK_MONOTONIC, the clock it sleeps on; in
+ * application-driven mode, the library clock (rq_clock_ns(), maybe a
+ * simulation's virtual one), so what rq_service_run() does depends only on
+ * that clock and its returned wait is in its nanoseconds.
+ *
  * What may run at the same time:
  *   service_register / unregister     each other (svc_lock), the thread
  *   service_kick                      anything, any context
@@ -52,12 +59,32 @@ static _Atomic bool svc_manual;
 static int svc_efd = -1;
 static pthread_mutex_t svc_run_lock = PTHREAD_MUTEX_INITIALIZER; /* one pass at a time */
 
-uint64_t mono_ns(void)
+/* CLOCK_MONOTONIC: the service thread's clock, real time it sleeps on. */
+static uint64_t mono_ns(void)
 {
 	struct timespec ts;
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/*
+ * The clock service deadlines are set and compared on: the library clock
+ * when the application drives the service (it decides when that clock
+ * moves and when rq_service_run() looks), else the thread's real clock.
+ * The mode is fixed before the first queue exists, so every deadline of a
+ * process is on one of the two.
+ */
+uint64_t service_clock_ns(void)
+{
+	if (atomic_load_explicit(&svc_manual, memory_order_acquire))
+		return rq_clock_ns();
+	return mono_ns();
+}
+
+RQ_EXPORT uint64_t rq_service_clock_ns(void)
+{
+	return service_clock_ns();
 }
 
 static pthread_once_t svc_once = PTHREAD_ONCE_INIT;
@@ -201,8 +228,8 @@ static uint64_t service_queue(struct rq_queue *q, uint64_t now, uint64_t next)
 
 /*
  * One pass over everything due at @now: completion mailboxes, then every
- * queue.  Return: when the next thing falls due (mono_ns), or the idle
- * horizon a second ahead; *@idle when no queue exists.
+ * queue.  Return: when the next thing falls due (service_clock_ns), or the
+ * idle horizon a second ahead; *@idle when no queue exists.
  */
 static uint64_t service_pass(uint64_t now, bool *idle)
 {
@@ -291,10 +318,10 @@ RQ_EXPORT int64_t rq_service_run(void)
 	if (read(svc_efd, &drain, sizeof(drain)) < 0)
 		(void)0;
 	pthread_mutex_lock(&svc_run_lock);
-	now = mono_ns();
+	now = service_clock_ns();
 	next = service_pass(now, &idle);
 	pthread_mutex_unlock(&svc_run_lock);
-	now = mono_ns();
+	now = service_clock_ns();
 	if (idle && !atomic_load(&svc_wake_at))
 		return INT64_MAX;
 	return next > now ? (int64_t)(next - now) : 0;
@@ -303,7 +330,7 @@ RQ_EXPORT int64_t rq_service_run(void)
 /* Have the service thread look again in @msecs (completion mailboxes). */
 void rq_mq_delay_kick_service(unsigned msecs)
 {
-	uint64_t at = mono_ns() + (uint64_t)msecs * 1000000ull;
+	uint64_t at = service_clock_ns() + (uint64_t)msecs * 1000000ull;
 	uint64_t cur = atomic_load(&svc_wake_at);
 
 	while ((cur == 0 || at < cur) && !atomic_compare_exchange_weak(&svc_wake_at, &cur, at))
@@ -315,7 +342,7 @@ void service_register(struct rq_queue *q)
 {
 	pthread_once(&svc_once, service_start);
 	pthread_mutex_lock(&svc_lock);
-	q->svc_last_scan_ns = mono_ns();
+	q->svc_last_scan_ns = service_clock_ns();
 	q->svc_next = svc_queues;
 	svc_queues = q;
 	q->svc_registered = true;

@@ -73,7 +73,7 @@ struct rq_sq_data {
 	struct rq_bio *deferred;
 	long deferred_refs;
 	_Atomic bool deferred_pending;
-	_Atomic uint64_t deferred_since; /* when it became pending (mono_ns) */
+	_Atomic uint64_t deferred_since; /* when it became pending (service clock) */
 
 	/* tagged command queueing */
 	struct rq_request **tag_index;
@@ -209,7 +209,7 @@ static void sq_deferred_mark(struct rq_sq_data *sqd)
 	if (atomic_exchange_explicit(&sqd->deferred_pending, true, memory_order_release))
 		return;
 	if (!sqd->lib_locked && !sqd->request_fn_active) {
-		atomic_store_explicit(&sqd->deferred_since, mono_ns(), memory_order_relaxed);
+		atomic_store_explicit(&sqd->deferred_since, service_clock_ns(), memory_order_relaxed);
 		rq_mq_delay_kick_service(1);
 	} else {
 		atomic_store_explicit(&sqd->deferred_since, UINT64_MAX, memory_order_relaxed);
@@ -266,7 +266,7 @@ RQ_EXPORT void rq_sq_run_queue(struct rq_queue *q)
 RQ_EXPORT void rq_sq_delay_queue(struct rq_queue *q, unsigned msecs)
 {
 	struct rq_sq_data *sqd = sqd_of(q);
-	uint64_t at = mono_ns() + (uint64_t)msecs * 1000000ull;
+	uint64_t at = service_clock_ns() + (uint64_t)msecs * 1000000ull;
 	uint64_t cur = atomic_load(&sqd->run_at_ns);
 
 	while (cur == 0 || at < cur) {

@@ -42,7 +42,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <librequest/elevator.h>
 #include <librequest/sq.h>
@@ -300,13 +299,15 @@ static void prio_split(uint16_t ioprio, uint8_t *cls, uint8_t *level)
 	}
 }
 
-/* CLOCK_MONOTONIC, for the idle timer when the library clock is replaced. */
+/*
+ * The clock the idle timer (a delayed queue run) fires on: CLOCK_MONOTONIC
+ * with the service thread, for the fallback when the library clock is
+ * replaced; the library clock itself when the application drives the
+ * service, which then makes the fallback the window itself.
+ */
 static uint64_t real_ns(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	return rq_service_clock_ns();
 }
 
 static uint64_t min_u64(uint64_t a, uint64_t b)
@@ -1426,7 +1427,9 @@ static void arm_idle(struct rq_queue *q, struct cfq_data *cfqd, struct cfq_queue
 	/*
 	 * With the default clock both deadlines are one; a replaced clock
 	 * (a simulation, which may stand still) gets twice the window of
-	 * real time before the idling gives up regardless.
+	 * real time before the idling gives up regardless, unless the
+	 * application drives the service: then delayed runs, and real_ns(),
+	 * are on the library clock too, and only the window counts.
 	 */
 	cfqd->idle_real_until = real_ns() + 2 * sl;
 	idle_delay_run(q, cfqd, now);

@@ -23,9 +23,11 @@
  *
  * Every run is a fresh disk.  On the virtual clock (the default) a run of
  * SEC simulated seconds takes a fraction of that and prints the same
- * numbers every time; --real runs on CLOCK_MONOTONIC instead.  Throughput
- * counts what completed within SEC; latency is every read's, submit to
- * end_io, in milliseconds of the disk's clock.
+ * numbers every time: the process drives the library's service itself
+ * (rq_service_manual()), so hddsim does delayed runs at their virtual
+ * moment; --real runs on CLOCK_MONOTONIC, with the service thread, instead.
+ * Throughput counts what completed within SEC; latency is every read's,
+ * submit to end_io, in milliseconds of the disk's clock.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -550,8 +552,14 @@ int main(int argc, char **argv)
 	if (posix_memalign((void **)&io_buf, 4096, IO_BUF))
 		return 1;
 	memset(io_buf, 0, IO_BUF);
-	if (!opt.real)
+	if (!opt.real) {
 		pin_to_one_cpu();
+		/* no service thread: delayed runs come at virtual moments too */
+		if (rq_service_manual()) {
+			fprintf(stderr, "hddbench: cannot drive the library's service\n");
+			return 1;
+		}
+	}
 	list_schedulers(HDDSIM_FRONT_MQ);
 	list_schedulers(HDDSIM_FRONT_SQ);
 	if (!opt.nr_scheds) {

@@ -270,6 +270,8 @@ struct hddsim_dev {
 	struct hddsim_stats st;
 
 	_Atomic uint64_t vnow;        /* the virtual clock */
+	bool manual_service;          /* virtual clock, rq_service_manual():
+					 windows do the service work */
 };
 
 static atomic_bool hddsim_vclock_taken;
@@ -486,10 +488,19 @@ static void hddsim_complete_locked(struct hddsim_dev *dev, uint64_t now)
  * it is quiesced (a delayed run the scheduler asked for finds it so), the
  * unquiesce runs it in this thread, and the quiesce waits for the queue
  * lock, so for any request_fn the service thread began meanwhile.
+ *
+ * When the application drives the library's service (rq_service_manual())
+ * there is no service thread: its work is measured on the library clock,
+ * which is ours, and the window does what is due at this virtual moment
+ * (delayed runs, idle timers, kicks, the timeout scan) in this thread.
+ * Nothing then depends on real time, so runs of schedulers that hold work
+ * back for a while (kyber, bfq, cfq) repeat exactly too.
  */
 static void hddsim_dispatch_window(struct hddsim_dev *dev)
 {
 	rq_queue_unquiesce(dev->q);
+	if (dev->manual_service)
+		rq_service_run();
 	rq_queue_quiesce(dev->q);
 }
 
@@ -785,6 +796,7 @@ int hddsim_create(const struct hddsim_config *cfg, struct hddsim_dev **out)
 			goto fail_free;
 		}
 		dev->owns_clock = true;
+		dev->manual_service = rq_service_fd() >= 0;
 		rq_clock_set_source(hddsim_vclock, dev);
 	} else {
 		if (pthread_create(&dev->thread, NULL, hddsim_drive_thread, dev)) {

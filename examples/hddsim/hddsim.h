@@ -32,8 +32,14 @@
  * thread the library would have dispatched them on.  A virtual-clock run
  * needs no sleeping and gives the same result every time, provided its bios
  * are submitted from one thread that stays on one CPU (the library picks
- * software queues, and kyber its lists, by CPU).  Switch schedulers only
- * while it is idle.
+ * software queues, and kyber its lists, by CPU), and, for schedulers that
+ * hold work back and ask for a delayed run (kyber, bfq, cfq idling), that
+ * the process called rq_service_manual() before its first queue: the
+ * library's service work is then measured on the virtual clock and done by
+ * hddsim_advance*() at the virtual moment it falls due, instead of by the
+ * service thread on the real clock.  (Real-clock devices in such a process
+ * need the application's rq_service_run() calls, as any queue does.)
+ * Switch schedulers only while it is idle.
  *
  * What may run at the same time:
  *
@@ -225,7 +231,9 @@ uint64_t hddsim_now_ns(struct hddsim_dev *dev);
 /**
  * hddsim_advance() - virtual clock: dispatch what was submitted, then move
  * the clock to the moment the command under the head is done and complete
- * it (its bios end in the caller's thread) and dispatch again.
+ * it (its bios end in the caller's thread) and dispatch again.  With
+ * application-driven service (rq_service_manual()) each dispatch also does
+ * the library's service work due at that moment (rq_service_run()).
  * Return: false, with the clock unchanged, if the drive is still idle.
  */
 bool hddsim_advance(struct hddsim_dev *dev);
@@ -233,7 +241,8 @@ bool hddsim_advance(struct hddsim_dev *dev);
 /**
  * hddsim_advance_to() - virtual clock: complete every command done by
  * @when_ns, set the clock to @when_ns (if later), then run the hw queue so
- * work a scheduler held back (idling, throttling) can go.
+ * work a scheduler held back (idling, throttling) can go, and, with
+ * application-driven service, the service work due by then.
  */
 void hddsim_advance_to(struct hddsim_dev *dev, uint64_t when_ns);
 

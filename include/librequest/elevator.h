@@ -397,7 +397,9 @@ static inline struct rq_request *rq_list_first_rq(struct rq_list_node *h)
 
 /**
  * rq_clock_ns() - the library's clock (CLOCK_MONOTONIC by default), used
- * for timestamps, deadlines and scheduler expiries.
+ * for timestamps, deadlines and scheduler expiries.  A delayed run a
+ * scheduler asks for falls due on rq_service_clock_ns() (queue.h): this
+ * clock in application-driven service, CLOCK_MONOTONIC with the thread.
  */
 uint64_t rq_clock_ns(void);
 

@@ -303,6 +303,6 @@ void service_kick(void);
 void service_barrier(void);
 void mbox_service(uint64_t now);
 void rq_mq_delay_kick_service(unsigned msecs);
-uint64_t mono_ns(void);
+uint64_t service_clock_ns(void); /* when service deadlines fall due */
 
 #endif /* RQ_INTERNAL_CORE_H */

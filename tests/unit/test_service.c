@@ -7,6 +7,12 @@
  * rq_service_fd() polls readable when work is asked for.  A process whose
  * service thread already runs cannot switch.
  *
+ * In that mode every service deadline is on the library clock: with a
+ * virtual clock installed, a delayed run or a timeout comes on the first
+ * rq_service_run() after the virtual clock passes it and never sooner,
+ * whatever real time does, and the wait rq_service_run() returns is the
+ * virtual time left.
+ *
  * The switch is per process, so the refusal is checked in a child forked
  * before this process starts anything, and the rest runs after the switch.
  */
@@ -196,6 +202,130 @@ static void test_timeouts_are_the_apps(void **state)
 	mock_destroy(m);
 }
 
+/* A virtual library clock: moves only when a test moves it. */
+static uint64_t vclock_ns;
+
+static uint64_t vclock(void *arg)
+{
+	(void)arg;
+	return __atomic_load_n(&vclock_ns, __ATOMIC_ACQUIRE);
+}
+
+static void vclock_advance(uint64_t ns)
+{
+	__atomic_add_fetch(&vclock_ns, ns, __ATOMIC_ACQ_REL);
+}
+
+#define MS 1000000ull
+
+/*
+ * A request the driver refuses once waits for the 3 ms delayed run, and
+ * those 3 ms are virtual: real time passing (more than the delay, and
+ * between every call) runs nothing; each rq_service_run() before the
+ * deadline says how much virtual time is left, to the nanosecond; the
+ * first one after the clock reaches it retries the request.  Fails if the
+ * deadline is set or compared on the real clock.
+ */
+static void test_delayed_run_on_virtual_clock(void **state)
+{
+	struct mock_config cfg = { .completion = MOCK_COMPLETE_INLINE };
+	const rq_status_t busy = RQ_STS_RESOURCE;
+	struct mock_dev *m;
+	struct mock_io io;
+
+	(void)state;
+	assert_int_equal(rq_service_manual(), 0);
+	__atomic_store_n(&vclock_ns, 5000 * MS, __ATOMIC_RELEASE);
+	rq_clock_set_source(vclock, NULL);
+	assert_int_equal(rq_service_clock_ns(), 5000 * MS);
+	m = mock_create(&cfg, NULL);
+	while (rq_service_run() == 0) /* nothing left from earlier tests */
+		;
+	mock_script(m, &busy, 1);
+	rq_submit_bio(m->q, mock_bio(&io, RQ_OP_READ, 0, buf, 4096));
+	assert_int_equal(mock_count(m, MOCK_QUEUE_RQ), 1);
+	assert_true(fd_readable(rq_service_fd()));
+
+	/* due at virtual 5003 ms: the whole delay is left however long we sleep */
+	for (int i = 0; i < 3; i++) {
+		int64_t wait;
+
+		fixture_sleep_us(10 * 1000);
+		wait = rq_service_run();
+		assert_int_equal(io.done, 0);
+		assert_int_equal(mock_count(m, MOCK_QUEUE_RQ), 1);
+		assert_int_equal(wait, 3 * MS);
+	}
+
+	vclock_advance(2 * MS);
+	assert_int_equal(rq_service_run(), 1 * MS);
+	fixture_sleep_us(10 * 1000);
+	vclock_advance(1 * MS - 1);
+	assert_int_equal(rq_service_run(), 1);
+	fixture_sleep_us(10 * 1000);
+	assert_int_equal(io.done, 0);
+	assert_int_equal(mock_count(m, MOCK_QUEUE_RQ), 1);
+
+	/* the deadline itself: this call retries, and completes inline */
+	vclock_advance(1);
+	assert_true(rq_service_run() > 0);
+	assert_int_equal(io.done, 1);
+	assert_int_equal(io.status, RQ_STS_OK);
+	assert_int_equal(mock_count(m, MOCK_QUEUE_RQ), 2);
+	rq_bio_put(io.bio);
+	mock_destroy(m);
+	rq_clock_set_source(NULL, NULL);
+}
+
+/*
+ * The timeout scan counts virtual time too: a request held by the driver
+ * for far longer than io_timeout of real time is not timed out while the
+ * virtual clock stands still, and is between io_timeout and io_timeout
+ * plus one scan interval (half of it) of virtual time after it was issued.
+ */
+static void test_timeouts_on_virtual_clock(void **state)
+{
+	struct mock_config cfg = { .completion = MOCK_COMPLETE_DEFER, .use_timeout = true,
+				   .timeout_ret = RQ_EH_RESET_TIMER, .timeout_ms = 20 };
+	struct mock_dev *m;
+	struct mock_io io;
+	uint64_t issued, waited;
+
+	(void)state;
+	assert_int_equal(rq_service_manual(), 0);
+	__atomic_store_n(&vclock_ns, 9000 * MS, __ATOMIC_RELEASE);
+	rq_clock_set_source(vclock, NULL);
+	m = mock_create(&cfg, NULL);
+	while (rq_service_run() == 0)
+		;
+	rq_submit_bio(m->q, mock_bio(&io, RQ_OP_READ, 0, buf, 4096));
+	assert_true(mock_wait_held(m, 1, 1000));
+	issued = vclock(NULL);
+	for (int i = 0; i < 10; i++) {
+		assert_true(rq_service_run() > 0);
+		fixture_sleep_us(10 * 1000); /* 100 ms: five timeouts of real time */
+	}
+	assert_int_equal(mock_count(m, MOCK_TIMEOUT), 0);
+	/* step virtual time by what rq_service_run() asks for, at most 1 ms */
+	while (!mock_count(m, MOCK_TIMEOUT)) {
+		int64_t wait = rq_service_run();
+
+		assert_true(wait > 0);
+		assert_true(vclock(NULL) - issued <= 40 * MS);
+		if (!mock_count(m, MOCK_TIMEOUT))
+			vclock_advance(wait < (int64_t)MS ? (uint64_t)wait : MS);
+	}
+	waited = vclock(NULL) - issued;
+	assert_true(waited >= 20 * MS);
+	assert_true(waited <= 30 * MS);
+	assert_int_equal(mock_complete_all(m, RQ_STS_OK), 1);
+	mock_wait(&io);
+	assert_int_equal(io.status, RQ_STS_OK);
+	rq_bio_put(io.bio);
+	mock_destroy(m);
+	rq_clock_set_source(NULL, NULL);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -204,6 +334,8 @@ int main(void)
 		cmocka_unit_test(test_manual_owns_no_thread),
 		cmocka_unit_test(test_delayed_run_is_the_apps),
 		cmocka_unit_test(test_timeouts_are_the_apps),
+		cmocka_unit_test(test_delayed_run_on_virtual_clock),
+		cmocka_unit_test(test_timeouts_on_virtual_clock),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
