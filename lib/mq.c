@@ -1150,12 +1150,17 @@ RQ_EXPORT struct rq_request *rq_mq_tag_to_rq(struct rq_hw_ctx *hctx, unsigned ta
 
 /* ------------------------------------------------------------ dispatch */
 
-/* Claim dispatch of @hctx, or leave a note for the thread that has it. */
+/*
+ * Claim dispatch of @hctx, or leave a note for the thread that has it.
+ * Only IDLE -> BUSY claims: each round starts from an expected IDLE, since
+ * a failed compare-and-swap leaves the value it found in @s (a BUSY that
+ * became AGAIN meanwhile must not be taken for a free hctx).
+ */
 static bool hctx_try_own(struct rq_hw_ctx *hctx)
 {
-	int s = RUN_IDLE;
-
 	for (;;) {
+		int s = RUN_IDLE;
+
 		if (atomic_compare_exchange_weak_explicit(&hctx->run_state, &s, RUN_BUSY,
 							  memory_order_acquire,
 							  memory_order_relaxed))
@@ -1167,6 +1172,7 @@ static bool hctx_try_own(struct rq_hw_ctx *hctx)
 							  memory_order_acq_rel,
 							  memory_order_relaxed))
 			return false;
+		/* it changed under us (or a spurious failure): look again */
 	}
 }
 

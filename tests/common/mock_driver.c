@@ -7,6 +7,7 @@
  * queue and call queue_rq again on the same thread.
  */
 #include <errno.h>
+#include <stdatomic.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -19,6 +20,9 @@
 #include "mock_driver.h"
 
 /* Private state that does not belong in the public struct. */
+/* Hardware queues whose dispatchers the mock tells apart (more share slots). */
+#define MOCK_MAX_HW_QUEUES 64
+
 struct mock_priv {
 	struct mock_dev m;            /* first: container_of by cast */
 	struct rq_mq_ops ops;
@@ -31,7 +35,28 @@ struct mock_priv {
 	unsigned long life[MOCK_POLL + 1]; /* init/exit counts */
 	int budget_min;               /* lowest budget_used ever seen */
 	int budget_max;               /* highest budget_used ever seen */
+	/*
+	 * The core runs one dispatcher per hardware queue at a time: calls of
+	 * queue_rq / queue_rqs in progress per hw queue, and how often one
+	 * started while another was in progress (mock_destroy asserts 0).
+	 */
+	_Atomic int issuing[MOCK_MAX_HW_QUEUES];
+	_Atomic unsigned long overlaps;
 };
+
+/* A dispatcher of @hctx enters the driver / leaves it. */
+static void issue_enter(struct mock_priv *p, struct rq_hw_ctx *hctx)
+{
+	unsigned i = rq_hctx_index(hctx) % MOCK_MAX_HW_QUEUES;
+
+	if (atomic_fetch_add(&p->issuing[i], 1) != 0)
+		atomic_fetch_add(&p->overlaps, 1);
+}
+
+static void issue_exit(struct mock_priv *p, struct rq_hw_ctx *hctx)
+{
+	atomic_fetch_sub(&p->issuing[rq_hctx_index(hctx) % MOCK_MAX_HW_QUEUES], 1);
+}
 
 static struct mock_priv *to_priv(struct mock_dev *m)
 {
@@ -134,6 +159,7 @@ static rq_status_t mock_queue_rq(struct rq_hw_ctx *hctx, struct rq_request *rq, 
 	struct mock_event *ev;
 	rq_status_t ret = RQ_STS_OK;
 
+	issue_enter(to_priv(m), hctx);
 	pthread_mutex_lock(&m->lock);
 	recorder_walk_locked(&m->rec, rq);
 	ev = record_locked(m, MOCK_QUEUE_RQ, hctx, rq);
@@ -150,10 +176,12 @@ static rq_status_t mock_queue_rq(struct rq_hw_ctx *hctx, struct rq_request *rq, 
 	ev->ret = ret;
 	if (ret != RQ_STS_OK) {
 		pthread_mutex_unlock(&m->lock);
+		issue_exit(to_priv(m), hctx);
 		return ret;
 	}
 	accept_unlock(m, rq);
 	/* @rq may be gone now: do not touch it. */
+	issue_exit(to_priv(m), hctx);
 	return RQ_STS_OK;
 }
 
@@ -162,6 +190,7 @@ static void mock_queue_rqs(struct rq_hw_ctx *hctx, struct rq_request **list)
 	struct mock_dev *m = dev_of_queue(rq_hctx_queue(hctx));
 	struct rq_request *rq, *next;
 
+	issue_enter(to_priv(m), hctx);
 	pthread_mutex_lock(&m->lock);
 	to_priv(m)->queue_rqs_calls++;
 	pthread_mutex_unlock(&m->lock);
@@ -177,6 +206,7 @@ static void mock_queue_rqs(struct rq_hw_ctx *hctx, struct rq_request **list)
 		ev->ret = RQ_STS_OK;
 		accept_unlock(m, rq);
 	}
+	issue_exit(to_priv(m), hctx);
 }
 
 static void mock_commit_rqs(struct rq_hw_ctx *hctx)
@@ -397,6 +427,9 @@ void mock_destroy(struct mock_dev *m)
 	while (mock_nr_held(m))
 		mock_complete_all(m, RQ_STS_OK);
 	rq_queue_destroy(m->q);
+	if (atomic_load(&p->overlaps))
+		fail_msg("queue_rq ran for one hardware queue on two threads at once (%lu times)",
+			 (unsigned long)atomic_load(&p->overlaps));
 	if (m->cfg.completion == MOCK_COMPLETE_THREAD) {
 		pthread_mutex_lock(&m->lock);
 		m->thread_stop = true;
