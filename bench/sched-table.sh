@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: LGPL-2.1-or-later
+#
+# The multi-queue schedulers side by side: rqbench (null driver, inline
+# completion, 4 KiB, depth 32, batch 32) with none, mq-deadline, kyber and
+# bfq, 1 and 2 threads, randread and randwrite.  Every combination runs
+# once per round and the rounds are interleaved, so a machine whose speed
+# drifts drifts for all of them alike.  Prints a markdown table of the
+# median M IOPS per cell, with the rounds' values in brackets.
+#
+# With --against DIR, instead: randread with 1 and 2 threads per scheduler,
+# the build in DIR (another checkout's meson build directory) against this
+# one, interleaved, as "before | after" medians.
+#
+# usage: bench/sched-table.sh [--rounds N] [--seconds S] [--build DIR] [--against DIR]
+#   --rounds N     rounds (default 3)
+#   --seconds S    seconds per run (default 2)
+#   --build DIR    meson build directory holding bench/rqbench (default: build)
+#   --against DIR  compare with DIR/bench/rqbench
+set -u
+
+here=$(cd "$(dirname "$0")" && pwd)
+top=$(dirname "$here")
+rounds=3
+seconds=2
+build="$top/build"
+against=""
+while [ $# -gt 0 ]; do
+	case "$1" in
+	--rounds) rounds="$2"; shift ;;
+	--seconds) seconds="$2"; shift ;;
+	--build) build="$2"; shift ;;
+	--against) against="$2"; shift ;;
+	-h|--help) sed -n '3,20p' "$0"; exit 0 ;;
+	*) echo "sched-table.sh: unknown argument $1" >&2; exit 2 ;;
+	esac
+	shift
+done
+
+scheds="none mq-deadline kyber bfq"
+
+# one run: M IOPS
+run() { # rqbench sched threads pattern
+	"$1" --sched "$2" --threads "$3" --batch 32 --seconds "$seconds" --pattern "$4" |
+		grep -o '[0-9.]* M IOPS' | cut -d' ' -f1
+}
+
+# median of the values on stdin, and all of them
+summarise() {
+	sort -n | awk '{v[NR] = $1} END {
+		printf "%.2f (", v[int((NR + 1) / 2)];
+		for (i = 1; i <= NR; i++) printf "%s%s", v[i], i < NR ? " " : ")";
+	}'
+}
+
+for exe in "$build/bench/rqbench" ${against:+"$against/bench/rqbench"}; do
+	[ -x "$exe" ] || { echo "sched-table.sh: no $exe (build first)" >&2; exit 1; }
+done
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+if [ -n "$against" ]; then
+	for r in $(seq "$rounds"); do
+		for s in $scheds; do
+			for t in 1 2; do
+				run "$against/bench/rqbench" "$s" "$t" randread >>"$tmp/before.$s.$t"
+				run "$build/bench/rqbench" "$s" "$t" randread >>"$tmp/after.$s.$t"
+			done
+		done
+	done
+	echo "| scheduler | 1 thread before | after | 2 threads before | after |"
+	echo "|---|---:|---:|---:|---:|"
+	for s in $scheds; do
+		row="| $s"
+		for t in 1 2; do
+			row="$row | $(summarise <"$tmp/before.$s.$t") | $(summarise <"$tmp/after.$s.$t")"
+		done
+		echo "$row |"
+	done
+	exit 0
+fi
+
+for r in $(seq "$rounds"); do
+	for s in $scheds; do
+		for t in 1 2; do
+			for p in randread randwrite; do
+				run "$build/bench/rqbench" "$s" "$t" "$p" >>"$tmp/$s.$t.$p"
+			done
+		done
+	done
+done
+echo "| scheduler | 1 thread randread | 1 thread randwrite | 2 threads randread | 2 threads randwrite |"
+echo "|---|---:|---:|---:|---:|"
+for s in $scheds; do
+	row="| $s"
+	for t in 1 2; do
+		for p in randread randwrite; do
+			row="$row | $(summarise <"$tmp/$s.$t.$p")"
+		done
+	done
+	echo "$row |"
+done
