@@ -9,8 +9,13 @@
  * Flows (an io context each) keep a fixed number of bios in flight: after
  * every completion the test tops them up and runs the hardware queue.  When
  * nothing is with the disk (bfq idling) the clock moves 1 ms and the queue
- * is run again.  Nothing depends on wall-clock time: the service thread's
- * delayed runs may come at any moment and find the same state.
+ * is run again.  Nothing depends on wall-clock time: there is no service
+ * thread (rq_service_manual() in main), and the service work - the delayed
+ * run that ends an idle window, the run bfq asks for when a turn ends at a
+ * completion, the core's safety-net re-run - is done on the test's thread
+ * by rq_service_run(), whenever the virtual clock moves and after every
+ * completion, so it happens at the virtual moment it falls due, before the
+ * flows submit again.
  *
  * Tolerances: bfq serves a queue for a whole budget (max_budget, set to
  * 256 sectors = 32 requests here) before switching, so service comes in
@@ -48,9 +53,22 @@ static uint64_t vclock_read(void *arg)
 	return __atomic_load_n(&vclock, __ATOMIC_ACQUIRE);
 }
 
+/* Do the service work due by the library clock now; assert none stays due. */
+static void service_due(void)
+{
+	unsigned passes = 0;
+	int64_t wait;
+
+	while ((wait = rq_service_run()) == 0)
+		assert_true(++passes < 1000);
+	assert_true(wait > 0);
+}
+
+/* Move the virtual clock on, then do the service work due by then. */
 static void vclock_advance(uint64_t ns)
 {
 	__atomic_add_fetch(&vclock, ns, __ATOMIC_ACQ_REL);
+	service_due();
 }
 
 static char databuf[BS];
@@ -167,6 +185,7 @@ static void disk_step(struct disk *d, struct flow *flows, unsigned nr)
 	vclock_advance(t);
 	d->busy_ns += t;
 	mock_complete_one(d->m, 0, RQ_STS_OK);
+	service_due(); /* what the completion asked for (a run to switch turns) */
 }
 
 /* Drain: complete everything still in flight, flows no longer refilled. */
@@ -465,5 +484,10 @@ int main(void)
 		cmocka_unit_test(test_strict_one_in_flight),
 	};
 
+	/* before any queue: no service thread (see the top) */
+	if (rq_service_manual()) {
+		fprintf(stderr, "rq_service_manual failed\n");
+		return 1;
+	}
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
