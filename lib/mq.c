@@ -2627,6 +2627,26 @@ RQ_EXPORT unsigned rq_hctx_sched_word_bits(const struct rq_hw_ctx *hctx)
 	return 1u << tags->bitmap.sb.shift;
 }
 
+/*
+ * The bitmap's nr_requests bits fill whole words of 2^shift bits but the
+ * last, which holds the rest.  A shallow depth s lets a request use
+ * min(s, bits of the word) of each: the smallest s that adds up to @depth.
+ */
+RQ_EXPORT unsigned rq_hctx_shallow_depth(const struct rq_hw_ctx *hctx, unsigned depth)
+{
+	unsigned nr = hctx->q->nr_requests, bits, words, last, s;
+
+	if (!nr || depth >= nr)
+		return 0;
+	bits = rq_hctx_sched_word_bits(hctx);
+	words = DIV_ROUND_UP(nr, bits);
+	last = nr - (words - 1) * bits;
+	s = DIV_ROUND_UP(depth, words);
+	if (s > last) /* the last word is full before the others reach s */
+		s = DIV_ROUND_UP(depth - last, words - 1);
+	return s ? s : 1;
+}
+
 RQ_EXPORT unsigned rq_hctx_nr_ctx(const struct rq_hw_ctx *hctx)
 {
 	return hctx->nr_ctx;

@@ -660,8 +660,10 @@ static void kyber_limit_depth(struct rq_alloc_data *data)
 {
 	if (data->op == RQ_OP_READ || (data->opf & RQ_BIO_SYNC))
 		return;
-	data->shallow_depth = atomic_load_explicit(&kyber_qd(data->q)->async_depth,
-						   memory_order_relaxed);
+	/* the bitmap limits per word: each word's share of async_depth */
+	data->shallow_depth = rq_hctx_shallow_depth(
+		data->hctx, atomic_load_explicit(&kyber_qd(data->q)->async_depth,
+						 memory_order_relaxed));
 }
 
 static void kyber_prepare_request(struct rq_request *rq)

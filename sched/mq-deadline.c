@@ -698,18 +698,10 @@ static void dl_depth_updated(struct rq_hw_ctx *hctx)
  */
 static void dl_limit_depth(struct rq_alloc_data *data)
 {
-	struct dl_data *dd = dl_of(data->q);
-	unsigned nr = rq_queue_nr_requests(data->q);
-	unsigned depth, bits, per_word;
-
 	if (data->op == RQ_OP_READ || (data->opf & RQ_BIO_SYNC))
 		return;
-	depth = READ_ONCE(dd->async_depth);
-	if (!nr || depth >= nr)
-		return;
-	bits = rq_hctx_sched_word_bits(data->hctx);
-	per_word = (unsigned)(((uint64_t)depth * bits + nr - 1) / nr);
-	data->shallow_depth = per_word ? per_word : 1;
+	data->shallow_depth = rq_hctx_shallow_depth(data->hctx,
+						    READ_ONCE(dl_of(data->q)->async_depth));
 }
 
 /**

@@ -58,7 +58,9 @@ enum rq_elv_merge {
 
 /**
  * struct rq_alloc_data - what a request is being made for, for limit_depth.
- * @shallow_depth: 0, or the most tags of the hctx this request may use.
+ * @shallow_depth: 0, or how many bits of each word of the hctx's scheduler
+ *	tag bitmap this request may use (the kernel's sbitmap shallow depth);
+ *	rq_hctx_shallow_depth() turns a number of tags into it.
  */
 struct rq_alloc_data {
 	struct rq_queue *q;
@@ -221,6 +223,15 @@ struct rq_hw_ctx *rq_bio_map_hctx(struct rq_queue *q, const struct rq_bio *bio,
  * its share with this.
  */
 unsigned rq_hctx_sched_word_bits(const struct rq_hw_ctx *hctx);
+
+/**
+ * rq_hctx_shallow_depth() - the rq_alloc_data.shallow_depth that keeps a
+ * request to @depth of the nr_requests scheduler tags of @hctx: the
+ * smallest number of bits per word that adds up to @depth over the
+ * bitmap's words (the last one may be shorter), at least 1.
+ * Return: 0 (no limit) when @depth >= nr_requests.
+ */
+unsigned rq_hctx_shallow_depth(const struct rq_hw_ctx *hctx, unsigned depth);
 
 /** rq_queue_nr_requests() - scheduler tags per hw queue (nr_requests). */
 unsigned rq_queue_nr_requests(const struct rq_queue *q);

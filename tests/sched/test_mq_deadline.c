@@ -447,6 +447,16 @@ static void test_async_depth(void **state)
 	dev_set(d, "nr_requests", "64");
 	assert_true(rq_queue_attr_get(d->m->q, "iosched/async_depth", buf, sizeof(buf)) > 0);
 	assert_string_equal(buf, "48\n");
+
+	/* a depth that fills no word exactly: still exactly async_depth */
+	dev_set(d, "nr_requests", "40");
+	dev_set(d, "iosched/async_depth", "10");
+	for (unsigned i = 0; i < 20; i++)
+		submit_len(d, RQ_OP_WRITE, 60000 + 100 * i, 4096, RQ_BIO_NOWAIT, 0);
+	assert_int_equal(count_status(d, d->nr - 20, d->nr, RQ_STS_AGAIN), 10);
+	assert_true(mock_wait_held(d->m, 10, 10000));
+	assert_int_equal(mock_nr_held(d->m), 10);
+	mock_complete_all(d->m, RQ_STS_OK);
 	dev_destroy(d);
 }
 
