@@ -435,6 +435,24 @@ struct rq_bio *fx_bio(struct fx_rec *rec, unsigned op, uint64_t sector, void *bu
 	return bio;
 }
 
+void fx_service_due(void)
+{
+	unsigned passes = 0;
+	int64_t wait;
+
+	while ((wait = rq_service_run()) == 0) {
+		if (++passes == 1000) {
+			fprintf(stderr, "fx_service_due: service work still due after 1000 passes\n");
+			abort();
+		}
+	}
+	if (wait < 0) {
+		fprintf(stderr, "fx_service_due: rq_service_run: %lld (not application-driven?)\n",
+			(long long)wait);
+		abort();
+	}
+}
+
 int fx_done(struct fx_rec *rec)
 {
 	return __atomic_load_n(&rec->done, __ATOMIC_ACQUIRE);

@@ -69,6 +69,12 @@ struct fx_rec {
 struct rq_bio *fx_bio(struct fx_rec *rec, unsigned op, uint64_t sector, void *buf, uint32_t len);
 /** fx_wait() - wait up to @timeout_ms until every record ended at least once. */
 bool fx_wait(struct fx_rec *recs, unsigned n, unsigned timeout_ms);
+/**
+ * fx_service_due() - in application-driven service (rq_service_manual()),
+ * do all the service work due by the library clock now; asserts that it
+ * settles (nothing stays due) within 1000 passes, else aborts.
+ */
+void fx_service_due(void);
 /** fx_done() - end_io calls of @rec so far. */
 int fx_done(struct fx_rec *rec);
 /** fx_put() - give the bios back (after checking). */

@@ -53,22 +53,12 @@ static uint64_t vclock_read(void *arg)
 	return __atomic_load_n(&vclock, __ATOMIC_ACQUIRE);
 }
 
-/* Do the service work due by the library clock now; assert none stays due. */
-static void service_due(void)
-{
-	unsigned passes = 0;
-	int64_t wait;
-
-	while ((wait = rq_service_run()) == 0)
-		assert_true(++passes < 1000);
-	assert_true(wait > 0);
-}
 
 /* Move the virtual clock on, then do the service work due by then. */
 static void vclock_advance(uint64_t ns)
 {
 	__atomic_add_fetch(&vclock, ns, __ATOMIC_ACQ_REL);
-	service_due();
+	fx_service_due();
 }
 
 static char databuf[BS];
@@ -185,7 +175,7 @@ static void disk_step(struct disk *d, struct flow *flows, unsigned nr)
 	vclock_advance(t);
 	d->busy_ns += t;
 	mock_complete_one(d->m, 0, RQ_STS_OK);
-	service_due(); /* what the completion asked for (a run to switch turns) */
+	fx_service_due(); /* what the completion asked for (a run to switch turns) */
 }
 
 /* Drain: complete everything still in flight, flows no longer refilled. */

@@ -42,16 +42,6 @@ static uint8_t scratch[1u << 16];
 
 /* ------------------------------------------------------------ service */
 
-/* Do the service work due by the library clock now; assert none stays due. */
-static void service_due(void)
-{
-	unsigned passes = 0;
-	int64_t wait;
-
-	while ((wait = rq_service_run()) == 0)
-		assert_true(++passes < 1000);
-	assert_true(wait > 0);
-}
 
 /*
  * Move the virtual clock on by @ns (the device ends what it finishes
@@ -60,7 +50,7 @@ static void service_due(void)
 static void step(struct sq_dev *d, uint64_t ns)
 {
 	sq_advance(d, ns);
-	service_due();
+	fx_service_due();
 	rq_sq_run_queue(d->q);
 }
 

@@ -49,22 +49,12 @@ static uint64_t vclock_read(void *arg)
 	return atomic_load(&vclock);
 }
 
-/* Do the service work due by the library clock now; assert none stays due. */
-static void service_due(void)
-{
-	unsigned passes = 0;
-	int64_t wait;
-
-	while ((wait = rq_service_run()) == 0)
-		assert_true(++passes < 1000);
-	assert_true(wait > 0);
-}
 
 /* Move the virtual clock on, then do the service work due by then. */
 static void advance(uint64_t ns)
 {
 	atomic_fetch_add(&vclock, ns);
-	service_due();
+	fx_service_due();
 }
 
 static uint8_t buf[4096];
