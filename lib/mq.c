@@ -182,11 +182,6 @@ void queue_exit(struct rq_queue *q)
 	queue_exit_ctx(q, queue_ctx(q, cur_cpu()));
 }
 
-void queue_enter_extra(struct rq_queue *q)
-{
-	atomic_fetch_add_explicit(&queue_ctx(q, cur_cpu())->usage, 1, memory_order_seq_cst);
-}
-
 /*
  * Take a usage reference unless the queue is frozen (wait, or fail with
  * nowait) or dying.  Pairs with queue_exit().  Returns 0, -EAGAIN, -ENODEV.

@@ -231,7 +231,6 @@ static inline void stat_inc(struct rq_queue *q, unsigned idx)
 /* ---- lib/mq.c ---- */
 unsigned cur_cpu(void);
 struct rq_sw_ctx *queue_ctx(struct rq_queue *q, unsigned cpu);
-void queue_enter_extra(struct rq_queue *q);
 void queue_exit(struct rq_queue *q);
 void run_hw_queue(struct rq_hw_ctx *hctx);
 void hctx_park(struct rq_hw_ctx *hctx, struct rq_list_node *list, bool at_head);
