@@ -784,13 +784,26 @@ static bool comp_batch_take(struct rq_request *rq, int tag, int itag, struct rq_
  * of the hctx, so a destroyer waiting for usage 0 never frees an hctx still
  * in use.  The request must not be touched afterwards.
  */
+static struct rq_sw_ctx *mq_release_tags(struct rq_request *rq);
+
+/*
+ * The timeout scan holds @rq (core_busy 1) while the driver's timeout hook
+ * runs.  Hand it the rest of the release (core_busy 2) rather than wait:
+ * the hook may be this very thread (a driver ending the request inside
+ * ops->timeout), or a hook that waits for this thread.  Pairs with
+ * mq_timeout_hold_end().  Return: true if the scan now owns the release.
+ */
+static bool release_hand_to_timeout(struct rq_request *rq)
+{
+	uint8_t busy = 1;
+
+	return __atomic_compare_exchange_n(&rq->core_busy, &busy, 2, false,
+					   __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+}
+
 static struct rq_sw_ctx *mq_release_request(struct rq_request *rq)
 {
 	struct rq_queue *q = rq->q;
-	struct rq_hw_ctx *hctx = rq->hctx;
-	struct rq_sw_ctx *ctx = rq->ctx;
-	int tag = rq->tag, itag = rq->internal_tag;
-	unsigned cpu = ctx->cpu;
 
 	if (q->sq)
 		return sq_release_request(rq);
@@ -803,8 +816,20 @@ static struct rq_sw_ctx *mq_release_request(struct rq_request *rq)
 	}
 	if (unlikely(rq->rq_flags & RQ_RQF_FLUSH_INTERNAL))
 		return NULL; /* owned by the flush queue */
-	while (unlikely(__atomic_load_n(&rq->core_busy, __ATOMIC_ACQUIRE)))
-		cpu_relax();
+	if (unlikely(__atomic_load_n(&rq->core_busy, __ATOMIC_ACQUIRE)) &&
+	    release_hand_to_timeout(rq))
+		return NULL; /* the scan finishes it, usage reference included */
+	return mq_release_tags(rq);
+}
+
+/* The rest of a release: the request goes idle, its tags go back. */
+static struct rq_sw_ctx *mq_release_tags(struct rq_request *rq)
+{
+	struct rq_hw_ctx *hctx = rq->hctx;
+	struct rq_sw_ctx *ctx = rq->ctx;
+	int tag = rq->tag, itag = rq->internal_tag;
+	unsigned cpu = ctx->cpu;
+
 	rq->bio = rq->biotail = NULL;
 	__atomic_store_n(&rq->state, RQ_STATE_IDLE, __ATOMIC_RELEASE);
 	if (comp_batch_take(rq, tag, itag, ctx))
@@ -814,6 +839,29 @@ static struct rq_sw_ctx *mq_release_request(struct rq_request *rq)
 	if (itag >= 0)
 		rq_tags_put(hctx->sched_tags, (unsigned)itag, cpu);
 	return ctx;
+}
+
+/*
+ * The timeout scan lets go of @rq after the driver's hook returned: if a
+ * release was handed to it meanwhile (release_hand_to_timeout()), finish
+ * it here: tags back, a waiting hctx re-run, the usage reference dropped.
+ * Context: the service pass that set core_busy.
+ */
+void mq_timeout_hold_end(struct rq_request *rq)
+{
+	uint8_t busy = 1;
+	struct rq_hw_ctx *hctx = rq->hctx;
+	struct rq_queue *q = rq->q;
+	struct rq_sw_ctx *ctx;
+
+	if (__atomic_compare_exchange_n(&rq->core_busy, &busy, 0, false, __ATOMIC_RELEASE,
+					__ATOMIC_ACQUIRE))
+		return;
+	__atomic_store_n(&rq->core_busy, 0, __ATOMIC_RELAXED);
+	ctx = mq_release_tags(rq);
+	hctx_restart(hctx);
+	if (ctx)
+		queue_exit_ctx(q, ctx);
 }
 
 /* Free a request that is not with the driver, dropping its usage reference. */

@@ -13,7 +13,9 @@
  * time it saw that generation in flight.  A request is thus timed out
  * between io_timeout and io_timeout + one scan interval after issue.
  * While the driver's timeout hook runs, rq->core_busy keeps the request from
- * being reused.
+ * being reused: a release that comes meanwhile (the hook itself may end,
+ * complete or requeue and re-end it) is handed to the scan, which finishes
+ * it when the hook returns (mq_timeout_hold_end()); nothing waits on it.
  *
  * Application-driven mode (rq_service_manual(), before the first queue):
  * no thread is started; the application calls rq_service_run() when the
@@ -170,7 +172,7 @@ static void timeout_scan(struct rq_queue *q, uint64_t now)
 				hctx->timeout_deadline[tag] = ret == RQ_EH_RESET_TIMER ? now + timeout :
 											 UINT64_MAX;
 			}
-			__atomic_store_n(&rq->core_busy, 0, __ATOMIC_RELEASE);
+			mq_timeout_hold_end(rq);
 		}
 	}
 }

@@ -81,7 +81,13 @@ struct rq_mq_ops {
 
 	/**
 	 * @timeout: a request passed its deadline.  Context: the service
-	 * thread; the request is still in flight unless the driver completes it.
+	 * thread (or rq_service_run()); the request is still in flight unless
+	 * the driver completes it.  The hook may end it here
+	 * (rq_mq_end_request(), rq_mq_complete_request()) or requeue it
+	 * (rq_mq_requeue_request()), and another thread may end it while the
+	 * hook runs: the request is not reused until the hook returns.
+	 * Return: RQ_EH_DONE (the driver ended it or will), RQ_EH_RESET_TIMER
+	 * (another io_timeout period).
 	 */
 	enum rq_timeout_ret (*timeout)(struct rq_request *rq);
 

@@ -245,6 +245,7 @@ void driver_tag_put(struct rq_hw_ctx *hctx, unsigned tag, unsigned cpu);
 void hctx_tag_idle_check(struct rq_hw_ctx *hctx);
 void mq_end_request_locked(struct rq_request *rq, rq_status_t status);
 void mq_fail_request(struct rq_request *rq, rq_status_t status);
+void mq_timeout_hold_end(struct rq_request *rq);
 uint64_t queue_timeout_ns(const struct rq_queue *q);
 void mq_freeze_and_quiesce(struct rq_queue *q);
 void mq_unquiesce_and_unfreeze(struct rq_queue *q);
