@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
- * Queue attributes, as /sys/block/X/queue/<name>, and the scheduler switch.
+ * Queue attributes, as /sys/block/X/queue/<name>.
  *
  * Every write is parsed completely before anything changes; a bad value,
  * an unknown name or a read-only attribute gives -EINVAL and changes
@@ -15,267 +15,20 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal/core.h"
+#include "internal/queue.h"
 #include "internal/elevator.h"
 
 /* ------------------------------------------------------------ scheduler */
 
-static unsigned sched_depth_max(const struct rq_tag_set *set)
-{
-	unsigned d = 2 * set->queue_depth;
-
-	if (d < 2 * RQ_DEFAULT_NR_REQUESTS)
-		d = 2 * RQ_DEFAULT_NR_REQUESTS;
-	return d > 2048 ? 2048 : d;
-}
-
-static void sched_tags_free(struct rq_queue *q, struct rq_tags **tags)
-{
-	struct rq_tag_set *set = q->set;
-
-	if (!tags)
-		return;
-	/*
-	 * Driver tags may still name requests of these scheduler tags: forget
-	 * them, then let a running timeout scan finish before the memory goes.
-	 */
-	for (unsigned i = 0; i < q->nr_hw_queues; i++) {
-		struct rq_tags *dt = q->hctxs[i]->tags;
-
-		if (!tags[i])
-			continue;
-		for (unsigned t = 0; t < dt->nr_tags; t++) {
-			struct rq_request *rq = __atomic_load_n(&dt->rqs[t], __ATOMIC_RELAXED);
-
-			if (rq && (char *)rq >= (char *)tags[i]->rq_mem &&
-			    (char *)rq < (char *)tags[i]->rq_mem + tags[i]->rq_mem_size)
-				__atomic_store_n(&dt->rqs[t], NULL, __ATOMIC_RELEASE);
-		}
-	}
-	service_barrier();
-	for (unsigned i = 0; i < q->nr_hw_queues; i++) {
-		if (!tags[i])
-			continue;
-		if (set->ops.exit_request)
-			for (unsigned t = 0; t < tags[i]->nr_tags; t++)
-				set->ops.exit_request(set, tags[i]->static_rqs[t], i);
-		rq_tags_free(tags[i]);
-	}
-	free(tags);
-}
-
-static struct rq_tags **sched_tags_alloc(struct rq_queue *q, unsigned depth, unsigned active)
-{
-	struct rq_tag_set *set = q->set;
-	struct rq_tags **tags = calloc(q->nr_hw_queues, sizeof(*tags));
-
-	if (!tags)
-		return NULL;
-	for (unsigned i = 0; i < q->nr_hw_queues; i++) {
-		int node = q->hctxs[i]->numa_node;
-
-		tags[i] = rq_tags_alloc(depth, 0, set->rq_size, false, node);
-		if (!tags[i])
-			goto fail;
-		if (active < depth)
-			sbq_resize(&tags[i]->bitmap, active);
-		if (set->ops.init_request)
-			for (unsigned t = 0; t < depth; t++)
-				if (set->ops.init_request(set, tags[i]->static_rqs[t], i, node))
-					goto fail;
-	}
-	return tags;
-fail:
-	sched_tags_free(q, tags);
-	return NULL;
-}
-
-/* Undo a (possibly partial) set-up of @e on @q's hctxs [0, upto). */
-static void sched_exit_hctxs(struct rq_queue *q, const struct rq_elevator_type *e, unsigned upto)
-{
-	if (!e->ops.exit_hctx)
-		return;
-	for (unsigned i = 0; i < upto; i++)
-		e->ops.exit_hctx(q->hctxs[i], i);
-}
-
-/*
- * Switch @q to scheduler @name ("none" for none).  The new one is built
- * first, with the queue frozen and quiesced; if that fails the old one keeps
- * running.  Caller holds q->sysfs_lock.
- */
-static int elevator_switch_locked(struct rq_queue *q, const char *name)
-{
-	const struct rq_elevator_type *e = NULL, *old_type;
-	struct rq_elevator_queue *eq = NULL, *old = q->elevator;
-	struct rq_tags **new_tags = NULL;
-	void **old_sched_data = NULL;
-	unsigned old_nr_requests = q->nr_requests, nr = 0, i;
-	void *data = NULL;
-	int ret = 0;
-
-	if (strcmp(name, "none")) {
-		e = elevator_get(name, RQ_ELV_F_MQ);
-		if (!e)
-			return -EINVAL;
-		if (q->set->flags & RQ_TAG_SET_NO_SCHED) {
-			elevator_put(e);
-			return -EINVAL;
-		}
-	}
-	old_type = old ? old->type : NULL;
-	if (e == old_type) {
-		if (e)
-			elevator_put(e);
-		return 0;
-	}
-
-	old_sched_data = calloc(q->nr_hw_queues, sizeof(*old_sched_data));
-	if (!old_sched_data) {
-		ret = -ENOMEM;
-		goto out_put;
-	}
-	if (e) {
-		nr = 2 * min_t(unsigned, q->set->queue_depth, RQ_DEFAULT_NR_REQUESTS);
-		eq = elv_queue_alloc(q->nr_hw_queues);
-		new_tags = sched_tags_alloc(q, sched_depth_max(q->set), nr);
-		if (!eq || !new_tags) {
-			ret = -ENOMEM;
-			goto out_put;
-		}
-		eq->type = e;
-	}
-
-	mq_freeze_and_quiesce(q);
-	/* the new depth only once the old scheduler's limit_depth has stopped */
-	if (e)
-		q->nr_requests = nr;
-	for (i = 0; i < q->nr_hw_queues; i++) {
-		old_sched_data[i] = q->hctxs[i]->sched_data;
-		q->hctxs[i]->sched_data = NULL;
-	}
-	if (e) {
-		if (e->ops.init_sched) {
-			ret = e->ops.init_sched(q, &data);
-			if (ret)
-				goto out_restore;
-		}
-		eq->data = data;
-		/*
-		 * The new scheduler's hctx hooks see its own data through
-		 * rq_queue_elevator_data(); the old one's exit hooks, below,
-		 * see the old data again.  Nothing else runs: frozen, quiesced.
-		 */
-		q->elevator = eq;
-		for (i = 0; i < q->nr_hw_queues; i++) {
-			if (e->ops.init_hctx && (ret = e->ops.init_hctx(q->hctxs[i], i))) {
-				sched_exit_hctxs(q, e, i);
-				if (e->ops.exit_sched)
-					e->ops.exit_sched(q, data);
-				q->elevator = old;
-				goto out_restore;
-			}
-		}
-		q->elevator = old;
-	}
-
-	/* the new one is ready: retire the old one with its own hctx data */
-	{
-		void **new_sched_data = calloc(q->nr_hw_queues, sizeof(*new_sched_data));
-		struct rq_tags **old_tags = calloc(q->nr_hw_queues, sizeof(*old_tags));
-
-		if (!new_sched_data || !old_tags) {
-			free(new_sched_data);
-			free(old_tags);
-			if (e) {
-				q->elevator = eq;
-				sched_exit_hctxs(q, e, q->nr_hw_queues);
-				if (e->ops.exit_sched)
-					e->ops.exit_sched(q, data);
-				q->elevator = old;
-			}
-			ret = -ENOMEM;
-			goto out_restore;
-		}
-		for (i = 0; i < q->nr_hw_queues; i++) {
-			new_sched_data[i] = q->hctxs[i]->sched_data;
-			q->hctxs[i]->sched_data = old_sched_data[i];
-			old_tags[i] = q->hctxs[i]->sched_tags;
-		}
-		if (old) {
-			sched_exit_hctxs(q, old_type, q->nr_hw_queues);
-			if (old_type->ops.exit_sched)
-				old_type->ops.exit_sched(q, old->data);
-		}
-		for (i = 0; i < q->nr_hw_queues; i++) {
-			q->hctxs[i]->sched_data = new_sched_data[i];
-			q->hctxs[i]->sched_tags = new_tags ? new_tags[i] : NULL;
-		}
-		q->elevator = eq;
-		if (!e)
-			q->nr_requests = q->set->queue_depth;
-		free(new_sched_data);
-		mq_unquiesce_and_unfreeze(q);
-		if (old) {
-			sched_tags_free(q, old_tags);
-			elevator_put(old_type);
-			free(old);
-		} else {
-			free(old_tags);
-		}
-		free(new_tags);
-		free(old_sched_data);
-		return 0;
-	}
-
-out_restore:
-	for (i = 0; i < q->nr_hw_queues; i++)
-		q->hctxs[i]->sched_data = old_sched_data[i];
-	q->nr_requests = old_nr_requests;
-	mq_unquiesce_and_unfreeze(q);
-out_put:
-	sched_tags_free(q, new_tags);
-	free(eq);
-	free(old_sched_data);
-	if (e)
-		elevator_put(e);
-	return ret;
-}
-
-int elevator_switch(struct rq_queue *q, const char *name)
+/* Switch @q to scheduler @name ("none" for none), as a "scheduler" write does. */
+int queue_elevator_switch(struct rq_queue *q, const char *name)
 {
 	int ret;
 
 	pthread_mutex_lock(&q->sysfs_lock);
-	ret = q->sq ? sq_elevator_switch(q, name) : elevator_switch_locked(q, name);
+	ret = q->fe->elevator_switch(q, name);
 	pthread_mutex_unlock(&q->sysfs_lock);
 	return ret;
-}
-
-/* Teardown: the queue is empty and quiesced. */
-void elevator_detach(struct rq_queue *q)
-{
-	struct rq_elevator_queue *eq = q->elevator;
-	struct rq_tags **tags;
-
-	if (!eq)
-		return;
-	sched_exit_hctxs(q, eq->type, q->nr_hw_queues);
-	if (eq->type->ops.exit_sched)
-		eq->type->ops.exit_sched(q, eq->data);
-	tags = calloc(q->nr_hw_queues, sizeof(*tags));
-	for (unsigned i = 0; i < q->nr_hw_queues; i++) {
-		if (tags)
-			tags[i] = q->hctxs[i]->sched_tags;
-		else
-			rq_tags_free(q->hctxs[i]->sched_tags);
-		q->hctxs[i]->sched_tags = NULL;
-		q->hctxs[i]->sched_data = NULL;
-	}
-	sched_tags_free(q, tags);
-	q->elevator = NULL;
-	elevator_put(eq->type);
-	free(eq);
 }
 
 /* -------------------------------------------------------------- parsing */
@@ -387,7 +140,7 @@ static int attr_store(struct rq_queue *q, const struct queue_attr *a, const char
 static int scheduler_show(struct rq_queue *q, char *buf, size_t len)
 {
 	return elevator_list_names(buf, len, q->elevator ? q->elevator->type->name : "none",
-				   q->sq ? RQ_ELV_F_SQ : RQ_ELV_F_MQ);
+				   q->fe->elv_features);
 }
 
 static int scheduler_store(struct rq_queue *q, const char *val)
@@ -399,7 +152,7 @@ static int scheduler_store(struct rq_queue *q, const char *val)
 		return -EINVAL;
 	memcpy(name, val, n);
 	name[n] = 0;
-	return q->sq ? sq_elevator_switch(q, name) : elevator_switch_locked(q, name);
+	return q->fe->elevator_switch(q, name);
 }
 
 static int nr_requests_show(struct rq_queue *q, char *buf, size_t len)
@@ -409,33 +162,7 @@ static int nr_requests_show(struct rq_queue *q, char *buf, size_t len)
 
 static int nr_requests_store(struct rq_queue *q, const char *val)
 {
-	unsigned long v;
-
-	if (q->sq) {
-		if (parse_ulong(val, 4, 65536, &v))
-			return -EINVAL;
-		return sq_set_nr_requests(q, v);
-	}
-	unsigned max = q->elevator ? q->hctxs[0]->sched_tags->nr_tags : q->set->queue_depth -
-									       q->set->reserved_tags;
-
-	if (parse_ulong(val, 4 < max ? 4 : 1, max, &v))
-		return -EINVAL;
-	rq_queue_freeze(q);
-	q->nr_requests = (unsigned)v;
-	for (unsigned i = 0; i < q->nr_hw_queues; i++) {
-		struct rq_hw_ctx *hctx = q->hctxs[i];
-
-		if (q->elevator) {
-			sbq_resize(&hctx->sched_tags->bitmap, (unsigned)v);
-			if (q->elevator->type->ops.depth_updated)
-				q->elevator->type->ops.depth_updated(hctx);
-		} else {
-			sbq_resize(&hctx->tags->bitmap, (unsigned)v - q->set->reserved_tags);
-		}
-	}
-	rq_queue_unfreeze(q);
-	return 0;
+	return q->fe->set_nr_requests(q, val);
 }
 
 static int max_sectors_kb_show(struct rq_queue *q, char *buf, size_t len)

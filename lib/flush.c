@@ -22,7 +22,7 @@
  */
 #include <errno.h>
 
-#include "internal/core.h"
+#include "internal/queue.h"
 
 #define FSEQ_PREFLUSH (1u << 0)
 #define FSEQ_DATA (1u << 1)
@@ -103,68 +103,34 @@ static void kick_flush(struct rq_queue *q, struct rq_flush_queue *fq, struct flu
 	flush_rq->bio = flush_rq->biotail = NULL;
 	flush_rq->rq_flags = RQ_RQF_FLUSH_INTERNAL;
 	flush_rq->internal_tag = -1;
-	/* borrowed, or -1: one is taken at dispatch (single queue: none) */
-	flush_rq->tag = q->sq ? -1 : first->tag;
+	flush_rq->tag = -1;
 	flush_rq->end_io = flush_end_io;
 	__atomic_store_n(&flush_rq->state, RQ_STATE_IDLE, __ATOMIC_RELAXED);
 	flush_rq->start_time_ns = rq_clock_ns();
-	if (flush_rq->tag >= 0)
-		__atomic_store_n(&hctx->tags->rqs[flush_rq->tag], flush_rq, __ATOMIC_RELEASE);
+	q->fe->flush_prepare(flush_rq, first); /* mq: borrows @first's driver tag */
 	act->flush = flush_rq;
 }
 
+/* Carry out what the sequencing decided, fq->lock no longer held. */
 static void run_actions(struct rq_queue *q, struct flush_actions *act)
 {
-	if (q->sq) {
-		/* single queue: through the dispatch queue, under the queue lock */
-		while (!rq_list_empty(&act->issue)) {
-			struct rq_request *rq = rq_list_first_rq(&act->issue);
+	const struct rq_fe_ops *fe = q->fe;
 
-			rq_list_del_init(&rq->queuelist);
-			sq_flush_queue_rq(rq, true);
-		}
-		if (act->flush) {
-			stat_inc(q, ST_FLUSHES);
-			sq_flush_queue_rq(act->flush, false);
-		}
-		while (!rq_list_empty(&act->done)) {
-			struct rq_request *rq = rq_list_first_rq(&act->done);
-
-			rq_list_del_init(&rq->queuelist);
-			sq_flush_seq_done(rq, rq->complete_status);
-		}
-		return;
-	}
-	/* once parked a request may complete at once: remember its hctx first */
 	while (!rq_list_empty(&act->issue)) {
 		struct rq_request *rq = rq_list_first_rq(&act->issue);
-		struct rq_hw_ctx *hctx = rq->hctx;
-		struct rq_list_node one;
 
 		rq_list_del_init(&rq->queuelist);
-		rq_list_init(&one);
-		rq_list_add_tail(&rq->queuelist, &one);
-		hctx_park(hctx, &one, false);
-		run_hw_queue(hctx);
+		fe->flush_issue(rq, false);
 	}
 	if (act->flush) {
-		struct rq_request *rq = act->flush;
-		struct rq_hw_ctx *hctx = rq->hctx;
-		struct rq_list_node one;
-
 		stat_inc(q, ST_FLUSHES);
-		rq_list_init(&one);
-		rq_list_add_tail(&rq->queuelist, &one);
-		hctx_park(hctx, &one, true);
-		run_hw_queue(hctx);
+		fe->flush_issue(act->flush, true);
 	}
 	while (!rq_list_empty(&act->done)) {
 		struct rq_request *rq = rq_list_first_rq(&act->done);
 
 		rq_list_del_init(&rq->queuelist);
-		rq->end_io = NULL;
-		rq->rq_flags &= ~RQ_RQF_FLUSH_SEQ;
-		mq_fail_request(rq, rq->complete_status);
+		fe->flush_seq_done(rq, rq->complete_status);
 	}
 }
 
@@ -180,18 +146,12 @@ static void flush_end_io(struct rq_request *flush_rq, rq_status_t status)
 {
 	struct rq_queue *q = flush_rq->q;
 	struct rq_flush_queue *fq = &q->fq;
-	struct rq_hw_ctx *hctx = flush_rq->hctx;
 	struct flush_actions act;
 	struct rq_list_node *running;
 
 	actions_init(&act);
 	rq_spin_lock(&fq->lock);
-	if (!q->sq && flush_rq->tag >= 0) {
-		if (fq->orig_rq && fq->orig_rq->tag == flush_rq->tag)
-			__atomic_store_n(&hctx->tags->rqs[flush_rq->tag], fq->orig_rq, __ATOMIC_RELEASE);
-		else
-			driver_tag_put(hctx, (unsigned)flush_rq->tag, cur_cpu());
-	}
+	q->fe->flush_step_end(flush_rq);
 	flush_rq->tag = -1;
 	__atomic_store_n(&flush_rq->state, RQ_STATE_IDLE, __ATOMIC_RELAXED);
 	fq->orig_rq = NULL;
@@ -214,10 +174,7 @@ static void flush_data_end_io(struct rq_request *rq, rq_status_t status)
 	struct rq_flush_queue *fq = &q->fq;
 	struct flush_actions act;
 
-	if (rq->tag >= 0 && (rq->rq_flags & RQ_RQF_SCHED_TAGS)) {
-		driver_tag_put(rq->hctx, (unsigned)rq->tag, cur_cpu());
-		rq->tag = -1;
-	}
+	q->fe->flush_step_end(rq);
 	__atomic_store_n(&rq->state, RQ_STATE_IDLE, __ATOMIC_RELEASE);
 	actions_init(&act);
 	rq_spin_lock(&fq->lock);
@@ -225,12 +182,6 @@ static void flush_data_end_io(struct rq_request *rq, rq_status_t status)
 	kick_flush(q, fq, &act);
 	rq_spin_unlock(&fq->lock);
 	run_actions(q, &act);
-}
-
-bool flush_needs_sequencing(const struct rq_queue *q, const struct rq_bio *bio)
-{
-	return (q->limits.features & RQ_FEAT_WRITE_CACHE) &&
-	       ((bio->opf & (RQ_BIO_PREFLUSH | RQ_BIO_FUA)) || bio->op == RQ_OP_FLUSH);
 }
 
 /*
@@ -259,7 +210,7 @@ bool flush_insert(struct rq_request *rq)
 		rq->opf &= ~RQ_BIO_FUA;
 
 	if (!policy) {
-		mq_fail_request(rq, RQ_STS_OK);
+		request_fail(rq, RQ_STS_OK);
 		return true;
 	}
 	if (policy == FSEQ_DATA)
@@ -297,7 +248,7 @@ void flush_fail_pending(struct rq_queue *q)
 	run_actions(q, &act);
 }
 
-int flush_queue_init(struct rq_queue *q)
+int flush_queue_init(struct rq_queue *q, struct rq_hw_ctx *hctx)
 {
 	struct rq_flush_queue *fq = &q->fq;
 
@@ -306,7 +257,7 @@ int flush_queue_init(struct rq_queue *q)
 	rq_list_init(&fq->pending[1]);
 	fq->pending_idx = 0;
 	fq->flush_in_flight = false;
-	fq->flush_rq = mq_alloc_internal_request(q, q->sq ? NULL : q->hctxs[0]);
+	fq->flush_rq = queue_alloc_internal_request(q, hctx);
 	if (!fq->flush_rq)
 		return -ENOMEM;
 	fq->flush_rq->rq_flags = RQ_RQF_FLUSH_INTERNAL;

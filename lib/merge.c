@@ -17,7 +17,7 @@
 #include <errno.h>
 #include <stdlib.h>
 
-#include "internal/core.h"
+#include "internal/queue.h"
 #include "internal/elevator.h"
 #include "internal/ioc.h"
 
@@ -155,18 +155,23 @@ static inline unsigned hash_bucket(uint64_t sector)
 /* A scheduler instance with @nr_merge (at least one) zeroed merge states. */
 struct rq_elevator_queue *elv_queue_alloc(unsigned nr_merge)
 {
+	struct rq_elevator_queue *eq;
+
 	if (!nr_merge)
 		nr_merge = 1;
-	return calloc(1, sizeof(struct rq_elevator_queue) +
-			 nr_merge * sizeof(struct elv_merge_state));
+	eq = calloc(1, sizeof(*eq) + nr_merge * sizeof(struct elv_merge_state));
+	if (eq)
+		eq->nr_merge = nr_merge;
+	return eq;
 }
 
-/* The merge state of @hctx's requests (the one state on the sq front end). */
+/* The merge state of @hctx's requests (the one state without hw queues). */
 static inline struct elv_merge_state *ems_of_hctx(struct rq_queue *q,
 						  const struct rq_hw_ctx *hctx)
 {
-	/* merge[] has one entry per hw queue (elv_queue_alloc), one on sq */
-	return &q->elevator->merge[q->sq || !hctx ? 0 : hctx->queue_num];
+	struct rq_elevator_queue *eq = q->elevator;
+
+	return &eq->merge[hctx && eq->nr_merge > 1 ? hctx->queue_num : 0];
 }
 
 static inline struct elv_merge_state *ems_of_rq(struct rq_queue *q, const struct rq_request *rq)
@@ -174,10 +179,21 @@ static inline struct elv_merge_state *ems_of_rq(struct rq_queue *q, const struct
 	return ems_of_hctx(q, rq->hctx);
 }
 
-/* Where a bio submitted now would be queued: its hw queue's state. */
+/*
+ * Where a bio submitted now would be queued: its hw queue's state.  Inside
+ * a submission of @q, the submission's software queue says (as
+ * rq_bio_map_hctx() does); else the front end's hook maps it.
+ */
 static inline struct elv_merge_state *ems_of_bio(struct rq_queue *q, const struct rq_bio *bio)
 {
-	return ems_of_hctx(q, q->sq ? NULL : rq_bio_map_hctx(q, bio, NULL));
+	struct rq_elevator_queue *eq = q->elevator;
+	struct rq_sw_ctx *ctx = tls_submit_ctx;
+
+	if (eq->nr_merge == 1)
+		return &eq->merge[0];
+	if (likely(ctx && ctx->q == q && !(bio->opf & RQ_BIO_POLLED)))
+		return ems_of_hctx(q, ctx->hctx);
+	return ems_of_hctx(q, q->fe->bio_hctx(q, bio));
 }
 
 RQ_EXPORT void rq_elv_rqhash_del(struct rq_queue *q, struct rq_request *rq)
@@ -249,54 +265,42 @@ static struct rq_request *elv_hash_find(struct elv_merge_state *ems, uint64_t se
 /* ------------------------------------------- the scheduler, either front end */
 
 /*
- * The core calls a scheduler through these, so one merge implementation
- * serves both front ends: multi-queue schedulers through rq_elevator_ops,
- * single-queue ones through rq_elevator_sq_ops (lib/sq.c keeps the copy).
+ * The core asks the scheduler through the hooks its front end set when it
+ * attached it (struct elv_merge_hooks), so one merge implementation serves
+ * both front ends.
  */
 static struct rq_request *elv_latter(struct rq_queue *q, struct rq_request *rq)
 {
-	if (q->sq) {
-		const struct rq_elevator_sq_ops *o = sq_eops(q);
+	const struct elv_merge_hooks *h = &q->elevator->hooks;
 
-		return o->latter ? o->latter(q, rq) : NULL;
-	}
-	return q->elevator->type->ops.next_request ?
-		       q->elevator->type->ops.next_request(q, rq) : NULL;
+	return h->latter ? h->latter(q, rq) : NULL;
 }
 
 static struct rq_request *elv_former(struct rq_queue *q, struct rq_request *rq)
 {
-	if (q->sq) {
-		const struct rq_elevator_sq_ops *o = sq_eops(q);
+	const struct elv_merge_hooks *h = &q->elevator->hooks;
 
-		return o->former ? o->former(q, rq) : NULL;
-	}
-	return q->elevator->type->ops.former_request ?
-		       q->elevator->type->ops.former_request(q, rq) : NULL;
+	return h->former ? h->former(q, rq) : NULL;
 }
 
 static bool sched_allows(struct rq_queue *q, struct rq_request *rq, struct rq_bio *bio)
 {
-	if (q->sq) {
-		const struct rq_elevator_sq_ops *o = sq_eops(q);
+	const struct elv_merge_hooks *h = &q->elevator->hooks;
 
-		return !o->allow_merge || o->allow_merge(q, rq, bio);
-	}
-	return !q->elevator->type->ops.allow_merge || q->elevator->type->ops.allow_merge(q, rq, bio);
+	return !h->allow_bio || h->allow_bio(q, rq, bio);
 }
 
 /*
- * May queued @next join @rq?  Single queue: allow_rq_merge.  Multi-queue:
- * allow_merge asked about @next's first bio (so a scheduler that keeps
- * contexts apart, as bfq does, keeps them apart here too).
+ * May queued @next join @rq?  The allow_rq hook (single queue:
+ * allow_rq_merge), else allow_bio asked about @next's first bio (so a
+ * scheduler that keeps contexts apart, as bfq does, keeps them apart here).
  */
 static bool sched_allows_rq(struct rq_queue *q, struct rq_request *rq, struct rq_request *next)
 {
-	if (q->sq) {
-		const struct rq_elevator_sq_ops *o = sq_eops(q);
+	const struct elv_merge_hooks *h = &q->elevator->hooks;
 
-		return !o->allow_rq_merge || o->allow_rq_merge(q, rq, next);
-	}
+	if (h->allow_rq)
+		return h->allow_rq(q, rq, next);
 	return !next->bio || sched_allows(q, rq, next->bio);
 }
 
@@ -304,38 +308,26 @@ static bool sched_allows_rq(struct rq_queue *q, struct rq_request *rq, struct rq
 static enum rq_elv_merge elv_front_lookup(struct rq_queue *q, struct rq_request **rq,
 					  struct rq_bio *bio)
 {
-	if (q->sq) {
-		const struct rq_elevator_sq_ops *o = sq_eops(q);
+	const struct elv_merge_hooks *h = &q->elevator->hooks;
 
-		return o->merge ? (enum rq_elv_merge)o->merge(q, rq, bio) : RQ_ELV_NO_MERGE;
-	}
-	return q->elevator->type->ops.request_merge ?
-		       (enum rq_elv_merge)q->elevator->type->ops.request_merge(q, rq, bio) :
-		       RQ_ELV_NO_MERGE;
+	return h->front_lookup ? (enum rq_elv_merge)h->front_lookup(q, rq, bio) : RQ_ELV_NO_MERGE;
 }
 
 /* @next joined @rq: the scheduler forgets @next. */
 static void elv_requests_merged(struct rq_queue *q, struct rq_request *rq, struct rq_request *next)
 {
-	if (q->sq) {
-		sq_requests_merged(q, rq, next);
-		return;
-	}
-	if (q->elevator->type->ops.requests_merged)
-		q->elevator->type->ops.requests_merged(q, rq, next);
+	const struct elv_merge_hooks *h = &q->elevator->hooks;
+
+	if (h->requests_merged)
+		h->requests_merged(q, rq, next);
 }
 
 static void elv_request_grew(struct rq_queue *q, struct rq_request *rq, enum rq_elv_merge type)
 {
-	if (q->sq) {
-		const struct rq_elevator_sq_ops *o = sq_eops(q);
+	const struct elv_merge_hooks *h = &q->elevator->hooks;
 
-		if (o->merged)
-			o->merged(q, rq, type);
-		return;
-	}
-	if (q->elevator->type->ops.request_merged)
-		q->elevator->type->ops.request_merged(q, rq, type);
+	if (h->request_grew)
+		h->request_grew(q, rq, type);
 }
 
 /* ------------------------------------------------- request-request merges */

@@ -1,15 +1,18 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
- * The multi-queue front end: tag sets, queues, submission, plugging,
- * dispatch and completion.
+ * The multi-queue front end (the kernel's blk-mq.c): tag sets, hardware
+ * and software contexts, request and driver-tag allocation, dispatch,
+ * completion and completion batches, requeue, the multi-queue part of the
+ * service pass (delayed runs, the timeout scan), and teardown.
  *
- * The path of a bio: rq_submit_bio() checks it, enters the queue (a per-CPU
- * usage count that freezing drains), splits it to the limits, tries a plug
+ * The core hands it each piece of a bio (mq_submit()): it tries a plug
  * merge and a scheduler (or software queue) merge, takes a tag and the
- * preallocated request behind it, then either queues it on the thread's plug,
- * inserts it into the scheduler, or issues it directly.  Dispatch of one hctx
- * is owned by one thread at a time (run_state); others that want it run
- * leave a note (RUN_AGAIN) that the owner honours before it lets go.
+ * preallocated request behind it, then either queues it on the thread's
+ * plug, inserts it into the scheduler, or issues it directly.  Dispatch of
+ * one hctx is owned by one thread at a time (run_state); others that want
+ * it run leave a note (RUN_AGAIN) that the owner honours before it lets go.
+ * The layers below reach it only through mq_fe_ops; it never calls the
+ * single-queue front end.
  *
  * What may run at the same time: see the tables in include/librequest/mq.h
  * and queue.h.  Dispatch runs inside a liburcu-bp read-side section, so
@@ -31,11 +34,10 @@
 #include <numa.h>
 #endif
 
-#include "internal/core.h"
+#include "internal/queue.h"
+#include "internal/mq.h"
 #include "internal/elevator.h"
 #include "internal/ioc.h"
-
-static __thread struct rq_plug *tls_plug __attribute__((tls_model("initial-exec")));
 
 /*
  * Dispatch read-side sections.  liburcu-bp orders them against
@@ -80,55 +82,8 @@ static void dispatch_synchronize(struct rq_queue *q)
 }
 #endif
 
-struct rq_mailbox;
-static struct rq_mailbox *mbox_self(void);
-
-/*
- * Time for request bookkeeping, cached while the thread holds a plug (the
- * kernel's plug->cur_ktime): one clock read serves every request made,
- * issued or completed inline during the plug; a flush starts a new reading.
- * Timestamps thus lag by at most the time a plug lives.  Never set without
- * a plug (it is cleared whenever tls_plug is), so a reading found here is
- * the plug's.
- */
-static __thread uint64_t tls_plug_now __attribute__((tls_model("initial-exec")));
-
-/*
- * The software queue the bio being submitted on this thread uses, NULL
- * outside rq_submit_bio(): while a submission runs, the hw queue
- * rq_bio_map_hctx() names is the one its request would be made on, even if
- * the thread has moved since, so a scheduler locking that hw queue and the
- * core's merge lookups agree.
- */
-static __thread struct rq_sw_ctx *tls_submit_ctx __attribute__((tls_model("initial-exec")));
-
-static inline uint64_t core_clock_ns(void)
-{
-	uint64_t t = tls_plug_now;
-
-	if (t)
-		return t;
-	t = rq_clock_ns();
-	if (tls_plug)
-		tls_plug_now = t;
-	return t;
-}
-
-/* ------------------------------------------------------------- helpers */
-
-unsigned cur_cpu(void)
-{
-	int c = sched_getcpu();
-
-	return c < 0 ? 0 : (unsigned)c;
-}
-
-struct rq_sw_ctx *queue_ctx(struct rq_queue *q, unsigned cpu)
-{
-	if (unlikely(cpu >= q->nr_cpus))
-		cpu %= q->nr_cpus;
-	return &q->ctxs[cpu];
-}
+static const struct rq_fe_ops mq_fe_ops;
+static void run_hw_queue(struct rq_hw_ctx *hctx);
 
 /* Count for the queue of @ctx (exact per-thread counters, lib/stats.c). */
 static inline void ctx_stat_add(struct rq_sw_ctx *ctx, unsigned idx, uint64_t n)
@@ -136,168 +91,9 @@ static inline void ctx_stat_add(struct rq_sw_ctx *ctx, unsigned idx, uint64_t n)
 	stat_add(ctx->q, idx, n);
 }
 
-uint64_t queue_timeout_ns(const struct rq_queue *q)
-{
-	return (uint64_t)READ_ONCE(q->io_timeout_ms) * 1000000ull;
-}
-
-static inline bool queue_quiesced(struct rq_queue *q)
-{
-	return atomic_load_explicit(&q->quiesce_depth, memory_order_acquire) != 0;
-}
-
 static inline bool hctx_stopped(struct rq_hw_ctx *hctx)
 {
 	return atomic_load_explicit(&hctx->state, memory_order_acquire) & HCTX_STOPPED;
-}
-
-/* ------------------------------------------------------- usage / freeze */
-
-/*
- * Drop a usage reference.  The drop is the last access to @q: a destroyer
- * may free the queue as soon as the count reaches zero.  While a freeze is
- * on, the drop happens under freeze_lock so the freezer wakes at once
- * (freezers also re-check every few milliseconds, so a freeze that starts
- * just after the check costs a little latency, never a hang).
- */
-static void queue_exit_ctx_n(struct rq_queue *q, struct rq_sw_ctx *ctx, long n)
-{
-	if (likely(!atomic_load_explicit(&q->freeze_depth, memory_order_seq_cst))) {
-		atomic_fetch_sub_explicit(&ctx->usage, n, memory_order_seq_cst);
-		return;
-	}
-	pthread_mutex_lock(&q->freeze_lock);
-	atomic_fetch_sub_explicit(&ctx->usage, n, memory_order_seq_cst);
-	pthread_cond_broadcast(&q->freeze_cond);
-	pthread_mutex_unlock(&q->freeze_lock);
-}
-
-static inline void queue_exit_ctx(struct rq_queue *q, struct rq_sw_ctx *ctx)
-{
-	queue_exit_ctx_n(q, ctx, 1);
-}
-
-void queue_exit(struct rq_queue *q)
-{
-	queue_exit_ctx(q, queue_ctx(q, cur_cpu()));
-}
-
-/*
- * Take a usage reference unless the queue is frozen (wait, or fail with
- * nowait) or dying.  Pairs with queue_exit().  Returns 0, -EAGAIN, -ENODEV.
- */
-static int queue_enter(struct rq_queue *q, struct rq_sw_ctx *ctx, bool nowait)
-{
-	for (;;) {
-		atomic_fetch_add_explicit(&ctx->usage, 1, memory_order_seq_cst);
-		if (likely(!atomic_load_explicit(&q->freeze_depth, memory_order_seq_cst)))
-			return 0;
-		queue_exit_ctx(q, ctx);
-		if (atomic_load(&q->dying))
-			return -ENODEV;
-		if (nowait)
-			return -EAGAIN;
-		/* our plugged requests hold usage too: let them go before sleeping */
-		rq_flush_plug();
-		pthread_mutex_lock(&q->freeze_lock);
-		atomic_fetch_add(&q->freeze_waiters, 1);
-		while (atomic_load(&q->freeze_depth) && !atomic_load(&q->dying))
-			pthread_cond_wait(&q->unfreeze_cond, &q->freeze_lock);
-		atomic_fetch_sub(&q->freeze_waiters, 1);
-		pthread_mutex_unlock(&q->freeze_lock);
-	}
-}
-
-static long queue_usage(struct rq_queue *q)
-{
-	long sum = 0;
-
-	for (unsigned i = 0; i < q->nr_cpus; i++)
-		sum += atomic_load_explicit(&q->ctxs[i].usage, memory_order_seq_cst);
-	return sum;
-}
-
-static void timespec_in_ms(struct timespec *ts, unsigned ms)
-{
-	clock_gettime(CLOCK_REALTIME, ts);
-	ts->tv_nsec += (long)ms * 1000000L;
-	while (ts->tv_nsec >= 1000000000L) {
-		ts->tv_sec++;
-		ts->tv_nsec -= 1000000000L;
-	}
-}
-
-/* Wait until no request holds a usage reference. */
-static void queue_drain(struct rq_queue *q)
-{
-	struct timespec ts;
-
-	for (;;) {
-		rq_mq_run_hw_queues(q, false);
-		pthread_mutex_lock(&q->freeze_lock);
-		if (queue_usage(q) == 0) {
-			pthread_mutex_unlock(&q->freeze_lock);
-			return;
-		}
-		timespec_in_ms(&ts, 2);
-		pthread_cond_timedwait(&q->freeze_cond, &q->freeze_lock, &ts);
-		pthread_mutex_unlock(&q->freeze_lock);
-	}
-}
-
-RQ_EXPORT void rq_queue_freeze(struct rq_queue *q)
-{
-	/* our own plugged requests and cached tags hold usage: let them go */
-	rq_flush_plug();
-	pthread_mutex_lock(&q->freeze_lock);
-	atomic_fetch_add_explicit(&q->freeze_depth, 1, memory_order_seq_cst);
-	pthread_mutex_unlock(&q->freeze_lock);
-	queue_drain(q);
-}
-
-RQ_EXPORT bool rq_queue_frozen(const struct rq_queue *q)
-{
-	return atomic_load_explicit(&q->freeze_depth, memory_order_relaxed) > 0;
-}
-
-RQ_EXPORT void rq_queue_unfreeze(struct rq_queue *q)
-{
-	pthread_mutex_lock(&q->freeze_lock);
-	if (atomic_load(&q->freeze_depth) > 0 &&
-	    atomic_fetch_sub_explicit(&q->freeze_depth, 1, memory_order_seq_cst) == 1)
-		pthread_cond_broadcast(&q->unfreeze_cond);
-	pthread_mutex_unlock(&q->freeze_lock);
-}
-
-RQ_EXPORT void rq_queue_quiesce(struct rq_queue *q)
-{
-	atomic_fetch_add_explicit(&q->quiesce_depth, 1, memory_order_seq_cst);
-	if (q->sq) {
-		/* request_fn runs under the queue lock and checks the count */
-		rq_sq_lock(q);
-		rq_sq_unlock(q);
-		return;
-	}
-	dispatch_synchronize(q);
-}
-
-RQ_EXPORT void rq_queue_unquiesce(struct rq_queue *q)
-{
-	if (atomic_load(&q->quiesce_depth) > 0 &&
-	    atomic_fetch_sub_explicit(&q->quiesce_depth, 1, memory_order_seq_cst) == 1)
-		rq_mq_run_hw_queues(q, false);
-}
-
-void mq_freeze_and_quiesce(struct rq_queue *q)
-{
-	rq_queue_freeze(q);
-	rq_queue_quiesce(q);
-}
-
-void mq_unquiesce_and_unfreeze(struct rq_queue *q)
-{
-	rq_queue_unquiesce(q);
-	rq_queue_unfreeze(q);
 }
 
 /* ------------------------------------------------------- tags, requests */
@@ -370,7 +166,7 @@ static bool hctx_may_queue(struct rq_hw_ctx *hctx)
 }
 
 /* Service thread: a shared hw queue holding no driver tag is idle again. */
-void hctx_tag_idle_check(struct rq_hw_ctx *hctx)
+static void hctx_tag_idle_check(struct rq_hw_ctx *hctx)
 {
 	if (atomic_load(&hctx->tag_active) && !atomic_load(&hctx->nr_active) &&
 	    atomic_exchange(&hctx->tag_active, false))
@@ -393,7 +189,7 @@ static int driver_tag_get(struct rq_hw_ctx *hctx, unsigned cpu)
 }
 
 /* Give driver tag @tag of @hctx back; wakes fair-share waiters. */
-void driver_tag_put(struct rq_hw_ctx *hctx, unsigned tag, unsigned cpu)
+static void driver_tag_put(struct rq_hw_ctx *hctx, unsigned tag, unsigned cpu)
 {
 	rq_tags_put(hctx->tags, tag, cpu);
 	if (unlikely(tags_shared(hctx->q))) {
@@ -439,107 +235,6 @@ static int driver_tag_get_wait(struct rq_queue *q, struct rq_hw_ctx *hctx, unsig
 }
 
 /*
- * Batched tag allocation: a plug takes up to PLUG_TAG_BATCH tags of one hw
- * queue with a single compare-and-swap (sbq_get_batch) and hands them out
- * as its requests are made; what is left goes back in one batch when the
- * plug flushes or finishes (the kernel's plug->cached_rqs).  Driver tags
- * without a scheduler, scheduler tags with one; not for shared tag sets
- * (fair sharing counts driver tags one by one) nor for depth-limited
- * allocations (limit_depth).
- *
- * Scheduler tags die with their scheduler, so while a plug holds any it
- * also holds one usage reference of their queue (plug->cache_q): a freeze,
- * and with it a scheduler switch or nr_requests change, waits until the
- * plug gives them back.  A plug never takes scheduler tags ahead once a
- * freeze has begun.  Driver tags live as long as the tag set.
- */
-#define PLUG_TAG_BATCH 8
-
-static void plug_return_tags(struct rq_plug *plug, unsigned cpu)
-{
-	struct rq_tags *tags = plug->tag_cache;
-
-	if (!plug->cached_tags)
-		return;
-	sbq_put_mask(&tags->bitmap, plug->cached_tags, plug->cached_off, cpu);
-	plug->cached_tags = 0;
-	if (plug->cache_q) {
-		/* any CPU's usage slot will do: the freezer sums them */
-		queue_exit_ctx(plug->cache_q, queue_ctx(plug->cache_q, cpu));
-		plug->cache_q = NULL;
-	}
-}
-
-/*
- * A tag from the plug's batch, refilled from @tags (the scheduler tags of
- * @q when @sched_q is set, else driver tags); -1 if none.  @ctx is the
- * submission's software queue (of @sched_q, when set): its CPU hints the
- * bitmap and its usage slot counts the plug's reference.  With @shallow
- * (a scheduler's limit_depth: bits per word the request may use; 0: all)
- * only such a bit is handed out, and a refill takes only such bits; a
- * cached bit above the limit (taken for a request without one) is left
- * for the next request that may have it.
- */
-static int plug_cached_tag(struct rq_plug *plug, struct rq_tags *tags, struct rq_queue *sched_q,
-			   struct rq_sw_ctx *ctx, unsigned shallow)
-{
-	unsigned bit;
-
-	if (unlikely(plug->tag_cache != tags)) {
-		plug_return_tags(plug, ctx->cpu);
-		plug->tag_cache = tags;
-	}
-	if (!plug->cached_tags) {
-		if (sched_q && atomic_load_explicit(&sched_q->freeze_depth, memory_order_relaxed))
-			return -1;
-		plug->cached_tags = sbq_get_batch_shallow(&tags->bitmap, ctx->cpu, PLUG_TAG_BATCH,
-							  shallow, &plug->cached_off);
-		if (!plug->cached_tags)
-			return -1;
-		if (sched_q) {
-			atomic_fetch_add_explicit(&ctx->usage, 1, memory_order_seq_cst);
-			plug->cache_q = sched_q;
-		}
-	}
-	bit = (unsigned)__builtin_ctzl(plug->cached_tags);
-	if (unlikely(shallow) && bit >= shallow)
-		return -1; /* the lowest is the one that would go: above the limit */
-	plug->cached_tags &= plug->cached_tags - 1;
-	if (!plug->cached_tags && plug->cache_q) {
-		/* the request being made holds the queue from here */
-		queue_exit_ctx(plug->cache_q, queue_ctx(plug->cache_q, ctx->cpu));
-		plug->cache_q = NULL;
-	}
-	return (int)(tags->nr_reserved + plug->cached_off + bit);
-}
-
-/* Reset the core's fields of a request about to be used (both front ends). */
-void rq_init_common(struct rq_request *rq, struct rq_queue *q, struct rq_hw_ctx *hctx,
-			   struct rq_sw_ctx *ctx)
-{
-	/* the timeout scan reads these without a lock */
-	__atomic_store_n(&rq->q, q, __ATOMIC_RELAXED);
-	__atomic_store_n(&rq->hctx, hctx, __ATOMIC_RELAXED);
-	rq->ctx = ctx;
-	rq->cpu = (int32_t)ctx->cpu;
-	rq->rq_flags = 0;
-	__atomic_store_n(&rq->state, RQ_STATE_IDLE, __ATOMIC_RELAXED);
-	rq->core_busy = 0;
-	rq->deadline_ns = 0;
-	rq->fifo_time = 0;
-	rq->rq_next = NULL;
-	rq->end_io = NULL;
-	rq->end_io_data = NULL;
-	rq->elv_priv[0] = rq->elv_priv[1] = NULL;
-	rq->hash.next = NULL;
-	rq->hash.pprev = NULL;
-	rq_rb_clear_node(&rq->rb_node);
-	rq_list_init(&rq->queuelist);
-	rq->flush.seq = 0;
-	rq->io_start_time_ns = 0;
-}
-
-/*
  * Allocate a request for @bio on @ctx: a scheduler tag with a scheduler,
  * else a driver tag.  Returns NULL when no tag could be had (nowait, dying).
  */
@@ -565,8 +260,8 @@ static struct rq_request *mq_get_request(struct rq_queue *q, struct rq_sw_ctx *c
 			shallow = data.shallow_depth;
 		}
 		tag = -1;
-		if (tls_plug)
-			tag = plug_cached_tag(tls_plug, hctx->sched_tags, q, ctx, shallow);
+		if (plug_current())
+			tag = plug_cached_tag(plug_current(), hctx->sched_tags, q, ctx, shallow);
 		if (tag < 0)
 			tag = get_tag(q, hctx->sched_tags, ctx->cpu, shallow, nowait);
 		if (tag < 0)
@@ -579,8 +274,8 @@ static struct rq_request *mq_get_request(struct rq_queue *q, struct rq_sw_ctx *c
 		rq->start_time_ns = core_clock_ns();
 	} else {
 		tag = -1;
-		if (tls_plug && !tags_shared(q))
-			tag = plug_cached_tag(tls_plug, hctx->tags, NULL, ctx, 0);
+		if (plug_current() && !tags_shared(q))
+			tag = plug_cached_tag(plug_current(), hctx->tags, NULL, ctx, 0);
 		if (tag < 0)
 			tag = driver_tag_get_wait(q, hctx, ctx->cpu, nowait);
 		if (tag < 0)
@@ -625,21 +320,8 @@ static struct rq_request *mq_get_request(struct rq_queue *q, struct rq_sw_ctx *c
 	return rq;
 }
 
-/*
- * An internal request (the flush machinery's) on @hctx, with no tag of its
- * own: it borrows one or takes a driver tag at dispatch.
- */
-struct rq_request *mq_alloc_internal_request(struct rq_queue *q, struct rq_hw_ctx *hctx)
-{
-	struct rq_request *rq = rq_alloc_node(q->rq_size, hctx ? hctx->numa_node : -1);
-
-	if (rq)
-		rq_init_common(rq, q, hctx, queue_ctx(q, 0));
-	return rq;
-}
-
 /* Take a driver tag for a request made with a scheduler tag. */
-bool mq_get_driver_tag(struct rq_request *rq)
+static bool mq_get_driver_tag(struct rq_request *rq)
 {
 	struct rq_hw_ctx *hctx = rq->hctx;
 	int tag;
@@ -805,9 +487,6 @@ static struct rq_sw_ctx *mq_release_request(struct rq_request *rq)
 {
 	struct rq_queue *q = rq->q;
 
-	if (q->sq)
-		return sq_release_request(rq);
-
 	if (rq->rq_flags & RQ_RQF_ELVPRIV) {
 		struct rq_elevator_queue *eq = q->elevator;
 
@@ -847,7 +526,7 @@ static struct rq_sw_ctx *mq_release_tags(struct rq_request *rq)
  * it here: tags back, a waiting hctx re-run, the usage reference dropped.
  * Context: the service pass that set core_busy.
  */
-void mq_timeout_hold_end(struct rq_request *rq)
+static void mq_timeout_hold_end(struct rq_request *rq)
 {
 	uint8_t busy = 1;
 	struct rq_hw_ctx *hctx = rq->hctx;
@@ -865,7 +544,7 @@ void mq_timeout_hold_end(struct rq_request *rq)
 }
 
 /* Free a request that is not with the driver, dropping its usage reference. */
-void mq_free_request(struct rq_request *rq)
+static void mq_free_request(struct rq_request *rq)
 {
 	struct rq_queue *q = rq->q;
 	struct rq_sw_ctx *ctx = mq_release_request(rq);
@@ -877,22 +556,6 @@ void mq_free_request(struct rq_request *rq)
 RQ_EXPORT void rq_sched_free_request(struct rq_request *rq)
 {
 	mq_free_request(rq);
-}
-
-/* End every remaining bio of @rq with @status. */
-static void end_bios(struct rq_request *rq, rq_status_t status)
-{
-	struct rq_bio *bio = rq->bio;
-
-	rq->bio = rq->biotail = NULL;
-	rq->bytes = 0;
-	while (bio) {
-		struct rq_bio *next = bio->next;
-
-		bio->next = NULL;
-		bio_end_with(bio, status);
-		bio = next;
-	}
 }
 
 /* The request left the driver: in-flight count, budget, restart. */
@@ -908,16 +571,6 @@ static void hctx_restart(struct rq_hw_ctx *hctx)
 		atomic_fetch_and(&hctx->state, ~HCTX_RESTART);
 		run_hw_queue(hctx);
 	}
-}
-
-/* End a request that is not with the driver (teardown, flush DONE, errors). */
-void mq_fail_request(struct rq_request *rq, rq_status_t status)
-{
-	if (status != RQ_STS_OK)
-		ctx_stat_add(rq->ctx, ST_ERRORS, 1);
-	ctx_stat_add(rq->ctx, ST_COMPLETED, 1);
-	end_bios(rq, status);
-	mq_free_request(rq);
 }
 
 /* Common end of an in-flight request whose state we just moved to COMPLETE. */
@@ -943,17 +596,12 @@ static void mq_end_request_inflight(struct rq_request *rq, rq_status_t status)
 	if (q->elevator && q->elevator->type->ops.completed_request &&
 	    (rq->rq_flags & RQ_RQF_ELVPRIV))
 		q->elevator->type->ops.completed_request(rq, core_clock_ns());
-	end_bios(rq, status);
+	request_end_bios(rq, status);
 	hctx_request_left_driver(hctx);
 	ctx = mq_release_request(rq);
 	hctx_restart(hctx);
 	if (ctx)
 		queue_exit_ctx(q, ctx);
-}
-
-void mq_end_request_locked(struct rq_request *rq, rq_status_t status)
-{
-	mq_end_request_inflight(rq, status);
 }
 
 RQ_EXPORT void rq_mq_end_request(struct rq_request *rq, rq_status_t status)
@@ -968,35 +616,6 @@ RQ_EXPORT void rq_mq_end_request(struct rq_request *rq, rq_status_t status)
 			return; /* not in flight: never complete twice */
 	}
 	mq_end_request_inflight(rq, status);
-}
-
-/*
- * Complete @bytes of @rq from its start (partial completion, both front
- * ends): bios wholly done leave the request and go to @end_bio.  Return:
- * true while bytes remain.
- */
-bool request_advance(struct rq_request *rq, rq_status_t status, unsigned bytes,
-		     void (*end_bio)(struct rq_queue *q, struct rq_bio *bio, rq_status_t status))
-{
-	while (bytes && rq->bio) {
-		struct rq_bio *bio = rq->bio;
-		unsigned n = bytes < bio->iter.size ? bytes : bio->iter.size;
-
-		if (status != RQ_STS_OK && bio->status == RQ_STS_OK)
-			bio->status = status;
-		bio_advance(bio, n);
-		rq->bytes -= n;
-		rq->sector += n >> RQ_SECTOR_SHIFT;
-		bytes -= n;
-		if (!bio->iter.size) {
-			rq->bio = bio->next;
-			if (!rq->bio)
-				rq->biotail = NULL;
-			bio->next = NULL;
-			end_bio(rq->q, bio, status);
-		}
-	}
-	return rq->bytes > 0;
 }
 
 static void end_bio_now(struct rq_queue *q, struct rq_bio *bio, rq_status_t status)
@@ -1028,153 +647,16 @@ static void complete_here(struct rq_request *rq)
 		rq_mq_end_request(rq, rq->complete_status);
 }
 
-/*
- * Completion mailboxes (rq_affinity 2): a request completed by another
- * thread is pushed on its submitter's lock-free stack and completed by the
- * submitter at its next entry into the library (or rq_process_completions),
- * or by the service thread if the submitter does not come within a
- * millisecond, so nothing waits forever on an idle submitter.
- */
-struct rq_mailbox {
-	_Atomic(struct rq_request *) head;
-	uint64_t pushed_ns;
-	struct rq_mailbox *next;  /* registry, under mbox_lock */
-	bool dead;                /* owner thread exited */
-};
-
-static pthread_mutex_t mbox_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct rq_mailbox *mbox_list;
-static _Atomic int mbox_pending; /* mailboxes that may hold requests */
-static __thread struct rq_mailbox *tls_mbox __attribute__((tls_model("initial-exec")));
-static pthread_key_t mbox_key;
-static pthread_once_t mbox_once = PTHREAD_ONCE_INIT;
-
-static void mbox_drain(struct rq_mailbox *mb)
-{
-	struct rq_request *rq = atomic_exchange_explicit(&mb->head, NULL, memory_order_acquire);
-
-	while (rq) {
-		struct rq_request *next = rq->rq_next;
-
-		rq->rq_next = NULL;
-		complete_here(rq);
-		rq = next;
-	}
-}
-
-static void mbox_thread_exit(void *arg)
-{
-	struct rq_mailbox *mb = arg;
-
-	mbox_drain(mb);
-	pthread_mutex_lock(&mbox_lock);
-	__atomic_store_n(&mb->dead, true, __ATOMIC_RELEASE); /* the service thread frees it */
-	pthread_mutex_unlock(&mbox_lock);
-	atomic_fetch_add(&mbox_pending, 1);
-	service_kick();
-}
-
-static void mbox_key_init(void)
-{
-	pthread_key_create(&mbox_key, mbox_thread_exit);
-}
-
-/* The calling thread's mailbox, made on first use. */
-static struct rq_mailbox *mbox_self(void)
-{
-	struct rq_mailbox *mb = tls_mbox;
-
-	if (likely(mb))
-		return mb;
-	pthread_once(&mbox_once, mbox_key_init);
-	mb = calloc(1, sizeof(*mb));
-	if (!mb)
-		return NULL;
-	pthread_mutex_lock(&mbox_lock);
-	mb->next = mbox_list;
-	mbox_list = mb;
-	pthread_mutex_unlock(&mbox_lock);
-	pthread_setspecific(mbox_key, mb);
-	tls_mbox = mb;
-	return mb;
-}
-
-/* Complete what other threads left for this one. */
-static inline void mbox_run_own(void)
-{
-	struct rq_mailbox *mb = tls_mbox;
-
-	if (unlikely(mb && atomic_load_explicit(&mb->head, memory_order_relaxed)))
-		mbox_drain(mb);
-}
-
-/* Service thread: drain mailboxes whose owner did not come (or exited). */
-void mbox_service(uint64_t now)
-{
-	struct rq_mailbox **p;
-
-	if (!atomic_load(&mbox_pending))
-		return;
-	atomic_store(&mbox_pending, 0);
-	pthread_mutex_lock(&mbox_lock);
-	for (p = &mbox_list; *p;) {
-		struct rq_mailbox *mb = *p;
-
-		if (atomic_load(&mb->head)) {
-			if (mb->dead || now - __atomic_load_n(&mb->pushed_ns, __ATOMIC_RELAXED) >= 1000000)
-				mbox_drain(mb);
-			else
-				atomic_store(&mbox_pending, 1);
-		}
-		if (mb->dead && !atomic_load(&mb->head)) {
-			*p = mb->next;
-			free(mb);
-			continue;
-		}
-		p = &mb->next;
-	}
-	pthread_mutex_unlock(&mbox_lock);
-}
-
-RQ_EXPORT int rq_process_completions(void)
-{
-	struct rq_mailbox *mb = tls_mbox;
-	int n = 0;
-
-	if (!mb)
-		return 0;
-	for (struct rq_request *rq = atomic_load(&mb->head); rq; rq = rq->rq_next)
-		n++;
-	mbox_drain(mb);
-	return n;
-}
-
 RQ_EXPORT bool rq_mq_complete_request(struct rq_request *rq, rq_status_t status)
 {
 	uint8_t expected = RQ_STATE_IN_FLIGHT;
-	struct rq_mailbox *mb;
 
 	if (!__atomic_compare_exchange_n(&rq->state, &expected, RQ_STATE_COMPLETING, false,
 					 __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
 		return false;
 	rq->complete_status = status;
-	mb = rq->end_io_data;
-	if (READ_ONCE(rq->q->rq_affinity) == 2 && mb && mb != tls_mbox &&
-	    !__atomic_load_n(&mb->dead, __ATOMIC_ACQUIRE)) {
-		struct rq_request *head = atomic_load_explicit(&mb->head, memory_order_relaxed);
-
-		do {
-			rq->rq_next = head;
-		} while (!atomic_compare_exchange_weak_explicit(&mb->head, &head, rq,
-								memory_order_release,
-								memory_order_relaxed));
-		if (!head) {
-			__atomic_store_n(&mb->pushed_ns, service_clock_ns(), __ATOMIC_RELAXED);
-			atomic_store(&mbox_pending, 1);
-			rq_mq_delay_kick_service(1);
-		}
+	if (READ_ONCE(rq->q->rq_affinity) == 2 && mbox_push(rq))
 		return true;
-	}
 	complete_here(rq);
 	return true;
 }
@@ -1236,7 +718,7 @@ static void hctx_release(struct rq_hw_ctx *hctx)
 	}
 }
 
-void run_hw_queue(struct rq_hw_ctx *hctx)
+static void run_hw_queue(struct rq_hw_ctx *hctx)
 {
 	if (hctx_try_own(hctx)) {
 		hctx_dispatch_all(hctx);
@@ -1273,7 +755,7 @@ static void ctx_stage(struct rq_sw_ctx *ctx, struct rq_list_node *list, bool at_
 }
 
 /* Add @list to the hctx dispatch (parked) list, at its head or tail. */
-void hctx_park(struct rq_hw_ctx *hctx, struct rq_list_node *list, bool at_head)
+static void hctx_park(struct rq_hw_ctx *hctx, struct rq_list_node *list, bool at_head)
 {
 	rq_spin_lock(&hctx->lock);
 	if (at_head)
@@ -1614,7 +1096,7 @@ static void issue_list_directly(struct rq_hw_ctx *hctx, struct rq_sw_ctx *ctx,
 }
 
 /* Hand a request to the scheduler (or stage it) and optionally run. */
-void mq_insert_request(struct rq_request *rq, bool at_head, bool run)
+static void mq_insert_request(struct rq_request *rq, bool at_head, bool run)
 {
 	struct rq_hw_ctx *hctx = rq->hctx;
 	struct rq_queue *q = rq->q;
@@ -1634,150 +1116,39 @@ void mq_insert_request(struct rq_request *rq, bool at_head, bool run)
 		run_hw_queue(hctx);
 }
 
-/* ------------------------------------------------------------- plugging */
-
-RQ_EXPORT void rq_start_plug(struct rq_plug *plug)
-{
-	plug->tag_cache = NULL;
-	plug->cached_tags = 0;
-	plug->cached_off = 0;
-	plug->cache_q = NULL;
-	plug->head = plug->tail = NULL;
-	plug->count = 0;
-	plug->multiple_queues = 0;
-	plug->q = NULL;
-	plug->prev = tls_plug;
-	if (!tls_plug) {
-		tls_plug = plug;
-		tls_plug_now = 0;
-	}
-}
-
 /*
- * Issue a run of requests that share one queue and hctx: @list, and with a
- * scheduler @bypass, the flushes and FUA writes that skip it.
+ * A plug flush hands over a run of requests of one queue and hctx
+ * (@first's), in submission order.  With a scheduler each one is sorted
+ * into it, or (flushes and FUA writes, as in the kernel) goes past it to
+ * the dispatch list; without one they are issued directly.
  */
-static void plug_issue_run(struct rq_list_node *list, struct rq_list_node *bypass,
-			   struct rq_request *first)
+static void mq_plug_issue(struct rq_list_node *list, struct rq_request *first)
 {
 	struct rq_queue *q = first->q;
 	struct rq_hw_ctx *hctx = first->hctx;
+	struct rq_list_node bypass, *it, *next;
 
-	if (q->sq) {
-		sq_plug_issue(list, first);
+	if (!q->elevator) {
+		issue_list_directly(hctx, first->ctx, list, true);
 		return;
 	}
-	if (q->elevator) {
-		if (!rq_list_empty(bypass))
-			hctx_park(hctx, bypass, false);
-		if (!rq_list_empty(list))
-			q->elevator->type->ops.insert_requests(hctx, list, 0);
-		run_hw_queue(hctx);
-		return;
-	}
-	issue_list_directly(hctx, first->ctx, list, true);
-}
+	rq_list_init(&bypass);
+	for (it = list->next; it != list; it = next) {
+		struct rq_request *rq = RQ_CONTAINER_OF(it, struct rq_request, queuelist);
 
-static void plug_flush_list(struct rq_plug *plug)
-{
-	struct rq_request *rq = plug->head;
-
-	tls_plug_now = 0; /* a new reading for what happens now */
-	plug->head = plug->tail = NULL;
-	plug->count = 0;
-	plug->multiple_queues = 0;
-	while (rq) {
-		struct rq_request *first = rq;
-		struct rq_queue *q = first->q;
-		struct rq_hw_ctx *hctx = first->hctx;
-		struct rq_list_node list, bypass;
-
-		rq_list_init(&list);
-		rq_list_init(&bypass);
-		if (!q->sq && q->elevator) {
-			/*
-			 * Sorted into the scheduler, or (flushes and FUA
-			 * writes, as in the kernel) past it: decided as the
-			 * run is gathered.
-			 */
-			do {
-				struct rq_request *next = rq->rq_next;
-
-				rq->rq_next = NULL;
-				if (rq->rq_flags & RQ_RQF_ELVPRIV) {
-					rq->rq_flags |= RQ_RQF_SORTED;
-					rq_list_add_tail(&rq->queuelist, &list);
-				} else {
-					rq_list_add_tail(&rq->queuelist, &bypass);
-				}
-				rq = next;
-			} while (rq && rq->q == q && rq->hctx == hctx);
+		next = it->next;
+		if (rq->rq_flags & RQ_RQF_ELVPRIV) {
+			rq->rq_flags |= RQ_RQF_SORTED;
 		} else {
-			do {
-				struct rq_request *next = rq->rq_next;
-
-				rq->rq_next = NULL;
-				rq_list_add_tail(&rq->queuelist, &list);
-				rq = next;
-			} while (rq && rq->q == q && rq->hctx == hctx);
+			rq_list_del_init(&rq->queuelist);
+			rq_list_add_tail(&rq->queuelist, &bypass);
 		}
-		plug_issue_run(&list, &bypass, first);
 	}
-}
-
-RQ_EXPORT void rq_flush_plug(void)
-{
-	struct rq_plug *plug = tls_plug;
-
-	if (!plug)
-		return;
-	if (plug->head)
-		plug_flush_list(plug);
-	/* the thread may sleep next: others may need the tags it took ahead */
-	plug_return_tags(plug, cur_cpu());
-}
-
-RQ_EXPORT void rq_finish_plug(struct rq_plug *plug)
-{
-	if (plug != tls_plug)
-		return; /* a nested plug: the outermost one flushes */
-	if (plug->head)
-		plug_flush_list(plug);
-	tls_plug = NULL;
-	tls_plug_now = 0;
-	plug_return_tags(plug, cur_cpu());
-	mbox_run_own();
-}
-
-#define PLUG_FLUSH_BYTES (128u * 1024u) /* BLK_PLUG_FLUSH_SIZE */
-
-/* The calling thread's plug, or NULL. */
-struct rq_plug *plug_current(void)
-{
-	return tls_plug;
-}
-
-/* Queue @rq on @plug, flushing it first when it is full (both front ends). */
-void plug_add(struct rq_plug *plug, struct rq_request *rq)
-{
-	struct rq_request *last = plug->tail;
-
-	if (last && (plug->count >= (plug->multiple_queues ? 2u * RQ_PLUG_MAX_REQUESTS :
-							      RQ_PLUG_MAX_REQUESTS) ||
-		     last->bytes >= PLUG_FLUSH_BYTES)) {
-		plug_flush_list(plug);
-		last = NULL;
-	}
-	if (last && last->q != rq->q)
-		plug->multiple_queues = 1;
-	rq->rq_next = NULL;
-	if (last)
-		last->rq_next = rq;
-	else
-		plug->head = rq;
-	plug->tail = rq;
-	plug->count++;
-	plug->q = rq->q;
+	if (!rq_list_empty(&bypass))
+		hctx_park(hctx, &bypass, false);
+	if (!rq_list_empty(list))
+		q->elevator->type->ops.insert_requests(hctx, list, 0);
+	run_hw_queue(hctx);
 }
 
 /* ----------------------------------------------------------- submission */
@@ -1788,11 +1159,8 @@ static bool mq_attempt_bio_merge(struct rq_queue *q, struct rq_sw_ctx *ctx,
 {
 	if (READ_ONCE(q->nomerges) == 2 || !bio_mergeable(bio))
 		return false;
-	if (plug && plug->tail && plug->tail->q == q &&
-	    bio_attempt_merge(q, plug->tail, bio, nr_segs, false)) {
-		ctx_stat_add(ctx, ST_PLUG_MERGES, 1);
+	if (plug_try_merge(plug, q, bio, nr_segs))
 		return true;
-	}
 	if (q->elevator) {
 		const struct rq_elevator_type *e = q->elevator->type;
 
@@ -1811,10 +1179,10 @@ static bool mq_attempt_bio_merge(struct rq_queue *q, struct rq_sw_ctx *ctx,
 }
 
 /* Submit one piece that fits the limits; consumes one usage reference. */
-static void submit_piece(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_bio *bio,
-			 unsigned nr_segs)
+static void mq_submit(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_bio *bio,
+		      unsigned nr_segs)
 {
-	struct rq_plug *plug = tls_plug;
+	struct rq_plug *plug = plug_current();
 	struct rq_request *rq;
 	bool flush_seq = (bio->opf & (RQ_BIO_PREFLUSH | RQ_BIO_FUA)) || bio->op == RQ_OP_FLUSH;
 
@@ -1848,77 +1216,6 @@ static void submit_piece(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_bi
 	}
 }
 
-static void submit_bio_on(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_bio *bio);
-
-RQ_EXPORT void rq_submit_bio(struct rq_queue *q, struct rq_bio *bio)
-{
-	struct rq_sw_ctx *ctx = queue_ctx(q, cur_cpu());
-	struct rq_sw_ctx *outer = tls_submit_ctx; /* a driver may submit from inside a submission */
-
-	tls_submit_ctx = ctx;
-	submit_bio_on(q, ctx, bio);
-	tls_submit_ctx = outer;
-}
-
-static void submit_bio_on(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_bio *bio)
-{
-	rq_status_t status;
-	int ret;
-
-	mbox_run_own();
-	status = bio_check(&q->limits, atomic_load_explicit(&q->capacity, memory_order_relaxed),
-			   bio);
-	if (unlikely(status != RQ_STS_OK)) {
-		ctx_stat_add(ctx, ST_INVALID, 1);
-		bio_end_with(bio, status);
-		return;
-	}
-	ret = queue_enter(q, ctx, bio->opf & RQ_BIO_NOWAIT);
-	if (unlikely(ret)) {
-		bio_end_with(bio, ret == -EAGAIN ? RQ_STS_AGAIN : RQ_STS_IOERR);
-		return;
-	}
-	if (unlikely((bio->opf & (RQ_BIO_PREFLUSH | RQ_BIO_FUA)) || bio->op == RQ_OP_FLUSH)) {
-		if (!(q->limits.features & RQ_FEAT_WRITE_CACHE)) {
-			/* nothing volatile to flush: strip, and end empty flushes */
-			bio->opf &= ~(RQ_BIO_PREFLUSH | RQ_BIO_FUA);
-			if (bio->op == RQ_OP_FLUSH) {
-				queue_exit_ctx(q, ctx);
-				bio_end_with(bio, RQ_STS_OK);
-				return;
-			}
-		}
-	}
-	for (;;) {
-		unsigned nr_segs;
-		rq_status_t split_status = RQ_STS_OK;
-		struct rq_bio *piece = bio_split_to_limits_status(&q->limits, bio, &nr_segs,
-								  &split_status);
-
-		if (unlikely(!piece)) {
-			queue_exit_ctx(q, ctx);
-			if (split_status == RQ_STS_INVAL)
-				ctx_stat_add(ctx, ST_INVALID, 1);
-			bio_end_with(bio, split_status);
-			return;
-		}
-		if (piece == bio) {
-			if (q->sq)
-				sq_submit_piece(q, ctx, bio, nr_segs);
-			else
-				submit_piece(q, ctx, bio, nr_segs);
-			return;
-		}
-		/* the front piece carries the preflush; the rest need not */
-		bio->opf &= ~RQ_BIO_PREFLUSH;
-		ctx_stat_add(ctx, ST_SPLITS, 1);
-		atomic_fetch_add_explicit(&ctx->usage, 1, memory_order_seq_cst);
-		if (q->sq)
-			sq_submit_piece(q, ctx, piece, nr_segs);
-		else
-			submit_piece(q, ctx, piece, nr_segs);
-	}
-}
 
 /* -------------------------------------------------------- hw queue ops */
 
@@ -1934,13 +1231,6 @@ RQ_EXPORT void rq_mq_run_hw_queue(struct rq_hw_ctx *hctx, bool async)
 
 RQ_EXPORT void rq_mq_run_hw_queues(struct rq_queue *q, bool async)
 {
-	if (q->sq) {
-		if (async)
-			rq_sq_delay_queue(q, 0);
-		else
-			rq_sq_run_queue(q);
-		return;
-	}
 	for (unsigned i = 0; i < q->nr_hw_queues; i++)
 		rq_mq_run_hw_queue(q->hctxs[i], async);
 }
@@ -2294,28 +1584,89 @@ static int hctx_alloc(struct rq_queue *q, unsigned idx)
 	return 0;
 }
 
-static void queue_free(struct rq_queue *q)
+/* Free the hw queues, then the queue; the queue is empty. */
+static void mq_queue_free(struct rq_queue *q)
 {
 	if (q->hctxs) {
 		for (unsigned i = 0; i < q->nr_hw_queues; i++)
 			hctx_free(q, q->hctxs[i], i, true);
 	}
 	free(q->hctxs);
-	if (q->ctxs)
-		rq_free_node(q->ctxs, sizeof(*q->ctxs) * q->nr_cpus);
 	flush_queue_exit(q);
-	pthread_mutex_destroy(&q->freeze_lock);
-	pthread_cond_destroy(&q->freeze_cond);
-	pthread_cond_destroy(&q->unfreeze_cond);
-	pthread_mutex_destroy(&q->sysfs_lock);
-	pthread_rwlock_destroy(&q->tsan_quiesce_lock);
-	stats_free(q);
-	free(q);
+	queue_free_common(q);
+}
+
+/* The hw queues of a new queue, and each CPU's software queue mapped to one. */
+static int mq_alloc_hctxs(struct rq_queue *q)
+{
+	int ret;
+
+	q->hctxs = calloc(q->nr_hw_queues, sizeof(*q->hctxs));
+	if (!q->hctxs)
+		return -ENOMEM;
+	for (unsigned i = 0; i < q->nr_hw_queues; i++) {
+		ret = hctx_alloc(q, i);
+		if (ret)
+			return ret;
+	}
+	for (unsigned cpu = 0; cpu < q->nr_cpus; cpu++) {
+		struct rq_sw_ctx *ctx = &q->ctxs[cpu];
+		struct rq_hw_ctx *hctx = q->hctxs[q->map[cpu]];
+
+		ctx->hctx = hctx;
+		ctx->index_hw = hctx->nr_ctx;
+		hctx->ctxs[hctx->nr_ctx++] = ctx;
+	}
+	return 0;
+}
+
+/*
+ * The scheduler a new queue starts with: the one asked for, else
+ * mq-deadline for a rotational device with one hw queue (as the kernel
+ * picks), else none (NULL).
+ */
+static const char *mq_initial_sched(const struct rq_tag_set *set,
+				    const struct rq_queue_config *cfg,
+				    const struct rq_queue_limits *lim)
+{
+	if (cfg && cfg->scheduler)
+		return strcmp(cfg->scheduler, "none") ? cfg->scheduler : NULL;
+	if ((lim->features & RQ_FEAT_ROTATIONAL) && set->nr_hw_queues == 1 &&
+	    !(set->flags & RQ_TAG_SET_NO_SCHED) && rq_elevator_exists("mq-deadline"))
+		return "mq-deadline";
+	return NULL;
+}
+
+/* Add @q to the queues of @set (for fair tag sharing); -ENOSPC when full. */
+static int mq_set_add_queue(struct rq_tag_set *set, struct rq_queue *q)
+{
+	int ret = 0;
+
+	pthread_mutex_lock(&set->lock);
+	if (set->nr_queues < ARRAY_SIZE(set->queues))
+		set->queues[set->nr_queues++] = q;
+	else
+		ret = -ENOSPC;
+	pthread_mutex_unlock(&set->lock);
+	return ret;
+}
+
+static void mq_set_del_queue(struct rq_tag_set *set, struct rq_queue *q)
+{
+	pthread_mutex_lock(&set->lock);
+	for (unsigned i = 0; i < set->nr_queues; i++) {
+		if (set->queues[i] == q) {
+			set->queues[i] = set->queues[--set->nr_queues];
+			break;
+		}
+	}
+	pthread_mutex_unlock(&set->lock);
 }
 
 RQ_EXPORT int rq_mq_alloc_queue(struct rq_tag_set *set, const struct rq_queue_config *cfg,
 				struct rq_queue **out)
 {
+	struct queue_common_config cc = { .fe = &mq_fe_ops };
 	struct rq_queue_limits lim;
 	struct rq_queue *q;
 	const char *sched;
@@ -2329,87 +1680,36 @@ RQ_EXPORT int rq_mq_alloc_queue(struct rq_tag_set *set, const struct rq_queue_co
 		rq_queue_limits_default(&lim);
 	if (rq_queue_limits_validate(&lim))
 		return -EINVAL;
-	sched = cfg ? cfg->scheduler : NULL;
-	if (sched && strcmp(sched, "none") && !rq_elevator_exists(sched))
+	sched = mq_initial_sched(set, cfg, &lim);
+	if (sched && (!rq_elevator_exists(sched) || (set->flags & RQ_TAG_SET_NO_SCHED)))
 		return -EINVAL;
-
-	q = calloc(1, sizeof(*q));
+	cc.limits = &lim;
+	cc.capacity = cfg ? cfg->capacity : 0;
+	cc.queuedata = cfg ? cfg->queuedata : NULL;
+	cc.timeout_ms = set->timeout_ms;
+	cc.nr_requests = set->queue_depth;
+	cc.nr_cpus = set->nr_cpus;
+	cc.rq_size = set->rq_size;
+	cc.numa_node = set->numa_node;
+	q = queue_alloc_common(&cc);
 	if (!q)
 		return -ENOMEM;
-	stats_init(q);
 	q->set = set;
 	q->ops = &set->ops;
-	q->rq_size = set->rq_size;
-	q->queuedata = cfg ? cfg->queuedata : NULL;
-	q->limits = lim;
-	atomic_store(&q->capacity, cfg ? cfg->capacity : 0);
 	q->nr_hw_queues = set->nr_hw_queues;
-	q->nr_cpus = set->nr_cpus;
 	q->map = set->map;
-	q->io_timeout_ms = set->timeout_ms;
-	q->hw_write_cache = lim.features & RQ_FEAT_WRITE_CACHE;
-	q->rq_affinity = 1;
-	q->nr_requests = set->queue_depth;
-	pthread_mutex_init(&q->freeze_lock, NULL);
-	pthread_cond_init(&q->freeze_cond, NULL);
-	pthread_cond_init(&q->unfreeze_cond, NULL);
-	pthread_mutex_init(&q->sysfs_lock, NULL);
-	pthread_rwlock_init(&q->tsan_quiesce_lock, NULL);
-	rq_spin_init(&q->requeue_lock);
-	rq_list_init(&q->requeue_list);
-
-	q->ctxs = rq_alloc_node(sizeof(*q->ctxs) * q->nr_cpus, set->numa_node);
-	q->hctxs = calloc(q->nr_hw_queues, sizeof(*q->hctxs));
-	if (!q->ctxs || !q->hctxs) {
-		queue_free(q);
-		return -ENOMEM;
+	ret = mq_alloc_hctxs(q);
+	if (!ret)
+		ret = flush_queue_init(q, q->hctxs[0]);
+	if (!ret && sched)
+		ret = queue_elevator_switch(q, sched);
+	if (!ret)
+		ret = mq_set_add_queue(set, q);
+	if (ret) {
+		mq_elevator_detach(q);
+		mq_queue_free(q);
+		return ret;
 	}
-	for (unsigned i = 0; i < q->nr_hw_queues; i++) {
-		ret = hctx_alloc(q, i);
-		if (ret) {
-			queue_free(q);
-			return ret;
-		}
-	}
-	for (unsigned cpu = 0; cpu < q->nr_cpus; cpu++) {
-		struct rq_sw_ctx *ctx = &q->ctxs[cpu];
-		struct rq_hw_ctx *hctx = q->hctxs[q->map[cpu]];
-
-		rq_spin_init(&ctx->lock);
-		rq_list_init(&ctx->rq_list);
-		ctx->cpu = cpu;
-		ctx->q = q;
-		ctx->hctx = hctx;
-		ctx->index_hw = hctx->nr_ctx;
-		hctx->ctxs[hctx->nr_ctx++] = ctx;
-	}
-	if (flush_queue_init(q)) {
-		queue_free(q);
-		return -ENOMEM;
-	}
-	if (!sched && (lim.features & RQ_FEAT_ROTATIONAL) && q->nr_hw_queues == 1 &&
-	    rq_elevator_exists("mq-deadline") && !(set->flags & RQ_TAG_SET_NO_SCHED))
-		sched = "mq-deadline";
-	if (sched && strcmp(sched, "none")) {
-		if (set->flags & RQ_TAG_SET_NO_SCHED) {
-			queue_free(q);
-			return -EINVAL;
-		}
-		ret = elevator_switch(q, sched);
-		if (ret) {
-			queue_free(q);
-			return ret;
-		}
-	}
-	pthread_mutex_lock(&set->lock);
-	if (set->nr_queues >= ARRAY_SIZE(set->queues)) {
-		pthread_mutex_unlock(&set->lock);
-		elevator_detach(q);
-		queue_free(q);
-		return -ENOSPC;
-	}
-	set->queues[set->nr_queues++] = q;
-	pthread_mutex_unlock(&set->lock);
 	service_register(q);
 	*out = q;
 	return 0;
@@ -2453,160 +1753,209 @@ static void queue_fail_queued(struct rq_queue *q)
 			rq->end_io(rq, RQ_STS_IOERR);
 			continue;
 		}
-		mq_fail_request(rq, RQ_STS_IOERR);
+		request_fail(rq, RQ_STS_IOERR);
 	}
 	flush_fail_pending(q);
 }
 
-/* Teardown: requests of @q on the calling thread's plug end with IOERR. */
-static void plug_fail_queue(struct rq_queue *q)
+/*
+ * Teardown (rq_queue_destroy(), after the core marked @q dying and failed
+ * the caller's plugged requests): what is queued fails with IOERR, what
+ * the driver holds is waited for (timeouts still run), then everything goes.
+ */
+static void mq_queue_destroy(struct rq_queue *q)
 {
-	struct rq_plug *plug = tls_plug;
-	struct rq_request *rq, **link;
-
-	if (!plug)
-		return;
-	plug_return_tags(plug, cur_cpu());
-	link = &plug->head;
-	plug->tail = NULL;
-	while ((rq = *link)) {
-		if (rq->q != q) {
-			plug->tail = rq;
-			link = &rq->rq_next;
-			continue;
-		}
-		*link = rq->rq_next;
-		rq->rq_next = NULL;
-		plug->count--;
-		mq_fail_request(rq, RQ_STS_IOERR);
-	}
-}
-
-/* Teardown of a single-queue queue: fail what is queued, wait for the rest. */
-static void sq_queue_destroy(struct rq_queue *q)
-{
-	atomic_store(&q->dying, true);
-	atomic_fetch_add(&q->freeze_depth, 1);
-	pthread_mutex_lock(&q->freeze_lock);
-	pthread_cond_broadcast(&q->unfreeze_cond);
-	pthread_mutex_unlock(&q->freeze_lock);
-	plug_fail_queue(q);
-	for (;;) {
-		struct timespec ts;
-
-		sq_teardown(q);
-		pthread_mutex_lock(&q->freeze_lock);
-		if (queue_usage(q) == 0) {
-			pthread_mutex_unlock(&q->freeze_lock);
-			break;
-		}
-		timespec_in_ms(&ts, 2);
-		pthread_cond_timedwait(&q->freeze_cond, &q->freeze_lock, &ts);
-		pthread_mutex_unlock(&q->freeze_lock);
-	}
-	service_unregister(q);
-	sq_queue_free(q);
-}
-
-RQ_EXPORT void rq_queue_destroy(struct rq_queue *q)
-{
-	struct rq_tag_set *set;
-
-	if (!q)
-		return;
-	if (q->sq) {
-		sq_queue_destroy(q);
-		return;
-	}
-	set = q->set;
-	atomic_store(&q->dying, true);
-	atomic_fetch_add(&q->freeze_depth, 1); /* completions wake us */
-	plug_fail_queue(q);
-	pthread_mutex_lock(&q->freeze_lock);
-	pthread_cond_broadcast(&q->unfreeze_cond);
-	pthread_mutex_unlock(&q->freeze_lock);
 	for (unsigned i = 0; i < q->nr_hw_queues; i++) {
 		sbq_wake_all(&q->hctxs[i]->tags->bitmap);
 		if (q->hctxs[i]->sched_tags)
 			sbq_wake_all(&q->hctxs[i]->sched_tags->bitmap);
 	}
 	rq_queue_quiesce(q);
-	queue_fail_queued(q);
-	/* what the driver owns: wait (timeouts still run) */
-	for (;;) {
-		struct timespec ts;
-
-		pthread_mutex_lock(&q->freeze_lock);
-		if (queue_usage(q) == 0) {
-			pthread_mutex_unlock(&q->freeze_lock);
-			break;
-		}
-		timespec_in_ms(&ts, 2);
-		pthread_cond_timedwait(&q->freeze_cond, &q->freeze_lock, &ts);
-		pthread_mutex_unlock(&q->freeze_lock);
-		queue_fail_queued(q);
-	}
+	queue_wait_drained(q, queue_fail_queued);
 	/* a dispatcher may still be letting go of an hctx it emptied */
 	for (unsigned i = 0; i < q->nr_hw_queues; i++)
 		while (atomic_load(&q->hctxs[i]->run_state) != RUN_IDLE)
 			sched_yield();
 	service_unregister(q);
 	dispatch_synchronize(q);
-	elevator_detach(q);
-	pthread_mutex_lock(&set->lock);
-	for (unsigned i = 0; i < set->nr_queues; i++) {
-		if (set->queues[i] == q) {
-			set->queues[i] = set->queues[--set->nr_queues];
-			break;
+	mq_elevator_detach(q);
+	mq_set_del_queue(q->set, q);
+	mq_queue_free(q);
+}
+
+/* ------------------------------------------------------------- service */
+
+/*
+ * Look at every in-flight request of @q once.  Timeouts cost nothing per
+ * I/O: every issue bumps rq->gen; the scan keeps, per driver tag, the
+ * generation it last saw and a deadline set the first time it saw that
+ * generation in flight.  While the driver's timeout hook runs,
+ * rq->core_busy keeps the request from being reused: a release that comes
+ * meanwhile (the hook itself may end, complete or requeue and re-end it)
+ * is handed to the scan, which finishes it when the hook returns
+ * (mq_timeout_hold_end()); nothing waits on it.  Context: service pass.
+ */
+static void timeout_scan(struct rq_queue *q, uint64_t now)
+{
+	uint64_t timeout = queue_timeout_ns(q);
+
+	for (unsigned i = 0; i < q->nr_hw_queues; i++) {
+		struct rq_hw_ctx *hctx = q->hctxs[i];
+		struct rq_tags *tags = hctx->tags;
+
+		for (unsigned tag = 0; tag < tags->nr_tags; tag++) {
+			struct rq_request *rq = __atomic_load_n(&tags->rqs[tag], __ATOMIC_ACQUIRE);
+			uint32_t gen;
+
+			if (!rq || __atomic_load_n(&rq->hctx, __ATOMIC_RELAXED) != hctx ||
+			    __atomic_load_n(&rq->state, __ATOMIC_ACQUIRE) != RQ_STATE_IN_FLIGHT)
+				continue;
+			gen = __atomic_load_n(&rq->gen, __ATOMIC_ACQUIRE);
+			if (hctx->timeout_gen[tag] != gen || !hctx->timeout_deadline[tag]) {
+				hctx->timeout_gen[tag] = gen;
+				hctx->timeout_deadline[tag] = now + timeout;
+				continue;
+			}
+			if (now < hctx->timeout_deadline[tag])
+				continue;
+			__atomic_store_n(&rq->core_busy, 1, __ATOMIC_SEQ_CST);
+			if (__atomic_load_n(&rq->state, __ATOMIC_SEQ_CST) == RQ_STATE_IN_FLIGHT &&
+			    __atomic_load_n(&rq->gen, __ATOMIC_SEQ_CST) == gen) {
+				enum rq_timeout_ret ret = RQ_EH_RESET_TIMER;
+
+				stat_inc(q, ST_TIMEOUTS);
+				if (q->ops->timeout)
+					ret = q->ops->timeout(rq);
+				/* DONE: the driver ends it; never call again for this issue */
+				hctx->timeout_deadline[tag] = ret == RQ_EH_RESET_TIMER ? now + timeout :
+											 UINT64_MAX;
+			}
+			mq_timeout_hold_end(rq);
 		}
 	}
-	pthread_mutex_unlock(&set->lock);
-	queue_free(q);
 }
+
+/*
+ * The multi-queue part of a service pass: async and delayed hw queue runs,
+ * the delayed requeue kick, and with @scan the timeout scan and the fair
+ * share's idle check.
+ */
+static void mq_service(struct rq_queue *q, uint64_t now, bool scan, uint64_t *next)
+{
+	uint64_t at;
+
+	for (unsigned i = 0; i < q->nr_hw_queues; i++) {
+		struct rq_hw_ctx *hctx = q->hctxs[i];
+
+		if (atomic_fetch_and(&hctx->state, ~HCTX_ASYNC_RUN) & HCTX_ASYNC_RUN)
+			run_hw_queue(hctx);
+		at = atomic_load(&hctx->run_at_ns);
+		if (at && at <= now) {
+			if (atomic_compare_exchange_strong(&hctx->run_at_ns, &at, 0))
+				run_hw_queue(hctx);
+		} else if (at && at < *next) {
+			*next = at;
+		}
+	}
+	at = atomic_load(&q->requeue_at_ns);
+	if (at && at <= now) {
+		if (atomic_compare_exchange_strong(&q->requeue_at_ns, &at, 0))
+			rq_mq_kick_requeue_list(q);
+	} else if (at && at < *next) {
+		*next = at;
+	}
+	if (!scan)
+		return;
+	timeout_scan(q, now);
+	if (tags_shared(q))
+		for (unsigned i = 0; i < q->nr_hw_queues; i++)
+			hctx_tag_idle_check(q->hctxs[i]);
+}
+
+/* --------------------------------------------------------- flush steps */
+
+/* The flush request borrows @first's driver tag (idle while it waits), if any. */
+static void mq_flush_prepare(struct rq_request *flush_rq, struct rq_request *first)
+{
+	flush_rq->tag = first->tag;
+	if (flush_rq->tag >= 0)
+		__atomic_store_n(&flush_rq->hctx->tags->rqs[flush_rq->tag], flush_rq,
+				 __ATOMIC_RELEASE);
+}
+
+/*
+ * A step left the driver.  The flush request hands a borrowed tag back to
+ * its owner, or frees one it took at dispatch; a data step made with a
+ * scheduler tag frees the driver tag it took at dispatch.
+ */
+static void mq_flush_step_end(struct rq_request *rq)
+{
+	struct rq_request *orig = rq->q->fq.orig_rq;
+	struct rq_hw_ctx *hctx = rq->hctx;
+
+	if (rq->tag < 0)
+		return;
+	if (rq->rq_flags & RQ_RQF_FLUSH_INTERNAL) {
+		if (orig && orig->tag == rq->tag)
+			__atomic_store_n(&hctx->tags->rqs[rq->tag], orig, __ATOMIC_RELEASE);
+		else
+			driver_tag_put(hctx, (unsigned)rq->tag, cur_cpu());
+	} else if (rq->rq_flags & RQ_RQF_SCHED_TAGS) {
+		driver_tag_put(hctx, (unsigned)rq->tag, cur_cpu());
+		rq->tag = -1;
+	}
+}
+
+/*
+ * A step goes to the dispatch list: data steps at the tail, the flush
+ * request at the head.  Once parked it may complete at once: its hctx is
+ * read first.
+ */
+static void mq_flush_issue(struct rq_request *rq, bool flush)
+{
+	struct rq_hw_ctx *hctx = rq->hctx;
+	struct rq_list_node one;
+
+	rq_list_init(&one);
+	rq_list_add_tail(&rq->queuelist, &one);
+	hctx_park(hctx, &one, flush);
+	run_hw_queue(hctx);
+}
+
+/* The sequence of @rq is over: it ends like a request that never left. */
+static void mq_flush_seq_done(struct rq_request *rq, rq_status_t status)
+{
+	rq->end_io = NULL;
+	rq->rq_flags &= ~RQ_RQF_FLUSH_SEQ;
+	request_fail(rq, status);
+}
+
+static struct rq_hw_ctx *mq_bio_hctx(struct rq_queue *q, const struct rq_bio *bio)
+{
+	return rq_bio_map_hctx(q, bio, NULL);
+}
+
+static const struct rq_fe_ops mq_fe_ops = {
+	.name = "mq",
+	.elv_features = RQ_ELV_F_MQ,
+	.submit = mq_submit,
+	.plug_issue = mq_plug_issue,
+	.release_request = mq_release_request,
+	.bio_hctx = mq_bio_hctx,
+	.complete = complete_here,
+	.run_queues = rq_mq_run_hw_queues,
+	.quiesce_sync = dispatch_synchronize,
+	.destroy = mq_queue_destroy,
+	.service = mq_service,
+	.elevator_switch = mq_elevator_switch,
+	.set_nr_requests = mq_set_nr_requests,
+	.flush_prepare = mq_flush_prepare,
+	.flush_step_end = mq_flush_step_end,
+	.flush_issue = mq_flush_issue,
+	.flush_seq_done = mq_flush_seq_done,
+};
 
 /* -------------------------------------------------------------- getters */
-
-RQ_EXPORT void rq_queue_get_limits(struct rq_queue *q, struct rq_queue_limits *lim)
-{
-	*lim = q->limits;
-}
-
-RQ_EXPORT void rq_queue_set_capacity(struct rq_queue *q, uint64_t sectors)
-{
-	atomic_store(&q->capacity, sectors);
-}
-
-RQ_EXPORT uint64_t rq_queue_capacity(struct rq_queue *q)
-{
-	return atomic_load(&q->capacity);
-}
-
-RQ_EXPORT void *rq_queue_driver_data(struct rq_queue *q)
-{
-	return q->queuedata;
-}
-
-RQ_EXPORT void rq_queue_get_stats(struct rq_queue *q, struct rq_queue_stats *st)
-{
-	uint64_t sum[ST_NR] = { 0 };
-
-	stats_sum(q, sum);
-	st->bios = sum[ST_BIOS];
-	st->splits = sum[ST_SPLITS];
-	st->requests = sum[ST_REQUESTS];
-	st->dispatched = sum[ST_DISPATCHED];
-	st->completed = sum[ST_COMPLETED];
-	st->merges_back = sum[ST_MERGES_BACK];
-	st->merges_front = sum[ST_MERGES_FRONT];
-	st->merges_rq = sum[ST_MERGES_RQ];
-	st->plug_merges = sum[ST_PLUG_MERGES];
-	st->resource = sum[ST_RESOURCE];
-	st->requeues = sum[ST_REQUEUES];
-	st->timeouts = sum[ST_TIMEOUTS];
-	st->flushes = sum[ST_FLUSHES];
-	st->errors = sum[ST_ERRORS];
-	st->invalid = sum[ST_INVALID];
-}
 
 RQ_EXPORT unsigned rq_hctx_index(const struct rq_hw_ctx *hctx)
 {
@@ -2638,19 +1987,9 @@ RQ_EXPORT bool rq_hctx_is_poll(const struct rq_hw_ctx *hctx)
 	return hctx->poll;
 }
 
-RQ_EXPORT unsigned rq_queue_nr_hw_queues(const struct rq_queue *q)
-{
-	return q->nr_hw_queues;
-}
-
 RQ_EXPORT struct rq_hw_ctx *rq_queue_hctx(struct rq_queue *q, unsigned idx)
 {
 	return idx < q->nr_hw_queues ? q->hctxs[idx] : NULL;
-}
-
-RQ_EXPORT void *rq_queue_elevator_data(struct rq_queue *q)
-{
-	return q->elevator ? q->elevator->data : NULL;
 }
 
 RQ_EXPORT void *rq_hctx_sched_data(const struct rq_hw_ctx *hctx)
@@ -2730,14 +2069,4 @@ RQ_EXPORT struct rq_hw_ctx *rq_bio_map_hctx(struct rq_queue *q, const struct rq_
 	if (ctx_index)
 		*ctx_index = ctx->index_hw;
 	return ctx->hctx;
-}
-
-RQ_EXPORT unsigned rq_queue_nr_requests(const struct rq_queue *q)
-{
-	return q->nr_requests;
-}
-
-RQ_EXPORT bool rq_queue_rotational(const struct rq_queue *q)
-{
-	return q->limits.features & RQ_FEAT_ROTATIONAL;
 }

@@ -12,10 +12,8 @@
  * per driver tag, the generation it last saw and a deadline set the first
  * time it saw that generation in flight.  A request is thus timed out
  * between io_timeout and io_timeout + one scan interval after issue.
- * While the driver's timeout hook runs, rq->core_busy keeps the request from
- * being reused: a release that comes meanwhile (the hook itself may end,
- * complete or requeue and re-end it) is handed to the scan, which finishes
- * it when the hook returns (mq_timeout_hold_end()); nothing waits on it.
+ * Each front end does its own part (q->fe->service): the multi-queue one
+ * scans its driver tags (lib/mq.c), the single-queue one its request pool.
  *
  * Application-driven mode (rq_service_manual(), before the first queue):
  * no thread is started; the application calls rq_service_run() when the
@@ -44,7 +42,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "internal/core.h"
+#include "internal/queue.h"
 
 static pthread_mutex_t svc_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct rq_queue *svc_queues;
@@ -90,6 +88,20 @@ RQ_EXPORT uint64_t rq_service_clock_ns(void)
 }
 
 static pthread_once_t svc_once = PTHREAD_ONCE_INIT;
+
+/* Called first in every pass (lib/complete.c: the completion mailboxes). */
+static void (*_Atomic svc_tick)(uint64_t now);
+
+/*
+ * service_set_tick() - have every service pass call @fn(now) first.  The
+ * completion layer registers its mailbox scan here, so this layer calls
+ * nothing above it.  One tick; a later call replaces it.
+ */
+void service_set_tick(void (*fn)(uint64_t now))
+{
+	atomic_store_explicit(&svc_tick, fn, memory_order_release);
+	service_kick();
+}
 static _Atomic uint64_t svc_wake_at; /* an extra wake-up (mailboxes) */
 
 static void *service_main(void *arg);
@@ -136,95 +148,21 @@ static uint64_t scan_interval_ns(const struct rq_queue *q)
 	return t;
 }
 
-/* Look at every in-flight request of @q once.  Context: service thread. */
-static void timeout_scan(struct rq_queue *q, uint64_t now)
-{
-	uint64_t timeout = queue_timeout_ns(q);
-
-	for (unsigned i = 0; i < q->nr_hw_queues; i++) {
-		struct rq_hw_ctx *hctx = q->hctxs[i];
-		struct rq_tags *tags = hctx->tags;
-
-		for (unsigned tag = 0; tag < tags->nr_tags; tag++) {
-			struct rq_request *rq = __atomic_load_n(&tags->rqs[tag], __ATOMIC_ACQUIRE);
-			uint32_t gen;
-
-			if (!rq || __atomic_load_n(&rq->hctx, __ATOMIC_RELAXED) != hctx ||
-			    __atomic_load_n(&rq->state, __ATOMIC_ACQUIRE) != RQ_STATE_IN_FLIGHT)
-				continue;
-			gen = __atomic_load_n(&rq->gen, __ATOMIC_ACQUIRE);
-			if (hctx->timeout_gen[tag] != gen || !hctx->timeout_deadline[tag]) {
-				hctx->timeout_gen[tag] = gen;
-				hctx->timeout_deadline[tag] = now + timeout;
-				continue;
-			}
-			if (now < hctx->timeout_deadline[tag])
-				continue;
-			__atomic_store_n(&rq->core_busy, 1, __ATOMIC_SEQ_CST);
-			if (__atomic_load_n(&rq->state, __ATOMIC_SEQ_CST) == RQ_STATE_IN_FLIGHT &&
-			    __atomic_load_n(&rq->gen, __ATOMIC_SEQ_CST) == gen) {
-				enum rq_timeout_ret ret = RQ_EH_RESET_TIMER;
-
-				stat_inc(q, ST_TIMEOUTS);
-				if (q->ops->timeout)
-					ret = q->ops->timeout(rq);
-				/* DONE: the driver ends it; never call again for this issue */
-				hctx->timeout_deadline[tag] = ret == RQ_EH_RESET_TIMER ? now + timeout :
-											 UINT64_MAX;
-			}
-			mq_timeout_hold_end(rq);
-		}
-	}
-}
-
+/*
+ * One queue's part of a pass: its front end's due work, with the timeout
+ * scan once per scan interval.  Return: @next, lowered to when the queue
+ * wants the next pass.
+ */
 static uint64_t service_queue(struct rq_queue *q, uint64_t now, uint64_t next)
 {
-	uint64_t at;
+	uint64_t interval = scan_interval_ns(q);
+	bool scan = now - q->svc_last_scan_ns >= interval;
 
-	if (q->sq) {
-		if (now - q->svc_last_scan_ns >= scan_interval_ns(q)) {
-			q->svc_last_scan_ns = now;
-			sq_service(q, now, &next);
-		} else {
-			uint64_t dummy = UINT64_MAX;
-
-			sq_service_light(q, now, &dummy);
-			if (dummy < next)
-				next = dummy;
-		}
-		if (q->svc_last_scan_ns + scan_interval_ns(q) < next)
-			next = q->svc_last_scan_ns + scan_interval_ns(q);
-		return next;
-	}
-	for (unsigned i = 0; i < q->nr_hw_queues; i++) {
-		struct rq_hw_ctx *hctx = q->hctxs[i];
-
-		if (atomic_fetch_and(&hctx->state, ~HCTX_ASYNC_RUN) & HCTX_ASYNC_RUN)
-			run_hw_queue(hctx);
-		at = atomic_load(&hctx->run_at_ns);
-		if (at && at <= now) {
-			if (atomic_compare_exchange_strong(&hctx->run_at_ns, &at, 0))
-				run_hw_queue(hctx);
-		} else if (at && at < next) {
-			next = at;
-		}
-	}
-	at = atomic_load(&q->requeue_at_ns);
-	if (at && at <= now) {
-		if (atomic_compare_exchange_strong(&q->requeue_at_ns, &at, 0))
-			rq_mq_kick_requeue_list(q);
-	} else if (at && at < next) {
-		next = at;
-	}
-	if (now - q->svc_last_scan_ns >= scan_interval_ns(q)) {
+	if (scan)
 		q->svc_last_scan_ns = now;
-		timeout_scan(q, now);
-		if (q->set->flags & RQ_TAG_SET_SHARED)
-			for (unsigned i = 0; i < q->nr_hw_queues; i++)
-				hctx_tag_idle_check(q->hctxs[i]);
-	}
-	if (q->svc_last_scan_ns + scan_interval_ns(q) < next)
-		next = q->svc_last_scan_ns + scan_interval_ns(q);
+	q->fe->service(q, now, scan, &next);
+	if (q->svc_last_scan_ns + interval < next)
+		next = q->svc_last_scan_ns + interval;
 	return next;
 }
 
@@ -237,8 +175,11 @@ static uint64_t service_pass(uint64_t now, bool *idle)
 {
 	uint64_t next = now + 1000000000ull;
 
+	void (*tick)(uint64_t now) = atomic_load_explicit(&svc_tick, memory_order_acquire);
+
 	atomic_store_explicit(&svc_kicked, 0, memory_order_release);
-	mbox_service(now);
+	if (tick)
+		tick(now);
 	pthread_mutex_lock(&svc_lock);
 	for (struct rq_queue *q = svc_queues; q; q = q->svc_next)
 		next = service_queue(q, now, next);
@@ -329,8 +270,8 @@ RQ_EXPORT int64_t rq_service_run(void)
 	return next > now ? (int64_t)(next - now) : 0;
 }
 
-/* Have the service thread look again in @msecs (completion mailboxes). */
-void rq_mq_delay_kick_service(unsigned msecs)
+/* Have the service pass look again in @msecs (mailboxes, deferred bios). */
+void service_kick_in(unsigned msecs)
 {
 	uint64_t at = service_clock_ns() + (uint64_t)msecs * 1000000ull;
 	uint64_t cur = atomic_load(&svc_wake_at);

@@ -9,7 +9,7 @@
  * dispatch queue, and is pulled by the driver's request_fn with
  * rq_sq_peek_request() / rq_sq_start_request().
  *
- * Locking: q->sqd->lock (the library's mutex or the driver's) guards the
+ * Locking: the queue lock, sqd->lock (the library's mutex or the driver's) guards the
  * dispatch queue, the scheduler, the pool, the tag map, the merge hash and
  * the in-flight counts.  Bios never end with the lock held: bios finished
  * under it are queued and ended right after the library drops it (end of a
@@ -24,7 +24,7 @@
 #include <string.h>
 #include <sys/sysinfo.h>
 
-#include "internal/core.h"
+#include "internal/queue.h"
 #include "internal/elevator.h"
 #include "internal/ioc.h"
 
@@ -85,9 +85,11 @@ struct rq_sq_data {
 	_Atomic uint64_t run_at_ns;      /* delayed run (rq_sq_delay_queue) */
 };
 
+static const struct rq_fe_ops sq_fe_ops;
+
 static struct rq_sq_data *sqd_of(const struct rq_queue *q)
 {
-	return q->sqd;
+	return q->fe_data;
 }
 
 /* The library takes / drops the queue lock (and so ends deferred bios). */
@@ -101,11 +103,6 @@ static inline void sq_unlock(struct rq_sq_data *sqd)
 {
 	sqd->lib_locked--;
 	pthread_mutex_unlock(sqd->lock);
-}
-
-RQ_EXPORT bool rq_queue_is_sq(const struct rq_queue *q)
-{
-	return q->sq;
 }
 
 /* ------------------------------------------------------------- locking */
@@ -158,7 +155,7 @@ static struct rq_bio *sq_take_deferred(struct rq_sq_data *sqd, long *refs)
  * End the bios finished while the lock was held.  Lock NOT held; the
  * caller must hold @q otherwise (the service thread's registration).
  */
-void sq_bios_end_deferred(struct rq_queue *q)
+static void sq_bios_end_deferred(struct rq_queue *q)
 {
 	struct rq_sq_data *sqd = sqd_of(q);
 	struct rq_bio *bio;
@@ -210,7 +207,7 @@ static void sq_deferred_mark(struct rq_sq_data *sqd)
 		return;
 	if (!sqd->lib_locked && !sqd->request_fn_active) {
 		atomic_store_explicit(&sqd->deferred_since, service_clock_ns(), memory_order_relaxed);
-		rq_mq_delay_kick_service(1);
+		service_kick_in(1);
 	} else {
 		atomic_store_explicit(&sqd->deferred_since, UINT64_MAX, memory_order_relaxed);
 	}
@@ -231,7 +228,7 @@ static void sq_bio_end_later(struct rq_queue *q, struct rq_bio *bio, rq_status_t
 /* ----------------------------------------------------------- run queue */
 
 /* Call request_fn if there is work and the queue runs.  Lock held. */
-void sq_run_queue_locked(struct rq_queue *q)
+static void sq_run_queue_locked(struct rq_queue *q)
 {
 	struct rq_sq_data *sqd = sqd_of(q);
 
@@ -293,8 +290,8 @@ RQ_EXPORT bool rq_sq_queue_stopped(struct rq_queue *q)
 	return sqd_of(q)->stopped;
 }
 
-/* Service thread: delayed runs and bios left by a driver-dropped lock. */
-void sq_service_light(struct rq_queue *q, uint64_t now, uint64_t *next)
+/* Service pass: delayed runs and bios left by a driver-dropped lock. */
+static void sq_service_light(struct rq_queue *q, uint64_t now, uint64_t *next)
 {
 	struct rq_sq_data *sqd = sqd_of(q);
 	uint64_t at = atomic_load(&sqd->run_at_ns);
@@ -316,13 +313,15 @@ void sq_service_light(struct rq_queue *q, uint64_t now, uint64_t *next)
 	}
 }
 
-/* Service thread: the above, and the timeout scan. */
-void sq_service(struct rq_queue *q, uint64_t now, uint64_t *next)
+/* The single-queue part of a service pass: the above, and with @scan the timeout scan. */
+static void sq_service(struct rq_queue *q, uint64_t now, bool scan, uint64_t *next)
 {
 	struct rq_sq_data *sqd = sqd_of(q);
 	uint64_t timeout = queue_timeout_ns(q);
 
 	sq_service_light(q, now, next);
+	if (!scan)
+		return;
 
 	/* timeouts: the generation scan of the multi-queue front end, per pool slot */
 	sq_lock(sqd);
@@ -496,12 +495,17 @@ static void pool_abort_waiters(struct rq_sq_data *sqd)
 	}
 }
 
-int sq_set_nr_requests(struct rq_queue *q, unsigned long nr)
+/*
+ * The "nr_requests" attribute: the pool's limit (it grows to it at once).
+ * Context: q->sysfs_lock held.  Return: 0, -EINVAL out of range, -ENOMEM.
+ */
+static int sq_set_nr_requests(struct rq_queue *q, const char *val)
 {
 	struct rq_sq_data *sqd = sqd_of(q);
+	unsigned long nr;
 	int ret = 0;
 
-	if (nr < SQ_MIN_NR_REQUESTS || nr > 65536)
+	if (rq_elv_parse_uint(val, SQ_MIN_NR_REQUESTS, 65536, &nr))
 		return -EINVAL;
 	sq_lock(sqd);
 	if (nr > sqd->pool_cap)
@@ -562,7 +566,7 @@ static void sq_insert_merge(struct rq_queue *q, struct rq_request *rq)
 			struct rq_request *f = rq_list_first_rq(&freed);
 
 			rq_list_del_init(&f->queuelist);
-			mq_free_request(f);
+			request_free(f);
 		}
 		return;
 	}
@@ -623,18 +627,13 @@ RQ_EXPORT void rq_sq_dispatch_sort(struct rq_queue *q, struct rq_request *rq)
 	rq_list_insert(&rq->queuelist, pos, pos->next);
 }
 
-/* The scheduler's hooks, for the shared merge code. */
-const struct rq_elevator_sq_ops *sq_eops(const struct rq_queue *q)
-{
-	return &q->sqd->eops;
-}
-
 /*
  * @next joined @rq (the kernel's elv_merge_requests): a queued @next leaves
  * the scheduler through its merge_req hook; a new one was never in it.
  * Lock held.
  */
-void sq_requests_merged(struct rq_queue *q, struct rq_request *rq, struct rq_request *next)
+static void sq_requests_merged(struct rq_queue *q, struct rq_request *rq,
+			       struct rq_request *next)
 {
 	struct rq_sq_data *sqd = sqd_of(q);
 
@@ -648,12 +647,12 @@ void sq_requests_merged(struct rq_queue *q, struct rq_request *rq, struct rq_req
 
 RQ_EXPORT unsigned rq_sq_nr_sorted(const struct rq_queue *q)
 {
-	return q->sqd->nr_sorted;
+	return sqd_of(q)->nr_sorted;
 }
 
 RQ_EXPORT unsigned rq_sq_in_flight(const struct rq_queue *q, bool sync)
 {
-	return q->sqd->in_flight[sync ? 1 : 0];
+	return sqd_of(q)->in_flight[sync ? 1 : 0];
 }
 
 /* ------------------------------------------------------------ driver */
@@ -709,8 +708,8 @@ RQ_EXPORT struct rq_request *rq_sq_fetch_request(struct rq_queue *q)
 	return rq;
 }
 
-/* Give the request back to the pool; returns the ctx to drop usage on. */
-struct rq_sw_ctx *sq_release_request(struct rq_request *rq)
+/* Give the request back to the pool; returns the ctx to drop usage on.  Lock held. */
+static struct rq_sw_ctx *sq_release_request(struct rq_request *rq)
 {
 	struct rq_queue *q = rq->q;
 	struct rq_sq_data *sqd = sqd_of(q);
@@ -824,7 +823,7 @@ RQ_EXPORT void rq_sq_requeue_request(struct rq_request *rq)
 }
 
 /* A flush sequence is DONE: end the request like any other.  Lock held. */
-void sq_flush_seq_done(struct rq_request *rq, rq_status_t status)
+static void sq_flush_seq_done(struct rq_request *rq, rq_status_t status)
 {
 	struct rq_sq_data *sqd = sqd_of(rq->q);
 
@@ -835,7 +834,7 @@ void sq_flush_seq_done(struct rq_request *rq, rq_status_t status)
 }
 
 /* Flush sequencing hands a step to the driver through the dispatch queue. */
-void sq_flush_queue_rq(struct rq_request *rq, bool at_head)
+static void sq_flush_queue_rq(struct rq_request *rq, bool at_head)
 {
 	struct rq_sq_data *sqd = sqd_of(rq->q);
 
@@ -936,13 +935,13 @@ static bool sq_attempt_merge(struct rq_queue *q, struct rq_bio *bio, unsigned nr
 	if (!rq_sched_try_merge(q, bio, nr_segs, &freed))
 		return false;
 	if (freed)
-		mq_free_request(freed);
+		request_free(freed);
 	return true;
 }
 
 /* Submit one piece that fits the limits; consumes one usage reference. */
-void sq_submit_piece(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_bio *bio,
-		     unsigned nr_segs)
+static void sq_submit(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_bio *bio,
+		      unsigned nr_segs)
 {
 	struct rq_sq_data *sqd = sqd_of(q);
 	struct rq_plug *plug = plug_current();
@@ -950,10 +949,8 @@ void sq_submit_piece(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_bio *b
 	struct rq_request *rq;
 
 	stat_inc(q, ST_BIOS);
-	if (!flush_seq && READ_ONCE(q->nomerges) != 2 && bio_mergeable(bio) && plug &&
-	    plug->tail && plug->tail->q == q &&
-	    bio_attempt_merge(q, plug->tail, bio, nr_segs, false)) {
-		stat_inc(q, ST_PLUG_MERGES);
+	if (!flush_seq && READ_ONCE(q->nomerges) != 2 && bio_mergeable(bio) &&
+	    plug_try_merge(plug, q, bio, nr_segs)) {
 		queue_exit(q);
 		return;
 	}
@@ -994,7 +991,7 @@ void sq_submit_piece(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_bio *b
 }
 
 /* Unplug: the plugged requests of one queue into the scheduler, then run. */
-void sq_plug_issue(struct rq_list_node *list, struct rq_request *first)
+static void sq_plug_issue(struct rq_list_node *list, struct rq_request *first)
 {
 	struct rq_queue *q = first->q;
 	struct rq_sq_data *sqd = sqd_of(q);
@@ -1021,12 +1018,24 @@ static void sq_eops_copy(struct rq_elevator_sq_ops *dst, const struct rq_elevato
 	dst->size = sizeof(*dst);
 }
 
+/* The merge decisions of single-queue scheduler @o, for lib/merge.c. */
+static void sq_merge_hooks(struct elv_merge_hooks *h, const struct rq_elevator_sq_ops *o)
+{
+	h->latter = o->latter;
+	h->former = o->former;
+	h->allow_bio = o->allow_merge;
+	h->allow_rq = o->allow_rq_merge;
+	h->front_lookup = o->merge;
+	h->requests_merged = sq_requests_merged;
+	h->request_grew = o->merged;
+}
+
 /*
  * Switch scheduler: the new one is built first; with the queue drained
  * (frozen) and the lock held the old one is replaced; a failure leaves it
  * running.  Caller holds q->sysfs_lock.
  */
-int sq_elevator_switch(struct rq_queue *q, const char *name)
+static int sq_elevator_switch(struct rq_queue *q, const char *name)
 {
 	struct rq_sq_data *sqd = sqd_of(q);
 	const struct rq_elevator_type *e = elevator_get(name, RQ_ELV_F_SQ);
@@ -1054,6 +1063,7 @@ int sq_elevator_switch(struct rq_queue *q, const char *name)
 	}
 	eq->type = e;
 	sq_eops_copy(&new_ops, e->sq_ops);
+	sq_merge_hooks(&eq->hooks, &new_ops);
 
 	rq_queue_freeze(q);
 	sq_lock(sqd);
@@ -1089,42 +1099,32 @@ int sq_elevator_switch(struct rq_queue *q, const char *name)
 
 /* ------------------------------------------------------- create, destroy */
 
-RQ_EXPORT int rq_sq_alloc_queue(const struct rq_sq_config *cfg, struct rq_queue **out)
+/* Check @cfg; the pool size to start with, or 0 if @cfg is not acceptable. */
+static unsigned sq_config_check(const struct rq_sq_config *cfg, struct rq_queue_limits *lim)
 {
-	struct rq_queue_limits lim;
-	struct rq_sq_data *sqd;
-	struct rq_queue *q;
-	const char *sched;
 	unsigned nr;
-	int ret;
 
-	if (!cfg || !out || !cfg->ops || cfg->ops->abi_version != RQ_SQ_OPS_ABI ||
+	if (!cfg || !cfg->ops || cfg->ops->abi_version != RQ_SQ_OPS_ABI ||
 	    cfg->ops->size < offsetof(struct rq_sq_ops, request_fn) + sizeof(void *) ||
 	    !cfg->ops->request_fn || cfg->cmd_size > (1u << 20))
-		return -EINVAL;
+		return 0;
 	nr = cfg->nr_requests ? cfg->nr_requests : SQ_DEFAULT_NR_REQUESTS;
 	if (nr < SQ_MIN_NR_REQUESTS || nr > 65536)
-		return -EINVAL;
+		return 0;
 	if (cfg->limits)
-		lim = *cfg->limits;
+		*lim = *cfg->limits;
 	else
-		rq_queue_limits_default(&lim);
-	if (rq_queue_limits_validate(&lim))
-		return -EINVAL;
-	sched = cfg->scheduler;
-	if (!sched)
-		sched = rq_elevator_exists("cfq") ? "cfq" : "noop";
+		rq_queue_limits_default(lim);
+	return rq_queue_limits_validate(lim) ? 0 : nr;
+}
 
-	q = calloc(1, sizeof(*q));
-	sqd = calloc(1, sizeof(*sqd));
-	if (!q || !sqd) {
-		free(q);
-		free(sqd);
-		return -ENOMEM;
-	}
-	q->sq = true;
-	q->sqd = sqd;
-	stats_init(q);
+/* The front end's own part of a new queue: driver ops, lock, pool. */
+static struct rq_sq_data *sq_data_alloc(const struct rq_sq_config *cfg, unsigned nr)
+{
+	struct rq_sq_data *sqd = calloc(1, sizeof(*sqd));
+
+	if (!sqd)
+		return NULL;
 	memcpy(&sqd->ops, cfg->ops, cfg->ops->size < sizeof(sqd->ops) ? cfg->ops->size :
 									  sizeof(sqd->ops));
 	sqd->ops.size = sizeof(sqd->ops);
@@ -1133,39 +1133,46 @@ RQ_EXPORT int rq_sq_alloc_queue(const struct rq_sq_config *cfg, struct rq_queue 
 	rq_list_init(&sqd->queue_head);
 	sqd->rq_size = (sizeof(struct rq_request) + cfg->cmd_size + 63) & ~(size_t)63;
 	sqd->nr_requests = nr;
-	q->rq_size = sqd->rq_size;
-	q->queuedata = cfg->queuedata;
-	q->limits = lim;
-	atomic_store(&q->capacity, cfg->capacity);
-	q->io_timeout_ms = cfg->timeout_ms ? cfg->timeout_ms : RQ_DEFAULT_TIMEOUT_MS;
-	q->hw_write_cache = lim.features & RQ_FEAT_WRITE_CACHE;
-	q->rq_affinity = 1;
-	q->nr_requests = nr;
-	q->nr_cpus = (unsigned)get_nprocs_conf();
-	if (!q->nr_cpus)
-		q->nr_cpus = 1;
-	pthread_mutex_init(&q->freeze_lock, NULL);
-	pthread_cond_init(&q->freeze_cond, NULL);
-	pthread_cond_init(&q->unfreeze_cond, NULL);
-	pthread_mutex_init(&q->sysfs_lock, NULL);
-	pthread_rwlock_init(&q->tsan_quiesce_lock, NULL);
-	rq_spin_init(&q->requeue_lock);
-	rq_list_init(&q->requeue_list);
-	q->ctxs = rq_alloc_node(sizeof(*q->ctxs) * q->nr_cpus, -1);
-	ret = q->ctxs ? pool_grow(q, nr) : -ENOMEM;
-	if (!ret)
-		ret = flush_queue_init(q);
-	if (!ret) {
-		for (unsigned cpu = 0; cpu < q->nr_cpus; cpu++) {
-			rq_spin_init(&q->ctxs[cpu].lock);
-			rq_list_init(&q->ctxs[cpu].rq_list);
-			q->ctxs[cpu].cpu = cpu;
-			q->ctxs[cpu].q = q;
-		}
-		pthread_mutex_lock(&q->sysfs_lock);
-		ret = sq_elevator_switch(q, sched);
-		pthread_mutex_unlock(&q->sysfs_lock);
+	return sqd;
+}
+
+static void sq_queue_free(struct rq_queue *q);
+
+RQ_EXPORT int rq_sq_alloc_queue(const struct rq_sq_config *cfg, struct rq_queue **out)
+{
+	struct queue_common_config cc = { .fe = &sq_fe_ops, .numa_node = -1 };
+	struct rq_queue_limits lim;
+	struct rq_sq_data *sqd;
+	struct rq_queue *q = NULL;
+	const char *sched;
+	unsigned nr = out ? sq_config_check(cfg, &lim) : 0;
+	int ret;
+
+	if (!nr)
+		return -EINVAL;
+	sched = cfg->scheduler;
+	if (!sched)
+		sched = rq_elevator_exists("cfq") ? "cfq" : "noop";
+	sqd = sq_data_alloc(cfg, nr);
+	cc.limits = &lim;
+	cc.capacity = cfg->capacity;
+	cc.queuedata = cfg->queuedata;
+	cc.timeout_ms = cfg->timeout_ms;
+	cc.nr_requests = nr;
+	cc.nr_cpus = (unsigned)get_nprocs_conf();
+	cc.rq_size = sqd ? sqd->rq_size : 0;
+	if (sqd)
+		q = queue_alloc_common(&cc);
+	if (!q) {
+		free(sqd);
+		return -ENOMEM;
 	}
+	q->fe_data = sqd;
+	ret = pool_grow(q, nr);
+	if (!ret)
+		ret = flush_queue_init(q, NULL);
+	if (!ret)
+		ret = queue_elevator_switch(q, sched);
 	if (ret) {
 		sq_queue_free(q);
 		return ret;
@@ -1176,7 +1183,7 @@ RQ_EXPORT int rq_sq_alloc_queue(const struct rq_sq_config *cfg, struct rq_queue 
 }
 
 /* Free everything; the queue is empty. */
-void sq_queue_free(struct rq_queue *q)
+static void sq_queue_free(struct rq_queue *q)
 {
 	struct rq_sq_data *sqd = sqd_of(q);
 
@@ -1198,24 +1205,17 @@ void sq_queue_free(struct rq_queue *q)
 	free(sqd->timeout_deadline);
 	free(sqd->tag_index);
 	flush_queue_exit(q);
-	if (q->ctxs)
-		rq_free_node(q->ctxs, sizeof(*q->ctxs) * q->nr_cpus);
 	pthread_mutex_destroy(&sqd->own_lock);
-	pthread_mutex_destroy(&q->freeze_lock);
-	pthread_cond_destroy(&q->freeze_cond);
-	pthread_cond_destroy(&q->unfreeze_cond);
-	pthread_mutex_destroy(&q->sysfs_lock);
-	pthread_rwlock_destroy(&q->tsan_quiesce_lock);
-	stats_free(q);
 	free(sqd);
-	free(q);
+	queue_free_common(q);
 }
 
 /*
- * Teardown of a live queue: requests not started end with IOERR, pool
- * waiters give up, requests the driver holds are waited for.
+ * Teardown of a live queue, once per look until it is drained: requests
+ * not started end with IOERR, pool waiters give up; requests the driver
+ * holds are waited for.
  */
-void sq_teardown(struct rq_queue *q)
+static void sq_teardown(struct rq_queue *q)
 {
 	struct rq_sq_data *sqd = sqd_of(q);
 
@@ -1233,3 +1233,74 @@ void sq_teardown(struct rq_queue *q)
 	}
 	sq_unlock_end(q);
 }
+
+/* rq_queue_destroy(), after the core marked @q dying: fail, drain, free. */
+static void sq_queue_destroy(struct rq_queue *q)
+{
+	queue_wait_drained(q, sq_teardown);
+	service_unregister(q);
+	sq_queue_free(q);
+}
+
+/* ------------------------------------------------------ the core's view */
+
+static void sq_run_queues(struct rq_queue *q, bool async)
+{
+	if (async)
+		rq_sq_delay_queue(q, 0);
+	else
+		rq_sq_run_queue(q);
+}
+
+/* request_fn runs under the queue lock and checks quiesce_depth there. */
+static void sq_quiesce_sync(struct rq_queue *q)
+{
+	rq_sq_lock(q);
+	rq_sq_unlock(q);
+}
+
+/* No hardware queues: one merge state, no mailboxes. */
+static struct rq_hw_ctx *sq_bio_hctx(struct rq_queue *q, const struct rq_bio *bio)
+{
+	return NULL;
+}
+
+static void sq_complete(struct rq_request *rq)
+{
+	rq_sq_end_request_all(rq, rq->complete_status);
+}
+
+/* The flush request takes no tag here; a step goes through the dispatch queue. */
+static void sq_flush_prepare(struct rq_request *flush_rq, struct rq_request *first)
+{
+}
+
+static void sq_flush_step_end(struct rq_request *rq)
+{
+}
+
+/* Data steps ahead of sorted work, the flush request behind what is queued. */
+static void sq_flush_issue(struct rq_request *rq, bool flush)
+{
+	sq_flush_queue_rq(rq, !flush);
+}
+
+static const struct rq_fe_ops sq_fe_ops = {
+	.name = "sq",
+	.elv_features = RQ_ELV_F_SQ,
+	.submit = sq_submit,
+	.plug_issue = sq_plug_issue,
+	.release_request = sq_release_request,
+	.bio_hctx = sq_bio_hctx,
+	.complete = sq_complete,
+	.run_queues = sq_run_queues,
+	.quiesce_sync = sq_quiesce_sync,
+	.destroy = sq_queue_destroy,
+	.service = sq_service,
+	.elevator_switch = sq_elevator_switch,
+	.set_nr_requests = sq_set_nr_requests,
+	.flush_prepare = sq_flush_prepare,
+	.flush_step_end = sq_flush_step_end,
+	.flush_issue = sq_flush_issue,
+	.flush_seq_done = sq_flush_seq_done,
+};

@@ -21,7 +21,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 
-#include "internal/core.h"
+#include "internal/queue.h"
 
 __thread struct stats_cache_slot tls_stats_cache[STATS_CACHE_SLOTS]
 	__attribute__((tls_model("initial-exec")));

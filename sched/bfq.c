@@ -64,7 +64,7 @@
 
 #include <librequest/elevator.h>
 
-#include "lib/internal/core.h"
+#include "lib/internal/mq.h"
 #include "lib/internal/ioc.h"
 
 /* ------------------------------------------------------ tunable defaults */

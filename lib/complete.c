@@ -1,0 +1,228 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * Completion, common to both front ends: a request advancing by bytes as
+ * the driver finishes pieces of it, its bios ending, a request that never
+ * reached the driver being freed or failed, and the completion mailboxes
+ * behind rq_affinity 2.
+ *
+ * Completion mailboxes: a request completed by another thread is pushed on
+ * its submitter's lock-free stack and completed by the submitter at its
+ * next entry into the library (or rq_process_completions()), or by the
+ * service pass if the submitter does not come within a millisecond, so
+ * nothing waits forever on an idle submitter.  The front end completes
+ * what a mailbox hands back (q->fe->complete).
+ *
+ * What may run at the same time:
+ *   mbox_push                       anything, any thread
+ *   mbox_drain of one mailbox       its owner, the service pass (the stack
+ *                                   is taken whole by one of them)
+ *   mbox_self, the service tick     each other (mbox_lock)
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "internal/queue.h"
+
+/* End every remaining bio of @rq with @status. */
+void request_end_bios(struct rq_request *rq, rq_status_t status)
+{
+	struct rq_bio *bio = rq->bio;
+
+	rq->bio = rq->biotail = NULL;
+	rq->bytes = 0;
+	while (bio) {
+		struct rq_bio *next = bio->next;
+
+		bio->next = NULL;
+		bio_end_with(bio, status);
+		bio = next;
+	}
+}
+
+/*
+ * Complete @bytes of @rq from its start (partial completion, both front
+ * ends): bios wholly done leave the request and go to @end_bio.  Return:
+ * true while bytes remain.
+ */
+bool request_advance(struct rq_request *rq, rq_status_t status, unsigned bytes,
+		     void (*end_bio)(struct rq_queue *q, struct rq_bio *bio, rq_status_t status))
+{
+	while (bytes && rq->bio) {
+		struct rq_bio *bio = rq->bio;
+		unsigned n = bytes < bio->iter.size ? bytes : bio->iter.size;
+
+		if (status != RQ_STS_OK && bio->status == RQ_STS_OK)
+			bio->status = status;
+		bio_advance(bio, n);
+		rq->bytes -= n;
+		rq->sector += n >> RQ_SECTOR_SHIFT;
+		bytes -= n;
+		if (!bio->iter.size) {
+			rq->bio = bio->next;
+			if (!rq->bio)
+				rq->biotail = NULL;
+			bio->next = NULL;
+			end_bio(rq->q, bio, status);
+		}
+	}
+	return rq->bytes > 0;
+}
+
+/*
+ * Free a request that is not with the driver, dropping its usage
+ * reference.  Context: any thread; with the single-queue front end, the
+ * queue lock held.
+ */
+void request_free(struct rq_request *rq)
+{
+	struct rq_queue *q = rq->q;
+	struct rq_sw_ctx *ctx = q->fe->release_request(rq);
+
+	if (ctx)
+		queue_exit_ctx(q, ctx);
+}
+
+/*
+ * End a request that is not with the driver (teardown, a flush sequence
+ * that ended, errors): its bios end with @status, then it is freed.
+ */
+void request_fail(struct rq_request *rq, rq_status_t status)
+{
+	if (status != RQ_STS_OK)
+		stat_inc(rq->q, ST_ERRORS);
+	stat_inc(rq->q, ST_COMPLETED);
+	request_end_bios(rq, status);
+	request_free(rq);
+}
+
+/* ------------------------------------------------------------ mailboxes */
+
+__thread struct rq_mailbox *tls_mbox __attribute__((tls_model("initial-exec")));
+static pthread_mutex_t mbox_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct rq_mailbox *mbox_list;
+static _Atomic int mbox_pending; /* mailboxes that may hold requests */
+static pthread_key_t mbox_key;
+static pthread_once_t mbox_once = PTHREAD_ONCE_INIT;
+
+/* Complete everything in @mb (its owner, or the service pass). */
+void mbox_drain(struct rq_mailbox *mb)
+{
+	struct rq_request *rq = atomic_exchange_explicit(&mb->head, NULL, memory_order_acquire);
+
+	while (rq) {
+		struct rq_request *next = rq->rq_next;
+
+		rq->rq_next = NULL;
+		rq->q->fe->complete(rq);
+		rq = next;
+	}
+}
+
+static void mbox_thread_exit(void *arg)
+{
+	struct rq_mailbox *mb = arg;
+
+	mbox_drain(mb);
+	pthread_mutex_lock(&mbox_lock);
+	__atomic_store_n(&mb->dead, true, __ATOMIC_RELEASE); /* the service thread frees it */
+	pthread_mutex_unlock(&mbox_lock);
+	atomic_fetch_add(&mbox_pending, 1);
+	service_kick();
+}
+
+static void mbox_service(uint64_t now);
+
+static void mbox_key_init(void)
+{
+	pthread_key_create(&mbox_key, mbox_thread_exit);
+	service_set_tick(mbox_service);
+}
+
+/* The calling thread's mailbox, made on first use; NULL without memory. */
+struct rq_mailbox *mbox_self(void)
+{
+	struct rq_mailbox *mb = tls_mbox;
+
+	if (likely(mb))
+		return mb;
+	pthread_once(&mbox_once, mbox_key_init);
+	mb = calloc(1, sizeof(*mb));
+	if (!mb)
+		return NULL;
+	pthread_mutex_lock(&mbox_lock);
+	mb->next = mbox_list;
+	mbox_list = mb;
+	pthread_mutex_unlock(&mbox_lock);
+	pthread_setspecific(mbox_key, mb);
+	tls_mbox = mb;
+	return mb;
+}
+
+/*
+ * Hand @rq, completed on this thread, to its submitter's mailbox
+ * (rq->end_io_data, set when it was made under rq_affinity 2).  Return:
+ * false if it must be completed here: no mailbox, the caller's own, or
+ * its owner has exited.
+ */
+bool mbox_push(struct rq_request *rq)
+{
+	struct rq_mailbox *mb = rq->end_io_data;
+	struct rq_request *head;
+
+	if (!mb || mb == tls_mbox || __atomic_load_n(&mb->dead, __ATOMIC_ACQUIRE))
+		return false;
+	head = atomic_load_explicit(&mb->head, memory_order_relaxed);
+	do {
+		rq->rq_next = head;
+	} while (!atomic_compare_exchange_weak_explicit(&mb->head, &head, rq, memory_order_release,
+							memory_order_relaxed));
+	if (!head) {
+		__atomic_store_n(&mb->pushed_ns, service_clock_ns(), __ATOMIC_RELAXED);
+		atomic_store(&mbox_pending, 1);
+		service_kick_in(1);
+	}
+	return true;
+}
+
+/* Service pass: drain mailboxes whose owner did not come (or exited). */
+static void mbox_service(uint64_t now)
+{
+	struct rq_mailbox **p;
+
+	if (!atomic_load(&mbox_pending))
+		return;
+	atomic_store(&mbox_pending, 0);
+	pthread_mutex_lock(&mbox_lock);
+	for (p = &mbox_list; *p;) {
+		struct rq_mailbox *mb = *p;
+
+		if (atomic_load(&mb->head)) {
+			if (mb->dead || now - __atomic_load_n(&mb->pushed_ns, __ATOMIC_RELAXED) >= 1000000)
+				mbox_drain(mb);
+			else
+				atomic_store(&mbox_pending, 1);
+		}
+		if (mb->dead && !atomic_load(&mb->head)) {
+			*p = mb->next;
+			free(mb);
+			continue;
+		}
+		p = &mb->next;
+	}
+	pthread_mutex_unlock(&mbox_lock);
+}
+
+RQ_EXPORT int rq_process_completions(void)
+{
+	struct rq_mailbox *mb = tls_mbox;
+	int n = 0;
+
+	if (!mb)
+		return 0;
+	for (struct rq_request *rq = atomic_load(&mb->head); rq; rq = rq->rq_next)
+		n++;
+	mbox_drain(mb);
+	return n;
+}

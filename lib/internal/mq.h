@@ -1,0 +1,49 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * The multi-queue front end's private header: tag sets, hw queue states,
+ * and what lib/mq.c and lib/mq-sched.c offer each other.  Only those two
+ * files (and the built-in schedulers that read the tag set) include it;
+ * the layers below reach the front end through q->fe alone.
+ */
+#ifndef RQ_INTERNAL_MQ_H
+#define RQ_INTERNAL_MQ_H
+
+#include "queue.h"
+
+/* hctx->state bits */
+#define HCTX_STOPPED (1u << 0)
+#define HCTX_RESTART (1u << 1)      /* re-run when a request completes */
+#define HCTX_ASYNC_RUN (1u << 2)    /* the service thread should run it */
+
+/* run_state values: dispatch ownership of one hctx */
+#define RUN_IDLE 0
+#define RUN_BUSY 1
+#define RUN_AGAIN 2
+
+struct rq_tag_set {
+	struct rq_mq_ops ops;          /* copy, zero-filled past the driver's size */
+	unsigned nr_hw_queues;
+	unsigned nr_poll_queues;
+	unsigned queue_depth;
+	unsigned reserved_tags;
+	unsigned cmd_size;
+	int numa_node;
+	unsigned timeout_ms;
+	unsigned flags;
+	void *driver_data;
+	unsigned nr_cpus;
+	unsigned *map;                 /* cpu -> hw queue */
+	int *hctx_node;                /* hw queue -> NUMA node of its memory */
+	struct rq_tags **tags;         /* per hw queue (or one shared) */
+	size_t rq_size;
+	pthread_mutex_t lock;          /* queue list */
+	unsigned nr_queues;
+	struct rq_queue *queues[64];
+};
+
+/* ---- lib/mq-sched.c (context: q->sysfs_lock held) ---- */
+int mq_elevator_switch(struct rq_queue *q, const char *name);
+void mq_elevator_detach(struct rq_queue *q);
+int mq_set_nr_requests(struct rq_queue *q, const char *val);
+
+#endif /* RQ_INTERNAL_MQ_H */

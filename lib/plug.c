@@ -1,0 +1,238 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * Plugging (blk_start_plug / blk_finish_plug), common to both front ends.
+ *
+ * A thread's plug collects the requests it makes until it flushes: when it
+ * is full, when the thread finishes it, or before the thread would sleep
+ * in the library (waiting for a freeze, a tag, a pool request).  A flush
+ * hands each run of requests of one queue and hw queue to the front end
+ * (q->fe->plug_issue), in submission order.  A bio may merge into the
+ * request last added to the plug (plug_try_merge()).
+ *
+ * A plug also caches tags taken ahead in batches (the kernel's
+ * plug->cached_rqs): see plug_cached_tag().
+ *
+ * A plug is the calling thread's alone: nothing here runs concurrently on
+ * one plug.
+ */
+#define _GNU_SOURCE
+#include <stdlib.h>
+
+#include "internal/queue.h"
+
+__thread struct rq_plug *tls_plug __attribute__((tls_model("initial-exec")));
+
+/*
+ * The plug's clock reading (core_clock_ns()).  Never set without a plug
+ * (it is cleared whenever tls_plug is), so a reading found here is the
+ * plug's.  Timestamps thus lag by at most the time a plug lives.
+ */
+__thread uint64_t tls_plug_now __attribute__((tls_model("initial-exec")));
+
+/*
+ * Batched tag allocation: a plug takes up to PLUG_TAG_BATCH tags of one hw
+ * queue with a single compare-and-swap (sbq_get_batch) and hands them out
+ * as its requests are made; what is left goes back in one batch when the
+ * plug flushes or finishes (the kernel's plug->cached_rqs).  Driver tags
+ * without a scheduler, scheduler tags with one; not for shared tag sets
+ * (fair sharing counts driver tags one by one) nor for depth-limited
+ * allocations (limit_depth).
+ *
+ * Scheduler tags die with their scheduler, so while a plug holds any it
+ * also holds one usage reference of their queue (plug->cache_q): a freeze,
+ * and with it a scheduler switch or nr_requests change, waits until the
+ * plug gives them back.  A plug never takes scheduler tags ahead once a
+ * freeze has begun.  Driver tags live as long as the tag set.
+ */
+#define PLUG_TAG_BATCH 8
+
+void plug_return_tags(struct rq_plug *plug, unsigned cpu)
+{
+	struct rq_tags *tags = plug->tag_cache;
+
+	if (!plug->cached_tags)
+		return;
+	sbq_put_mask(&tags->bitmap, plug->cached_tags, plug->cached_off, cpu);
+	plug->cached_tags = 0;
+	if (plug->cache_q) {
+		/* any CPU's usage slot will do: the freezer sums them */
+		queue_exit_ctx(plug->cache_q, queue_ctx(plug->cache_q, cpu));
+		plug->cache_q = NULL;
+	}
+}
+
+/*
+ * A tag from the plug's batch, refilled from @tags (the scheduler tags of
+ * @q when @sched_q is set, else driver tags); -1 if none.  @ctx is the
+ * submission's software queue (of @sched_q, when set): its CPU hints the
+ * bitmap and its usage slot counts the plug's reference.  With @shallow
+ * (a scheduler's limit_depth: bits per word the request may use; 0: all)
+ * only such a bit is handed out, and a refill takes only such bits; a
+ * cached bit above the limit (taken for a request without one) is left
+ * for the next request that may have it.
+ */
+int plug_cached_tag(struct rq_plug *plug, struct rq_tags *tags, struct rq_queue *sched_q,
+			   struct rq_sw_ctx *ctx, unsigned shallow)
+{
+	unsigned bit;
+
+	if (unlikely(plug->tag_cache != tags)) {
+		plug_return_tags(plug, ctx->cpu);
+		plug->tag_cache = tags;
+	}
+	if (!plug->cached_tags) {
+		if (sched_q && atomic_load_explicit(&sched_q->freeze_depth, memory_order_relaxed))
+			return -1;
+		plug->cached_tags = sbq_get_batch_shallow(&tags->bitmap, ctx->cpu, PLUG_TAG_BATCH,
+							  shallow, &plug->cached_off);
+		if (!plug->cached_tags)
+			return -1;
+		if (sched_q) {
+			atomic_fetch_add_explicit(&ctx->usage, 1, memory_order_seq_cst);
+			plug->cache_q = sched_q;
+		}
+	}
+	bit = (unsigned)__builtin_ctzl(plug->cached_tags);
+	if (unlikely(shallow) && bit >= shallow)
+		return -1; /* the lowest is the one that would go: above the limit */
+	plug->cached_tags &= plug->cached_tags - 1;
+	if (!plug->cached_tags && plug->cache_q) {
+		/* the request being made holds the queue from here */
+		queue_exit_ctx(plug->cache_q, queue_ctx(plug->cache_q, ctx->cpu));
+		plug->cache_q = NULL;
+	}
+	return (int)(tags->nr_reserved + plug->cached_off + bit);
+}
+
+/* ------------------------------------------------------------- plugging */
+
+RQ_EXPORT void rq_start_plug(struct rq_plug *plug)
+{
+	plug->tag_cache = NULL;
+	plug->cached_tags = 0;
+	plug->cached_off = 0;
+	plug->cache_q = NULL;
+	plug->head = plug->tail = NULL;
+	plug->count = 0;
+	plug->multiple_queues = 0;
+	plug->q = NULL;
+	plug->prev = tls_plug;
+	if (!tls_plug) {
+		tls_plug = plug;
+		tls_plug_now = 0;
+	}
+}
+
+static void plug_flush_list(struct rq_plug *plug)
+{
+	struct rq_request *rq = plug->head;
+
+	tls_plug_now = 0; /* a new reading for what happens now */
+	plug->head = plug->tail = NULL;
+	plug->count = 0;
+	plug->multiple_queues = 0;
+	while (rq) {
+		struct rq_request *first = rq;
+		struct rq_queue *q = first->q;
+		struct rq_hw_ctx *hctx = first->hctx;
+		struct rq_list_node list;
+
+		rq_list_init(&list);
+		do {
+			struct rq_request *next = rq->rq_next;
+
+			rq->rq_next = NULL;
+			rq_list_add_tail(&rq->queuelist, &list);
+			rq = next;
+		} while (rq && rq->q == q && rq->hctx == hctx);
+		q->fe->plug_issue(&list, first);
+	}
+}
+
+RQ_EXPORT void rq_flush_plug(void)
+{
+	struct rq_plug *plug = tls_plug;
+
+	if (!plug)
+		return;
+	if (plug->head)
+		plug_flush_list(plug);
+	/* the thread may sleep next: others may need the tags it took ahead */
+	plug_return_tags(plug, cur_cpu());
+}
+
+RQ_EXPORT void rq_finish_plug(struct rq_plug *plug)
+{
+	if (plug != tls_plug)
+		return; /* a nested plug: the outermost one flushes */
+	if (plug->head)
+		plug_flush_list(plug);
+	tls_plug = NULL;
+	tls_plug_now = 0;
+	plug_return_tags(plug, cur_cpu());
+	mbox_run_own();
+}
+
+/*
+ * The one plug merge check of both front ends: may @bio join the request
+ * last added to @plug (a request of @q)?  The caller has checked that @bio
+ * may merge at all.  Return: true if it did.
+ */
+bool plug_try_merge(struct rq_plug *plug, struct rq_queue *q, struct rq_bio *bio,
+		    unsigned nr_segs)
+{
+	if (!plug || !plug->tail || plug->tail->q != q ||
+	    !bio_attempt_merge(q, plug->tail, bio, nr_segs, false))
+		return false;
+	stat_inc(q, ST_PLUG_MERGES);
+	return true;
+}
+
+#define PLUG_FLUSH_BYTES (128u * 1024u) /* BLK_PLUG_FLUSH_SIZE */
+
+/* Queue @rq on @plug, flushing it first when it is full (both front ends). */
+void plug_add(struct rq_plug *plug, struct rq_request *rq)
+{
+	struct rq_request *last = plug->tail;
+
+	if (last && (plug->count >= (plug->multiple_queues ? 2u * RQ_PLUG_MAX_REQUESTS :
+							      RQ_PLUG_MAX_REQUESTS) ||
+		     last->bytes >= PLUG_FLUSH_BYTES)) {
+		plug_flush_list(plug);
+		last = NULL;
+	}
+	if (last && last->q != rq->q)
+		plug->multiple_queues = 1;
+	rq->rq_next = NULL;
+	if (last)
+		last->rq_next = rq;
+	else
+		plug->head = rq;
+	plug->tail = rq;
+	plug->count++;
+	plug->q = rq->q;
+}
+
+/* Teardown: requests of @q on the calling thread's plug end with IOERR. */
+void plug_fail_queue(struct rq_queue *q)
+{
+	struct rq_plug *plug = tls_plug;
+	struct rq_request *rq, **link;
+
+	if (!plug)
+		return;
+	plug_return_tags(plug, cur_cpu());
+	link = &plug->head;
+	plug->tail = NULL;
+	while ((rq = *link)) {
+		if (rq->q != q) {
+			plug->tail = rq;
+			link = &rq->rq_next;
+			continue;
+		}
+		*link = rq->rq_next;
+		rq->rq_next = NULL;
+		plug->count--;
+		request_fail(rq, RQ_STS_IOERR);
+	}
+}
