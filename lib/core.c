@@ -23,8 +23,6 @@
 
 #include "internal/queue.h"
 
-__thread struct rq_sw_ctx *tls_submit_ctx __attribute__((tls_model("initial-exec")));
-
 /* ------------------------------------------------------- usage / freeze */
 
 /*

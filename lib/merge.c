@@ -21,20 +21,12 @@
 #include "internal/elevator.h"
 #include "internal/ioc.h"
 
-#define NOMERGE_FLAGS (RQ_BIO_NOMERGE | RQ_BIO_PREFLUSH | RQ_BIO_FUA)
-
-bool bio_mergeable(const struct rq_bio *bio)
-{
-	return !(bio->opf & NOMERGE_FLAGS) &&
-	       (bio->op == RQ_OP_READ || bio->op == RQ_OP_WRITE || bio->op == RQ_OP_DISCARD);
-}
-
-bool rq_mergeable(const struct rq_request *rq)
-{
-	return !(rq->opf & NOMERGE_FLAGS) &&
-	       !(rq->rq_flags & (RQ_RQF_FLUSH_SEQ | RQ_RQF_FLUSH_INTERNAL)) &&
-	       (rq->op == RQ_OP_READ || rq->op == RQ_OP_WRITE || rq->op == RQ_OP_DISCARD);
-}
+/*
+ * The submission's software queue, set by the core (rq_submit_bio()) for
+ * the length of a submission; the merge lookups and rq_bio_map_hctx()
+ * read it.  Defined here, the lowest layer that reads it.
+ */
+__thread struct rq_sw_ctx *tls_submit_ctx __attribute__((tls_model("initial-exec")));
 
 /* The priority a bio will have as a request on @q. */
 static uint16_t bio_effective_prio(const struct rq_queue *q, const struct rq_bio *bio)
@@ -432,7 +424,7 @@ RQ_EXPORT bool rq_sched_try_merge(struct rq_queue *q, struct rq_bio *bio, unsign
 		if (merged)
 			*merged = freed;
 		else if (freed)
-			rq_sched_free_request(freed);
+			request_free(freed);
 		return true;
 	}
 }

@@ -415,8 +415,23 @@ bool bio_attempt_back_merge(struct rq_request *rq, struct rq_bio *bio, unsigned 
 bool bio_attempt_front_merge(struct rq_request *rq, struct rq_bio *bio, unsigned nr_segs);
 bool bio_attempt_merge(struct rq_queue *q, struct rq_request *rq, struct rq_bio *bio,
 		       unsigned nr_segs, bool sched_allow);
-bool bio_mergeable(const struct rq_bio *bio);
-bool rq_mergeable(const struct rq_request *rq);
+
+#define NOMERGE_FLAGS (RQ_BIO_NOMERGE | RQ_BIO_PREFLUSH | RQ_BIO_FUA)
+
+/* May @bio merge with anything at all (op and flags)? */
+static inline bool bio_mergeable(const struct rq_bio *bio)
+{
+	return !(bio->opf & NOMERGE_FLAGS) &&
+	       (bio->op == RQ_OP_READ || bio->op == RQ_OP_WRITE || bio->op == RQ_OP_DISCARD);
+}
+
+/* May @rq take merges at all (op, flags, not a flush sequence's)? */
+static inline bool rq_mergeable(const struct rq_request *rq)
+{
+	return !(rq->opf & NOMERGE_FLAGS) &&
+	       !(rq->rq_flags & (RQ_RQF_FLUSH_SEQ | RQ_RQF_FLUSH_INTERNAL)) &&
+	       (rq->op == RQ_OP_READ || rq->op == RQ_OP_WRITE || rq->op == RQ_OP_DISCARD);
+}
 struct rq_elevator_queue *elv_queue_alloc(unsigned nr_merge);
 bool ctx_list_merge(struct rq_queue *q, struct rq_list_node *list, struct rq_bio *bio,
 		    unsigned nr_segs);
@@ -460,7 +475,8 @@ void plug_fail_queue(struct rq_queue *q);
 /* ---- lib/core.c ---- */
 
 /*
- * The software queue of the submission running on this thread, NULL
+ * (Defined in lib/merge.c, its lowest reader.)  The software queue of the
+ * submission running on this thread, NULL
  * outside rq_submit_bio(): while it runs, the hw queue a bio maps to is
  * that of the queue its request would be made on, even if the thread moved.
  */
