@@ -168,7 +168,7 @@ struct rq_mailbox *mbox_self(void)
  */
 bool mbox_push(struct rq_request *rq)
 {
-	struct rq_mailbox *mb = rq->end_io_data;
+	struct rq_mailbox *mb = rq_priv(rq)->end_io_data;
 	struct rq_request *head;
 
 	if (!mb || mb == tls_mbox || __atomic_load_n(&mb->dead, __ATOMIC_ACQUIRE))

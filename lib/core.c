@@ -158,22 +158,22 @@ void rq_init_common(struct rq_request *rq, struct rq_queue *q, struct rq_hw_ctx 
 	/* the timeout scan reads these without a lock */
 	__atomic_store_n(&rq->q, q, __ATOMIC_RELAXED);
 	__atomic_store_n(&rq->hctx, hctx, __ATOMIC_RELAXED);
-	rq->ctx = ctx;
+	rq_priv(rq)->ctx = ctx;
 	rq->cpu = (int32_t)ctx->cpu;
 	rq->rq_flags = 0;
 	__atomic_store_n(&rq->state, RQ_STATE_IDLE, __ATOMIC_RELAXED);
-	rq->core_busy = 0;
-	rq->deadline_ns = 0;
+	rq_priv(rq)->core_busy = 0;
+	rq_priv(rq)->deadline_ns = 0;
 	rq->fifo_time = 0;
 	rq->rq_next = NULL;
-	rq->end_io = NULL;
-	rq->end_io_data = NULL;
+	rq_priv(rq)->end_io = NULL;
+	rq_priv(rq)->end_io_data = NULL;
 	rq->elv_priv[0] = rq->elv_priv[1] = NULL;
-	rq->hash.next = NULL;
-	rq->hash.pprev = NULL;
+	rq_priv(rq)->hash.next = NULL;
+	rq_priv(rq)->hash.pprev = NULL;
 	rq_rb_clear_node(&rq->rb_node);
 	rq_list_init(&rq->queuelist);
-	rq->flush.seq = 0;
+	rq_priv(rq)->flush.seq = 0;
 	rq->io_start_time_ns = 0;
 }
 
@@ -185,8 +185,10 @@ struct rq_request *queue_alloc_internal_request(struct rq_queue *q, struct rq_hw
 {
 	struct rq_request *rq = rq_alloc_node(q->rq_size, hctx ? hctx->numa_node : -1);
 
-	if (rq)
+	if (rq) {
+		request_layout_init(rq);
 		rq_init_common(rq, q, hctx, queue_ctx(q, 0));
+	}
 	return rq;
 }
 

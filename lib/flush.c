@@ -54,23 +54,23 @@ static void complete_seq(struct rq_flush_queue *fq, struct rq_request *rq, uint3
 {
 	unsigned next;
 
-	rq->flush.seq |= done;
-	if (status != RQ_STS_OK && rq->complete_status == RQ_STS_OK)
-		rq->complete_status = status;
-	next = rq->complete_status != RQ_STS_OK ? FSEQ_DONE : next_step(rq->flush.seq);
-	rq_list_del_init(&rq->flush.list);
+	rq_priv(rq)->flush.seq |= done;
+	if (status != RQ_STS_OK && rq_priv(rq)->complete_status == RQ_STS_OK)
+		rq_priv(rq)->complete_status = status;
+	next = rq_priv(rq)->complete_status != RQ_STS_OK ? FSEQ_DONE : next_step(rq_priv(rq)->flush.seq);
+	rq_list_del_init(&rq_priv(rq)->flush.list);
 	switch (next) {
 	case FSEQ_PREFLUSH:
 	case FSEQ_POSTFLUSH:
 		if (rq_list_empty(&fq->pending[fq->pending_idx]))
 			fq->pending_since = rq_clock_ns();
-		rq_list_add_tail(&rq->flush.list, &fq->pending[fq->pending_idx]);
+		rq_list_add_tail(&rq_priv(rq)->flush.list, &fq->pending[fq->pending_idx]);
 		break;
 	case FSEQ_DATA:
 		rq_list_add_tail(&rq->queuelist, &act->issue);
 		break;
 	default:
-		rq->flush.seq |= FSEQ_DONE;
+		rq_priv(rq)->flush.seq |= FSEQ_DONE;
 		rq_list_add_tail(&rq->queuelist, &act->done);
 		break;
 	}
@@ -85,14 +85,14 @@ static void kick_flush(struct rq_queue *q, struct rq_flush_queue *fq, struct flu
 
 	if (fq->flush_in_flight || rq_list_empty(pending))
 		return;
-	first = RQ_CONTAINER_OF(pending->next, struct rq_request, flush.list);
+	first = &RQ_CONTAINER_OF(pending->next, struct rq_request_priv, flush.list)->rq;
 	hctx = first->hctx;
 	fq->pending_idx ^= 1;
 	fq->flush_in_flight = true;
 	fq->orig_rq = first;
 
 	__atomic_store_n(&flush_rq->hctx, hctx, __ATOMIC_RELAXED);
-	flush_rq->ctx = first->ctx;
+	rq_priv(flush_rq)->ctx = rq_priv(first)->ctx;
 	flush_rq->cpu = first->cpu;
 	flush_rq->op = RQ_OP_FLUSH;
 	flush_rq->opf = RQ_BIO_SYNC;
@@ -104,7 +104,7 @@ static void kick_flush(struct rq_queue *q, struct rq_flush_queue *fq, struct flu
 	flush_rq->rq_flags = RQ_RQF_FLUSH_INTERNAL;
 	flush_rq->internal_tag = -1;
 	flush_rq->tag = -1;
-	flush_rq->end_io = flush_end_io;
+	rq_priv(flush_rq)->end_io = flush_end_io;
 	__atomic_store_n(&flush_rq->state, RQ_STATE_IDLE, __ATOMIC_RELAXED);
 	flush_rq->start_time_ns = rq_clock_ns();
 	q->fe->flush_prepare(flush_rq, first); /* mq: borrows @first's driver tag */
@@ -130,7 +130,7 @@ static void run_actions(struct rq_queue *q, struct flush_actions *act)
 		struct rq_request *rq = rq_list_first_rq(&act->done);
 
 		rq_list_del_init(&rq->queuelist);
-		fe->flush_seq_done(rq, rq->complete_status);
+		fe->flush_seq_done(rq, rq_priv(rq)->complete_status);
 	}
 }
 
@@ -158,9 +158,9 @@ static void flush_end_io(struct rq_request *flush_rq, rq_status_t status)
 	fq->flush_in_flight = false;
 	running = &fq->pending[fq->pending_idx ^ 1];
 	while (!rq_list_empty(running)) {
-		struct rq_request *rq = RQ_CONTAINER_OF(running->next, struct rq_request, flush.list);
+		struct rq_request *rq = &RQ_CONTAINER_OF(running->next, struct rq_request_priv, flush.list)->rq;
 
-		complete_seq(fq, rq, next_step(rq->flush.seq), status, &act);
+		complete_seq(fq, rq, next_step(rq_priv(rq)->flush.seq), status, &act);
 	}
 	kick_flush(q, fq, &act);
 	rq_spin_unlock(&fq->lock);
@@ -217,10 +217,10 @@ bool flush_insert(struct rq_request *rq)
 		return false;
 
 	rq->rq_flags |= RQ_RQF_FLUSH_SEQ;
-	rq->flush.seq = 0;
-	rq->complete_status = RQ_STS_OK;
-	rq->end_io = flush_data_end_io;
-	rq_list_init(&rq->flush.list);
+	rq_priv(rq)->flush.seq = 0;
+	rq_priv(rq)->complete_status = RQ_STS_OK;
+	rq_priv(rq)->end_io = flush_data_end_io;
+	rq_list_init(&rq_priv(rq)->flush.list);
 	actions_init(&act);
 	rq_spin_lock(&fq->lock);
 	complete_seq(fq, rq, FSEQ_ACTIONS & ~policy, RQ_STS_OK, &act);
@@ -240,7 +240,7 @@ void flush_fail_pending(struct rq_queue *q)
 	actions_init(&act);
 	rq_spin_lock(&fq->lock);
 	while (!rq_list_empty(pending)) {
-		struct rq_request *rq = RQ_CONTAINER_OF(pending->next, struct rq_request, flush.list);
+		struct rq_request *rq = &RQ_CONTAINER_OF(pending->next, struct rq_request_priv, flush.list)->rq;
 
 		complete_seq(fq, rq, 0, RQ_STS_IOERR, &act);
 	}

@@ -190,7 +190,7 @@ static inline struct elv_merge_state *ems_of_bio(struct rq_queue *q, const struc
 
 RQ_EXPORT void rq_elv_rqhash_del(struct rq_queue *q, struct rq_request *rq)
 {
-	struct rq_hlist_node *n = &rq->hash;
+	struct rq_hlist_node *n = &rq_priv(rq)->hash;
 
 	if (!(rq->rq_flags & RQ_RQF_HASHED))
 		return;
@@ -215,11 +215,11 @@ RQ_EXPORT void rq_elv_rqhash_add(struct rq_queue *q, struct rq_request *rq)
 	if (!q->elevator || (rq->rq_flags & RQ_RQF_HASHED))
 		return;
 	head = &ems_of_rq(q, rq)->hash[hash_bucket(rq_request_end_sector(rq))];
-	rq->hash.next = *head;
+	rq_priv(rq)->hash.next = *head;
 	if (*head)
-		(*head)->pprev = &rq->hash.next;
-	*head = &rq->hash;
-	rq->hash.pprev = head;
+		(*head)->pprev = &rq_priv(rq)->hash.next;
+	*head = &rq_priv(rq)->hash;
+	rq_priv(rq)->hash.pprev = head;
 	rq->rq_flags |= RQ_RQF_HASHED;
 }
 
@@ -241,7 +241,7 @@ static struct rq_request *elv_hash_find(struct elv_merge_state *ems, uint64_t se
 	struct rq_hlist_node *n = ems->hash[hash_bucket(sector)];
 
 	while (n) {
-		struct rq_request *rq = RQ_CONTAINER_OF(n, struct rq_request, hash);
+		struct rq_request *rq = &RQ_CONTAINER_OF(n, struct rq_request_priv, hash)->rq;
 
 		n = n->next;
 		if (!rq_mergeable(rq)) {

@@ -298,7 +298,7 @@ static struct rq_request *mq_get_request(struct rq_queue *q, struct rq_sw_ctx *c
 	bio->next = NULL;
 	rq->ioc = bio->ioc;
 	if (unlikely(READ_ONCE(q->rq_affinity) == 2))
-		rq->end_io_data = mbox_self();
+		rq_priv(rq)->end_io_data = mbox_self();
 	ctx_stat_add(ctx, ST_REQUESTS, 1);
 
 	if (eq) {
@@ -479,7 +479,7 @@ static bool release_hand_to_timeout(struct rq_request *rq)
 {
 	uint8_t busy = 1;
 
-	return __atomic_compare_exchange_n(&rq->core_busy, &busy, 2, false,
+	return __atomic_compare_exchange_n(&rq_priv(rq)->core_busy, &busy, 2, false,
 					   __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
 }
 
@@ -495,7 +495,7 @@ static struct rq_sw_ctx *mq_release_request(struct rq_request *rq)
 	}
 	if (unlikely(rq->rq_flags & RQ_RQF_FLUSH_INTERNAL))
 		return NULL; /* owned by the flush queue */
-	if (unlikely(__atomic_load_n(&rq->core_busy, __ATOMIC_ACQUIRE)) &&
+	if (unlikely(__atomic_load_n(&rq_priv(rq)->core_busy, __ATOMIC_ACQUIRE)) &&
 	    release_hand_to_timeout(rq))
 		return NULL; /* the scan finishes it, usage reference included */
 	return mq_release_tags(rq);
@@ -505,7 +505,7 @@ static struct rq_sw_ctx *mq_release_request(struct rq_request *rq)
 static struct rq_sw_ctx *mq_release_tags(struct rq_request *rq)
 {
 	struct rq_hw_ctx *hctx = rq->hctx;
-	struct rq_sw_ctx *ctx = rq->ctx;
+	struct rq_sw_ctx *ctx = rq_priv(rq)->ctx;
 	int tag = rq->tag, itag = rq->internal_tag;
 	unsigned cpu = ctx->cpu;
 
@@ -533,10 +533,10 @@ static void mq_timeout_hold_end(struct rq_request *rq)
 	struct rq_queue *q = rq->q;
 	struct rq_sw_ctx *ctx;
 
-	if (__atomic_compare_exchange_n(&rq->core_busy, &busy, 0, false, __ATOMIC_RELEASE,
+	if (__atomic_compare_exchange_n(&rq_priv(rq)->core_busy, &busy, 0, false, __ATOMIC_RELEASE,
 					__ATOMIC_ACQUIRE))
 		return;
-	__atomic_store_n(&rq->core_busy, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&rq_priv(rq)->core_busy, 0, __ATOMIC_RELAXED);
 	ctx = mq_release_tags(rq);
 	hctx_restart(hctx);
 	if (ctx)
@@ -580,19 +580,19 @@ static void mq_end_request_inflight(struct rq_request *rq, rq_status_t status)
 	struct rq_queue *q = rq->q;
 	struct rq_sw_ctx *ctx;
 
-	if (rq->end_io) {
+	if (rq_priv(rq)->end_io) {
 		/* internal sequencing (flush): hold the queue across its steps */
-		ctx = rq->ctx;
+		ctx = rq_priv(rq)->ctx;
 		atomic_fetch_add_explicit(&ctx->usage, 1, memory_order_seq_cst);
 		hctx_request_left_driver(hctx);
-		rq->end_io(rq, status);
+		rq_priv(rq)->end_io(rq, status);
 		hctx_restart(hctx);
 		queue_exit_ctx(q, ctx);
 		return;
 	}
 	if (status != RQ_STS_OK)
-		ctx_stat_add(rq->ctx, ST_ERRORS, 1);
-	ctx_stat_add(rq->ctx, ST_COMPLETED, 1);
+		ctx_stat_add(rq_priv(rq)->ctx, ST_ERRORS, 1);
+	ctx_stat_add(rq_priv(rq)->ctx, ST_COMPLETED, 1);
 	if (q->elevator && q->elevator->type->ops.completed_request &&
 	    (rq->rq_flags & RQ_RQF_ELVPRIV))
 		q->elevator->type->ops.completed_request(rq, core_clock_ns());
@@ -635,7 +635,7 @@ RQ_EXPORT bool rq_update_request(struct rq_request *rq, rq_status_t status, unsi
 
 RQ_EXPORT rq_status_t rq_mq_complete_status(const struct rq_request *rq)
 {
-	return rq->complete_status;
+	return rq_priv(rq)->complete_status;
 }
 
 /* Run ops->complete (or end the request) here and now. */
@@ -644,7 +644,7 @@ static void complete_here(struct rq_request *rq)
 	if (rq->q->ops->complete)
 		rq->q->ops->complete(rq);
 	else
-		rq_mq_end_request(rq, rq->complete_status);
+		rq_mq_end_request(rq, rq_priv(rq)->complete_status);
 }
 
 RQ_EXPORT bool rq_mq_complete_request(struct rq_request *rq, rq_status_t status)
@@ -654,7 +654,7 @@ RQ_EXPORT bool rq_mq_complete_request(struct rq_request *rq, rq_status_t status)
 	if (!__atomic_compare_exchange_n(&rq->state, &expected, RQ_STATE_COMPLETING, false,
 					 __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
 		return false;
-	rq->complete_status = status;
+	rq_priv(rq)->complete_status = status;
 	if (READ_ONCE(rq->q->rq_affinity) == 2 && mbox_push(rq))
 		return true;
 	complete_here(rq);
@@ -786,8 +786,8 @@ static inline void rq_start(struct rq_hw_ctx *hctx, struct rq_request *rq)
 {
 	if (rq->rq_flags & RQ_RQF_ELVPRIV)
 		rq->io_start_time_ns = core_clock_ns(); /* schedulers measure latency */
-	__atomic_store_n(&rq->gen, rq->gen + 1, __ATOMIC_RELAXED);
-	rq->deadline_ns = 0;
+	__atomic_store_n(&rq_priv(rq)->gen, rq_priv(rq)->gen + 1, __ATOMIC_RELAXED);
+	rq_priv(rq)->deadline_ns = 0;
 	rq->rq_flags |= RQ_RQF_STARTED;
 	__atomic_store_n(&rq->state, RQ_STATE_IN_FLIGHT, __ATOMIC_RELEASE);
 }
@@ -847,7 +847,7 @@ static bool dispatch_rq_list(struct rq_hw_ctx *hctx, struct rq_list_node *list)
 		rq_list_del_init(&rq->queuelist);
 		last = rq_list_empty(list);
 		if (!sctx)
-			sctx = rq->ctx;
+			sctx = rq_priv(rq)->ctx;
 		rq_start(hctx, rq);
 		ret = ops->queue_rq(hctx, rq, last);
 		if (likely(ret == RQ_STS_OK)) {
@@ -1110,7 +1110,7 @@ static void mq_insert_request(struct rq_request *rq, bool at_head, bool run)
 	} else if (q->elevator) {
 		hctx_park(hctx, &list, at_head);
 	} else {
-		ctx_stage(rq->ctx, &list, at_head);
+		ctx_stage(rq_priv(rq)->ctx, &list, at_head);
 	}
 	if (run)
 		run_hw_queue(hctx);
@@ -1129,7 +1129,7 @@ static void mq_plug_issue(struct rq_list_node *list, struct rq_request *first)
 	struct rq_list_node bypass, *it, *next;
 
 	if (!q->elevator) {
-		issue_list_directly(hctx, first->ctx, list, true);
+		issue_list_directly(hctx, rq_priv(first)->ctx, list, true);
 		return;
 	}
 	rq_list_init(&bypass);
@@ -1462,7 +1462,7 @@ RQ_EXPORT int rq_tag_set_alloc(const struct rq_tag_set_config *cfg, struct rq_ta
 	set->nr_cpus = (unsigned)get_nprocs_conf();
 	if (!set->nr_cpus)
 		set->nr_cpus = 1;
-	set->rq_size = (sizeof(struct rq_request) + cfg->cmd_size + 63) & ~(size_t)63;
+	set->rq_size = request_size(cfg->cmd_size);
 	pthread_mutex_init(&set->lock, NULL);
 	set->map = calloc(set->nr_cpus, sizeof(*set->map));
 	nr_tags_sets = (set->flags & RQ_TAG_SET_SHARED_TAGS) ? 1 : set->nr_hw_queues;
@@ -1748,9 +1748,9 @@ static void queue_fail_queued(struct rq_queue *q)
 		struct rq_request *rq = rq_list_first_rq(&list);
 
 		rq_list_del_init(&rq->queuelist);
-		if (rq->end_io) {
+		if (rq_priv(rq)->end_io) {
 			/* the flush request, or a data step: the sequence fails */
-			rq->end_io(rq, RQ_STS_IOERR);
+			rq_priv(rq)->end_io(rq, RQ_STS_IOERR);
 			continue;
 		}
 		request_fail(rq, RQ_STS_IOERR);
@@ -1810,7 +1810,7 @@ static void timeout_scan(struct rq_queue *q, uint64_t now)
 			if (!rq || __atomic_load_n(&rq->hctx, __ATOMIC_RELAXED) != hctx ||
 			    __atomic_load_n(&rq->state, __ATOMIC_ACQUIRE) != RQ_STATE_IN_FLIGHT)
 				continue;
-			gen = __atomic_load_n(&rq->gen, __ATOMIC_ACQUIRE);
+			gen = __atomic_load_n(&rq_priv(rq)->gen, __ATOMIC_ACQUIRE);
 			if (hctx->timeout_gen[tag] != gen || !hctx->timeout_deadline[tag]) {
 				hctx->timeout_gen[tag] = gen;
 				hctx->timeout_deadline[tag] = now + timeout;
@@ -1818,9 +1818,9 @@ static void timeout_scan(struct rq_queue *q, uint64_t now)
 			}
 			if (now < hctx->timeout_deadline[tag])
 				continue;
-			__atomic_store_n(&rq->core_busy, 1, __ATOMIC_SEQ_CST);
+			__atomic_store_n(&rq_priv(rq)->core_busy, 1, __ATOMIC_SEQ_CST);
 			if (__atomic_load_n(&rq->state, __ATOMIC_SEQ_CST) == RQ_STATE_IN_FLIGHT &&
-			    __atomic_load_n(&rq->gen, __ATOMIC_SEQ_CST) == gen) {
+			    __atomic_load_n(&rq_priv(rq)->gen, __ATOMIC_SEQ_CST) == gen) {
 				enum rq_timeout_ret ret = RQ_EH_RESET_TIMER;
 
 				stat_inc(q, ST_TIMEOUTS);
@@ -1925,7 +1925,7 @@ static void mq_flush_issue(struct rq_request *rq, bool flush)
 /* The sequence of @rq is over: it ends like a request that never left. */
 static void mq_flush_seq_done(struct rq_request *rq, rq_status_t status)
 {
-	rq->end_io = NULL;
+	rq_priv(rq)->end_io = NULL;
 	rq->rq_flags &= ~RQ_RQF_FLUSH_SEQ;
 	request_fail(rq, status);
 }
@@ -2036,7 +2036,7 @@ RQ_EXPORT unsigned rq_hctx_nr_ctx(const struct rq_hw_ctx *hctx)
 
 RQ_EXPORT unsigned rq_request_ctx_index(const struct rq_request *rq)
 {
-	return rq->ctx->index_hw;
+	return rq_priv(rq)->ctx->index_hw;
 }
 
 /* rq_bio_map_hctx() from @ctx's CPU: polled bios, other queues, outside submissions. */

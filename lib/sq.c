@@ -330,8 +330,8 @@ static void sq_service(struct rq_queue *q, uint64_t now, bool scan, uint64_t *ne
 
 		if (rq->state != RQ_STATE_IN_FLIGHT)
 			continue;
-		if (sqd->timeout_gen[i] != rq->gen || !sqd->timeout_deadline[i]) {
-			sqd->timeout_gen[i] = rq->gen;
+		if (sqd->timeout_gen[i] != rq_priv(rq)->gen || !sqd->timeout_deadline[i]) {
+			sqd->timeout_gen[i] = rq_priv(rq)->gen;
 			sqd->timeout_deadline[i] = now + timeout;
 			continue;
 		}
@@ -384,6 +384,7 @@ static int pool_grow(struct rq_queue *q, unsigned cap)
 		struct rq_request *rq = (struct rq_request *)(mem + i * sqd->rq_size);
 		unsigned slot = sqd->pool_cap + i;
 
+		request_layout_init(rq);
 		rq->internal_tag = (int32_t)slot; /* the pool slot */
 		rq->tag = -1;
 		rq->q = q;
@@ -526,7 +527,7 @@ static void sq_rq_init(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_requ
 {
 	/* the pool slot (internal_tag) and the issue generation stay */
 	rq_init_common(rq, q, NULL, ctx);
-	rq->complete_status = RQ_STS_OK;
+	rq_priv(rq)->complete_status = RQ_STS_OK;
 	rq->tag = -1;
 	rq->start_time_ns = rq_clock_ns();
 	rq->op = bio->op;
@@ -694,7 +695,7 @@ RQ_EXPORT void rq_sq_start_request(struct rq_request *rq)
 	rq->rq_flags |= RQ_RQF_STARTED;
 	rq->io_start_time_ns = rq_clock_ns();
 	sqd->in_flight[rq_request_is_sync(rq)]++;
-	__atomic_store_n(&rq->gen, rq->gen + 1, __ATOMIC_RELAXED);
+	__atomic_store_n(&rq_priv(rq)->gen, rq_priv(rq)->gen + 1, __ATOMIC_RELAXED);
 	__atomic_store_n(&rq->state, RQ_STATE_IN_FLIGHT, __ATOMIC_RELEASE);
 	stat_inc(rq->q, ST_DISPATCHED);
 }
@@ -713,7 +714,7 @@ static struct rq_sw_ctx *sq_release_request(struct rq_request *rq)
 {
 	struct rq_queue *q = rq->q;
 	struct rq_sq_data *sqd = sqd_of(q);
-	struct rq_sw_ctx *ctx = rq->ctx;
+	struct rq_sw_ctx *ctx = rq_priv(rq)->ctx;
 
 	if (unlikely(rq->rq_flags & RQ_RQF_FLUSH_INTERNAL))
 		return NULL;
@@ -747,10 +748,10 @@ static void sq_finish_request(struct rq_request *rq, rq_status_t status)
 	sqd->in_flight[rq_request_is_sync(rq)]--;
 	if (rq->tag >= 0)
 		rq_sq_end_tag(q, rq);
-	if (rq->end_io) {
+	if (rq_priv(rq)->end_io) {
 		/* flush sequencing decides what comes next */
 		__atomic_store_n(&rq->state, RQ_STATE_COMPLETE, __ATOMIC_RELEASE);
-		rq->end_io(rq, status);
+		rq_priv(rq)->end_io(rq, status);
 		return;
 	}
 	if (status != RQ_STS_OK)
@@ -827,7 +828,7 @@ static void sq_flush_seq_done(struct rq_request *rq, rq_status_t status)
 {
 	struct rq_sq_data *sqd = sqd_of(rq->q);
 
-	rq->end_io = NULL;
+	rq_priv(rq)->end_io = NULL;
 	rq->rq_flags &= ~RQ_RQF_FLUSH_SEQ;
 	sqd->in_flight[rq_request_is_sync(rq)]++; /* sq_finish_request counts it out */
 	sq_finish_request(rq, status);
@@ -1131,7 +1132,7 @@ static struct rq_sq_data *sq_data_alloc(const struct rq_sq_config *cfg, unsigned
 	pthread_mutex_init(&sqd->own_lock, NULL);
 	sqd->lock = cfg->queue_lock ? cfg->queue_lock : &sqd->own_lock;
 	rq_list_init(&sqd->queue_head);
-	sqd->rq_size = (sizeof(struct rq_request) + cfg->cmd_size + 63) & ~(size_t)63;
+	sqd->rq_size = request_size(cfg->cmd_size);
 	sqd->nr_requests = nr;
 	return sqd;
 }
@@ -1267,7 +1268,7 @@ static struct rq_hw_ctx *sq_bio_hctx(struct rq_queue *q, const struct rq_bio *bi
 
 static void sq_complete(struct rq_request *rq)
 {
-	rq_sq_end_request_all(rq, rq->complete_status);
+	rq_sq_end_request_all(rq, rq_priv(rq)->complete_status);
 }
 
 /* The flush request takes no tag here; a step goes through the dispatch queue. */

@@ -54,6 +54,7 @@
 #include <numa.h>
 #endif
 
+#include "internal/request.h"
 #include "internal/tags.h"
 
 #define BITS_PER_LONG ((unsigned)(sizeof(unsigned long) * CHAR_BIT))
@@ -882,9 +883,11 @@ struct rq_tags *rq_tags_alloc(unsigned nr_tags, unsigned nr_reserved, size_t rq_
 		tags->rq_mem = rq_alloc_node(tags->rq_mem_size, node);
 		if (!tags->rq_mem)
 			goto fail;
-		for (i = 0; i < nr_tags; i++)
+		for (i = 0; i < nr_tags; i++) {
 			tags->static_rqs[i] =
 				(struct rq_request *)((char *)tags->rq_mem + i * tags->rq_size);
+			request_layout_init(tags->static_rqs[i]);
+		}
 	}
 	return tags;
 

@@ -762,7 +762,7 @@ static void kyber_insert_requests(struct rq_hw_ctx *hctx, struct rq_list_node *l
 				const struct rq_request *next =
 					RQ_CONTAINER_OF(last->next, struct rq_request, queuelist);
 
-				if (next->ctx != rq->ctx || next->op != rq->op)
+				if (next->cpu != rq->cpu || next->op != rq->op)
 					break;
 				last = last->next;
 			}

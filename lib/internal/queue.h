@@ -46,6 +46,7 @@
 #include "compiler.h"
 #include "tags.h"
 #include "bio.h"
+#include "request.h"
 #include "elevator.h"
 
 struct rq_elevator_type;

@@ -30,14 +30,22 @@ void check(bool ok, const char *what)
 
 int main()
 {
-	// A request followed by its driver payload, as the core lays them out.
-	alignas(8) unsigned char mem[sizeof(rq_request) + sizeof(driver_cmd)];
-	std::memset(mem, 0, sizeof(mem));
-	rq_request *rq = reinterpret_cast<rq_request *>(mem);
+	// A request, a word naming it, then its driver payload: the layout
+	// rq_request_pdu() / rq_request_from_pdu() rely on (the library keeps
+	// its own fields between the request and that word).
+	struct fake {
+		rq_request rq;
+		unsigned char library[32];
+		rq_request *owner;
+		driver_cmd cmd;
+	} mem;
+	std::memset(&mem, 0, sizeof(mem));
+	rq_request *rq = &mem.rq;
+	mem.owner = rq;
+	rq->pdu = &mem.cmd;
 	driver_cmd *cmd = static_cast<driver_cmd *>(rq_request_pdu(rq));
 
-	check(reinterpret_cast<unsigned char *>(cmd) == mem + sizeof(rq_request),
-	      "rq_request_pdu() points just past the request");
+	check(cmd == &mem.cmd, "rq_request_pdu() gives the payload");
 	check(rq_request_from_pdu(cmd) == rq, "rq_request_from_pdu() inverts rq_request_pdu()");
 
 	rq->sector = 8;

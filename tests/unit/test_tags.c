@@ -21,6 +21,7 @@
 
 #include <librequest/librequest.h>
 
+#include "internal/request.h"
 #include "internal/tags.h"
 
 static const unsigned depths[] = { 1, 2, 3, 4, 5, 7, 8, 15, 16, 31, 63, 64, 65,
@@ -532,8 +533,7 @@ static void test_rq_tags(void **state)
 	unsigned n;
 
 	for (n = 0; n < 2; n++) {
-		struct rq_tags *tags = rq_tags_alloc(64, 4, sizeof(struct rq_request) + 24,
-						     false, nodes[n]);
+		struct rq_tags *tags = rq_tags_alloc(64, 4, request_size(24), false, nodes[n]);
 		unsigned char seen[64] = { 0 };
 		unsigned i, j;
 		int tag;
@@ -542,15 +542,26 @@ static void test_rq_tags(void **state)
 		assert_int_equal(tags->nr_tags, 64);
 		assert_int_equal(tags->nr_reserved, 4);
 		assert_int_equal(tags->rq_size % 64, 0);
-		assert_true(tags->rq_size >= sizeof(struct rq_request) + 24);
+		assert_true(tags->rq_size >= request_size(24));
 		for (i = 0; i < 64; i++) {
-			unsigned char *p = (unsigned char *)tags->static_rqs[i];
+			struct rq_request *rq = tags->static_rqs[i];
+			unsigned char *p = (unsigned char *)rq;
+			unsigned char *pdu;
 
 			assert_non_null(p);
 			assert_int_equal((uintptr_t)p % 64, 0);
 			assert_null(tags->rqs[i]);
+			/* laid out: the payload inside the slot, naming its request */
+			pdu = rq_request_pdu(rq);
+			assert_true(pdu > p && pdu + 24 <= p + tags->rq_size);
+			assert_int_equal((uintptr_t)pdu % 8, 0);
+			assert_ptr_equal(rq_request_from_pdu(pdu), rq);
+			/* and zeroed but for those two words */
+			rq->pdu = NULL;
+			rq_priv(rq)->owner = NULL;
 			for (j = 0; j < tags->rq_size; j++)
 				assert_int_equal(p[j], 0);
+			request_layout_init(rq);
 			if (i)
 				assert_true((unsigned char *)tags->static_rqs[i - 1] + tags->rq_size <= p);
 		}
