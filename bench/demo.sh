@@ -7,7 +7,8 @@
 #
 # usage: bench/demo.sh [--build DIR] [--seconds S] [--json FILE] [--csv FILE]
 #   a progress line per run on stderr; the rqbench table's rows also go to
-#   bench-results/demo.json and .csv (or FILE); peers.sh writes its own
+#   bench-results/demo.json and .csv in the build directory (or FILE);
+#   peers.sh writes its own
 set -u
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -22,7 +23,7 @@ while [ $# -gt 0 ]; do
 	--build) build="$2"; shift ;;
 	--seconds) secs="$2"; shift ;;
 	--json|--csv) results_arg "$1" "${2:-}"; shift ;;
-	-h|--help) sed -n '3,10p' "$0"; exit 0 ;;
+	-h|--help) sed -n '3,11p' "$0"; exit 0 ;;
 	*) echo "demo.sh: unknown argument $1" >&2; exit 2 ;;
 	esac
 	shift
@@ -41,6 +42,7 @@ if [ -z "$rqbench" ] || [ ! -x "$rqbench" ]; then
 	echo "demo.sh: rqbench not found; build first: meson setup build && ninja -C build" >&2
 	exit 1
 fi
+results_in "$(dirname "$(dirname "$rqbench")")"
 
 # fields FILE KEY...: top-level or lat_ns numbers from rqbench's JSON line,
 # on one line

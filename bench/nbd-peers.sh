@@ -17,7 +17,8 @@
 #   --rqnbd-args A   extra rqnbd options (e.g. "--sched mq-deadline --queues 1")
 #   --json FILE, --csv FILE  where the table goes as JSON and CSV, one row per
 #                    server, pattern and job count with the median and every
-#                    round's IOPS (default: bench-results/nbd-peers.json, .csv)
+#                    round's IOPS (default: bench-results/nbd-peers.json
+#                    and .csv in the build directory)
 # Servers or fio missing: that column is skipped; fio missing: exit 77.
 # A progress line per server start and per fio run goes to stderr.
 set -u
@@ -56,6 +57,7 @@ find_rqnbd() {
 	echo ""
 }
 rqnbd=$(find_rqnbd)
+[ -n "$rqnbd" ] && results_in "$(dirname "$(dirname "$(dirname "$rqnbd")")")"
 
 tmp=$(mktemp -d /tmp/nbd-peers.XXXXXX)
 shm=/dev/shm/nbd-peers.$$.img

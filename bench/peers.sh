@@ -12,7 +12,8 @@
 #   --build DIR  meson build directory holding bench/rqbench
 #                (default: $RQBENCH, else the first of build, build-* that has it)
 #   --json FILE, --csv FILE  where the table's rows go as JSON and CSV
-#                (default: bench-results/peers.json and .csv)
+#                (default: bench-results/peers.json and .csv in the build
+#                directory)
 # A progress line per run goes to stderr.
 set -u
 
@@ -28,7 +29,7 @@ while [ $# -gt 0 ]; do
 	--quick) quick=1 ;;
 	--build) build="$2"; shift ;;
 	--json|--csv) results_arg "$1" "${2:-}"; shift ;;
-	-h|--help) sed -n '3,19p' "$0"; exit 0 ;;
+	-h|--help) sed -n '3,17p' "$0"; exit 0 ;;
 	*) echo "peers.sh: unknown argument $1" >&2; exit 2 ;;
 	esac
 	shift
@@ -73,6 +74,7 @@ add_row() { rows+=("$1|$2|$3"); }
 
 # --- rqbench
 rqbench=$(find_rqbench)
+[ -n "$rqbench" ] && results_in "$(dirname "$(dirname "$rqbench")")"
 if [ -z "$rqbench" ] || [ ! -x "$rqbench" ]; then
 	add_row rqbench "mq/none null inline" "skipped: not built"
 	progress "rqbench: skipped, not built"

@@ -6,15 +6,18 @@
 #
 #   results_init NAME        at the start: NAME names the lines and files
 #   results_arg FLAG VALUE   in the argument loop: --json FILE, --csv FILE
+#   results_in BUILD_DIR     once the build directory is known: the default
+#                            files go under it
 #   progress_total N         the number of steps to come
 #   progress WHAT...         "NAME: [i/N] WHAT" on stderr
 #   results_row KEY=VALUE... one result row (the same keys, in the same
 #                            order, for rows of the same table)
 #   results_write            at the end: write both files, say where
 #
-# Files: bench-results/NAME.json and bench-results/NAME.csv under the
-# directory the script was started from, unless --json FILE / --csv FILE
-# say otherwise.  The JSON is {"bench": NAME, "date": ISO-8601 UTC,
+# Files: bench-results/NAME.json and bench-results/NAME.csv in the meson
+# build directory the script runs the programs of (the directory it was
+# started from when there is none), unless --json FILE / --csv FILE say
+# otherwise.  The JSON is {"bench": NAME, "date": ISO-8601 UTC,
 # "host": ..., "args": [...], "rows": [{KEY: VALUE, ...}, ...]}, numbers as
 # numbers, a KEY ending in "rounds" (space-separated values) as a list; the
 # CSV has one header line (every key, in first-seen order) and a line per
@@ -23,8 +26,8 @@
 results_init() {
 	results_name=$1
 	results_dir=$PWD/bench-results
-	results_json=$results_dir/$1.json
-	results_csv=$results_dir/$1.csv
+	results_json=
+	results_csv=
 	results_rows=$(mktemp "/tmp/$1-rows.XXXXXX")
 	results_args=("${@:2}")
 	progress_n=0
@@ -43,6 +46,11 @@ results_arg() {
 	esac
 }
 
+# results_in DIR: the default files go in DIR/bench-results
+results_in() {
+	[ -n "$1" ] && [ -d "$1" ] && results_dir=$(cd "$1" && pwd)/bench-results
+}
+
 progress_total() { progress_of=$1; }
 
 progress() {
@@ -57,6 +65,8 @@ results_row() {
 }
 
 results_write() {
+	results_json=${results_json:-$results_dir/$results_name.json}
+	results_csv=${results_csv:-$results_dir/$results_name.csv}
 	mkdir -p "$(dirname "$results_json")" "$(dirname "$results_csv")" || return 1
 	python3 - "$results_rows" "$results_json" "$results_csv" "$results_name" \
 		"${results_args[@]}" <<'EOF' || return 1

@@ -19,7 +19,8 @@
 #   --against DIR  compare with DIR/bench/rqbench
 #   --json FILE, --csv FILE  where the table's cells go as JSON and CSV, one
 #                  row per cell with the median and every round's value
-#                  (default: bench-results/sched-table.json and .csv)
+#                  (default: bench-results/sched-table.json and .csv in
+#                  the build directory)
 # A progress line per run goes to stderr.
 set -u
 
@@ -39,7 +40,7 @@ while [ $# -gt 0 ]; do
 	--build) build="$2"; shift ;;
 	--against) against="$2"; shift ;;
 	--json|--csv) results_arg "$1" "${2:-}"; shift ;;
-	-h|--help) sed -n '3,25p' "$0"; exit 0 ;;
+	-h|--help) sed -n '3,24p' "$0"; exit 0 ;;
 	*) echo "sched-table.sh: unknown argument $1" >&2; exit 2 ;;
 	esac
 	shift
@@ -68,6 +69,7 @@ rounds_of() { tr '\n' ' ' <"$1" | sed 's/ $//'; }
 for exe in "$build/bench/rqbench" ${against:+"$against/bench/rqbench"}; do
 	[ -x "$exe" ] || { echo "sched-table.sh: no $exe (build first)" >&2; exit 1; }
 done
+results_in "$build"
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp" "$results_rows"' EXIT

@@ -8,7 +8,8 @@
 #
 # usage: bench/sq-vs-mq.sh [--build DIR] [--seconds S] [--json FILE] [--csv FILE]
 #   a progress line per run on stderr; the tables' rows also go to
-#   bench-results/sq-vs-mq.json and .csv (or FILE), raw IOPS
+#   bench-results/sq-vs-mq.json and .csv in the build directory (or FILE),
+#   raw IOPS
 set -euo pipefail
 # shellcheck source=bench/results.sh
 . "$(dirname "${BASH_SOURCE[0]}")/results.sh"
@@ -27,6 +28,7 @@ while [[ $# -gt 0 ]]; do
 done
 rqbench=$build/bench/rqbench
 [[ -x $rqbench ]] || { echo "no $rqbench: build first" >&2; exit 1; }
+results_in "$build"
 
 # run FRONT SCHED THREADS HWDEPTH COMPLETION -> IOPS
 run() {
