@@ -123,6 +123,7 @@ static const struct option long_opts[] = {
 static void parse_args(int argc, char **argv, struct opts *o)
 {
 	static const char *const fronts[] = { "mq", "sq" };
+	static char port[8];
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	int c;
 
@@ -139,8 +140,10 @@ static void parse_args(int argc, char **argv, struct opts *o)
 			o->unix_path = optarg;
 			break;
 		case OPT_PORT:
-			opt_uint("--port", optarg, 1, 65535);
-			o->port = optarg;
+			/* getaddrinfo() wants it in decimal, as a service name */
+			snprintf(port, sizeof(port), "%u",
+				 (unsigned)opt_uint("--port", optarg, 1, 65535));
+			o->port = port;
 			break;
 		case OPT_BIND:
 			o->bind_addr = optarg;
