@@ -104,7 +104,9 @@ with open(json_file, "w") as f:
 with open(csv_file, "w", newline="") as f:
     w = csv.DictWriter(f, fieldnames=keys, restval="")
     w.writeheader()
-    w.writerows(rows)
+    for row in rows:
+        w.writerow({k: " ".join(map(str, v)) if isinstance(v, list) else v
+                    for k, v in row.items()})
 EOF
 	rm -f "$results_rows"
 	echo "$results_name: results in $results_json and $results_csv" >&2
