@@ -15,11 +15,19 @@
 #   --build DIR      meson build directory holding examples/nbd/rqnbd
 #                    (default: $RQNBD, else the first of build, build-* that has it)
 #   --rqnbd-args A   extra rqnbd options (e.g. "--sched mq-deadline --queues 1")
+#   --json FILE, --csv FILE  where the table goes as JSON and CSV, one row per
+#                    server, pattern and job count with the median and every
+#                    round's IOPS (default: bench-results/nbd-peers.json
+#                    and .csv in the build directory)
 # Servers or fio missing: that column is skipped; fio missing: exit 77.
+# A progress line per server start and per fio run goes to stderr.
 set -u
 
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(dirname "$here")
+# shellcheck source=bench/results.sh
+. "$here/results.sh"
+results_init nbd-peers "$@"
 runtime=5
 rounds=3
 build=""
@@ -30,7 +38,8 @@ while [ $# -gt 0 ]; do
 	--rounds) rounds="$2"; shift ;;
 	--build) build="$2"; shift ;;
 	--rqnbd-args) rqargs="$2"; shift ;;
-	-h|--help) sed -n '3,18p' "$0"; exit 0 ;;
+	--json|--csv) results_arg "$1" "${2:-}"; shift ;;
+	-h|--help) sed -n '3,23p' "$0"; exit 0 ;;
 	*) echo "nbd-peers.sh: unknown argument $1" >&2; exit 2 ;;
 	esac
 	shift
@@ -48,6 +57,7 @@ find_rqnbd() {
 	echo ""
 }
 rqnbd=$(find_rqnbd)
+[ -n "$rqnbd" ] && results_in "$(dirname "$(dirname "$(dirname "$rqnbd")")")"
 
 tmp=$(mktemp -d /tmp/nbd-peers.XXXXXX)
 shm=/dev/shm/nbd-peers.$$.img
@@ -62,7 +72,7 @@ stop_servers() {
 	done
 	pids=()
 }
-trap 'stop_servers; rm -rf "$tmp"; rm -f "$shm"' EXIT
+trap 'stop_servers; rm -rf "$tmp"; rm -f "$shm" "$results_rows"' EXIT
 
 wait_socket() {
 	for _ in $(seq 100); do
@@ -99,6 +109,7 @@ servers=()
 start_server() { # NAME COMMAND...
 	local name=$1
 	shift
+	progress "start $name and fill its 1 GiB export"
 	"$@" 2>"$tmp/$name.log" &
 	pids+=($!)
 	if wait_socket "$tmp/$name.sock" && fill "$tmp/$name.sock"; then
@@ -108,6 +119,13 @@ start_server() { # NAME COMMAND...
 		cat "$tmp/$name.log" >&2
 	fi
 }
+
+# steps: a start per server found, then rounds of 4 fio runs per server
+nservers=0
+[ -n "$rqnbd" ] && [ -x "$rqnbd" ] && nservers=$((nservers + 1))
+command -v nbdkit >/dev/null && nservers=$((nservers + 1))
+command -v qemu-nbd >/dev/null && nservers=$((nservers + 1))
+progress_total $((nservers + rounds * 4 * nservers))
 
 if [ -n "$rqnbd" ] && [ -x "$rqnbd" ]; then
 	# shellcheck disable=SC2086
@@ -126,11 +144,14 @@ if command -v qemu-nbd >/dev/null; then
 		--cache=writeback --aio=threads -e 4 "$shm"
 fi
 
+# the servers that did not start have no runs
+progress_total $((progress_n + rounds * 4 * ${#servers[@]}))
 declare -A runs
 for round in $(seq "$rounds"); do
 	for rw in randread randwrite; do
 		for jobs in 1 2; do
 			for s in "${servers[@]}"; do
+				progress "round $round: fio $rw, $jobs job(s), ${runtime}s against $s"
 				runs["$s,$rw,$jobs"]+="$(fio_iops "$tmp/$s.sock" $rw $jobs) "
 			done
 		done
@@ -156,7 +177,13 @@ echo
 for s in "${servers[@]}"; do
 	printf '| %s |' "$s"
 	for rw in randread randwrite; do
-		for jobs in 1 2; do printf ' %s |' "${result[$s,$rw,$jobs]}"; done
+		for jobs in 1 2; do
+			printf ' %s |' "${result[$s,$rw,$jobs]}"
+			iops=${result[$s,$rw,$jobs]}
+			runs_list=${runs[$s,$rw,$jobs]}
+			results_row server="$s" pattern="$rw" jobs="$jobs" \
+				iops="$([ "$iops" = - ] || echo "$iops")" rounds="${runs_list% }"
+		done
 	done
 	echo
 done
@@ -180,3 +207,4 @@ if [ -n "${result[rqnbd,randread,1]:-}" ]; then
 	done
 	echo
 fi
+results_write

@@ -46,6 +46,7 @@
 
 #include "hist.h"
 #include "null_blk.h"
+#include "progopt.h"
 
 #define CACHELINE 64
 #define SPIN_LOOPS 512
@@ -223,55 +224,6 @@ static inline uint64_t xrand(uint64_t *s)
 static inline uint64_t xrand_below(uint64_t *s, uint64_t n)
 {
 	return (uint64_t)(((unsigned __int128)xrand(s) * n) >> 64);
-}
-
-static void die(const char *fmt, const char *arg)
-{
-	fprintf(stderr, "rqbench: ");
-	fprintf(stderr, fmt, arg);
-	fputc('\n', stderr);
-	exit(2);
-}
-
-/* Parse a size with an optional binary suffix (k, m, g). */
-static uint64_t parse_size(const char *s, const char *what)
-{
-	char *end;
-	unsigned long long v;
-
-	errno = 0;
-	v = strtoull(s, &end, 0);
-	if (errno || end == s)
-		die("bad %s", what);
-	switch (*end) {
-	case 'k': case 'K': v <<= 10; end++; break;
-	case 'm': case 'M': v <<= 20; end++; break;
-	case 'g': case 'G': v <<= 30; end++; break;
-	}
-	if (*end == 'i' || *end == 'b' || *end == 'B')
-		end++;
-	if (*end)
-		die("bad %s", what);
-	return v;
-}
-
-static unsigned parse_uint(const char *s, const char *what)
-{
-	uint64_t v = parse_size(s, what);
-
-	if (v > UINT32_MAX)
-		die("%s too large", what);
-	return (unsigned)v;
-}
-
-static int lookup(const char *s, const char *const *names, int n)
-{
-	int i;
-
-	for (i = 0; i < n; i++)
-		if (!strcmp(s, names[i]))
-			return i;
-	return -1;
 }
 
 /* ---------------------------------------------------- jemalloc statistics */
@@ -570,6 +522,7 @@ static void usage(FILE *f)
 "               [--seconds S | --ops N] [--hw-queues N (default: CPUs)]\n"
 "               [--completion inline|thread|timer] [--max-sectors-kb N]\n"
 "               [--max-segments N] [--nomerges 0|1|2] [--json]\n"
+"       rqbench -h|--help | --version\n"
 "  more: --queue-depth N (= --depth), --hw-depth N (driver tags per hw queue,\n"
 "        default max(64, threads*depth)), --completion-nsec N (timer delay),\n"
 "        --capacity BYTES (default 1G), --warmup N (bios per thread),\n"
@@ -584,8 +537,15 @@ enum {
 	OPT_BS, OPT_PATTERN, OPT_SECONDS, OPT_OPS, OPT_HWQ, OPT_COMPLETION,
 	OPT_MAXSECT, OPT_MAXSEG, OPT_NOMERGES, OPT_JSON, OPT_HWDEPTH, OPT_CNSEC,
 	OPT_CAPACITY, OPT_WARMUP, OPT_NOLAT, OPT_LATSAMPLE, OPT_BIOALLOC,
-	OPT_MEMORY, OPT_TCACHE, OPT_LIST, OPT_HELP, OPT_ALLOCSTATS,
+	OPT_MEMORY, OPT_TCACHE, OPT_LIST, OPT_ALLOCSTATS,
 };
+
+/* Limits of the numeric options, for the parser and the usage errors. */
+#define MAX_THREADS 1024
+#define MAX_DEPTH 65536
+#define MAX_HW_QUEUES 1024
+#define MAX_SECONDS 86400.0
+#define MAX_NSEC 10000000000ull       /* 10 s */
 
 static const struct option long_opts[] = {
 	{ "front", required_argument, NULL, OPT_FRONT },
@@ -616,13 +576,13 @@ static const struct option long_opts[] = {
 	{ "tcache", no_argument, NULL, OPT_TCACHE },
 	{ "alloc-stats", no_argument, NULL, OPT_ALLOCSTATS },
 	{ "list-scheds", no_argument, NULL, OPT_LIST },
-	{ "help", no_argument, NULL, OPT_HELP },
+	PROG_STD_OPTIONS,
 	{ NULL, 0, NULL, 0 },
 };
 
 static void parse_args(int argc, char **argv, struct opts *o)
 {
-	int c, v;
+	int c;
 
 	memset(o, 0, sizeof(*o));
 	o->front = "mq";
@@ -642,78 +602,85 @@ static void parse_args(int argc, char **argv, struct opts *o)
 	o->lat_sample = 1;
 	o->capacity = 1ull << 30;
 
-	while ((c = getopt_long(argc, argv, "h", long_opts, NULL)) != -1) {
+	prog_init("rqbench", usage);
+	while ((c = prog_getopt(argc, argv, long_opts)) != -1) {
 		switch (c) {
 		case OPT_FRONT: o->front = optarg; break;
 		case OPT_SCHED: o->sched = optarg; break;
 		case OPT_DRIVER: o->driver = optarg; break;
-		case OPT_THREADS: o->threads = parse_uint(optarg, "--threads"); break;
-		case OPT_DEPTH: o->depth = parse_uint(optarg, "--depth"); break;
-		case OPT_BATCH: o->batch = parse_uint(optarg, "--batch"); break;
-		case OPT_BS: o->bs = parse_size(optarg, "--bs"); break;
+		case OPT_THREADS:
+			o->threads = (unsigned)opt_uint("--threads", optarg, 1, MAX_THREADS);
+			break;
+		case OPT_DEPTH:
+			o->depth = (unsigned)opt_uint("--depth", optarg, 1, MAX_DEPTH);
+			break;
+		case OPT_BATCH:
+			o->batch = (unsigned)opt_uint("--batch", optarg, 1, MAX_DEPTH);
+			break;
+		case OPT_BS:
+			o->bs = opt_size("--bs", optarg, 512, UINT32_MAX);
+			if (o->bs % 512)
+				prog_usage_error("--bs: %s is not a multiple of 512", optarg);
+			break;
 		case OPT_PATTERN:
-			v = lookup(optarg, pattern_names, 5);
-			if (v < 0)
-				die("unknown --pattern %s", optarg);
-			o->pattern = v;
+			o->pattern = opt_choice("--pattern", optarg, pattern_names, 5);
 			break;
 		case OPT_SECONDS:
-			o->seconds = strtod(optarg, NULL);
-			if (o->seconds <= 0)
-				die("bad --seconds %s", optarg);
+			o->seconds = opt_seconds("--seconds", optarg, MAX_SECONDS);
 			break;
-		case OPT_OPS: o->ops = parse_size(optarg, "--ops"); break;
-		case OPT_HWQ: o->hw_queues = parse_uint(optarg, "--hw-queues"); break;
+		case OPT_OPS: o->ops = opt_size("--ops", optarg, 1, UINT64_MAX); break;
+		case OPT_HWQ:
+			o->hw_queues = (unsigned)opt_uint("--hw-queues", optarg, 1, MAX_HW_QUEUES);
+			break;
 		case OPT_COMPLETION:
-			v = lookup(optarg, completion_names, 3);
-			if (v < 0)
-				die("unknown --completion %s", optarg);
-			o->completion = v;
+			o->completion = opt_choice("--completion", optarg, completion_names, 3);
 			break;
-		case OPT_MAXSECT: o->max_sectors_kb = parse_uint(optarg, "--max-sectors-kb"); break;
-		case OPT_MAXSEG: o->max_segments = parse_uint(optarg, "--max-segments"); break;
+		case OPT_MAXSECT:
+			o->max_sectors_kb = (unsigned)opt_uint("--max-sectors-kb", optarg, 0,
+							       UINT32_MAX / 2);
+			break;
+		case OPT_MAXSEG:
+			o->max_segments = (unsigned)opt_uint("--max-segments", optarg, 0, 65535);
+			break;
 		case OPT_NOMERGES:
-			if (strcmp(optarg, "0") && strcmp(optarg, "1") && strcmp(optarg, "2"))
-				die("--nomerges takes 0, 1 or 2, not %s", optarg);
-			o->nomerges = optarg[0] - '0';
+			o->nomerges = (int)opt_uint("--nomerges", optarg, 0, 2);
 			break;
 		case OPT_JSON: o->json = true; break;
-		case OPT_HWDEPTH: o->hw_depth = parse_uint(optarg, "--hw-depth"); break;
-		case OPT_CNSEC: o->completion_nsec = parse_size(optarg, "--completion-nsec"); break;
-		case OPT_CAPACITY: o->capacity = parse_size(optarg, "--capacity"); break;
-		case OPT_WARMUP: o->warmup = parse_size(optarg, "--warmup"); break;
+		case OPT_HWDEPTH:
+			o->hw_depth = (unsigned)opt_uint("--hw-depth", optarg, 0, MAX_DEPTH);
+			break;
+		case OPT_CNSEC:
+			o->completion_nsec = opt_uint("--completion-nsec", optarg, 0, MAX_NSEC);
+			break;
+		case OPT_CAPACITY:
+			o->capacity = opt_size("--capacity", optarg, 4096, UINT64_MAX);
+			break;
+		case OPT_WARMUP: o->warmup = opt_size("--warmup", optarg, 0, UINT64_MAX); break;
 		case OPT_NOLAT: o->no_lat = true; break;
-		case OPT_LATSAMPLE: o->lat_sample = parse_uint(optarg, "--lat-sample"); break;
+		case OPT_LATSAMPLE:
+			o->lat_sample = (unsigned)opt_uint("--lat-sample", optarg, 1, UINT32_MAX);
+			break;
 		case OPT_BIOALLOC: o->bio_alloc = true; break;
 		case OPT_MEMORY: o->memory_backed = true; break;
 		case OPT_TCACHE: o->tcache = true; break;
 		case OPT_ALLOCSTATS: o->tcache = false; break;
 		case OPT_LIST: o->list_scheds = true; break;
-		case OPT_HELP: case 'h': usage(stdout); exit(0);
-		default: usage(stderr); exit(2);
 		}
 	}
-	if (optind < argc)
-		die("unexpected argument %s", argv[optind]);
+	prog_no_operands(argc, argv);
 	if (strcmp(o->front, "mq") && strcmp(o->front, "sq"))
-		die("unknown --front %s (mq or sq)", o->front);
+		prog_usage_error("--front: unknown value '%s' (allowed: mq or sq)", o->front);
 	/* the single-queue front end has no "none": noop is its plainest */
 	if (!strcmp(o->front, "sq") && !strcmp(o->sched, "none"))
 		o->sched = "noop";
 	if (strcmp(o->driver, "null"))
-		die("unknown --driver %s (only null)", o->driver);
+		prog_usage_error("--driver: unknown value '%s' (allowed: null)", o->driver);
 	if (o->seconds && o->ops)
-		die("%s", "--seconds and --ops exclude each other");
+		prog_usage_error("--seconds, --ops: give one or the other");
 	if (!o->seconds && !o->ops)
 		o->seconds = 3;
-	if (!o->threads || !o->depth || !o->batch || !o->hw_queues || !o->lat_sample)
-		die("%s", "--threads, --depth, --batch, --hw-queues, --lat-sample must be > 0");
-	if (!o->bs || o->bs % 512 || o->bs > UINT32_MAX)
-		die("%s", "--bs must be a multiple of 512 below 4 GiB");
 	if (o->capacity < o->bs * o->threads)
-		die("%s", "--capacity smaller than --bs times --threads");
-	if (o->bio_alloc && o->bs > UINT32_MAX)
-		die("%s", "--bs too large");
+		prog_usage_error("--capacity: smaller than --bs times --threads");
 }
 
 /* Make the device and queue as the options say; exits on failure. */

@@ -17,10 +17,18 @@
 #   --seconds S    seconds per run (default 2)
 #   --build DIR    meson build directory holding bench/rqbench (default: build)
 #   --against DIR  compare with DIR/bench/rqbench
+#   --json FILE, --csv FILE  where the table's cells go as JSON and CSV, one
+#                  row per cell with the median and every round's value
+#                  (default: bench-results/sched-table.json and .csv in
+#                  the build directory)
+# A progress line per run goes to stderr.
 set -u
 
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(dirname "$here")
+# shellcheck source=bench/results.sh
+. "$here/results.sh"
+results_init sched-table "$@"
 rounds=3
 seconds=2
 build="$top/build"
@@ -31,7 +39,8 @@ while [ $# -gt 0 ]; do
 	--seconds) seconds="$2"; shift ;;
 	--build) build="$2"; shift ;;
 	--against) against="$2"; shift ;;
-	-h|--help) sed -n '3,20p' "$0"; exit 0 ;;
+	--json|--csv) results_arg "$1" "${2:-}"; shift ;;
+	-h|--help) sed -n '3,24p' "$0"; exit 0 ;;
 	*) echo "sched-table.sh: unknown argument $1" >&2; exit 2 ;;
 	esac
 	shift
@@ -53,18 +62,26 @@ summarise() {
 	}'
 }
 
+# the median of the values in FILE, and the values in run order
+median_of() { sort -n "$1" | awk '{v[NR] = $1} END { print v[int((NR + 1) / 2)] }'; }
+rounds_of() { tr '\n' ' ' <"$1" | sed 's/ $//'; }
+
 for exe in "$build/bench/rqbench" ${against:+"$against/bench/rqbench"}; do
 	[ -x "$exe" ] || { echo "sched-table.sh: no $exe (build first)" >&2; exit 1; }
 done
+results_in "$build"
 
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+trap 'rm -rf "$tmp" "$results_rows"' EXIT
+progress_total $((rounds * $(wc -w <<<"$scheds") * 4))
 
 if [ -n "$against" ]; then
 	for r in $(seq "$rounds"); do
 		for s in $scheds; do
 			for t in 1 2; do
+				progress "round $r: $s, $t thread(s), randread, before ($against)"
 				run "$against/bench/rqbench" "$s" "$t" randread >>"$tmp/before.$s.$t"
+				progress "round $r: $s, $t thread(s), randread, after ($build)"
 				run "$build/bench/rqbench" "$s" "$t" randread >>"$tmp/after.$s.$t"
 			done
 		done
@@ -75,9 +92,15 @@ if [ -n "$against" ]; then
 		row="| $s"
 		for t in 1 2; do
 			row="$row | $(summarise <"$tmp/before.$s.$t") | $(summarise <"$tmp/after.$s.$t")"
+			results_row scheduler="$s" threads="$t" pattern=randread \
+				before_miops="$(median_of "$tmp/before.$s.$t")" \
+				before_rounds="$(rounds_of "$tmp/before.$s.$t")" \
+				after_miops="$(median_of "$tmp/after.$s.$t")" \
+				after_rounds="$(rounds_of "$tmp/after.$s.$t")"
 		done
 		echo "$row |"
 	done
+	results_write
 	exit 0
 fi
 
@@ -85,6 +108,7 @@ for r in $(seq "$rounds"); do
 	for s in $scheds; do
 		for t in 1 2; do
 			for p in randread randwrite; do
+				progress "round $r: $s, $t thread(s), $p"
 				run "$build/bench/rqbench" "$s" "$t" "$p" >>"$tmp/$s.$t.$p"
 			done
 		done
@@ -97,7 +121,10 @@ for s in $scheds; do
 	for t in 1 2; do
 		for p in randread randwrite; do
 			row="$row | $(summarise <"$tmp/$s.$t.$p")"
+			results_row scheduler="$s" threads="$t" pattern="$p" \
+				miops="$(median_of "$tmp/$s.$t.$p")" rounds="$(rounds_of "$tmp/$s.$t.$p")"
 		done
 	done
 	echo "$row |"
 done
+results_write

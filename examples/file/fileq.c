@@ -5,13 +5,17 @@
  * and compares, discards the second half and checks it reads as zeros, then
  * prints what the driver did.
  *
- *   fileq PATH [SIZE_MIB] [--buffered]
+ *   fileq [--buffered] PATH [SIZE_MIB]
+ *
+ * Options are read before the file is touched: --help, --version or a bad
+ * usage never creates anything.
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,8 +24,11 @@
 #include <librequest/librequest.h>
 
 #include "file_drv.h"
+#include "progopt.h"
 
 #define CHUNK (256u * 1024) /* bytes per bio: four 64 KiB vectors */
+#define DEFAULT_MIB 16
+#define MAX_MIB 4096         /* two buffers of this size; half of it in one discard */
 
 static atomic_int ended;
 static atomic_int failed;
@@ -64,25 +71,56 @@ static void wait_all(int want)
 		sched_yield();
 }
 
+static void usage(FILE *f)
+{
+	fprintf(f,
+"usage: fileq [--buffered] PATH [SIZE_MIB]\n"
+"       fileq -h|--help | --version\n"
+"\n"
+"Makes PATH (or opens it) at least SIZE_MIB MiB long (default %d, at most %d),\n"
+"writes a pattern through librequest and the io_uring file driver, flushes,\n"
+"reads it back, discards the second half and checks it reads as zeros.\n"
+"\n"
+"  --buffered   go through the page cache (default: O_DIRECT when the file\n"
+"               system allows it)\n", DEFAULT_MIB, MAX_MIB);
+}
+
+enum { OPT_BUFFERED = 256 };
+
 int main(int argc, char **argv)
 {
+	static const struct option longopts[] = {
+		{ "buffered", no_argument, NULL, OPT_BUFFERED },
+		PROG_STD_OPTIONS,
+		{ NULL, 0, NULL, 0 },
+	};
+	bool buffered = false;
+	const char *path;
 	struct file_config cfg;
 	struct file_stats st;
 	struct file_dev *dev;
 	struct rq_queue *q;
 	uint64_t size, pos;
 	char *wbuf, *rbuf;
-	int fd, ret, n = 0;
+	int c, fd, ret, n = 0;
 
-	if (argc < 2) {
-		fprintf(stderr, "usage: fileq PATH [SIZE_MIB] [--buffered]\n");
-		return 2;
+	prog_init("fileq", usage);
+	while ((c = prog_getopt(argc, argv, longopts)) != -1) {
+		if (c == OPT_BUFFERED)
+			buffered = true;
 	}
-	size = (argc > 2 && argv[2][0] != '-' ? strtoull(argv[2], NULL, 0) : 16) << 20;
+	if (optind >= argc)
+		prog_usage_error("PATH: missing (the file to make or open)");
+	path = argv[optind++];
+	size = (uint64_t)DEFAULT_MIB << 20;
+	if (optind < argc)
+		size = opt_uint("SIZE_MIB", argv[optind++], 1, MAX_MIB) << 20;
+	prog_no_operands(argc, argv);
+
 	/* make the file if needed, at least SIZE long */
-	fd = open(argv[1], O_RDWR | O_CREAT, 0644);
+	fd = open(path, O_RDWR | O_CREAT, 0644);
 	if (fd < 0) {
-		perror(argv[1]);
+		perror(path);
 		return 1;
 	}
 	if (lseek(fd, 0, SEEK_END) < (off_t)size && ftruncate(fd, (off_t)size)) {
@@ -92,13 +130,13 @@ int main(int argc, char **argv)
 	close(fd);
 
 	file_config_default(&cfg);
-	cfg.path = argv[1];
+	cfg.path = path;
 	cfg.size_bytes = size;
-	if (argc > 2 && !strcmp(argv[argc - 1], "--buffered"))
+	if (buffered)
 		cfg.direct = FILE_DIRECT_OFF;
 	ret = file_create(&cfg, &dev);   /* prints the I/O mode */
 	if (ret) {
-		fprintf(stderr, "fileq: %s: %s\n", argv[1], strerror(-ret));
+		fprintf(stderr, "fileq: %s: %s\n", path, strerror(-ret));
 		return 1;
 	}
 	q = file_queue(dev);

@@ -6,6 +6,7 @@
  *
  *   hddbench [--time SEC] [--sched [FRONT:]NAME[,...]] [--scenario NAME]
  *            [--readers N] [--ncq N] [--seed N] [--real]
+ *   hddbench -h|--help | --version
  *
  * Schedulers: by default every name a multi-queue hddsim queue's
  * "scheduler" attribute lists (none, mq-deadline, kyber, bfq), then every
@@ -42,10 +43,13 @@
 #include <librequest/librequest.h>
 
 #include "hddsim.h"
+#include "progopt.h"
 
 #define MAX_STREAMS 10
 #define MAX_DEPTH 8
 #define MAX_SCHEDS 16
+#define MAX_SECONDS 86400
+#define MAX_NCQ 32
 #define IO_BUF (1u << 20)
 #define IDLE_STEP_NS 1000000ull /* virtual time let pass while a scheduler idles */
 
@@ -358,7 +362,7 @@ static int run_one(const char *scenario, enum hddsim_front front, const char *sc
 	}
 	if (!scenario_setup(r, scenario)) {
 		fprintf(stderr, "hddbench: unknown scenario %s\n", scenario);
-		exit(2);
+		exit(1);
 	}
 	run_loop(r);
 	hddsim_get_stats(r->dev, &hst);
@@ -414,6 +418,104 @@ static int run_one(const char *scenario, enum hddsim_front front, const char *sc
 	return 0;
 }
 
+/* Every scheduler a queue of each front end offers on this build. */
+static struct {
+	char *names[MAX_SCHEDS];
+	unsigned nr;
+} avail[2];
+
+static bool offered(enum hddsim_front front, const char *name)
+{
+	unsigned i;
+
+	for (i = 0; i < avail[front].nr; i++)
+		if (!strcmp(avail[front].names[i], name))
+			return true;
+	return false;
+}
+
+/*
+ * Read the "scheduler" attribute of a fresh queue of @front into
+ * avail[@front]; exits 1 when the queue cannot be made.
+ */
+static void read_schedulers(enum hddsim_front front)
+{
+	struct hddsim_config cfg;
+	struct hddsim_dev *dev;
+	char buf[512], *tok, *save = NULL;
+
+	hddsim_config_default(&cfg);
+	cfg.front = front;
+	cfg.sched = front == HDDSIM_FRONT_SQ ? "noop" : "none";
+	if (hddsim_create(&cfg, &dev) ||
+	    rq_queue_attr_get(hddsim_queue(dev), "scheduler", buf, sizeof(buf)) < 0) {
+		fprintf(stderr, "hddbench: cannot read the %s scheduler list\n",
+			front_name(front));
+		exit(1);
+	}
+	hddsim_destroy(dev);
+	for (tok = strtok_r(buf, " \n", &save); tok && avail[front].nr < MAX_SCHEDS;
+	     tok = strtok_r(NULL, " \n", &save)) {
+		size_t l;
+
+		if (*tok == '[')
+			tok++;
+		l = strlen(tok);
+		if (l && tok[l - 1] == ']')
+			tok[l - 1] = 0;
+		avail[front].names[avail[front].nr++] = strdup(tok);
+	}
+}
+
+/* Both lists, "mq: a b c; sq: d e f", for messages. */
+static const char *offered_list(void)
+{
+	static char list[512];
+	size_t len = 0;
+	unsigned f, i;
+
+	for (f = 0; f < 2; f++) {
+		len += (size_t)snprintf(list + len, sizeof(list) - len, "%s%s:", f ? "; " : "",
+					front_name(f));
+		for (i = 0; i < avail[f].nr && len < sizeof(list); i++)
+			len += (size_t)snprintf(list + len, sizeof(list) - len, " %s",
+						avail[f].names[i]);
+	}
+	return list;
+}
+
+/*
+ * Check each --sched word (NAME, mq:NAME or sq:NAME) against what the
+ * front ends offer; a name on the wrong front end or on none is a usage
+ * error (exit 2) that says which.
+ */
+static void check_wanted(void)
+{
+	unsigned i;
+
+	for (i = 0; i < opt.nr_want; i++) {
+		const char *w = opt.want[i], *name = w;
+		int front = -1;
+
+		if (!strncmp(w, "mq:", 3) || !strncmp(w, "sq:", 3)) {
+			front = w[0] == 's' ? HDDSIM_FRONT_SQ : HDDSIM_FRONT_MQ;
+			name += 3;
+		} else if (strchr(w, ':')) {
+			prog_usage_error("--sched: %s: the front end is mq: or sq:", w);
+		}
+		if (front >= 0 && offered(front, name))
+			continue;
+		if (front < 0 && (offered(HDDSIM_FRONT_MQ, name) || offered(HDDSIM_FRONT_SQ, name)))
+			continue;
+		if (front >= 0 && offered(!front, name))
+			prog_usage_error("--sched: %s: %s is a %s scheduler (use %s:%s or %s)",
+					 w, name, front == HDDSIM_FRONT_MQ ? "single-queue" :
+					 "multi-queue", front_name(!front), name, name);
+		prog_usage_error("--sched: %s: no such scheduler in this build (%s)", w,
+				 offered_list());
+	}
+}
+
 /*
  * Is @name (as --sched gave it: NAME, mq:NAME or sq:NAME) wanted on
  * @front?  No --sched: everything is.
@@ -438,44 +540,18 @@ static bool sched_wanted(enum hddsim_front front, const char *name)
 	return false;
 }
 
-/*
- * Every scheduler a queue of @front on this build can use, from its
- * "scheduler" attribute, that --sched asks for.  Return: how many.
- */
-static unsigned list_schedulers(enum hddsim_front front)
+/* The schedulers of @front that --sched asks for, in the queue's order, into opt.scheds. */
+static void pick_schedulers(enum hddsim_front front)
 {
-	struct hddsim_config cfg;
-	struct hddsim_dev *dev;
-	char buf[512], *tok, *save = NULL;
-	unsigned n = 0;
+	unsigned i;
 
-	hddsim_config_default(&cfg);
-	cfg.front = front;
-	cfg.sched = front == HDDSIM_FRONT_SQ ? "noop" : "none";
-	if (hddsim_create(&cfg, &dev) ||
-	    rq_queue_attr_get(hddsim_queue(dev), "scheduler", buf, sizeof(buf)) < 0) {
-		fprintf(stderr, "hddbench: cannot read the %s scheduler list\n",
-			front_name(front));
-		exit(1);
-	}
-	hddsim_destroy(dev);
-	for (tok = strtok_r(buf, " \n", &save); tok && opt.nr_scheds < MAX_SCHEDS;
-	     tok = strtok_r(NULL, " \n", &save)) {
-		size_t l;
-
-		if (*tok == '[')
-			tok++;
-		l = strlen(tok);
-		if (l && tok[l - 1] == ']')
-			tok[l - 1] = 0;
-		if (!sched_wanted(front, tok))
+	for (i = 0; i < avail[front].nr && opt.nr_scheds < MAX_SCHEDS; i++) {
+		if (!sched_wanted(front, avail[front].names[i]))
 			continue;
 		opt.scheds[opt.nr_scheds].front = front;
-		opt.scheds[opt.nr_scheds].name = strdup(tok);
+		opt.scheds[opt.nr_scheds].name = avail[front].names[i];
 		opt.nr_scheds++;
-		n++;
 	}
-	return n;
 }
 
 /*
@@ -493,62 +569,82 @@ static void pin_to_one_cpu(void)
 	sched_setaffinity(0, sizeof(set), &set);
 }
 
-static void usage(void)
+static const char *const scenarios[] = { "seqread", "seqwrite", "2seqread" };
+
+static void usage(FILE *f)
 {
-	fprintf(stderr, "usage: hddbench [--time SEC] [--sched [mq:|sq:]NAME[,...]] "
-		"[--scenario seqread|seqwrite|2seqread] [--readers N] [--ncq N] "
-		"[--seed N] [--real]\n");
-	exit(2);
+	fprintf(f,
+"usage: hddbench [--time SEC] [--sched [mq:|sq:]NAME[,...]]\n"
+"                [--scenario seqread|seqwrite|2seqread] [--readers N] [--ncq N]\n"
+"                [--seed N] [--real]\n"
+"       hddbench -h|--help | --version\n"
+"\n"
+"Mixed sequential and random streams on a simulated 7200 rpm disk, under\n"
+"every scheduler either front end offers; prints one table row per run.\n"
+"\n"
+"  --time SEC        seconds of disk time per run (default 30, at most %d)\n"
+"  --sched LIST      schedulers to run, comma-separated: mq:NAME or sq:NAME\n"
+"                    for one front end, a bare NAME for each that offers it\n"
+"                    (default: all)\n"
+"  --scenario NAME   seqread, seqwrite or 2seqread (default: all three)\n"
+"  --readers N       random readers beside the sequential stream (default 4,\n"
+"                    0 to %d)\n"
+"  --ncq N           commands the drive holds (default 1, 1 to %d)\n"
+"  --seed N          random streams' seed (default 1, not 0)\n"
+"  --real            run on the real clock with the service thread, not on\n"
+"                    the virtual clock\n", MAX_SECONDS, MAX_STREAMS - 2, MAX_NCQ);
 }
+
+enum { OPT_TIME = 256, OPT_SCHED, OPT_SCENARIO, OPT_READERS, OPT_NCQ, OPT_SEED, OPT_REAL };
 
 int main(int argc, char **argv)
 {
 	static const struct option longopts[] = {
-		{ "time", required_argument, NULL, 't' },
-		{ "sched", required_argument, NULL, 's' },
-		{ "scenario", required_argument, NULL, 'c' },
-		{ "readers", required_argument, NULL, 'r' },
-		{ "ncq", required_argument, NULL, 'n' },
-		{ "seed", required_argument, NULL, 'S' },
-		{ "real", no_argument, NULL, 'R' },
+		{ "time", required_argument, NULL, OPT_TIME },
+		{ "sched", required_argument, NULL, OPT_SCHED },
+		{ "scenario", required_argument, NULL, OPT_SCENARIO },
+		{ "readers", required_argument, NULL, OPT_READERS },
+		{ "ncq", required_argument, NULL, OPT_NCQ },
+		{ "seed", required_argument, NULL, OPT_SEED },
+		{ "real", no_argument, NULL, OPT_REAL },
+		PROG_STD_OPTIONS,
 		{ NULL, 0, NULL, 0 },
 	};
-	static const char *const scenarios[] = { "seqread", "seqwrite", "2seqread" };
 	char *save = NULL, *tok;
 	unsigned i, j;
 	int c;
 
-	while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+	prog_init("hddbench", usage);
+	while ((c = prog_getopt(argc, argv, longopts)) != -1) {
 		switch (c) {
-		case 't':
-			opt.seconds = atof(optarg);
+		case OPT_TIME:
+			opt.seconds = opt_seconds("--time", optarg, MAX_SECONDS);
 			break;
-		case 's':
-			for (tok = strtok_r(optarg, ",", &save); tok && opt.nr_want < MAX_SCHEDS;
-			     tok = strtok_r(NULL, ",", &save))
+		case OPT_SCHED:
+			for (tok = strtok_r(optarg, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+				if (opt.nr_want == MAX_SCHEDS)
+					prog_usage_error("--sched: more than %d names", MAX_SCHEDS);
 				opt.want[opt.nr_want++] = tok;
+			}
 			break;
-		case 'c':
-			opt.scenario = optarg;
+		case OPT_SCENARIO:
+			opt.scenario = scenarios[opt_choice("--scenario", optarg, scenarios, 3)];
 			break;
-		case 'r':
-			opt.readers = (unsigned)atoi(optarg);
+		case OPT_READERS:
+			opt.readers = (unsigned)opt_uint("--readers", optarg, 0, MAX_STREAMS - 2);
 			break;
-		case 'n':
-			opt.ncq = (unsigned)atoi(optarg);
+		case OPT_NCQ:
+			opt.ncq = (unsigned)opt_uint("--ncq", optarg, 1, MAX_NCQ);
 			break;
-		case 'S':
-			opt.seed = strtoull(optarg, NULL, 0);
+		case OPT_SEED:
+			opt.seed = opt_uint("--seed", optarg, 1, UINT64_MAX);
 			break;
-		case 'R':
+		case OPT_REAL:
 			opt.real = true;
 			break;
-		default:
-			usage();
 		}
 	}
-	if (opt.seconds <= 0 || opt.readers > MAX_STREAMS - 2 || !opt.ncq || !opt.seed)
-		usage();
+	prog_no_operands(argc, argv);
 	if (posix_memalign((void **)&io_buf, 4096, IO_BUF))
 		return 1;
 	memset(io_buf, 0, IO_BUF);
@@ -560,12 +656,11 @@ int main(int argc, char **argv)
 			return 1;
 		}
 	}
-	list_schedulers(HDDSIM_FRONT_MQ);
-	list_schedulers(HDDSIM_FRONT_SQ);
-	if (!opt.nr_scheds) {
-		fprintf(stderr, "hddbench: no such scheduler on either front end\n");
-		return 2;
-	}
+	read_schedulers(HDDSIM_FRONT_MQ);
+	read_schedulers(HDDSIM_FRONT_SQ);
+	check_wanted();
+	pick_schedulers(HDDSIM_FRONT_MQ);
+	pick_schedulers(HDDSIM_FRONT_SQ);
 
 	printf("hddbench: 7200 rpm 1 TiB disk (hddsim defaults), ncq %u, %.0f s %s per run, "
 	       "%u random readers; schedulers:", opt.ncq, opt.seconds,
@@ -581,8 +676,9 @@ int main(int argc, char **argv)
 		for (i = 0; i < opt.nr_scheds; i++)
 			run_one(scenarios[j], opt.scheds[i].front, opt.scheds[i].name);
 	}
-	for (i = 0; i < opt.nr_scheds; i++)
-		free(opt.scheds[i].name);
+	for (i = 0; i < 2; i++)
+		for (j = 0; j < avail[i].nr; j++)
+			free(avail[i].names[j]);
 	free(io_buf);
 	return 0;
 }

@@ -5,7 +5,8 @@
  *   rqnbd (--unix PATH | --port N [--bind ADDR]) (--memory SIZE | --file PATH)
  *         [--front mq|sq] [--sched NAME] [--queues N] [--depth N]
  *         [--read-only] [--export-name NAME]
- *   rqnbd --list-scheds
+ *   rqnbd [--front mq|sq] --list-scheds
+ *   rqnbd -h|--help | --version
  *
  * One export, served in the foreground to any number of clients at once.
  * The device under the queue is the null driver of examples/null keeping
@@ -17,7 +18,6 @@
  * See README.md in this folder and doc/nbd.md.
  */
 #define _GNU_SOURCE
-#include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
 #include <netdb.h>
@@ -29,7 +29,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -41,6 +40,7 @@
 #include "nbd_file.h"
 #include "nbd_server.h"
 #include "null_blk.h"
+#include "progopt.h"
 
 #define RQNBD_MIN_BLOCK 512u
 #define RQNBD_PREF_BLOCK 4096u
@@ -50,7 +50,7 @@
 #define RQNBD_MAX_QUEUES 64
 
 /* Exit codes. */
-#define RQNBD_EXIT_FAIL 1       /* bad arguments, set-up failed */
+#define RQNBD_EXIT_FAIL 1       /* set-up failed (bad usage: PROG_EXIT_USAGE, 2) */
 
 struct opts {
 	const char *unix_path;
@@ -75,7 +75,8 @@ static void usage(FILE *f)
 "usage: rqnbd (--unix PATH | --port N [--bind ADDR]) (--memory SIZE | --file PATH)\n"
 "             [--front mq|sq] [--sched NAME] [--queues N] [--depth N]\n"
 "             [--read-only] [--export-name NAME]\n"
-"       rqnbd --list-scheds\n"
+"       rqnbd [--front mq|sq] --list-scheds\n"
+"       rqnbd -h|--help | --version\n"
 "\n"
 "  --unix PATH         listen on a unix socket (created; a stale one is replaced)\n"
 "  --port N            listen on TCP port N\n"
@@ -91,68 +92,15 @@ static void usage(FILE *f)
 "                      requests with the device at most\n"
 "  --read-only         refuse writes, trims and zeroing with EPERM\n"
 "  --export-name NAME  the export's name (default \"\"; \"\" always matches too)\n"
-"  --list-scheds       print the schedulers the queue offers, one per line\n",
+"  --list-scheds       print the schedulers the queue offers, one per line\n"
+"  -h, --help          this text\n"
+"  --version           the program's and the library's version\n",
 		RQNBD_DEFAULT_DEPTH);
-}
-
-/* Parse SIZE: a number with an optional K/M/G/T (binary) suffix. */
-static int parse_size(const char *s, uint64_t *out)
-{
-	unsigned long long v;
-	char *end;
-	int shift = 0;
-
-	if (!isdigit((unsigned char)*s))
-		return -EINVAL;
-	errno = 0;
-	v = strtoull(s, &end, 0);
-	if (errno)
-		return -EINVAL;
-	switch (toupper((unsigned char)*end)) {
-	case 'K':
-		shift = 10;
-		break;
-	case 'M':
-		shift = 20;
-		break;
-	case 'G':
-		shift = 30;
-		break;
-	case 'T':
-		shift = 40;
-		break;
-	case '\0':
-		break;
-	default:
-		return -EINVAL;
-	}
-	if (shift) {
-		end++;
-		if (!strcasecmp(end, "iB") || !strcasecmp(end, "B"))
-			end += strlen(end);
-	}
-	if (*end || v > (UINT64_MAX >> shift))
-		return -EINVAL;
-	*out = (uint64_t)v << shift;
-	return 0;
-}
-
-static int parse_uint(const char *s, unsigned lo, unsigned hi, unsigned *out)
-{
-	unsigned long v;
-	char *end;
-
-	errno = 0;
-	v = strtoul(s, &end, 10);
-	if (errno || end == s || *end || v < lo || v > hi)
-		return -EINVAL;
-	*out = (unsigned)v;
-	return 0;
 }
 
 enum {
 	OPT_UNIX = 256, OPT_PORT, OPT_BIND, OPT_MEMORY, OPT_FILE, OPT_FRONT, OPT_SCHED,
-	OPT_QUEUES, OPT_DEPTH, OPT_RO, OPT_NAME, OPT_LIST, OPT_HELP,
+	OPT_QUEUES, OPT_DEPTH, OPT_RO, OPT_NAME, OPT_LIST,
 };
 
 static const struct option long_opts[] = {
@@ -168,21 +116,15 @@ static const struct option long_opts[] = {
 	{ "read-only", no_argument, NULL, OPT_RO },
 	{ "export-name", required_argument, NULL, OPT_NAME },
 	{ "list-scheds", no_argument, NULL, OPT_LIST },
-	{ "help", no_argument, NULL, OPT_HELP },
+	PROG_STD_OPTIONS,
 	{ NULL, 0, NULL, 0 },
 };
 
-static void die_usage(const char *msg, const char *arg)
-{
-	fprintf(stderr, "rqnbd: %s%s%s\n", msg, arg ? ": " : "", arg ? arg : "");
-	usage(stderr);
-	exit(RQNBD_EXIT_FAIL);
-}
-
 static void parse_args(int argc, char **argv, struct opts *o)
 {
+	static const char *const fronts[] = { "mq", "sq" };
+	static char port[8];
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-	unsigned port;
 	int c;
 
 	memset(o, 0, sizeof(*o));
@@ -191,73 +133,64 @@ static void parse_args(int argc, char **argv, struct opts *o)
 	o->depth = RQNBD_DEFAULT_DEPTH;
 	o->queues = cpus < 1 ? 1 : cpus > 8 ? 8 : (unsigned)cpus;
 
-	while ((c = getopt_long(argc, argv, "", long_opts, NULL)) != -1) {
+	prog_init("rqnbd", usage);
+	while ((c = prog_getopt(argc, argv, long_opts)) != -1) {
 		switch (c) {
 		case OPT_UNIX:
 			o->unix_path = optarg;
 			break;
 		case OPT_PORT:
-			if (parse_uint(optarg, 1, 65535, &port))
-				die_usage("bad port", optarg);
-			o->port = optarg;
+			/* getaddrinfo() wants it in decimal, as a service name */
+			snprintf(port, sizeof(port), "%u",
+				 (unsigned)opt_uint("--port", optarg, 1, 65535));
+			o->port = port;
 			break;
 		case OPT_BIND:
 			o->bind_addr = optarg;
 			break;
 		case OPT_MEMORY:
-			if (parse_size(optarg, &o->memory) || !o->memory ||
-			    o->memory % RQNBD_MIN_BLOCK)
-				die_usage("bad size (a non-zero multiple of 512, suffix K/M/G/T)",
-					  optarg);
+			o->memory = opt_size("--memory", optarg, RQNBD_MIN_BLOCK, UINT64_MAX);
+			if (o->memory % RQNBD_MIN_BLOCK)
+				prog_usage_error("--memory: %s is not a multiple of %u bytes",
+						 optarg, RQNBD_MIN_BLOCK);
 			break;
 		case OPT_FILE:
 			o->file = optarg;
 			break;
 		case OPT_FRONT:
-			o->front = optarg;
+			o->front = fronts[opt_choice("--front", optarg, fronts, 2)];
 			break;
 		case OPT_SCHED:
 			o->sched = optarg;
 			break;
 		case OPT_QUEUES:
-			if (parse_uint(optarg, 1, RQNBD_MAX_QUEUES, &o->queues))
-				die_usage("bad --queues", optarg);
+			o->queues = (unsigned)opt_uint("--queues", optarg, 1, RQNBD_MAX_QUEUES);
 			break;
 		case OPT_DEPTH:
-			if (parse_uint(optarg, 1, 65536, &o->depth))
-				die_usage("bad --depth", optarg);
+			o->depth = (unsigned)opt_uint("--depth", optarg, 1, 65536);
 			break;
 		case OPT_RO:
 			o->read_only = true;
 			break;
 		case OPT_NAME:
 			if (strlen(optarg) > 4096)
-				die_usage("export name longer than 4096 bytes", NULL);
+				prog_usage_error("--export-name: longer than 4096 bytes");
 			o->export_name = optarg;
 			break;
 		case OPT_LIST:
 			o->list_scheds = true;
 			break;
-		case OPT_HELP:
-			usage(stdout);
-			exit(0);
-		default:
-			usage(stderr);
-			exit(RQNBD_EXIT_FAIL);
 		}
 	}
-	if (optind < argc)
-		die_usage("unexpected argument", argv[optind]);
-	if (strcmp(o->front, "mq") && strcmp(o->front, "sq"))
-		die_usage("--front must be mq or sq", o->front);
+	prog_no_operands(argc, argv);
 	if (o->list_scheds)
 		return;
 	if (!!o->unix_path == !!o->port)
-		die_usage("give exactly one of --unix and --port", NULL);
+		prog_usage_error("--unix, --port: give exactly one");
 	if (o->bind_addr && !o->port)
-		die_usage("--bind goes with --port", NULL);
+		prog_usage_error("--bind: goes with --port");
 	if (!!o->memory == !!o->file)
-		die_usage("give exactly one of --memory and --file", NULL);
+		prog_usage_error("--memory, --file: give exactly one");
 }
 
 /* ---------------------------------------------------------------- device */

@@ -4,7 +4,12 @@
  *
  * Makes a memory-backed null device, writes a pattern with a two-vector bio,
  * reads it back and compares, discards it, reads zeros, and prints what the
- * driver saw.  Usage: nullq [inline|thread|timer]
+ * driver saw.
+ *
+ *   nullq [inline|thread|timer]
+ *
+ * The word picks how the driver completes requests: on the submitting
+ * thread (the default), on a completion thread, or after a timer.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -15,6 +20,7 @@
 #include <librequest/librequest.h>
 
 #include "null_blk.h"
+#include "progopt.h"
 
 /* A bio the caller waits for. */
 struct sync_bio {
@@ -78,8 +84,26 @@ static rq_status_t submit_wait(struct rq_queue *q, unsigned op, uint64_t sector,
 	return sb.bio.status;
 }
 
+static void usage(FILE *f)
+{
+	fprintf(f,
+"usage: nullq [inline|thread|timer]\n"
+"       nullq -h|--help | --version\n"
+"\n"
+"Writes, reads back, discards and reads zeros on a 64 MiB memory-backed null\n"
+"device, then prints what the driver saw.  The word says how the driver\n"
+"completes requests: inline on the submitting thread (default), on a\n"
+"completion thread, or from a timer.  Exit 0 when every check passed.\n");
+}
+
+static const char *const completion_names[] = { "inline", "thread", "timer" };
+
 int main(int argc, char **argv)
 {
+	static const struct option longopts[] = {
+		PROG_STD_OPTIONS,
+		{ NULL, 0, NULL, 0 },
+	};
 	static char wa[4096], wb[4096], ra[4096], rb[4096], zero[4096];
 	struct null_config cfg;
 	struct null_stats st;
@@ -87,17 +111,21 @@ int main(int argc, char **argv)
 	struct rq_queue *q;
 	int ret, i, bad = 0;
 
+	prog_init("nullq", usage);
+	while (prog_getopt(argc, argv, longopts) != -1)
+		; /* only the standard options */
 	null_config_default(&cfg);
 	cfg.memory_backed = true;
 	cfg.size_bytes = 64ull << 20;
-	if (argc > 1 && !strcmp(argv[1], "thread"))
-		cfg.completion = NULL_COMPLETE_THREAD;
-	else if (argc > 1 && !strcmp(argv[1], "timer"))
-		cfg.completion = NULL_COMPLETE_TIMER;
-	else if (argc > 1 && strcmp(argv[1], "inline")) {
-		fprintf(stderr, "usage: %s [inline|thread|timer]\n", argv[0]);
-		return 2;
+	if (optind < argc) {
+		static const enum null_completion modes[] = {
+			NULL_COMPLETE_INLINE, NULL_COMPLETE_THREAD, NULL_COMPLETE_TIMER,
+		};
+
+		cfg.completion = modes[opt_choice("completion mode", argv[optind++],
+						  completion_names, 3)];
 	}
+	prog_no_operands(argc, argv);
 
 	ret = null_create(&cfg, &dev);
 	if (ret) {
