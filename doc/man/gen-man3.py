@@ -341,6 +341,7 @@ def page(doc, decls, version, known, header_names):
            '.SH NAME']
     names = [d.name for d in decls]
     summary = doc.summary if doc and doc.summary else 'undocumented'
+    summary = re.sub(r'(?<![\w@])@(%s)' % IDENT, r'\1', summary)
     out.append(line_safe('%s \\- %s' % (', '.join(names), esc(summary))))
     out += ['.SH SYNOPSIS', '.nf', '.B #include <librequest/librequest.h>', '.PP']
     for d in decls:
