@@ -296,7 +296,7 @@ def sentence(s):
         return s
     if s[0].islower() and not re.match(r'%s\(' % IDENT, s) and not s.startswith('rq'):
         s = s[0].upper() + s[1:]
-    return s if s[-1] in '.!?)' or s.endswith('...') else s + '.'
+    return s if s[-1] in '.!?' or s.endswith('.)') else s + '.'
 
 
 def esc(s):
