@@ -15,6 +15,8 @@ packages=(
 	liburcu-dev libjemalloc-dev libnuma-dev libcmocka-dev liburing-dev
 	# benchmarks and integration tests: peers and clients
 	qemu-utils fio libnbd-bin python3-libnbd nbdkit
+	# ABI: abidw/abidiff for the build test abi-baseline (scripts/abi-check.sh)
+	abigail-tools
 )
 
 if command -v dpkg-query >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then

@@ -48,18 +48,28 @@ typedef uint8_t rq_status_t;
  * rq_status_to_errno() - the negative errno a status stands for.
  * @status: an RQ_STS_* value.
  *
+ * Context: any thread, any hook; a pure function, never blocks.
  * Return: 0 for RQ_STS_OK, else a negative errno (-EIO for unknown values).
  */
 int rq_status_to_errno(rq_status_t status);
 
 /**
- * rq_errno_to_status() - the status that best stands for a (positive or
- * negative) errno; RQ_STS_IOERR for unknown ones.
+ * rq_errno_to_status() - the status that best stands for an errno.
+ * @err: an errno, positive or negative; 0 means success.
+ *
+ * Context: any thread, any hook; a pure function, never blocks.
+ * Return: the matching RQ_STS_* value (RQ_STS_OK for 0), RQ_STS_IOERR for
+ * unknown errnos.
  */
 rq_status_t rq_errno_to_status(int err);
 
 /**
- * rq_status_name() - a short constant name ("OK", "IOERR", ...).
+ * rq_status_name() - a short constant name for a status, for messages.
+ * @status: an RQ_STS_* value.
+ *
+ * Context: any thread, any hook; a pure function, never blocks.
+ * Return: a static string: "OK", "IOERR", ...; "UNKNOWN" for values with no
+ * name.  Never NULL.
  */
 const char *rq_status_name(rq_status_t status);
 
@@ -179,7 +189,10 @@ struct rq_bio {
  * @vecs: vector storage, or NULL to use the single inline vector (max 1).
  * @max_vecs: entries of @vecs.
  *
- * Context: any; never allocates.
+ * Every field is reset (op RQ_OP_READ, size 0, no end_io).  Such a bio is
+ * the caller's: rq_bio_put() ignores it, and it must outlive its end_io.
+ *
+ * Context: any thread; takes no lock, never allocates, never blocks.
  */
 void rq_bio_init(struct rq_bio *bio, struct rq_bvec *vecs, unsigned max_vecs);
 
@@ -194,21 +207,40 @@ void rq_bio_init(struct rq_bio *bio, struct rq_bvec *vecs, unsigned max_vecs);
 struct rq_bio *rq_bio_alloc(unsigned nr_vecs);
 
 /**
- * rq_bio_put() - give a bio from rq_bio_alloc() back (after its end_io ran,
- * possibly from inside end_io).  May be called from any thread.
+ * rq_bio_put() - give a bio from rq_bio_alloc() back.
+ * @bio: the bio, after its end_io ran (possibly from inside end_io); NULL
+ *	and bios in caller memory (rq_bio_init()) are ignored.
+ *
+ * Context: any thread; never blocks.  On the allocating thread it goes back
+ * to that thread's cache; from another thread it is pushed lock-free to the
+ * allocator's return stack, or freed once the allocating thread has exited.
  */
 void rq_bio_put(struct rq_bio *bio);
 
 /**
- * rq_bio_add_vec() - append a buffer.
- * Return: 0, or -ENOSPC when the vector is full, -EINVAL for a zero length.
+ * rq_bio_add_vec() - append a buffer to a bio and grow its size.
+ * @bio: the bio, not yet submitted.
+ * @base: start of the buffer.
+ * @len: bytes; a non-zero multiple of 512 (RQ_SECTOR_SIZE).
+ *
+ * Context: the bio's owner, before submission; takes no lock, never blocks.
+ * Return: 0; -ENOSPC when the vector is full; -EINVAL for a zero length, a
+ * length that is not a multiple of 512, a size that would pass 4 GiB, or a
+ * split piece (which shares another bio's vectors).
  */
 int rq_bio_add_vec(struct rq_bio *bio, void *base, uint32_t len);
 
 /**
- * rq_bio_endio() - end a bio with its current status: runs end_io, or for a
- * chained piece counts down its parent.  Drivers normally end requests, not
- * bios; this is for code that handles bios itself.
+ * rq_bio_endio() - end a bio with its current status.
+ * @bio: the bio; bio->status set first.
+ *
+ * Runs end_io, or for a piece of a split counts down its parent: the last
+ * piece to end passes the first error up and ends the parent.  Drivers
+ * normally end requests, not bios; this is for code that handles bios
+ * itself.
+ *
+ * Context: any thread; takes no lock of the library; end_io runs on the
+ * calling thread, so the caller must allow whatever end_io does.
  */
 void rq_bio_endio(struct rq_bio *bio);
 
@@ -220,6 +252,8 @@ void rq_bio_endio(struct rq_bio *bio);
  * The front piece shares @bio's vectors and is chained to it: @bio's end_io
  * runs once, after both pieces ended, with the first error.
  *
+ * Context: the bio's owner, before submission; may allocate (the calling
+ * thread's bio cache), never blocks otherwise.
  * Return: the front piece (from the calling thread's cache), or NULL with
  * nothing changed if @sectors is out of range or memory is exhausted.
  */

@@ -177,34 +177,82 @@ struct rq_elevator_type {
 
 /**
  * rq_elevator_register() - add a scheduler to the registry.
- * Return: 0, -EEXIST for a taken name, -EINVAL for an unknown ABI, a bad
- * name, or missing required ops.
+ * @e: the type, begun with RQ_ELV_TYPE_INIT.  Copied, with its name and
+ *	alias; the attrs table and sq_ops must stay valid while it is
+ *	registered.
+ *
+ * Context: any thread, not from a scheduler hook; takes the registry mutex;
+ * allocates.
+ * Return: 0; -EEXIST when the name or alias is taken; -EINVAL for NULL, an
+ * unknown ABI version or size, a bad name or alias (empty, over 31
+ * characters, with whitespace or '/', "none"), unknown feature bits, or
+ * missing required ops (insert_requests, dispatch_request, has_work for
+ * RQ_ELV_F_MQ; sq_ops for RQ_ELV_F_SQ); -ENOMEM.
  */
 int rq_elevator_register(const struct rq_elevator_type *e);
 
 /**
- * rq_elevator_unregister() - remove one no queue uses.
- * Return: 0, -ENOENT, -EBUSY if a queue uses it.
+ * rq_elevator_unregister() - remove a scheduler no queue uses.
+ * @name: its name or alias.
+ *
+ * Context: any thread, not from a scheduler hook; takes the registry mutex.
+ * Return: 0; -EINVAL for NULL; -ENOENT if not registered ("none" is not);
+ * -EBUSY while a queue uses it.
  */
 int rq_elevator_unregister(const char *name);
 
-/** rq_elevator_exists() - true if @name is registered (or "none"). */
+/**
+ * rq_elevator_exists() - whether a queue can select @name.
+ * @name: a scheduler name or alias.
+ *
+ * Context: any thread, not from a scheduler hook; takes the registry mutex.
+ * Return: true for "none" and every registered name and alias.
+ */
 bool rq_elevator_exists(const char *name);
 
 /* ------------------------------------------------ helpers for schedulers */
 
-/** rq_queue_elevator_data() - data from init_sched. */
+/**
+ * rq_queue_elevator_data() - the data the attached scheduler's init_sched
+ * stored.
+ * @q: the queue.
+ *
+ * Context: the attached scheduler's hooks (the queue cannot switch
+ * scheduler while they run); never blocks.
+ * Return: the data, NULL without a scheduler.
+ */
 void *rq_queue_elevator_data(struct rq_queue *q);
-/** rq_hctx_sched_data() / rq_hctx_set_sched_data() - per hw queue data. */
+/**
+ * rq_hctx_sched_data() / rq_hctx_set_sched_data() - per hw queue data of
+ * the scheduler.
+ * @hctx: the hardware queue.
+ * @data: the pointer to keep.
+ *
+ * Context: the scheduler's hooks; set it in init_hctx.  A plain load /
+ * store, never blocks.
+ * Return: rq_hctx_sched_data(): what was stored, NULL before.
+ */
 void *rq_hctx_sched_data(const struct rq_hw_ctx *hctx);
 void rq_hctx_set_sched_data(struct rq_hw_ctx *hctx, void *data);
 /**
  * rq_hctx_nr_ctx() - software queues (CPUs) mapped to @hctx; a request's
  * rq_request_ctx_index() is below it.  For schedulers that keep per-CPU
  * lists, as kyber does.
+ * @hctx: the hardware queue.
+ *
+ * Context: any thread, any hook; constant for the queue's life; never
+ * blocks.
+ * Return: the number of software queues (0 for a hw queue no CPU maps to,
+ * with more hw queues than CPUs).
  */
 unsigned rq_hctx_nr_ctx(const struct rq_hw_ctx *hctx);
-/** rq_request_ctx_index() - index of the software queue @rq was made on. */
+/**
+ * rq_request_ctx_index() - index of the software queue @rq was made on.
+ * @rq: a request of a multi-queue queue.
+ *
+ * Context: any hook that holds @rq; never blocks.
+ * Return: 0..rq_hctx_nr_ctx(rq->hctx) - 1.
+ */
 unsigned rq_request_ctx_index(const struct rq_request *rq);
 /**
  * rq_bio_map_hctx() - the hw queue a bio submitted now from this CPU would
@@ -213,6 +261,13 @@ unsigned rq_request_ctx_index(const struct rq_request *rq);
  * queue the bio's request would be made on (and whose merge hash
  * rq_sched_try_merge() searches), even if the thread has moved to another
  * CPU since the submission began.
+ * @q: a multi-queue queue.
+ * @bio: the bio (polled bios map to poll queues).
+ * @ctx_index: receives the software queue's index, or NULL.
+ *
+ * Context: bio_merge (the submitter), or any thread; lock-free, never
+ * blocks.
+ * Return: the hardware queue.
  */
 struct rq_hw_ctx *rq_bio_map_hctx(struct rq_queue *q, const struct rq_bio *bio,
 				  unsigned *ctx_index);
@@ -221,6 +276,11 @@ struct rq_hw_ctx *rq_bio_map_hctx(struct rq_queue *q, const struct rq_bio *bio,
  * rq_hctx_sched_word_bits() - bits per word of @hctx's scheduler tag bitmap;
  * rq_alloc_data.shallow_depth counts bits per word, so limit_depth scales
  * its share with this.
+ * @hctx: the hardware queue.
+ *
+ * Context: the scheduler's hooks (init_hctx, depth_updated, limit_depth);
+ * never blocks.
+ * Return: a power of two; the driver tags' when there is no scheduler.
  */
 unsigned rq_hctx_sched_word_bits(const struct rq_hw_ctx *hctx);
 
@@ -229,13 +289,32 @@ unsigned rq_hctx_sched_word_bits(const struct rq_hw_ctx *hctx);
  * request to @depth of the nr_requests scheduler tags of @hctx: the
  * smallest number of bits per word that adds up to @depth over the
  * bitmap's words (the last one may be shorter), at least 1.
- * Return: 0 (no limit) when @depth >= nr_requests.
+ * @hctx: the hardware queue.
+ * @depth: tags the request may use.
+ *
+ * Context: the scheduler's hooks (limit_depth, depth_updated); never
+ * blocks.
+ * Return: bits per word, at least 1; 0 (no limit) when @depth >=
+ * nr_requests.
  */
 unsigned rq_hctx_shallow_depth(const struct rq_hw_ctx *hctx, unsigned depth);
 
-/** rq_queue_nr_requests() - scheduler tags per hw queue (nr_requests). */
+/**
+ * rq_queue_nr_requests() - scheduler tags per hw queue (nr_requests).
+ * @q: the queue.
+ *
+ * Context: any thread, any hook; never blocks.  Changes only while the
+ * queue is frozen (then depth_updated is called).
+ * Return: the number of tags.
+ */
 unsigned rq_queue_nr_requests(const struct rq_queue *q);
-/** rq_queue_rotational() - true for a rotational device. */
+/**
+ * rq_queue_rotational() - whether the device is rotational (seeks cost).
+ * @q: the queue.
+ *
+ * Context: any thread, any hook; never blocks.
+ * Return: true when the limits carry RQ_FEAT_ROTATIONAL.
+ */
 bool rq_queue_rotational(const struct rq_queue *q);
 
 /**
@@ -267,25 +346,52 @@ bool rq_sched_list_merge(struct rq_queue *q, struct rq_list_node *list, struct r
  * contiguous with (one-hit cache or hash back merge); on success @rq is
  * emptied and added (by queuelist) to @free: free each with
  * rq_sched_free_request() after dropping the scheduler lock.
- * Context: insert_requests, under the scheduler's lock.
+ * @q: the queue.
+ * @rq: the request being inserted.
+ * @free: list collecting the emptied requests.
+ *
+ * Context: insert_requests, under the scheduler's lock; never blocks.
+ * Return: true if @rq was merged (the grown request may in turn have been
+ * merged further: every emptied one is on @free).
  */
 bool rq_sched_try_insert_merge(struct rq_queue *q, struct rq_request *rq,
 			       struct rq_list_node *free);
 
 /**
  * rq_sched_free_request() - free a request emptied by a merge (its bios now
- * belong to another request).  Calls finish_request, frees its tag.
+ * belong to another request): calls finish_request, frees its tags and
+ * drops its hold on the queue.
+ * @rq: the emptied request.
+ *
+ * Context: a scheduler hook, after dropping the scheduler's lock (the
+ * scheduler's finish_request may take it); never blocks.
  */
 void rq_sched_free_request(struct rq_request *rq);
 
-/** rq_elv_rqhash_add() / rq_elv_rqhash_del() - the back-merge hash. */
+/**
+ * rq_elv_rqhash_add() / rq_elv_rqhash_del() - add @rq to / remove it from
+ * the core's back-merge hash (keyed by its end sector).
+ * @q: the queue.
+ * @rq: the request; adding a hashed one or removing an unhashed one does
+ *	nothing.
+ *
+ * Context: under the scheduler's lock, the one its insert_requests and
+ * dispatch_request hold; never blocks.
+ */
 void rq_elv_rqhash_add(struct rq_queue *q, struct rq_request *rq);
 void rq_elv_rqhash_del(struct rq_queue *q, struct rq_request *rq);
 
 /**
  * rq_elv_parse_uint() - parse a tunable as sysfs would hand it over: a whole
  * decimal number within [@min, @max], optionally followed by one newline.
- * Return: 0 and *@out, or -EINVAL with *@out untouched.
+ * @buf: the text.
+ * @min: smallest value accepted.
+ * @max: largest value accepted.
+ * @out: receives the value.
+ *
+ * Context: any thread (an attribute's store hook); a pure function.
+ * Return: 0 and *@out, or -EINVAL (NULL, not a number, out of range) with
+ * *@out untouched.
  */
 int rq_elv_parse_uint(const char *buf, unsigned long min, unsigned long max,
 		      unsigned long *out);
@@ -295,18 +401,78 @@ int rq_elv_parse_uint(const char *buf, unsigned long min, unsigned long max,
  * sectors keep the order they were added in; rq_elv_rb_find() returns the
  * first of them.
  */
+
+/**
+ * rq_elv_rb_add() / rq_elv_rb_del() - insert @rq into @root sorted by
+ * rq->sector / remove it and mark it in no tree.
+ * @root: the tree.
+ * @rq: a request in no tree (add; equal sectors go after the ones already
+ *	there) / in @root (del).
+ *
+ * Context: under the lock that guards @root (the scheduler's); never
+ * blocks.
+ */
 void rq_elv_rb_add(struct rq_rb_root *root, struct rq_request *rq);
 void rq_elv_rb_del(struct rq_rb_root *root, struct rq_request *rq);
+/**
+ * rq_elv_rb_find() - the request of @root starting at @sector.
+ * @root: the tree.
+ * @sector: the start sector.
+ *
+ * Context: under the lock that guards @root; never blocks.
+ * Return: the first one added of those starting at @sector, NULL if none.
+ */
 struct rq_request *rq_elv_rb_find(struct rq_rb_root *root, uint64_t sector);
+/**
+ * rq_elv_rb_first() - the request with the lowest sector.
+ * @root: the tree.
+ *
+ * Context: under the lock that guards @root; never blocks.
+ * Return: the request, NULL for an empty tree.
+ */
 struct rq_request *rq_elv_rb_first(struct rq_rb_root *root);
+/**
+ * rq_elv_rb_former() / rq_elv_rb_latter() - the request before / after @rq
+ * in its tree.
+ * @rq: a request in a tree.
+ *
+ * Context: under the lock that guards the tree; never blocks.
+ * Return: the request, NULL if @rq is the first / last (or in no tree).
+ */
 struct rq_request *rq_elv_rb_former(struct rq_request *rq);
 struct rq_request *rq_elv_rb_latter(struct rq_request *rq);
 
-/** Generic red-black tree operations. */
+/**
+ * rq_rb_insert_color() / rq_rb_erase() - rebalance after linking @node
+ * with rq_rb_link_node() / remove @node from @root and rebalance.
+ * @node: the node just linked (red) / a node in @root.
+ * @root: the tree.
+ *
+ * An erased node's own fields are left stale; rq_rb_clear_node() marks it
+ * unlinked.
+ *
+ * Context: the tree's owner, under whatever lock guards the tree; O(log n),
+ * never blocks.
+ */
 void rq_rb_insert_color(struct rq_rb_node *node, struct rq_rb_root *root);
 void rq_rb_erase(struct rq_rb_node *node, struct rq_rb_root *root);
+/**
+ * rq_rb_first() / rq_rb_last() - the leftmost (smallest) / rightmost
+ * (largest) node.
+ * @root: the tree.
+ *
+ * Context: the tree's owner; never blocks.
+ * Return: the node, NULL for an empty tree.
+ */
 struct rq_rb_node *rq_rb_first(const struct rq_rb_root *root);
 struct rq_rb_node *rq_rb_last(const struct rq_rb_root *root);
+/**
+ * rq_rb_next() / rq_rb_prev() - the in-order successor / predecessor.
+ * @node: a node in a tree.
+ *
+ * Context: the tree's owner; never blocks.
+ * Return: the node, NULL past the end or for an unlinked node.
+ */
 struct rq_rb_node *rq_rb_next(const struct rq_rb_node *node);
 struct rq_rb_node *rq_rb_prev(const struct rq_rb_node *node);
 
@@ -411,6 +577,10 @@ static inline struct rq_request *rq_list_first_rq(struct rq_list_node *h)
  * for timestamps, deadlines and scheduler expiries.  A delayed run a
  * scheduler asks for falls due on rq_service_clock_ns() (queue.h): this
  * clock in application-driven service, CLOCK_MONOTONIC with the thread.
+ *
+ * Context: any thread, any hook; never blocks (an installed source must not
+ * either).
+ * Return: nanoseconds, never going backwards.
  */
 uint64_t rq_clock_ns(void);
 

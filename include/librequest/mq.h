@@ -151,15 +151,38 @@ struct rq_tag_set_config {
 /**
  * rq_tag_set_alloc() - make a tag set: tags and preallocated requests for
  * every hardware queue, on the queue's NUMA node.
- * Return: 0 and *@out, or -EINVAL (bad config, ops without queue_rq, unknown
- * ABI), -ENOMEM.
+ * @cfg: what the driver fills; ops begin with RQ_MQ_OPS_INIT.  Copied.
+ * @out: receives the tag set.
+ *
+ * ops->init_request runs for every preallocated request, on the calling
+ * thread, before this returns.
+ *
+ * Context: any thread, not from a driver or scheduler hook; allocates.
+ * Return: 0 and *@out, or -EINVAL (bad config: no hardware queue or more
+ * than 1024, a depth outside 1..65536, reserved tags or poll queues not
+ * fewer than the total, cmd_size above 1 MiB; ops without queue_rq or of
+ * an unknown ABI), or -ENOMEM (also when init_request fails).
  */
 int rq_tag_set_alloc(const struct rq_tag_set_config *cfg, struct rq_tag_set **out);
 
-/** rq_tag_set_free() - free a tag set that no queue uses any more. */
+/**
+ * rq_tag_set_free() - free a tag set that no queue uses any more.
+ * @set: the tag set (NULL is ignored).
+ *
+ * ops->exit_request runs for every preallocated request.
+ *
+ * Context: the driver, after rq_queue_destroy() of every queue over @set;
+ * nothing else may use @set meanwhile.
+ */
 void rq_tag_set_free(struct rq_tag_set *set);
 
-/** rq_tag_set_driver_data() - the config's driver_data. */
+/**
+ * rq_tag_set_driver_data() - the config's driver_data.
+ * @set: the tag set.
+ *
+ * Context: any thread, any hook; never blocks.
+ * Return: the driver_data given to rq_tag_set_alloc().
+ */
 void *rq_tag_set_driver_data(struct rq_tag_set *set);
 
 /**
@@ -175,7 +198,20 @@ struct rq_queue_config {
 
 /**
  * rq_mq_alloc_queue() - make a queue over @set.
- * Return: 0 and *@out, -EINVAL (bad limits or unknown scheduler), -ENOMEM.
+ * @set: the tag set.
+ * @cfg: limits, capacity, scheduler and queuedata; NULL for all defaults.
+ * @out: receives the queue.
+ *
+ * ops->init_hctx runs for every hardware queue and the scheduler's
+ * init_sched on the calling thread; the first queue of the process starts
+ * the service thread (unless rq_service_manual() was called).
+ *
+ * Context: any thread, not from a driver or scheduler hook; allocates; may
+ * sleep.
+ * Return: 0 and *@out; -EINVAL (NULL @set, bad limits, unknown scheduler, a
+ * scheduler with RQ_TAG_SET_NO_SCHED), -ENOSPC when @set already has the
+ * most queues it can share (64), -ENOMEM, -EIO when init_hctx fails, or the
+ * error init_sched returned.
  */
 int rq_mq_alloc_queue(struct rq_tag_set *set, const struct rq_queue_config *cfg,
 		      struct rq_queue **out);
@@ -193,17 +229,31 @@ void rq_mq_end_request(struct rq_request *rq, rq_status_t status);
 /**
  * rq_update_request() - complete @bytes of a request from its start with
  * @status (partial completion); ends the bios that are wholly done.
+ * @rq: a request the driver holds (in flight or being completed).
+ * @status: status for the bytes completed.
+ * @bytes: bytes completed from the start of what remains.
+ *
+ * Context: the driver, any thread; takes no queue lock; the ended bios'
+ * end_io run on the calling thread.
  * Return: true if bytes remain (the request is still the driver's), false if
- * it is all done (call rq_mq_end_request() to finish it).
+ * it is all done or was not the driver's (call rq_mq_end_request() to
+ * finish it).
  */
 bool rq_update_request(struct rq_request *rq, rq_status_t status, unsigned bytes);
 
 /**
  * rq_mq_complete_request() - hand a finished request to ops->complete.
+ * @rq: a request in flight.
+ * @status: its status, for rq_mq_complete_status().
+ *
  * With rq_affinity 0 or 1 ops->complete runs right here; with 2 it runs on
  * the thread that submitted the request (see rq_process_completions()),
  * unless that is the calling thread.
- * Return: false if the request was not in flight (already completed).
+ *
+ * Context: any thread, including inside queue_rq; lock-free, never blocks
+ * (but ops->complete may run on the calling thread).
+ * Return: true if the request was handed on; false if it was not in flight
+ * (already completed: nothing happens).
  */
 bool rq_mq_complete_request(struct rq_request *rq, rq_status_t status);
 
@@ -212,19 +262,30 @@ bool rq_mq_complete_request(struct rq_request *rq, rq_status_t status);
  * the calling thread (rq_affinity 2).  The library also does this whenever
  * the thread submits or finishes a plug, and the service thread does it for
  * a submitter that has not come back within a millisecond.
- * Return: how many requests were completed.
+ *
+ * Context: any thread, not inside a driver or scheduler hook; ops->complete
+ * and the bios' end_io run on it.
+ * Return: how many requests were completed (0 for a thread that never
+ * submitted).
  */
 int rq_process_completions(void);
 
 /**
  * rq_mq_complete_status() - the status given to rq_mq_complete_request(),
  * for ops->complete.
+ * @rq: the request being completed.
+ *
+ * Context: ops->complete (any thread); never blocks.
+ * Return: the RQ_STS_* value passed to rq_mq_complete_request().
  */
 rq_status_t rq_mq_complete_status(const struct rq_request *rq);
 
 /**
- * rq_mq_start_request() - mark a request started (timeout armed).  The core
- * does it before queue_rq; drivers need not call it.
+ * rq_mq_start_request() - mark a request started (RQ_RQF_STARTED).  The
+ * core does it before queue_rq; drivers need not call it.
+ * @rq: a request the driver received.
+ *
+ * Context: the driver, inside queue_rq or while it holds @rq; never blocks.
  */
 void rq_mq_start_request(struct rq_request *rq);
 
@@ -232,56 +293,193 @@ void rq_mq_start_request(struct rq_request *rq);
  * rq_mq_requeue_request() - give an in-flight request back to be issued
  * again; with @kick, re-run the queue now, else wait for
  * rq_mq_kick_requeue_list().
+ * @rq: a request in flight (anything else is ignored).
+ * @kick: run the requeue list now.
+ *
+ * Context: any thread, including inside queue_rq; takes the queue's requeue
+ * spinlock and calls the scheduler's requeue_request hook; with @kick the
+ * hardware queues run on the calling thread.  Never sleeps unless the
+ * driver's queue_rq does.
  */
 void rq_mq_requeue_request(struct rq_request *rq, bool kick);
 
-/** rq_mq_kick_requeue_list() - re-insert requeued requests and run. */
+/**
+ * rq_mq_kick_requeue_list() - re-insert requeued requests and run.
+ * @q: the queue.
+ *
+ * Context: any thread, including inside queue_rq; takes the requeue
+ * spinlock; the hardware queues run on the calling thread.
+ */
 void rq_mq_kick_requeue_list(struct rq_queue *q);
 
-/** rq_mq_delay_kick_requeue_list() - the same after @msecs. */
+/**
+ * rq_mq_delay_kick_requeue_list() - rq_mq_kick_requeue_list() after @msecs,
+ * from the service thread (or rq_service_run()).
+ * @q: the queue.
+ * @msecs: delay; an earlier pending kick wins.
+ *
+ * Context: any thread, any hook; lock-free, never blocks.
+ */
 void rq_mq_delay_kick_requeue_list(struct rq_queue *q, unsigned msecs);
 
-/** rq_mq_tag_to_rq() - the in-flight request holding driver tag @tag. */
+/**
+ * rq_mq_tag_to_rq() - the in-flight request holding driver tag @tag.
+ * @hctx: the hardware queue the tag belongs to.
+ * @tag: a driver tag (rq->tag).
+ *
+ * Context: any thread; lock-free, never blocks.  The answer is stable only
+ * while the driver holds that request.
+ * Return: the request last given @tag, NULL for a tag out of range.
+ */
 struct rq_request *rq_mq_tag_to_rq(struct rq_hw_ctx *hctx, unsigned tag);
 
 /* ------------------------------------------------------------ hw queues */
 
-/** rq_mq_run_hw_queue() - dispatch what is queued; @async: from the service thread. */
+/**
+ * rq_mq_run_hw_queue() / rq_mq_run_hw_queues() - dispatch what is queued on
+ * one hardware queue / on every hardware queue of @q.
+ * @hctx: the hardware queue.
+ * @q: the queue.
+ * @async: leave the run to the service thread (or rq_service_run()).
+ *
+ * A synchronous run dispatches on the calling thread unless another thread
+ * is dispatching that hardware queue, which then runs it once more.
+ *
+ * Context: any thread, including inside queue_rq (it only asks for one more
+ * round); lock-free.  A synchronous run calls queue_rq on the calling
+ * thread, so it sleeps only if the driver does (RQ_TAG_SET_BLOCKING); on a
+ * single-queue queue rq_mq_run_hw_queues() takes the queue lock, which the
+ * caller must not hold.
+ */
 void rq_mq_run_hw_queue(struct rq_hw_ctx *hctx, bool async);
-/** rq_mq_run_hw_queues() - the same for every hw queue of @q. */
 void rq_mq_run_hw_queues(struct rq_queue *q, bool async);
-/** rq_mq_delay_run_hw_queue() - run after @msecs, from the service thread. */
+/**
+ * rq_mq_delay_run_hw_queue() - run after @msecs, from the service thread.
+ * @hctx: the hardware queue.
+ * @msecs: delay; an earlier pending run wins.
+ *
+ * Context: any thread, any hook; lock-free, never blocks.
+ */
 void rq_mq_delay_run_hw_queue(struct rq_hw_ctx *hctx, unsigned msecs);
-/** rq_mq_stop_hw_queue() - no dispatch until started (e.g. device full). */
+/**
+ * rq_mq_stop_hw_queue() - no dispatch until started (e.g. device full).
+ * @hctx: the hardware queue.
+ *
+ * A queue_rq call already running finishes.
+ *
+ * Context: any thread, including inside queue_rq; an atomic flag, never
+ * blocks.
+ */
 void rq_mq_stop_hw_queue(struct rq_hw_ctx *hctx);
-/** rq_mq_start_hw_queue() - undo stop and run the queue. */
+/**
+ * rq_mq_start_hw_queue() - undo stop and run the queue on the calling
+ * thread.
+ * @hctx: the hardware queue.
+ *
+ * Context: any thread, including inside queue_rq; runs as
+ * rq_mq_run_hw_queue() does synchronously.
+ */
 void rq_mq_start_hw_queue(struct rq_hw_ctx *hctx);
+/**
+ * rq_mq_stop_hw_queues() / rq_mq_start_hw_queues() - rq_mq_stop_hw_queue()
+ * / rq_mq_start_hw_queue() for every hardware queue of @q.
+ * @q: the queue.
+ *
+ * Context: as rq_mq_stop_hw_queue() / rq_mq_start_hw_queue(): any thread,
+ * including inside queue_rq; starting runs the queues on the calling
+ * thread.
+ */
 void rq_mq_stop_hw_queues(struct rq_queue *q);
 void rq_mq_start_hw_queues(struct rq_queue *q);
-/** rq_mq_start_stopped_hw_queues() - start only the stopped ones. */
+/**
+ * rq_mq_start_stopped_hw_queues() - start only the stopped hardware queues
+ * of @q, and run them.
+ * @q: the queue.
+ * @async: run them from the service thread.
+ *
+ * Context: any thread, including inside queue_rq; runs as
+ * rq_mq_run_hw_queue() does.
+ */
 void rq_mq_start_stopped_hw_queues(struct rq_queue *q, bool async);
-/** rq_mq_hw_queue_stopped() - true if stopped. */
+/**
+ * rq_mq_hw_queue_stopped() - whether a hardware queue is stopped.
+ * @hctx: the hardware queue.
+ *
+ * Context: any thread, any hook; an atomic load, never blocks.
+ * Return: true if stopped.
+ */
 bool rq_mq_hw_queue_stopped(struct rq_hw_ctx *hctx);
 
 /**
  * rq_mq_poll() - reap completions on the poll queue the calling CPU maps to
- * (or every poll queue with @all); returns requests completed.
+ * (or every poll queue with @all).
+ * @q: the queue.
+ * @all: poll every poll queue.
+ *
+ * Also runs the completions handed to the calling thread
+ * (rq_process_completions()).
+ *
+ * Context: any thread, not inside a driver hook; calls ops->poll (up to 32
+ * requests per poll queue) on the calling thread.
+ * Return: requests completed (0 without poll queues or ops->poll).
  */
 int rq_mq_poll(struct rq_queue *q, bool all);
 
-/** rq_hctx_index() - index of a hw queue. */
+/**
+ * rq_hctx_index() - index of a hw queue.
+ * @hctx: the hardware queue.
+ *
+ * Context: any thread, any hook; never blocks.
+ * Return: 0..rq_queue_nr_hw_queues() - 1.
+ */
 unsigned rq_hctx_index(const struct rq_hw_ctx *hctx);
-/** rq_hctx_queue() - the queue a hw queue belongs to. */
+/**
+ * rq_hctx_queue() - the queue a hw queue belongs to.
+ * @hctx: the hardware queue.
+ *
+ * Context: any thread, any hook; never blocks.
+ * Return: the queue.
+ */
 struct rq_queue *rq_hctx_queue(const struct rq_hw_ctx *hctx);
-/** rq_hctx_driver_data() - what the driver stored with rq_hctx_set_driver_data(). */
+/**
+ * rq_hctx_driver_data() / rq_hctx_set_driver_data() - the driver's pointer
+ * for a hw queue, typically set in init_hctx.
+ * @hctx: the hardware queue.
+ * @data: the pointer to keep.
+ *
+ * Context: any thread, any hook; a plain load / store, never blocks: set it
+ * before the hardware queue sees requests (init_hctx).
+ * Return: rq_hctx_driver_data(): what was stored, NULL before.
+ */
 void *rq_hctx_driver_data(const struct rq_hw_ctx *hctx);
 void rq_hctx_set_driver_data(struct rq_hw_ctx *hctx, void *data);
-/** rq_hctx_numa_node() - the NUMA node of a hw queue (-1: none). */
+/**
+ * rq_hctx_numa_node() - the NUMA node of a hw queue.
+ * @hctx: the hardware queue.
+ *
+ * Context: any thread, any hook; never blocks.
+ * Return: the node, -1 for none.
+ */
 int rq_hctx_numa_node(const struct rq_hw_ctx *hctx);
-/** rq_hctx_is_poll() - true for a polled hw queue. */
+/**
+ * rq_hctx_is_poll() - whether a hw queue is polled (one of the tag set's
+ * nr_poll_queues, the last ones).
+ * @hctx: the hardware queue.
+ *
+ * Context: any thread, any hook; never blocks.
+ * Return: true for a polled hw queue.
+ */
 bool rq_hctx_is_poll(const struct rq_hw_ctx *hctx);
 
-/** rq_queue_nr_hw_queues() / rq_queue_hctx() - hw queues of a queue. */
+/**
+ * rq_queue_nr_hw_queues() / rq_queue_hctx() - hw queues of a queue.
+ * @q: the queue.
+ * @idx: 0..rq_queue_nr_hw_queues() - 1.
+ *
+ * Context: any thread, any hook; never blocks.
+ * Return: the number of hardware queues; the hardware queue @idx, NULL out
+ * of range.
+ */
 unsigned rq_queue_nr_hw_queues(const struct rq_queue *q);
 struct rq_hw_ctx *rq_queue_hctx(struct rq_queue *q, unsigned idx);
 

@@ -85,15 +85,44 @@ struct rq_sq_config {
 
 /**
  * rq_sq_alloc_queue() - make a single-queue queue.
- * Return: 0 and *@out; -EINVAL (bad config or limits, unknown scheduler,
- * ops without request_fn, unknown ABI), -ENOMEM.
+ * @cfg: ops (begun with RQ_SQ_OPS_INIT), limits, scheduler, pool size,
+ *	lock and queuedata.
+ * @out: receives the queue.
+ *
+ * The request pool is allocated (ops->init_request runs for each request)
+ * and the scheduler attached on the calling thread; the first queue of the
+ * process starts the service thread (unless rq_service_manual() was
+ * called).
+ *
+ * Context: any thread, not from a driver or scheduler hook; allocates; may
+ * sleep.
+ * Return: 0 and *@out; -EINVAL (bad config or limits, nr_requests outside
+ * 4..65536, cmd_size above 1 MiB, unknown scheduler, ops without
+ * request_fn, unknown ABI), -ENOMEM, or the error the scheduler's
+ * init_queue returned.
  */
 int rq_sq_alloc_queue(const struct rq_sq_config *cfg, struct rq_queue **out);
 
-/** rq_queue_is_sq() - true for a queue of the single-queue front end. */
+/**
+ * rq_queue_is_sq() - whether @q belongs to the single-queue front end.
+ * @q: the queue.
+ *
+ * Context: any thread, any hook; never blocks.
+ * Return: true for a queue made by rq_sq_alloc_queue().
+ */
 bool rq_queue_is_sq(const struct rq_queue *q);
 
-/** rq_sq_lock() / rq_sq_unlock() - take / drop the queue lock. */
+/**
+ * rq_sq_lock() / rq_sq_unlock() - take / drop the queue lock.
+ * @q: a single-queue queue.
+ *
+ * rq_sq_unlock() also ends the bios of requests ended under the lock: their
+ * end_io run on the calling thread after the lock is dropped.
+ *
+ * Context: any thread not holding the lock (rq_sq_lock(); it is not
+ * recursive) / holding it (rq_sq_unlock()); rq_sq_lock() blocks while
+ * another thread holds it.  Not inside request_fn, which runs with it held.
+ */
 void rq_sq_lock(struct rq_queue *q);
 void rq_sq_unlock(struct rq_queue *q);
 
@@ -110,19 +139,45 @@ struct rq_request *rq_sq_peek_request(struct rq_queue *q);
  */
 void rq_sq_start_request(struct rq_request *rq);
 
-/** rq_sq_fetch_request() - peek and start.  Context: queue lock held. */
+/**
+ * rq_sq_fetch_request() - peek and start: the next request, now the
+ * driver's.
+ * @q: the queue.
+ *
+ * Context: queue lock held (request_fn, or after rq_sq_lock()).
+ * Return: the request or NULL when nothing is ready.
+ */
 struct rq_request *rq_sq_fetch_request(struct rq_queue *q);
 
 /**
- * rq_sq_end_request() - complete @bytes of a started request with @status.
+ * rq_sq_end_request() / rq_sq_end_request_locked() - complete @bytes of a
+ * started request with @status.
+ * @rq: a started request.
+ * @status: status for those bytes.
+ * @bytes: bytes completed from the start of what remains.
+ *
+ * Ending a request that is not started does nothing.  The _locked variant
+ * defers the bios' end_io until the lock is dropped (by the library, or
+ * the service thread within a millisecond when the driver holds it).
+ *
+ * Context: rq_sq_end_request(): any thread, queue lock NOT held (it takes
+ * it; end_io run on the calling thread after the unlock).
+ * rq_sq_end_request_locked(): queue lock held.
  * Return: true if bytes remain (the request is still the driver's), false
- * when it has ended and been freed.  Context: queue lock NOT held (the
- * _locked variant: held).  Ending a request that is not started does nothing.
+ * when it has ended and been freed, or was not started.
  */
 bool rq_sq_end_request(struct rq_request *rq, rq_status_t status, unsigned bytes);
 bool rq_sq_end_request_locked(struct rq_request *rq, rq_status_t status, unsigned bytes);
 
-/** rq_sq_end_request_all() - end all remaining bytes (and the request). */
+/**
+ * rq_sq_end_request_all() / rq_sq_end_request_all_locked() - end all
+ * remaining bytes, and so the request.
+ * @rq: a started request.
+ * @status: its status.
+ *
+ * Context: as rq_sq_end_request() / rq_sq_end_request_locked(): queue lock
+ * not held / held.
+ */
 void rq_sq_end_request_all(struct rq_request *rq, rq_status_t status);
 void rq_sq_end_request_all_locked(struct rq_request *rq, rq_status_t status);
 
@@ -138,10 +193,24 @@ void rq_sq_requeue_request(struct rq_request *rq);
  */
 void rq_sq_stop_queue(struct rq_queue *q);
 void rq_sq_start_queue(struct rq_queue *q);
-/** rq_sq_queue_stopped() - true while stopped. */
+/**
+ * rq_sq_queue_stopped() - whether the queue is stopped.
+ * @q: the queue.
+ *
+ * Context: queue lock held for a stable answer; never blocks.
+ * Return: true while stopped (rq_sq_stop_queue()).
+ */
 bool rq_sq_queue_stopped(struct rq_queue *q);
 
-/** rq_sq_run_queue() - call request_fn if there is work.  Lock NOT held. */
+/**
+ * rq_sq_run_queue() - call request_fn if there is work.
+ * @q: the queue.
+ *
+ * Nothing is called while the queue is stopped or quiesced.
+ *
+ * Context: any thread, queue lock NOT held: it takes it, runs request_fn on
+ * the calling thread and ends the finished bios after the unlock.
+ */
 void rq_sq_run_queue(struct rq_queue *q);
 /**
  * rq_sq_run_queue_locked() - the same with the queue lock held (the
@@ -150,10 +219,20 @@ void rq_sq_run_queue(struct rq_queue *q);
  * touches the queue after the unlock (a queue being destroyed may go once
  * its last request has ended).  From inside request_fn it only asks for
  * one more round.
+ * @q: the queue.
+ *
+ * Context: queue lock held; request_fn runs on the calling thread.
  */
 void rq_sq_run_queue_locked(struct rq_queue *q);
 
-/** rq_sq_delay_queue() - run the queue after @msecs (service thread). */
+/**
+ * rq_sq_delay_queue() - run the queue after @msecs, from the service thread
+ * (or rq_service_run()).
+ * @q: the queue.
+ * @msecs: delay; an earlier pending run wins.
+ *
+ * Context: any thread, lock held or not, any hook; lock-free, never blocks.
+ */
 void rq_sq_delay_queue(struct rq_queue *q, unsigned msecs);
 
 /* ------------------------------------------------- tagged command queueing */
@@ -161,7 +240,12 @@ void rq_sq_delay_queue(struct rq_queue *q, unsigned msecs);
 /**
  * rq_sq_init_tags() - give the queue a tag map of @depth (1..4096) for
  * drivers that keep several requests in flight and name them by tag.
- * Context: queue lock held.  Return: 0, -EINVAL, -ENOMEM.
+ * @q: the queue.
+ * @depth: tags, 1..4096; with a map already there, it is resized.
+ *
+ * Context: queue lock held; allocates.
+ * Return: 0; -EINVAL for a depth outside 1..4096; -ENOMEM; as
+ * rq_sq_resize_tags() when the queue already has tags.
  */
 int rq_sq_init_tags(struct rq_queue *q, unsigned depth);
 
@@ -175,15 +259,33 @@ int rq_sq_start_tag(struct rq_queue *q, struct rq_request *rq);
 /**
  * rq_sq_end_tag() - free a request's tag.  Ending a request frees its tag
  * by itself; this is for drivers that release it early.
+ * @q: the queue.
+ * @rq: the request; one without a tag is ignored.
+ *
+ * Context: queue lock held; never blocks.
  */
 void rq_sq_end_tag(struct rq_queue *q, struct rq_request *rq);
 
-/** rq_sq_find_tag() - the request holding @tag, or NULL. */
+/**
+ * rq_sq_find_tag() - the request holding @tag.
+ * @q: the queue.
+ * @tag: a tag.
+ *
+ * Context: queue lock held; never blocks.
+ * Return: the request, or NULL when @tag is free, out of range, or the
+ * queue has no tags.
+ */
 struct rq_request *rq_sq_find_tag(struct rq_queue *q, unsigned tag);
 
 /**
- * rq_sq_resize_tags() - change the tag depth; shrinking below the tags in
- * use is refused (-EBUSY).  Context: queue lock held.
+ * rq_sq_resize_tags() - change the tag depth of a queue with tags.
+ * @q: the queue.
+ * @depth: the new depth, 1..4096.
+ *
+ * Context: queue lock held; may allocate.
+ * Return: 0; -EBUSY when a tag at or above @depth is in use; -EINVAL for a
+ * depth outside 1..4096 or a queue without tags (rq_sq_init_tags());
+ * -ENOMEM.
  */
 int rq_sq_resize_tags(struct rq_queue *q, unsigned depth);
 
@@ -245,15 +347,31 @@ struct rq_elevator_sq_ops {
 #define RQ_ELV_MQUEUE_MUST 2
 
 /**
- * rq_sq_dispatch_add_tail() - put @rq at the end of the dispatch queue.
- * rq_sq_dispatch_sort() - insert @rq in sector order after the last
- * request already started or marked as a barrier (elv_dispatch_sort).
- * Context: the scheduler's dispatch hook.
+ * rq_sq_dispatch_add_tail() / rq_sq_dispatch_sort() - move a request from
+ * the scheduler to the dispatch queue.
+ * @q: the queue.
+ * @rq: a request the scheduler holds.
+ *
+ * rq_sq_dispatch_add_tail() puts @rq at the end of the dispatch queue;
+ * rq_sq_dispatch_sort() inserts it in sector order after the last request
+ * already started or of another operation (elv_dispatch_sort), in one
+ * elevator sweep.
+ *
+ * Context: the scheduler's dispatch hook, queue lock held; never blocks.
  */
 void rq_sq_dispatch_add_tail(struct rq_queue *q, struct rq_request *rq);
 void rq_sq_dispatch_sort(struct rq_queue *q, struct rq_request *rq);
 
-/** rq_sq_nr_sorted() / rq_sq_in_flight() - requests in the scheduler / with the driver. */
+/**
+ * rq_sq_nr_sorted() / rq_sq_in_flight() - requests in the scheduler / with
+ * the driver.
+ * @q: the queue.
+ * @sync: count the synchronous (reads, sync writes) or the other requests.
+ *
+ * Context: queue lock held for a stable answer (schedulers' hooks, the
+ * driver's request_fn); never blocks.
+ * Return: the number of requests.
+ */
 unsigned rq_sq_nr_sorted(const struct rq_queue *q);
 unsigned rq_sq_in_flight(const struct rq_queue *q, bool sync);
 
