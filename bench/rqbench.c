@@ -835,7 +835,7 @@ int main(int argc, char **argv)
 	}
 
 	pthread_barrier_wait(&b.barrier); /* all warmed up and idle */
-	rq_queue_get_stats(b.q, &qs0);
+	rq_queue_get_stats(b.q, &qs0, sizeof(qs0));
 	null_get_stats(b.dev, &ns0);
 	a0 = alloc_count();
 	t0 = now_ns();
@@ -853,7 +853,7 @@ int main(int argc, char **argv)
 	pthread_barrier_wait(&b.barrier); /* done */
 	t1 = now_ns();
 	a1 = alloc_count();
-	rq_queue_get_stats(b.q, &qs1);
+	rq_queue_get_stats(b.q, &qs1, sizeof(qs1));
 	null_get_stats(b.dev, &ns1);
 
 	for (i = 0; i < b.o.threads; i++) {

@@ -273,7 +273,7 @@ static int stat_show(struct rq_queue *q, char *buf, size_t len)
 {
 	struct rq_queue_stats st;
 
-	rq_queue_get_stats(q, &st);
+	rq_queue_get_stats(q, &st, sizeof(st));
 	return emit(buf, len,
 		    "bios %llu splits %llu requests %llu dispatched %llu completed %llu "
 		    "merges_back %llu merges_front %llu merges_rq %llu plug_merges %llu "

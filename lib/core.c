@@ -354,9 +354,11 @@ RQ_EXPORT bool rq_queue_is_sq(const struct rq_queue *q)
 	return q->fe->elv_features & RQ_ELV_F_SQ;
 }
 
-RQ_EXPORT void rq_queue_get_limits(struct rq_queue *q, struct rq_queue_limits *lim)
+RQ_EXPORT int rq_queue_get_limits(struct rq_queue *q, struct rq_queue_limits *lim, size_t size)
 {
-	*lim = q->limits;
+	struct rq_queue_limits own = q->limits;
+
+	return rq_copy_sized_out(lim, size, &own, sizeof(own)) ? -EINVAL : 0;
 }
 
 RQ_EXPORT void rq_queue_set_capacity(struct rq_queue *q, uint64_t sectors)
@@ -374,10 +376,13 @@ RQ_EXPORT void *rq_queue_driver_data(struct rq_queue *q)
 	return q->queuedata;
 }
 
-RQ_EXPORT void rq_queue_get_stats(struct rq_queue *q, struct rq_queue_stats *st)
+RQ_EXPORT int rq_queue_get_stats(struct rq_queue *q, struct rq_queue_stats *out, size_t size)
 {
 	uint64_t sum[ST_NR] = { 0 };
+	struct rq_queue_stats own, *st = &own;
 
+	if (size < sizeof(uint32_t))
+		return -EINVAL;
 	stats_sum(q, sum);
 	st->bios = sum[ST_BIOS];
 	st->splits = sum[ST_SPLITS];
@@ -394,6 +399,8 @@ RQ_EXPORT void rq_queue_get_stats(struct rq_queue *q, struct rq_queue_stats *st)
 	st->flushes = sum[ST_FLUSHES];
 	st->errors = sum[ST_ERRORS];
 	st->invalid = sum[ST_INVALID];
+	rq_copy_sized_out(out, size, &own, sizeof(own));
+	return 0;
 }
 
 RQ_EXPORT unsigned rq_queue_nr_hw_queues(const struct rq_queue *q)

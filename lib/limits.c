@@ -4,6 +4,7 @@
  * bio must pass before it may become a request.
  */
 #include <errno.h>
+#include <string.h>
 
 #include "internal/bio.h"
 
@@ -40,6 +41,7 @@ static inline bool is_power_of_2(uint64_t v)
 RQ_EXPORT void rq_queue_limits_default(struct rq_queue_limits *lim)
 {
 	*lim = (struct rq_queue_limits){
+		.size = sizeof(*lim),
 		.logical_block_size = DEF_LOGICAL_BLOCK_SIZE,
 		.physical_block_size = DEF_LOGICAL_BLOCK_SIZE,
 		.max_hw_sectors = DEF_MAX_HW_SECTORS,
@@ -78,11 +80,30 @@ static bool block_size_ok(uint32_t bs)
  * Context: any.
  * Return: 0, or -EINVAL with @lim unchanged.
  */
+/*
+ * Copy a caller's limits into @dst, the library's own size: the fields its
+ * size covers, zero (the default) for the rest.  Return: 0, or -EINVAL for
+ * a size that is not at least this release's first layout.
+ */
+int limits_copy_in(struct rq_queue_limits *dst, const struct rq_queue_limits *src)
+{
+	size_t n = src->size < sizeof(*dst) ? src->size : sizeof(*dst);
+
+	if (src->size < RQ_LIMITS_SIZE_0_1)
+		return -EINVAL;
+	memset(dst, 0, sizeof(*dst));
+	memcpy(dst, src, n);
+	dst->size = sizeof(*dst);
+	return 0;
+}
+
 RQ_EXPORT int rq_queue_limits_validate(struct rq_queue_limits *lim)
 {
-	struct rq_queue_limits l = *lim;
+	struct rq_queue_limits l;
 	uint32_t lbs_sectors;
 
+	if (!lim || limits_copy_in(&l, lim))
+		return -EINVAL;
 	if (!l.logical_block_size)
 		l.logical_block_size = DEF_LOGICAL_BLOCK_SIZE;
 	if (!block_size_ok(l.logical_block_size))
@@ -130,7 +151,9 @@ RQ_EXPORT int rq_queue_limits_validate(struct rq_queue_limits *lim)
 	if (l.features & ~RQ_FEAT_ALL)
 		return -EINVAL;
 
-	*lim = l;
+	/* back into the caller's struct, as far as its size goes */
+	l.size = lim->size < sizeof(l) ? lim->size : (uint32_t)sizeof(l);
+	memcpy(lim, &l, l.size);
 	return 0;
 }
 

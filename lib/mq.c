@@ -1426,11 +1426,15 @@ static int hw_queue_node(const struct rq_tag_set *set, unsigned idx)
 
 RQ_EXPORT int rq_tag_set_alloc(const struct rq_tag_set_config *cfg, struct rq_tag_set **out)
 {
+	struct rq_tag_set_config c;
 	struct rq_tag_set *set;
 	size_t ops_size;
 	unsigned nr_tags_sets;
 
-	if (!cfg || !out || !cfg->ops)
+	if (!cfg || !out || rq_copy_sized_in(&c, sizeof(c), cfg, RQ_TAG_SET_CONFIG_SIZE_0_1))
+		return -EINVAL;
+	cfg = &c;
+	if (!cfg->ops)
 		return -EINVAL;
 	if (cfg->ops->abi_version != RQ_MQ_OPS_ABI ||
 	    cfg->ops->size < offsetof(struct rq_mq_ops, queue_rq) + sizeof(void *))
@@ -1667,6 +1671,7 @@ RQ_EXPORT int rq_mq_alloc_queue(struct rq_tag_set *set, const struct rq_queue_co
 				struct rq_queue **out)
 {
 	struct queue_common_config cc = { .fe = &mq_fe_ops };
+	struct rq_queue_config c;
 	struct rq_queue_limits lim;
 	struct rq_queue *q;
 	const char *sched;
@@ -1674,10 +1679,17 @@ RQ_EXPORT int rq_mq_alloc_queue(struct rq_tag_set *set, const struct rq_queue_co
 
 	if (!set || !out)
 		return -EINVAL;
-	if (cfg && cfg->limits)
-		lim = *cfg->limits;
-	else
+	if (cfg) {
+		if (rq_copy_sized_in(&c, sizeof(c), cfg, RQ_QUEUE_CONFIG_SIZE_0_1))
+			return -EINVAL;
+		cfg = &c;
+	}
+	if (cfg && cfg->limits) {
+		if (limits_copy_in(&lim, cfg->limits))
+			return -EINVAL;
+	} else {
 		rq_queue_limits_default(&lim);
+	}
 	if (rq_queue_limits_validate(&lim))
 		return -EINVAL;
 	sched = mq_initial_sched(set, cfg, &lim);

@@ -1100,22 +1100,27 @@ static int sq_elevator_switch(struct rq_queue *q, const char *name)
 
 /* ------------------------------------------------------- create, destroy */
 
-/* Check @cfg; the pool size to start with, or 0 if @cfg is not acceptable. */
+#define RQ_SQ_CONFIG_SIZE_0_1 (offsetof(struct rq_sq_config, queuedata) + sizeof(void *))
+
+/*
+ * Check @cfg (already copied in); the pool size to start with, or 0 if
+ * @cfg is not acceptable.
+ */
 static unsigned sq_config_check(const struct rq_sq_config *cfg, struct rq_queue_limits *lim)
 {
 	unsigned nr;
 
-	if (!cfg || !cfg->ops || cfg->ops->abi_version != RQ_SQ_OPS_ABI ||
+	if (!cfg->ops || cfg->ops->abi_version != RQ_SQ_OPS_ABI ||
 	    cfg->ops->size < offsetof(struct rq_sq_ops, request_fn) + sizeof(void *) ||
 	    !cfg->ops->request_fn || cfg->cmd_size > (1u << 20))
 		return 0;
 	nr = cfg->nr_requests ? cfg->nr_requests : SQ_DEFAULT_NR_REQUESTS;
 	if (nr < SQ_MIN_NR_REQUESTS || nr > 65536)
 		return 0;
-	if (cfg->limits)
-		*lim = *cfg->limits;
-	else
+	if (!cfg->limits)
 		rq_queue_limits_default(lim);
+	else if (limits_copy_in(lim, cfg->limits))
+		return 0;
 	return rq_queue_limits_validate(lim) ? 0 : nr;
 }
 
@@ -1143,12 +1148,17 @@ RQ_EXPORT int rq_sq_alloc_queue(const struct rq_sq_config *cfg, struct rq_queue 
 {
 	struct queue_common_config cc = { .fe = &sq_fe_ops, .numa_node = -1 };
 	struct rq_queue_limits lim;
+	struct rq_sq_config c;
 	struct rq_sq_data *sqd;
 	struct rq_queue *q = NULL;
 	const char *sched;
-	unsigned nr = out ? sq_config_check(cfg, &lim) : 0;
+	unsigned nr;
 	int ret;
 
+	if (!cfg || !out || rq_copy_sized_in(&c, sizeof(c), cfg, RQ_SQ_CONFIG_SIZE_0_1))
+		return -EINVAL;
+	cfg = &c;
+	nr = sq_config_check(cfg, &lim);
 	if (!nr)
 		return -EINVAL;
 	sched = cfg->scheduler;

@@ -722,6 +722,7 @@ static int file_limits(struct file_dev *dev, struct rq_queue_limits *lim)
 	unsigned bs = dev->cfg.blocksize;
 
 	*lim = dev->cfg.limits;
+	lim->size = sizeof(*lim);
 	if (!bs)
 		bs = dev->dfd >= 0 && dev->align > 512 ? dev->align : 512;
 	if (bs < 512 || bs > 65536 || (bs & (bs - 1)))
@@ -782,8 +783,8 @@ static int file_start_rings(struct file_dev *dev)
  */
 int file_create(const struct file_config *cfg, struct file_dev **out)
 {
-	struct rq_tag_set_config sc = { 0 };
-	struct rq_queue_config qc = { 0 };
+	struct rq_tag_set_config sc = { RQ_TAG_SET_CONFIG_INIT };
+	struct rq_queue_config qc = { RQ_QUEUE_CONFIG_INIT };
 	struct rq_queue_limits lim;
 	struct file_dev *dev;
 	int ret;

@@ -748,8 +748,8 @@ void hddsim_config_default(struct hddsim_config *cfg)
  */
 int hddsim_create(const struct hddsim_config *cfg, struct hddsim_dev **out)
 {
-	struct rq_tag_set_config sc = { 0 };
-	struct rq_queue_config qc = { 0 };
+	struct rq_tag_set_config sc = { RQ_TAG_SET_CONFIG_INIT };
+	struct rq_queue_config qc = { RQ_QUEUE_CONFIG_INIT };
 	struct rq_queue_limits lim;
 	pthread_condattr_t ca;
 	struct hddsim_dev *dev;
@@ -776,6 +776,7 @@ int hddsim_create(const struct hddsim_config *cfg, struct hddsim_dev **out)
 		goto fail_free;
 
 	lim = cfg->limits;
+	lim.size = sizeof(lim);
 	if (!lim.physical_block_size)
 		lim.physical_block_size = 4096;
 	if (!lim.max_hw_sectors)
@@ -808,6 +809,7 @@ int hddsim_create(const struct hddsim_config *cfg, struct hddsim_dev **out)
 
 	if (dev->cfg.front == HDDSIM_FRONT_SQ) {
 		struct rq_sq_config sq = {
+			RQ_SQ_CONFIG_INIT,
 			.ops = &hddsim_sq_ops,
 			.limits = &lim,
 			.capacity = dev->geom.m.capacity_sectors,

@@ -386,8 +386,8 @@ static int nbdf_size(struct nbd_file *f)
  */
 int nbd_file_create(const struct nbd_file_config *cfg, struct nbd_file **out)
 {
-	struct rq_tag_set_config sc = { 0 };
-	struct rq_queue_config qc = { 0 };
+	struct rq_tag_set_config sc = { RQ_TAG_SET_CONFIG_INIT };
+	struct rq_queue_config qc = { RQ_QUEUE_CONFIG_INIT };
 	struct rq_queue_limits lim;
 	struct nbd_file *f;
 	unsigned i;
@@ -430,6 +430,7 @@ int nbd_file_create(const struct nbd_file_config *cfg, struct nbd_file **out)
 		lim = *cfg->limits;
 	else
 		memset(&lim, 0, sizeof(lim));
+	lim.size = sizeof(lim);
 	lim.features |= RQ_FEAT_WRITE_CACHE | RQ_FEAT_FUA;
 	if (!lim.max_discard_sectors)
 		lim.max_discard_sectors = UINT32_MAX >> RQ_SECTOR_SHIFT;
@@ -439,6 +440,7 @@ int nbd_file_create(const struct nbd_file_config *cfg, struct nbd_file **out)
 	f->depth = cfg->queue_depth ? cfg->queue_depth : NBDF_DEFAULT_DEPTH;
 	if (cfg->single_queue) {
 		struct rq_sq_config sq = {
+			RQ_SQ_CONFIG_INIT,
 			.ops = &nbdf_sq_ops,
 			.limits = &lim,
 			.capacity = f->size >> RQ_SECTOR_SHIFT,

@@ -205,6 +205,7 @@ struct device {
 static void device_limits(struct rq_queue_limits *lim)
 {
 	memset(lim, 0, sizeof(*lim));
+	lim->size = sizeof(*lim);
 	lim->logical_block_size = RQNBD_MIN_BLOCK;
 	lim->max_hw_sectors = RQNBD_MAX_REQ_SECTORS;
 	lim->max_sectors = RQNBD_MAX_REQ_SECTORS;

@@ -730,6 +730,7 @@ static int null_fill_config(struct null_config *cfg)
 {
 	struct rq_queue_limits *lim = &cfg->limits;
 
+	lim->size = sizeof(*lim);
 	if (!cfg->nr_hw_queues)
 		cfg->nr_hw_queues = 1;
 	if (!cfg->hw_queue_depth)
@@ -791,8 +792,8 @@ static void null_stop_threads(struct null_dev *dev)
  */
 int null_create(const struct null_config *cfg, struct null_dev **out)
 {
-	struct rq_tag_set_config sc = { 0 };
-	struct rq_queue_config qc = { 0 };
+	struct rq_tag_set_config sc = { RQ_TAG_SET_CONFIG_INIT };
+	struct rq_queue_config qc = { RQ_QUEUE_CONFIG_INIT };
 	struct null_dev *dev;
 	unsigned i;
 	int ret;
@@ -835,6 +836,7 @@ int null_create(const struct null_config *cfg, struct null_dev **out)
 
 	if (dev->cfg.queue_mode == NULL_Q_RQ) {
 		struct rq_sq_config sq = {
+			RQ_SQ_CONFIG_INIT,
 			.ops = &null_sq_ops,
 			.limits = &dev->cfg.limits,
 			.capacity = dev->cfg.size_bytes >> RQ_SECTOR_SHIFT,

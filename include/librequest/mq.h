@@ -133,9 +133,13 @@ struct rq_mq_ops {
 #define RQ_TAG_SET_SHARED_TAGS (1u << 3)  /* one tag space for all hw queues */
 
 /**
- * struct rq_tag_set_config - what a driver fills to make a tag set.
+ * struct rq_tag_set_config - what a driver fills to make a tag set.  Begin
+ * an initialiser with RQ_TAG_SET_CONFIG_INIT (or set size to its sizeof):
+ * a later release reads only the fields a caller's size covers and takes
+ * the rest as zero, so programs built against these headers keep working.
  */
 struct rq_tag_set_config {
+	uint32_t size;           /* sizeof(struct rq_tag_set_config) as the caller knew it */
 	const struct rq_mq_ops *ops;
 	unsigned nr_hw_queues;   /* >= 1; more than CPUs is allowed */
 	unsigned nr_poll_queues; /* of those, how many are polled (the last ones) */
@@ -147,6 +151,9 @@ struct rq_tag_set_config {
 	unsigned flags;          /* RQ_TAG_SET_* */
 	void *driver_data;       /* passed to init_hctx */
 };
+
+/** Start a struct rq_tag_set_config initialiser with this. */
+#define RQ_TAG_SET_CONFIG_INIT .size = sizeof(struct rq_tag_set_config)
 
 /**
  * rq_tag_set_alloc() - make a tag set: tags and preallocated requests for
@@ -186,15 +193,20 @@ void rq_tag_set_free(struct rq_tag_set *set);
 void *rq_tag_set_driver_data(struct rq_tag_set *set);
 
 /**
- * struct rq_queue_config - how to make a queue over a tag set.
+ * struct rq_queue_config - how to make a queue over a tag set.  Begin an
+ * initialiser with RQ_QUEUE_CONFIG_INIT (or set size to its sizeof).
  */
 struct rq_queue_config {
+	uint32_t size;           /* sizeof(struct rq_queue_config) as the caller knew it */
 	const struct rq_queue_limits *limits; /* NULL: defaults */
 	uint64_t capacity;       /* sectors; 0: unbounded */
 	const char *scheduler;   /* NULL: "mq-deadline" for one hw queue on a
 				    rotational device, else "none" */
 	void *queuedata;         /* rq_queue_driver_data() */
 };
+
+/** Start a struct rq_queue_config initialiser with this. */
+#define RQ_QUEUE_CONFIG_INIT .size = sizeof(struct rq_queue_config)
 
 /**
  * rq_mq_alloc_queue() - make a queue over @set.

@@ -70,8 +70,12 @@ struct rq_sq_ops {
 
 #define RQ_SQ_OPS_INIT .size = sizeof(struct rq_sq_ops), .abi_version = RQ_SQ_OPS_ABI
 
-/** struct rq_sq_config - how to make a single-queue queue. */
+/**
+ * struct rq_sq_config - how to make a single-queue queue.  Begin an
+ * initialiser with RQ_SQ_CONFIG_INIT (or set size to its sizeof).
+ */
 struct rq_sq_config {
+	uint32_t size;                  /* sizeof(struct rq_sq_config) as the caller knew it */
 	const struct rq_sq_ops *ops;
 	const struct rq_queue_limits *limits; /* NULL: defaults */
 	uint64_t capacity;              /* sectors; 0: unbounded */
@@ -82,6 +86,9 @@ struct rq_sq_config {
 	unsigned timeout_ms;            /* request timeout; 0: 30000 */
 	void *queuedata;                /* rq_queue_driver_data() */
 };
+
+/** Start a struct rq_sq_config initialiser with this. */
+#define RQ_SQ_CONFIG_INIT .size = sizeof(struct rq_sq_config)
 
 /**
  * rq_sq_alloc_queue() - make a single-queue queue.

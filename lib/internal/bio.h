@@ -66,6 +66,11 @@ struct rq_bio *bio_split_to_limits(const struct rq_queue_limits *lim, struct rq_
  */
 unsigned bio_count_segments(const struct rq_queue_limits *lim, const struct rq_bio *bio);
 
+/* The size of struct rq_queue_limits in 0.1, the smallest a caller may pass. */
+#define RQ_LIMITS_SIZE_0_1 (offsetof(struct rq_queue_limits, features) + sizeof(uint32_t))
+
+int limits_copy_in(struct rq_queue_limits *dst, const struct rq_queue_limits *src);
+
 /** limits_max_sectors_for_op() - the per-request sector cap for @op. */
 unsigned limits_max_sectors_for_op(const struct rq_queue_limits *lim, unsigned op);
 

@@ -27,6 +27,38 @@
 #define DIV_ROUND_UP(n, d) (((n) + (d) - 1) / (d))
 
 /*
+ * A caller's sized struct (its size field first, a uint32_t) into the
+ * library's own @dst of @dst_size bytes: the bytes its size covers, zero
+ * for the rest; dst's size field then says @dst_size.  Return: 0, or -1
+ * when @src's size is below @min_size (this release's first layout).
+ */
+static inline int rq_copy_sized_in(void *dst, size_t dst_size, const void *src, size_t min_size)
+{
+	uint32_t src_size = *(const uint32_t *)src;
+	size_t n = src_size < dst_size ? src_size : dst_size;
+	uint32_t own = (uint32_t)dst_size;
+
+	if (src_size < min_size)
+		return -1;
+	__builtin_memset(dst, 0, dst_size);
+	__builtin_memcpy(dst, src, n);
+	__builtin_memcpy(dst, &own, sizeof(own));
+	return 0;
+}
+
+/* The library's @src of @src_size bytes out to a caller's @dst of @size bytes. */
+static inline int rq_copy_sized_out(void *dst, size_t size, const void *src, size_t src_size)
+{
+	uint32_t n = (uint32_t)(size < src_size ? size : src_size);
+
+	if (size < sizeof(uint32_t))
+		return -1;
+	__builtin_memcpy(dst, src, n);
+	__builtin_memcpy(dst, &n, sizeof(n));
+	return 0;
+}
+
+/*
  * Set bits of a word.  __builtin_popcountl() becomes a libgcc call unless
  * the target has a popcount instruction (x86-64 before -mpopcnt): count
  * in registers instead.

@@ -41,6 +41,11 @@ struct rq_tag_set {
 	struct rq_queue *queues[64];
 };
 
+/* The sizes of the configuration structs in 0.1: the smallest a caller may pass. */
+#define RQ_TAG_SET_CONFIG_SIZE_0_1 \
+	(offsetof(struct rq_tag_set_config, driver_data) + sizeof(void *))
+#define RQ_QUEUE_CONFIG_SIZE_0_1 (offsetof(struct rq_queue_config, queuedata) + sizeof(void *))
+
 /* ---- lib/mq-sched.c (context: q->sysfs_lock held) ---- */
 int mq_elevator_switch(struct rq_queue *q, const char *name);
 void mq_elevator_detach(struct rq_queue *q);

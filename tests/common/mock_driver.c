@@ -379,6 +379,8 @@ struct mock_dev *mock_create(const struct mock_config *cfg, const struct rq_queu
 		p->ops.timeout = mock_timeout;
 
 	memset(&scfg, 0, sizeof(scfg));
+
+	scfg.size = sizeof(scfg);
 	scfg.ops = &p->ops;
 	scfg.nr_hw_queues = m->cfg.nr_hw_queues;
 	scfg.queue_depth = m->cfg.queue_depth;
@@ -396,6 +398,7 @@ struct mock_dev *mock_create(const struct mock_config *cfg, const struct rq_queu
 		qc = *qcfg;
 	else
 		memset(&qc, 0, sizeof(qc));
+	qc.size = sizeof(qc);
 	qc.queuedata = m;
 	if (!qc.capacity)
 		qc.capacity = m->cfg.mem_bytes ? m->cfg.mem_bytes >> RQ_SECTOR_SHIFT

@@ -324,6 +324,8 @@ int sq_create_ret(const struct sq_config *cfg, struct sq_dev **out)
 		p->ops.timeout = sq_timeout_fn;
 
 	memset(&sc, 0, sizeof(sc));
+
+	sc.size = sizeof(sc);
 	sc.ops = &p->ops;
 	sc.limits = d->cfg.limits;
 	sc.capacity = d->cfg.capacity;

@@ -354,7 +354,7 @@ void stress_run(struct rq_queue *q, const struct stress_config *cfg, struct stre
 		res->bios += run.workers[t].serial;
 	check_device();
 
-	rq_queue_get_stats(q, &res->st);
+	rq_queue_get_stats(q, &res->st, sizeof(res->st));
 	assert_int_equal(res->st.errors, 0);
 	assert_int_equal(res->st.invalid, 0);
 	assert_true(res->st.bios >= res->bios);

@@ -375,7 +375,7 @@ void wl_run_mixed(const struct wl_dev *dev, unsigned batches)
 		struct rq_queue_stats st;
 		unsigned long bios = w[0].bios + w[1].bios;
 
-		rq_queue_get_stats(dev->q, &st);
+		rq_queue_get_stats(dev->q, &st, sizeof(st));
 		print_message("%s: %lu bios, %u driver requests, %u+%u NOMERGE bios, %u+%u split bios, "
 			      "merges back %llu front %llu rq %llu plug %llu, splits %llu, flushes %llu\n",
 			      dev->sched, bios, n, w[0].nr_nomerge, w[1].nr_nomerge, w[0].nr_split,
@@ -401,7 +401,7 @@ void wl_mixed_created(const struct wl_dev *dev, unsigned batches)
 
 	wl_expect_active(dev->q, dev->sched);
 	wl_run_mixed(dev, batches);
-	rq_queue_get_stats(dev->q, &st);
+	rq_queue_get_stats(dev->q, &st, sizeof(st));
 	assert_true(st.merges_back + st.merges_front > 0);
 	assert_int_equal(st.errors, 0);
 	assert_true(st.splits > 0);
@@ -454,7 +454,7 @@ void wl_sequential_plug_merges(const struct wl_dev *dev)
 	assert_int_equal(evs[0].sector, 1000);
 	assert_int_equal(evs[0].bytes, 4 * 4096);
 	free(evs);
-	rq_queue_get_stats(dev->q, &st);
+	rq_queue_get_stats(dev->q, &st, sizeof(st));
 	assert_int_equal(st.merges_back, 3);
 }
 
@@ -467,6 +467,6 @@ void wl_nomerge_never_merges(const struct wl_dev *dev)
 	for (unsigned i = 0; i < 4; i++)
 		assert_int_equal(evs[i].bytes, 4096);
 	free(evs);
-	rq_queue_get_stats(dev->q, &st);
+	rq_queue_get_stats(dev->q, &st, sizeof(st));
 	assert_int_equal(st.merges_back + st.merges_front + st.merges_rq, 0);
 }

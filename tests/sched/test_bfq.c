@@ -135,7 +135,7 @@ struct disk {
 static struct mock_dev *make_dev(void)
 {
 	struct mock_config cfg = { .completion = MOCK_COMPLETE_DEFER, .queue_depth = 1 };
-	struct rq_queue_config qc = { .scheduler = "bfq", .capacity = DEV_SECTORS };
+	struct rq_queue_config qc = { RQ_QUEUE_CONFIG_INIT, .scheduler = "bfq", .capacity = DEV_SECTORS };
 	struct mock_dev *m;
 
 	rq_clock_set_source(vclock_read, NULL);
@@ -441,7 +441,7 @@ static void test_tunables(void **state)
 static void test_strict_one_in_flight(void **state)
 {
 	struct mock_config cfg = { .completion = MOCK_COMPLETE_DEFER, .queue_depth = 8 };
-	struct rq_queue_config qc = { .scheduler = "bfq", .capacity = DEV_SECTORS };
+	struct rq_queue_config qc = { RQ_QUEUE_CONFIG_INIT, .scheduler = "bfq", .capacity = DEV_SECTORS };
 	struct rq_io_context *a = rq_ioc_create(0);
 	struct mock_dev *m;
 	struct flow f;

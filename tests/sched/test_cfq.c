@@ -196,6 +196,8 @@ static struct sq_dev *make_disk(uint64_t service_ns, uint64_t seek_ns)
 	};
 
 	memset(&lim, 0, sizeof(lim));
+
+	lim.size = sizeof(lim);
 	lim.features = RQ_FEAT_ROTATIONAL;
 	return sq_create(&c);
 }
@@ -458,7 +460,7 @@ static void test_merges_per_queue(void **state)
 			assert_int_equal(ev[i].sector, 108);
 	}
 	free(ev);
-	rq_queue_get_stats(d->q, &st);
+	rq_queue_get_stats(d->q, &st, sizeof(st));
 	assert_int_equal(st.merges_front, 1);
 	assert_int_equal(st.merges_back, 0);
 	assert_int_equal(a.inflight + b.inflight, 0);

@@ -35,7 +35,7 @@ static struct mock_dev *make_dev(const char *create_with, enum mock_completion c
 	struct mock_config cfg = { .completion = c, .mem_bytes = WL_MEM_BYTES, .queue_depth = 32,
 				   .nr_hw_queues = 2 };
 	struct rq_queue_limits lim;
-	struct rq_queue_config qc = { .limits = &lim, .scheduler = create_with };
+	struct rq_queue_config qc = { RQ_QUEUE_CONFIG_INIT, .limits = &lim, .scheduler = create_with };
 	struct mock_dev *m;
 
 	wl_limits(&lim);

@@ -74,7 +74,7 @@ static void side_create(struct side *s, const char *sched)
 	/* no request times out: the virtual clock runs for minutes */
 	struct mock_config cfg = { .completion = MOCK_COMPLETE_DEFER, .queue_depth = QUEUE_DEPTH,
 				   .timeout_ms = 24u * 3600u * 1000u };
-	struct rq_queue_config qc = { .scheduler = sched };
+	struct rq_queue_config qc = { RQ_QUEUE_CONFIG_INIT, .scheduler = sched };
 
 	s->m = mock_create(&cfg, &qc);
 	assert_int_equal(rq_queue_attr_set(s->m->q, "nr_requests", NR_REQUESTS), 0);

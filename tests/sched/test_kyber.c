@@ -65,7 +65,7 @@ static struct mock_dev *make_dev(unsigned queue_depth)
 	struct mock_config cfg = { .completion = MOCK_COMPLETE_DEFER, .queue_depth = queue_depth,
 				   .nr_hw_queues = 1 };
 	struct rq_queue_limits lim;
-	struct rq_queue_config qc = { .limits = &lim, .scheduler = "kyber" };
+	struct rq_queue_config qc = { RQ_QUEUE_CONFIG_INIT, .limits = &lim, .scheduler = "kyber" };
 
 	rq_queue_limits_default(&lim);
 	lim.max_discard_sectors = 128;

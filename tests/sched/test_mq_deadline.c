@@ -56,7 +56,7 @@ struct dl_dev {
 static struct dl_dev *dev_create(unsigned queue_depth)
 {
 	struct mock_config cfg = { .completion = MOCK_COMPLETE_DEFER, .queue_depth = queue_depth };
-	struct rq_queue_config qc = { .scheduler = "mq-deadline" };
+	struct rq_queue_config qc = { RQ_QUEUE_CONFIG_INIT, .scheduler = "mq-deadline" };
 	struct dl_dev *d = calloc(1, sizeof(*d));
 
 	assert_non_null(d);
@@ -272,7 +272,7 @@ static void test_front_merges(void **state)
 		vclock_set_ms(1);
 		rq_queue_unquiesce(d->m->q);
 		expect_order(d, fm ? want_merged : want_apart, fm ? 2 : 3);
-		rq_queue_get_stats(d->m->q, &st);
+		rq_queue_get_stats(d->m->q, &st, sizeof(st));
 		assert_int_equal(st.merges_front, fm ? 1 : 0);
 		assert_int_equal(st.merges_back, 1);
 		assert_int_equal(st.merges_rq, 1);
@@ -304,7 +304,7 @@ static void pin_to(unsigned cpu)
 static void test_merges_per_hw_queue(void **state)
 {
 	struct mock_config cfg = { .completion = MOCK_COMPLETE_DEFER, .nr_hw_queues = 2 };
-	struct rq_queue_config qc = { .scheduler = "mq-deadline" };
+	struct rq_queue_config qc = { RQ_QUEUE_CONFIG_INIT, .scheduler = "mq-deadline" };
 	struct rq_queue_stats st;
 	struct dl_dev *d;
 	cpu_set_t old;
@@ -338,7 +338,7 @@ static void test_merges_per_hw_queue(void **state)
 			assert_true(ev[i].sector == 108 && ev[i].bytes == 4096);
 	}
 	free(ev);
-	rq_queue_get_stats(d->m->q, &st);
+	rq_queue_get_stats(d->m->q, &st, sizeof(st));
 	assert_int_equal(st.merges_front, 1);
 	assert_int_equal(st.merges_back, 0);
 	dev_destroy(d);

@@ -156,7 +156,7 @@ static void test_noop_merges(void **state)
 	expect_event(d, 0, RQ_OP_WRITE, 92, 24);
 	expect_event(d, 1, RQ_OP_READ, 116, 8);
 	expect_event(d, 2, RQ_OP_WRITE, 200, 24);
-	rq_queue_get_stats(d->q, &st);
+	rq_queue_get_stats(d->q, &st, sizeof(st));
 	assert_true(st.merges_back >= 2);
 	assert_true(st.merges_front >= 1);
 	assert_int_equal(st.merges_rq, 1);
@@ -347,7 +347,7 @@ static void run_front(const char *front_merges, bool expect_merge)
 		saw_front |= ev[i].sector == 92 && ev[i].bytes == 8 << 9;
 	}
 	free(ev);
-	rq_queue_get_stats(d->q, &st);
+	rq_queue_get_stats(d->q, &st, sizeof(st));
 	if (expect_merge) {
 		assert_int_equal(n, 2);
 		assert_true(saw_merged);
@@ -390,7 +390,7 @@ static void test_deadline_merge_keeps_earlier(void **state)
 	submit(d, &rec[3], RQ_OP_READ, 108, 8);
 	sq_pause(d, false);
 	expect_ended(rec, 4, RQ_STS_OK);
-	rq_queue_get_stats(d->q, &st);
+	rq_queue_get_stats(d->q, &st, sizeof(st));
 	assert_int_equal(st.merges_rq, 1);
 	assert_int_equal(sq_nr_events(d), 2);
 	expect_event(d, 0, RQ_OP_READ, 100, 24);
@@ -668,7 +668,7 @@ static void test_fe_requeue_front(void **state)
 	{
 		struct rq_queue_stats st;
 
-		rq_queue_get_stats(d->q, &st);
+		rq_queue_get_stats(d->q, &st, sizeof(st));
 		assert_int_equal(st.requeues, 1);
 	}
 	fx_put(rec, 3);

@@ -200,6 +200,7 @@ static struct mock_dev *dev(uint32_t features, unsigned timeout_ms)
 	lim.physical_block_size = 4096;
 	lim.features = features;
 	memset(&qc, 0, sizeof(qc));
+	qc.size = sizeof(qc);
 	qc.limits = &lim;
 	qc.scheduler = "none";
 	return mock_create(&cfg, &qc);

@@ -38,6 +38,12 @@ static struct mock_dev *make(const char *sched, unsigned depth, enum mock_comple
 	struct rq_queue_config qc;
 
 	memset(&qc, 0, sizeof(qc));
+
+	qc.size = sizeof(qc);
+
+	qc.size = sizeof(qc);
+
+	qc.size = sizeof(qc);
 	qc.scheduler = sched;
 	return mock_create(&cfg, &qc);
 }
@@ -89,6 +95,7 @@ static void test_switch_waits_for_plug_tags(void **state)
 	rq_queue_limits_default(&lim);
 	lim.features = RQ_FEAT_WRITE_CACHE;
 	memset(&qc, 0, sizeof(qc));
+	qc.size = sizeof(qc);
 	qc.limits = &lim;
 	qc.scheduler = "mq-deadline";
 	m = mock_create(&cfg, &qc);
@@ -163,7 +170,7 @@ static void test_depth1_inline_no_stall(void **state)
 					 io[i].done);
 			finish_io(&io[i]);
 		}
-		rq_queue_get_stats(m->q, &st);
+		rq_queue_get_stats(m->q, &st, sizeof(st));
 		assert_int_equal(st.completed, NR_BIOS);
 		assert_int_equal(st.resource, 0);
 		mock_destroy(m);
@@ -192,6 +199,7 @@ static void test_depth1_inline_fua_bypass(void **state)
 		rq_queue_limits_default(&lim);
 		lim.features = RQ_FEAT_WRITE_CACHE | RQ_FEAT_FUA;
 		memset(&qc, 0, sizeof(qc));
+		qc.size = sizeof(qc);
 		qc.limits = &lim;
 		qc.scheduler = scheds[s];
 		m = mock_create(&cfg, &qc);
@@ -209,7 +217,7 @@ static void test_depth1_inline_fua_bypass(void **state)
 					 i, io[i].done);
 			finish_io(&io[i]);
 		}
-		rq_queue_get_stats(m->q, &st);
+		rq_queue_get_stats(m->q, &st, sizeof(st));
 		assert_int_equal(st.resource, 0);
 		mock_destroy(m);
 	}

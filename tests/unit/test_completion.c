@@ -76,7 +76,7 @@ static void test_partial_completion(void **state)
 		assert_int_equal(fx_done(&rec[i]), 1);
 		assert_int_equal(rec[i].status, RQ_STS_OK);
 	}
-	rq_queue_get_stats(m->q, &st);
+	rq_queue_get_stats(m->q, &st, sizeof(st));
 	assert_int_equal(st.completed, 1);
 	fx_put(rec, 3);
 	mock_destroy(m);
@@ -164,7 +164,7 @@ static void test_double_end_ignored(void **state)
 	rq_mq_end_request(rq, RQ_STS_IOERR);
 	assert_int_equal(fx_done(&rec[0]), 1);
 	assert_int_equal(rec[0].status, RQ_STS_OK);
-	rq_queue_get_stats(m->q, &st);
+	rq_queue_get_stats(m->q, &st, sizeof(st));
 	assert_int_equal(st.completed, 1);
 	assert_int_equal(st.errors, 0);
 
@@ -202,7 +202,7 @@ static void test_requeue_kick(void **state)
 	assert_true(fx_wait(&rec, 1, 10000));
 	assert_int_equal(fx_done(&rec), 1);
 	assert_int_equal(rec.status, RQ_STS_OK);
-	rq_queue_get_stats(m->q, &st);
+	rq_queue_get_stats(m->q, &st, sizeof(st));
 	assert_int_equal(st.requeues, 1);
 	assert_int_equal(st.completed, 1);
 	fx_put(&rec, 1);

@@ -52,7 +52,7 @@ static void test_direct_issue(void **state)
 	assert_true(fx_wait(&rec, 1, 10000));
 	assert_int_equal(fx_done(&rec), 1);
 	assert_int_equal(rec.status, RQ_STS_OK);
-	rq_queue_get_stats(m->q, &st);
+	rq_queue_get_stats(m->q, &st, sizeof(st));
 	assert_int_equal(st.requests, 1);
 	assert_int_equal(st.dispatched, 1);
 	assert_int_equal(st.completed, 1);
@@ -144,7 +144,7 @@ static void run_invalid(struct mock_dev *m, const struct invalid_case *cases, un
 	}
 	assert_int_equal(m->queue_rq_calls, 0);
 	assert_int_equal(mock_count(m, MOCK_QUEUE_RQ), 0);
-	rq_queue_get_stats(m->q, &st);
+	rq_queue_get_stats(m->q, &st, sizeof(st));
 	assert_int_equal(st.invalid, n);
 	assert_int_equal(st.requests, 0);
 	/* a valid bio still works */
@@ -170,7 +170,7 @@ static void test_invalid_bios(void **state)
 {
 	struct mock_config cfg = { .completion = MOCK_COMPLETE_DEFER };
 	struct rq_queue_limits lim;
-	struct rq_queue_config qc = { .limits = &lim, .capacity = 1000 };
+	struct rq_queue_config qc = { RQ_QUEUE_CONFIG_INIT, .limits = &lim, .capacity = 1000 };
 	const struct invalid_case cases[] = {
 		{ RQ_OP_LAST, 0, bufs[0], 4096, RQ_STS_INVAL },        /* unknown op */
 		{ 77, 0, bufs[0], 4096, RQ_STS_INVAL },                /* unknown op */
@@ -204,7 +204,7 @@ static void test_unsupported_ops(void **state)
 {
 	struct mock_config cfg = { .completion = MOCK_COMPLETE_DEFER };
 	struct rq_queue_limits lim;
-	struct rq_queue_config qc = { .limits = &lim };
+	struct rq_queue_config qc = { RQ_QUEUE_CONFIG_INIT, .limits = &lim };
 	const struct invalid_case cases[] = {
 		{ RQ_OP_DISCARD, 0, NULL, 4096, RQ_STS_NOTSUPP },
 		{ RQ_OP_WRITE_ZEROES, 0, NULL, 4096, RQ_STS_NOTSUPP },
@@ -252,7 +252,7 @@ static void test_split_max_sectors(void **state)
 {
 	struct mock_config cfg = { .completion = MOCK_COMPLETE_DEFER };
 	struct rq_queue_limits lim;
-	struct rq_queue_config qc = { .limits = &lim };
+	struct rq_queue_config qc = { RQ_QUEUE_CONFIG_INIT, .limits = &lim };
 	struct mock_dev *m;
 	struct fx_rec rec;
 	struct rq_queue_stats st;
@@ -265,7 +265,7 @@ static void test_split_max_sectors(void **state)
 	assert_true(mock_wait_held(m, 8, 10000));
 	nr = check_pieces(m, 128, 16, 128);
 	assert_int_equal(nr, 8);
-	rq_queue_get_stats(m->q, &st);
+	rq_queue_get_stats(m->q, &st, sizeof(st));
 	assert_true(st.splits >= 1);
 
 	/* all but one end: the bio waits; one of them fails */
@@ -288,7 +288,7 @@ static void test_split_max_segments(void **state)
 {
 	struct mock_config cfg = { .completion = MOCK_COMPLETE_DEFER };
 	struct rq_queue_limits lim;
-	struct rq_queue_config qc = { .limits = &lim };
+	struct rq_queue_config qc = { RQ_QUEUE_CONFIG_INIT, .limits = &lim };
 	struct mock_dev *m;
 	struct mock_io io;
 	struct rq_bio *bio;
@@ -421,7 +421,7 @@ static void test_queue_rq_error_status(void **state)
 	}
 	assert_int_equal(m->queue_rq_calls, 3);
 	assert_int_equal(mock_nr_held(m), 0);
-	rq_queue_get_stats(m->q, &st);
+	rq_queue_get_stats(m->q, &st, sizeof(st));
 	assert_int_equal(st.errors, 3);
 	assert_int_equal(st.dispatched, 0);
 	fx_put(rec, 3);
@@ -445,7 +445,7 @@ static void test_completion_error_status(void **state)
 	assert_int_equal(rec[1].status, RQ_STS_OK);
 	assert_int_equal(fx_done(&rec[0]), 1);
 	assert_int_equal(fx_done(&rec[1]), 1);
-	rq_queue_get_stats(m->q, &st);
+	rq_queue_get_stats(m->q, &st, sizeof(st));
 	assert_int_equal(st.errors, 1);
 	assert_int_equal(st.completed, 2);
 	fx_put(rec, 2);

@@ -46,6 +46,7 @@ static struct mock_dev *flush_dev(uint32_t features, enum mock_completion c)
 	cfg.completion = c;
 	cfg.mem_bytes = MEM_BYTES;
 	memset(&qc, 0, sizeof(qc));
+	qc.size = sizeof(qc);
 	rq_queue_limits_default(&lim);
 	lim.features = features;
 	qc.limits = &lim;
@@ -123,7 +124,7 @@ static uint64_t stat_flushes(struct mock_dev *m)
 {
 	struct rq_queue_stats st;
 
-	rq_queue_get_stats(m->q, &st);
+	rq_queue_get_stats(m->q, &st, sizeof(st));
 	return st.flushes;
 }
 

@@ -39,6 +39,7 @@ static struct mock_dev *dev(enum mock_completion c, const char *sched)
 	memset(&cfg, 0, sizeof(cfg));
 	cfg.completion = c;
 	memset(&qc, 0, sizeof(qc));
+	qc.size = sizeof(qc);
 	qc.scheduler = sched ? sched : "none";
 	return mock_create(&cfg, &qc);
 }

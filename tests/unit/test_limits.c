@@ -43,6 +43,7 @@ static void test_validate_zero_is_default(void **state)
 
 	(void)state;
 	memset(&lim, 0, sizeof(lim));
+	lim.size = sizeof(lim);
 	rq_queue_limits_default(&def);
 	assert_int_equal(rq_queue_limits_validate(&lim), 0);
 	assert_memory_equal(&lim, &def, sizeof(lim));
@@ -57,11 +58,14 @@ static void test_validate_derived(void **state)
 
 	(void)state;
 	memset(&lim, 0, sizeof(lim));
+	lim.size = sizeof(lim);
 	lim.max_hw_sectors = 1024;
 	assert_int_equal(rq_queue_limits_validate(&lim), 0);
 	assert_int_equal(lim.max_sectors, 1024);
 
 	memset(&lim, 0, sizeof(lim));
+
+	lim.size = sizeof(lim);
 	lim.max_hw_sectors = 8192;
 	lim.logical_block_size = 4096;
 	assert_int_equal(rq_queue_limits_validate(&lim), 0);
@@ -71,6 +75,8 @@ static void test_validate_derived(void **state)
 	assert_int_equal(lim.max_segments, 128);
 
 	memset(&lim, 0, sizeof(lim));
+
+	lim.size = sizeof(lim);
 	lim.logical_block_size = 512;
 	lim.physical_block_size = 4096;
 	lim.max_discard_sectors = 2048;
@@ -87,6 +93,8 @@ static void expect_invalid(void (*mutate)(struct rq_queue_limits *))
 	struct rq_queue_limits lim, copy;
 
 	memset(&lim, 0, sizeof(lim));
+
+	lim.size = sizeof(lim);
 	mutate(&lim);
 	copy = lim;
 	assert_int_equal(rq_queue_limits_validate(&lim), -EINVAL);
@@ -155,6 +163,7 @@ static void test_max_sectors_for_op(void **state)
 
 	(void)state;
 	memset(&lim, 0, sizeof(lim));
+	lim.size = sizeof(lim);
 	lim.logical_block_size = 4096;
 	lim.max_hw_sectors = 2000;
 	lim.max_sectors = 1001;
@@ -183,6 +192,7 @@ static int setup_check(void **state)
 {
 	(void)state;
 	memset(&fx.lim, 0, sizeof(fx.lim));
+	fx.lim.size = sizeof(fx.lim);
 	fx.lim.logical_block_size = 4096;
 	fx.lim.max_discard_sectors = 1024;
 	assert_int_equal(rq_queue_limits_validate(&fx.lim), 0);

@@ -33,7 +33,7 @@ static struct mock_dev *make_dev(const struct devopts *o)
 	struct mock_config cfg = { .completion = o->completion, .mem_bytes = o->mem,
 				   .queue_depth = 128 };
 	struct rq_queue_limits lim;
-	struct rq_queue_config qc = { .limits = &lim, .scheduler = o->sched };
+	struct rq_queue_config qc = { RQ_QUEUE_CONFIG_INIT, .limits = &lim, .scheduler = o->sched };
 
 	rq_queue_limits_default(&lim);
 	if (o->max_hw_sectors)
@@ -101,7 +101,7 @@ static void test_plug_back_merge(void **state)
 	assert_int_equal(ev.sector, 0);
 	assert_int_equal(ev.bytes, 8192);
 	assert_int_equal(ev.nr_segments, 2);
-	rq_queue_get_stats(m->q, &st);
+	rq_queue_get_stats(m->q, &st, sizeof(st));
 	assert_int_equal(st.merges_back, 1);
 	assert_int_equal(st.merges_front, 0);
 	assert_int_equal(st.plug_merges, 1);
@@ -127,7 +127,7 @@ static void test_plug_front_merge(void **state)
 	assert_int_equal(ev.sector, 0);
 	assert_int_equal(ev.bytes, 8192);
 	assert_int_equal(ev.nr_segments, 2);
-	rq_queue_get_stats(m->q, &st);
+	rq_queue_get_stats(m->q, &st, sizeof(st));
 	assert_int_equal(st.merges_front, 1);
 	assert_int_equal(st.merges_back, 0);
 	assert_int_equal(st.plug_merges, 1);
@@ -189,7 +189,7 @@ static void test_no_merge_different_op(void **state)
 	assert_int_equal(mock_count(m, MOCK_QUEUE_RQ), 2);
 	assert_int_equal(issued(m, 0).op, RQ_OP_WRITE);
 	assert_int_equal(issued(m, 1).op, RQ_OP_READ);
-	rq_queue_get_stats(m->q, &st);
+	rq_queue_get_stats(m->q, &st, sizeof(st));
 	assert_int_equal(st.merges_back + st.merges_front, 0);
 	end_all_ok(m, rec, 2);
 	mock_destroy(m);
@@ -211,7 +211,7 @@ static void test_no_merge_nomerge_flag(void **state)
 		assert_int_equal(issued(m, i).sector, sec[i]);
 		assert_int_equal(issued(m, i).bytes, 4096);
 	}
-	rq_queue_get_stats(m->q, &st);
+	rq_queue_get_stats(m->q, &st, sizeof(st));
 	assert_int_equal(st.merges_back + st.merges_front, 0);
 	end_all_ok(m, rec, 4);
 	mock_destroy(m);
@@ -246,7 +246,7 @@ static void test_no_merge_fua_preflush(void **state)
 	}
 	free(evs);
 	assert_int_equal(writes, 6);
-	rq_queue_get_stats(m->q, &st);
+	rq_queue_get_stats(m->q, &st, sizeof(st));
 	assert_int_equal(st.merges_back + st.merges_front, 0);
 	fx_put(rec, 6);
 	mock_destroy(m);
@@ -307,7 +307,7 @@ static void test_nomerges_2(void **state)
 	assert_string_equal(buf, "2\n");
 	plugged(m, rec, 3, RQ_OP_WRITE, sec, NULL);
 	assert_int_equal(mock_count(m, MOCK_QUEUE_RQ), 3);
-	rq_queue_get_stats(m->q, &st);
+	rq_queue_get_stats(m->q, &st, sizeof(st));
 	assert_int_equal(st.merges_back + st.merges_front + st.plug_merges + st.merges_rq, 0);
 	end_all_ok(m, rec, 3);
 	mock_destroy(m);
@@ -326,7 +326,7 @@ static void test_nomerges_1_keeps_plug_merges(void **state)
 	plugged(m, rec, 3, RQ_OP_WRITE, sec, NULL);
 	assert_int_equal(mock_count(m, MOCK_QUEUE_RQ), 1);
 	assert_int_equal(issued(m, 0).bytes, 3 * 4096);
-	rq_queue_get_stats(m->q, &st);
+	rq_queue_get_stats(m->q, &st, sizeof(st));
 	assert_int_equal(st.plug_merges, 2);
 	assert_int_equal(st.merges_back, 2);
 	end_all_ok(m, rec, 3);
@@ -416,7 +416,7 @@ static void test_sched_merges_queued(void **state)
 	for (unsigned i = 0; i < 5; i++)
 		rq_submit_bio(m->q, fx_bio(&rec[i], RQ_OP_WRITE, sec[i], bufs[i], 4096));
 	assert_int_equal(mock_count(m, MOCK_QUEUE_RQ), 0);
-	rq_queue_get_stats(m->q, &st);
+	rq_queue_get_stats(m->q, &st, sizeof(st));
 	assert_int_equal(st.requests, 2);
 	assert_int_equal(st.merges_back + st.merges_front, 3);
 	assert_true(st.merges_back >= 1);
@@ -454,7 +454,7 @@ static void test_sched_nomerges_2(void **state)
 	rq_queue_quiesce(m->q);
 	for (unsigned i = 0; i < 3; i++)
 		rq_submit_bio(m->q, fx_bio(&rec[i], RQ_OP_WRITE, i * 8, bufs[i], 4096));
-	rq_queue_get_stats(m->q, &st);
+	rq_queue_get_stats(m->q, &st, sizeof(st));
 	assert_int_equal(st.requests, 3);
 	assert_int_equal(st.merges_back + st.merges_front + st.merges_rq, 0);
 	rq_queue_unquiesce(m->q);
@@ -521,7 +521,7 @@ static void test_merge_data_integrity(void **state)
 	}
 	fx_put(rec, NBUF);
 	assert_memory_equal(m->mem + base * 512, expect, sizeof(expect));
-	rq_queue_get_stats(m->q, &st);
+	rq_queue_get_stats(m->q, &st, sizeof(st));
 	assert_true(st.merges_back >= NBUF / 2 - 1);
 	assert_true(st.merges_front >= NBUF / 2 - 1);
 

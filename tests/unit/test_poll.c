@@ -95,6 +95,7 @@ static struct rq_bio *read_bio(unsigned opf)
 static void make_queue(struct rq_tag_set **set, struct rq_queue **q)
 {
 	struct rq_tag_set_config cfg = {
+		RQ_TAG_SET_CONFIG_INIT,
 		.ops = &poll_ops,
 		.nr_hw_queues = NR_HW,
 		.nr_poll_queues = 1,
@@ -149,6 +150,7 @@ static void test_polled_bio_reaped_by_poll(void **state)
 static void test_poll_queue_config_checked(void **state)
 {
 	struct rq_tag_set_config cfg = {
+		RQ_TAG_SET_CONFIG_INIT,
 		.ops = &poll_ops,
 		.nr_hw_queues = 2,
 		.nr_poll_queues = 2,

@@ -49,7 +49,7 @@ static void test_resource_alone(void **state)
 	assert_int_equal(e0.sector, 40);
 	assert_int_equal(e1.sector, 40);
 	assert_int_equal(e1.bytes, 4096);
-	rq_queue_get_stats(m->q, &st);
+	rq_queue_get_stats(m->q, &st, sizeof(st));
 	assert_int_equal(st.resource, 1);
 	assert_int_equal(st.dispatched, 1);
 	assert_int_equal(st.completed, 1);
@@ -285,7 +285,7 @@ static void test_random_resource_storm(void **state)
 	for (unsigned i = 0; i < N; i++)
 		bad += fx_done(&rec[i]) != 1 || rec[i].status != RQ_STS_OK;
 	assert_int_equal(bad, 0);
-	rq_queue_get_stats(m->q, &st);
+	rq_queue_get_stats(m->q, &st, sizeof(st));
 	assert_true(st.resource > 0);
 	assert_int_equal(st.completed, st.requests);
 	assert_int_equal(st.errors, 0);

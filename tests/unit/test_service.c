@@ -95,7 +95,7 @@ static void test_refused_once_thread_runs(void **state)
 		struct rq_tag_set *set;
 		struct rq_queue *q;
 		struct rq_mq_ops ops = { RQ_MQ_OPS_INIT, .queue_rq = end_at_once };
-		struct rq_tag_set_config sc = { .ops = &ops, .nr_hw_queues = 1,
+		struct rq_tag_set_config sc = { RQ_TAG_SET_CONFIG_INIT, .ops = &ops, .nr_hw_queues = 1,
 						.queue_depth = 4, .numa_node = -1 };
 
 		if (rq_tag_set_alloc(&sc, &set) || rq_mq_alloc_queue(set, NULL, &q))
@@ -128,6 +128,7 @@ static void test_manual_owns_no_thread(void **state)
 	assert_true(rq_service_fd() >= 0);
 	before = nr_threads();
 	memset(&qc, 0, sizeof(qc));
+	qc.size = sizeof(qc);
 	qc.scheduler = "mq-deadline";
 	m = mock_create(&cfg, &qc);
 	rq_submit_bio(m->q, mock_bio(&io, RQ_OP_READ, 0, buf, 4096));

@@ -99,6 +99,7 @@ static unsigned held_by(struct rq_queue *q)
 static void make(unsigned flags, struct rq_tag_set **set, struct rq_queue **a, struct rq_queue **b)
 {
 	struct rq_tag_set_config cfg = {
+		RQ_TAG_SET_CONFIG_INIT,
 		.ops = &hold_ops,
 		.nr_hw_queues = 1,
 		.queue_depth = DEPTH,

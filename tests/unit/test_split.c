@@ -41,6 +41,7 @@ static void limits(struct rq_queue_limits *lim, uint32_t max_sectors, uint32_t m
 		   uint32_t max_segment_size)
 {
 	memset(lim, 0, sizeof(*lim));
+	lim->size = sizeof(*lim);
 	lim->max_hw_sectors = max_sectors;
 	lim->max_sectors = max_sectors;
 	lim->max_segments = max_segments;
@@ -187,6 +188,7 @@ static void test_seg_boundary(void **state)
 
 	(void)state;
 	memset(&lim, 0, sizeof(lim));
+	lim.size = sizeof(lim);
 	lim.seg_boundary_mask = 0xffff;
 	lim.max_hw_sectors = 2048;
 	assert_int_equal(rq_queue_limits_validate(&lim), 0);
@@ -238,6 +240,7 @@ static void test_lbs_alignment(void **state)
 
 	(void)state;
 	memset(&lim, 0, sizeof(lim));
+	lim.size = sizeof(lim);
 	lim.logical_block_size = 4096;
 	lim.max_segments = 3;
 	assert_int_equal(rq_queue_limits_validate(&lim), 0);
@@ -276,6 +279,7 @@ static void test_pbs_end_alignment(void **state)
 
 	(void)state;
 	memset(&lim, 0, sizeof(lim));
+	lim.size = sizeof(lim);
 	lim.physical_block_size = 4096;
 	lim.max_hw_sectors = 20;
 	assert_int_equal(rq_queue_limits_validate(&lim), 0);
@@ -303,6 +307,7 @@ static void test_discard_split(void **state)
 
 	(void)state;
 	memset(&lim, 0, sizeof(lim));
+	lim.size = sizeof(lim);
 	lim.max_discard_sectors = 1000;
 	lim.discard_granularity = 64 * KiB; /* 128 sectors */
 	assert_int_equal(rq_queue_limits_validate(&lim), 0);
@@ -342,6 +347,7 @@ static void test_write_zeroes_and_flush(void **state)
 
 	(void)state;
 	memset(&lim, 0, sizeof(lim));
+	lim.size = sizeof(lim);
 	lim.max_write_zeroes_sectors = 100;
 	assert_int_equal(rq_queue_limits_validate(&lim), 0);
 	rq_bio_init(&bio, NULL, 0);
@@ -403,6 +409,8 @@ static void test_property_random_layouts(void **state)
 		rq_status_t st;
 
 		memset(&lim, 0, sizeof(lim));
+
+		lim.size = sizeof(lim);
 		lim.logical_block_size = lbs;
 		lim.max_segments = 1 + rng(16);
 		lim.max_segment_size = seg_sizes[rng(4)];

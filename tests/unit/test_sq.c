@@ -163,6 +163,7 @@ static struct rq_queue *mkq(unsigned nr_requests, unsigned features)
 {
 	struct rq_queue_limits lim;
 	struct rq_sq_config cfg = {
+		RQ_SQ_CONFIG_INIT,
 		.ops = &drv_ops,
 		.scheduler = "sqtest-fifo",
 		.nr_requests = nr_requests,
@@ -217,7 +218,7 @@ static void test_plug_merges(void **state)
 	assert_int_equal(atomic_load(&ended), 64);
 	/* default limits: 255 sectors per request -> 31 bios of 8 sectors each */
 	assert_true(drv.nr_seen >= 2 && drv.nr_seen <= 3);
-	rq_queue_get_stats(q, &st);
+	rq_queue_get_stats(q, &st, sizeof(st));
 	assert_int_equal(st.merges_back + st.merges_front, 64 - drv.nr_seen);
 	rq_queue_destroy(q);
 }

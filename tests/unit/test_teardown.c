@@ -35,6 +35,7 @@ static struct mock_dev *dev(enum mock_completion c, const char *sched)
 	memset(&cfg, 0, sizeof(cfg));
 	cfg.completion = c;
 	memset(&qc, 0, sizeof(qc));
+	qc.size = sizeof(qc);
 	qc.scheduler = sched ? sched : "none";
 	return mock_create(&cfg, &qc);
 }
@@ -47,6 +48,7 @@ static void destroy_queue(struct mock_dev *m)
 	rq_queue_destroy(m->q);
 	m->q = NULL;
 	memset(&qc, 0, sizeof(qc));
+	qc.size = sizeof(qc);
 	qc.queuedata = m;
 	qc.scheduler = "none";
 	qc.capacity = (1ull << 30) >> RQ_SECTOR_SHIFT;

@@ -48,7 +48,7 @@ static uint64_t stat_timeouts(struct mock_dev *m)
 {
 	struct rq_queue_stats st;
 
-	rq_queue_get_stats(m->q, &st);
+	rq_queue_get_stats(m->q, &st, sizeof(st));
 	return st.timeouts;
 }
 

@@ -125,7 +125,7 @@ struct mq_dev {
 
 static struct mq_dev mq_make(enum hook_action action)
 {
-	struct rq_tag_set_config sc = { .ops = &mq_ops, .nr_hw_queues = 1, .queue_depth = 1,
+	struct rq_tag_set_config sc = { RQ_TAG_SET_CONFIG_INIT, .ops = &mq_ops, .nr_hw_queues = 1, .queue_depth = 1,
 					.numa_node = -1 };
 	struct rq_queue_config qc;
 	struct mq_dev d;
@@ -133,6 +133,7 @@ static struct mq_dev mq_make(enum hook_action action)
 	memset(&drv, 0, sizeof(drv));
 	drv.action = action;
 	memset(&qc, 0, sizeof(qc));
+	qc.size = sizeof(qc);
 	qc.capacity = 1 << 20;
 	qc.scheduler = "none";
 	assert_int_equal(rq_tag_set_alloc(&sc, &d.set), 0);
@@ -237,6 +238,7 @@ static void test_sq_end_in_timeout(void **state)
 	memset(&drv, 0, sizeof(drv));
 	drv.action = HOOK_END_SQ;
 	memset(&cfg, 0, sizeof(cfg));
+	cfg.size = sizeof(cfg);
 	cfg.ops = &sq_ops;
 	cfg.capacity = 1 << 20;
 	cfg.scheduler = "noop";

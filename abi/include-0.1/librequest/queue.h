@@ -44,12 +44,15 @@ struct rq_queue;
  * Sector counts are in 512-byte sectors.
  */
 struct rq_queue_limits {
+	uint32_t size;                /* sizeof(struct rq_queue_limits) as the caller knew
+					 it; rq_queue_limits_default() sets it */
 	uint32_t logical_block_size;  /* bytes; 512 */
 	uint32_t physical_block_size; /* bytes; logical_block_size */
 	uint32_t max_hw_sectors;      /* hard cap per request; 255 */
 	uint32_t max_sectors;         /* soft cap; min(max_hw_sectors, 2560) */
 	uint32_t max_segments;        /* data segments per request; 128 */
 	uint32_t max_segment_size;    /* bytes per segment; 65536 */
+	uint32_t reserved;            /* zero */
 	uint64_t seg_boundary_mask;   /* a segment never crosses it; 0xffffffff */
 	uint32_t max_discard_sectors; /* 0: discard unsupported */
 	uint32_t discard_granularity; /* bytes; logical_block_size */
@@ -89,12 +92,15 @@ int rq_queue_limits_validate(struct rq_queue_limits *lim);
 /**
  * rq_queue_get_limits() - copy of the queue's current limits.
  * @q: the queue.
- * @lim: receives the limits.
+ * @lim: receives the limits: the first @size bytes, size set to what was
+ *	filled (a later release's longer struct is cut to the caller's).
+ * @size: sizeof(*@lim) as the caller knows it.
  *
  * Context: any thread; takes no lock, never blocks.  A concurrent write of
  * the max_sectors_kb attribute may or may not be seen.
+ * Return: 0, or -EINVAL when @size cannot hold the size field.
  */
-void rq_queue_get_limits(struct rq_queue *q, struct rq_queue_limits *lim);
+int rq_queue_get_limits(struct rq_queue *q, struct rq_queue_limits *lim, size_t size);
 
 /**
  * rq_queue_set_capacity() - set the device size.
@@ -160,6 +166,7 @@ struct rq_plug {
 	unsigned long cached_tags; /* core: tags taken ahead in one batch */
 	unsigned cached_off;       /* core: bitmap bit of cached bit 0 */
 	struct rq_queue *cache_q;  /* core: queue whose usage cached scheduler tags hold */
+	void *reserved[4];         /* core: room for a later release, zero */
 };
 
 /** Requests a plug holds before it flushes by itself (BLK_MAX_REQUEST_COUNT). */
@@ -475,6 +482,7 @@ void rq_queue_unquiesce(struct rq_queue *q);
 
 /** struct rq_queue_stats - counters kept by every queue. */
 struct rq_queue_stats {
+	uint32_t size;           /* bytes rq_queue_get_stats() filled */
 	uint64_t bios;           /* bios submitted (after splits: pieces) */
 	uint64_t splits;         /* bios split */
 	uint64_t requests;       /* requests allocated */
@@ -573,15 +581,17 @@ uint64_t rq_service_clock_ns(void);
 /**
  * rq_queue_get_stats() - sum the queue's counters.
  * @q: the queue.
- * @st: receives the sums.
+ * @st: receives the sums: the first @size bytes, size set to what was filled.
+ * @size: sizeof(*@st) as the caller knows it.
  *
  * The counters are summed one by one while I/O goes on: the sums are not
  * one instant's.
  *
  * Context: any thread, not from a driver or scheduler hook; takes the
  * queue's statistics mutex briefly.
+ * Return: 0, or -EINVAL when @size cannot hold the size field.
  */
-void rq_queue_get_stats(struct rq_queue *q, struct rq_queue_stats *st);
+int rq_queue_get_stats(struct rq_queue *q, struct rq_queue_stats *st, size_t size);
 
 /**
  * rq_queue_destroy() - tear a queue down.

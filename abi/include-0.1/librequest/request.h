@@ -3,10 +3,11 @@
  * librequest: requests, what a driver receives.
  *
  * A request is one or more contiguous bios of the same operation, built and
- * merged by the library within the queue's limits.  Its layout is public so
- * drivers and schedulers read it without calls; fields marked "core" are the
- * library's and must not be written by drivers.  The driver's per-request
- * payload (cmd_size bytes of the tag set) follows the struct: rq_request_pdu().
+ * merged by the library within the queue's limits.  Its public part is laid
+ * out here so drivers and schedulers read it without calls; fields marked
+ * "core" are the library's and must not be written by drivers.  The
+ * library's own fields and the driver's per-request payload (cmd_size bytes
+ * of the tag set) are elsewhere: rq_request_pdu().
  */
 #ifndef LIBREQUEST_REQUEST_H
 #define LIBREQUEST_REQUEST_H
@@ -46,7 +47,6 @@ struct rq_rb_root {
 
 struct rq_queue;
 struct rq_hw_ctx;
-struct rq_sw_ctx;
 
 /** enum rq_state - life of a request, changed atomically by the core. */
 enum rq_state {
@@ -72,12 +72,17 @@ enum rq_state {
 #define RQ_RQF_FLUSH_INTERNAL (1u << 12) /* the flush machinery's own request */
 
 /**
- * struct rq_request - a request as the driver sees it.
+ * struct rq_request - a request as drivers and schedulers see it.
+ *
+ * The library keeps its own fields behind this part and the driver's
+ * payload behind those: never allocate, copy or embed a struct rq_request,
+ * and never compute the payload's place from sizeof(struct rq_request);
+ * use rq_request_pdu() and rq_request_from_pdu().  Later releases only add
+ * fields at the end.  Fields marked "core" are the library's to write.
  */
 struct rq_request {
 	struct rq_queue *q;       /* owning queue */
-	struct rq_hw_ctx *hctx;   /* hardware queue it is dispatched on */
-	struct rq_sw_ctx *ctx;    /* software queue it was made on */
+	struct rq_hw_ctx *hctx;   /* hardware queue it is dispatched on (mq) */
 	uint64_t sector;          /* first sector (512 B units) */
 	uint32_t bytes;           /* data bytes not yet completed */
 	uint32_t opf;             /* RQ_BIO_* flags */
@@ -85,50 +90,43 @@ struct rq_request {
 	uint8_t state;            /* enum rq_state; core, atomic */
 	uint16_t ioprio;          /* RQ_IOPRIO_VALUE() */
 	uint16_t nr_segments;     /* data segments the driver will see */
-	uint8_t core_busy;        /* core: the timeout handler holds it */
-	uint8_t complete_status;  /* core: status given to rq_mq_complete_request */
+	uint16_t reserved16;      /* core */
 	int32_t tag;              /* driver tag, -1 until dispatch */
 	int32_t internal_tag;     /* scheduler tag, -1 without a scheduler */
 	uint32_t rq_flags;        /* RQ_RQF_*; core */
 	int32_t cpu;              /* CPU of the submitter */
-	uint32_t gen;             /* core: bumped at every issue */
 	uint64_t start_time_ns;   /* allocated */
 	uint64_t io_start_time_ns; /* handed to the driver */
-	uint64_t deadline_ns;     /* timeout deadline; core */
 	uint64_t fifo_time;       /* for schedulers: FIFO expiry */
 	struct rq_bio *bio;       /* first bio */
 	struct rq_bio *biotail;   /* last bio */
 	struct rq_request *rq_next; /* batch lists (plug, queue_rqs) */
 	struct rq_list_node queuelist; /* owned by whoever queues it */
-	struct rq_hlist_node hash;     /* core: back-merge hash */
 	struct rq_rb_node rb_node;     /* schedulers: sort tree */
 	void *elv_priv[2];             /* schedulers: private */
 	struct rq_io_context *ioc;     /* io context of the first bio */
-	void (*end_io)(struct rq_request *rq, rq_status_t status); /* core */
-	void *end_io_data;             /* core */
-	struct {
-		uint32_t seq;          /* flush steps done */
-		uint32_t saved_opf;
-		void (*saved_end_io)(struct rq_request *, rq_status_t);
-		struct rq_list_node list;
-	} flush;                       /* core: flush sequencing */
-	/* the driver payload follows, at sizeof(struct rq_request) (8-aligned) */
+	void *pdu;                     /* core: the driver payload (rq_request_pdu()) */
 };
 
 /**
- * rq_request_pdu() - the driver's cmd_size bytes that follow a request.
+ * rq_request_pdu() - the driver's cmd_size bytes of a request (8-aligned).
+ * Context: any.
+ * Return: the payload; stable for the request's life.
  */
 static inline void *rq_request_pdu(struct rq_request *rq)
 {
-	return (void *)(rq + 1);
+	return rq->pdu;
 }
 
 /**
- * rq_request_from_pdu() - the request a driver payload belongs to.
+ * rq_request_from_pdu() - the request a driver payload belongs to (the
+ * word just before the payload names it).
+ * Context: any.
+ * Return: the request.
  */
 static inline struct rq_request *rq_request_from_pdu(void *pdu)
 {
-	return (struct rq_request *)pdu - 1;
+	return ((struct rq_request **)pdu)[-1];
 }
 
 /** rq_request_sectors() - sectors not yet completed. */

@@ -319,8 +319,8 @@ static void expect_attr(struct rq_queue *q, const char *name, const char *want)
 int main(void)
 {
 	size_t size = (size_t)DISK_SECTORS << RQ_SECTOR_SHIFT;
-	struct rq_tag_set_config sc = { 0 };
-	struct rq_queue_config qc = { 0 };
+	struct rq_tag_set_config sc = { RQ_TAG_SET_CONFIG_INIT };
+	struct rq_queue_config qc = { RQ_QUEUE_CONFIG_INIT };
 	struct rq_queue_stats st = { 0 };
 	struct rq_tag_set *set = NULL;
 	struct rq_queue *q = NULL;
@@ -384,7 +384,7 @@ int main(void)
 	expect_attr(q, "scheduler", "[none]");
 	read_and_compare(q, src, "after the switch to none");
 
-	rq_queue_get_stats(q, &st);
+	rq_queue_get_stats(q, &st, sizeof(st));
 	if (st.completed < 2 * (size / IO_BYTES) || st.errors)
 		fail("statistics: %llu requests completed, %llu errors",
 		     (unsigned long long)st.completed, (unsigned long long)st.errors);
