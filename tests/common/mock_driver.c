@@ -613,7 +613,7 @@ bool mock_wait_held(struct mock_dev *m, unsigned n, unsigned timeout_ms)
 			return true;
 		if (fixture_now_ms() >= end)
 			return false;
-		fixture_sleep_us(200);
+		fx_poll_pause();
 	}
 }
 
@@ -626,7 +626,7 @@ bool mock_wait_count(struct mock_dev *m, enum mock_call call, unsigned n, unsign
 			return true;
 		if (fixture_now_ms() >= end)
 			return false;
-		fixture_sleep_us(200);
+		fx_poll_pause();
 	}
 }
 

@@ -483,7 +483,7 @@ bool sq_wait_held(struct sq_dev *d, unsigned n, unsigned timeout_ms)
 			return true;
 		if (fixture_now_ms() >= end)
 			return false;
-		fixture_sleep_us(200);
+		fx_poll_pause();
 	}
 }
 
@@ -584,7 +584,7 @@ void sq_drain(struct sq_dev *d, struct fx_rec *recs, unsigned n)
 			return;
 		if (fixture_now_ms() > end)
 			fail_msg("%u of %u bios never ended", n - i, n);
-		fixture_sleep_us(200);
+		fx_poll_pause();
 	}
 }
 

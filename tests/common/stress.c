@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <cmocka.h>
 
 #include "fixtures.h"
@@ -194,7 +195,7 @@ static bool wait_idle(struct worker *w)
 			w->wait_timeout = true;
 			return false;
 		}
-		fixture_sleep_us(100);
+		fx_poll_pause();
 	}
 	return true;
 }
@@ -223,6 +224,18 @@ static void *worker_thread(void *arg)
 }
 
 /*
+ * pace_ms() - the run's rhythm (the watchdog's look, the time between two
+ * switches): real time the soak spends, never a wait for another thread's
+ * state, which the checks observe directly.
+ */
+static void pace_ms(unsigned ms)
+{
+	struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L };
+
+	nanosleep(&ts, NULL);
+}
+
+/*
  * A hang (a lost wakeup, a switch that never drains) would otherwise sit
  * until meson's timeout: say what is stuck and abort instead.
  */
@@ -246,7 +259,7 @@ static void *watchdog_main(void *arg)
 			fprintf(stderr, "\n");
 			abort();
 		}
-		fixture_sleep_us(100000);
+		pace_ms(100);
 	}
 	return NULL;
 }
@@ -340,7 +353,7 @@ void stress_run(struct rq_queue *q, const struct stress_config *cfg, struct stre
 		if (cfg->after_switch)
 			cfg->after_switch(q, res->switches);
 		res->switches++;
-		fixture_sleep_us(2000);
+		pace_ms(2);
 	}
 	for (unsigned t = 0; t < cfg->threads; t++)
 		pthread_join(th[t], NULL);
