@@ -57,6 +57,20 @@ pid_t fx_gettid(void);
  */
 bool fx_wait_blocked(const pid_t *tid, const int *returned, unsigned timeout_ms);
 
+/**
+ * FX_WAIT_FOR() - poll @cond (fx_poll_pause() between looks) until it holds
+ * or @ms of real time passed: the bound that fails a test, never a delay.
+ * Evaluates to @cond's last value.
+ */
+#define FX_WAIT_FOR(cond, ms)                                               \
+	({                                                                  \
+		uint64_t fx_end_ = fixture_now_ms() + (ms);                 \
+		bool fx_ok_;                                                \
+		while (!(fx_ok_ = (cond)) && fixture_now_ms() < fx_end_)    \
+			fx_poll_pause();                                    \
+		fx_ok_;                                                     \
+	})
+
 /*
  * A virtual library clock for a test program: installed once with
  * rq_clock_set_source(), it moves only when the test moves it.  With

@@ -485,15 +485,7 @@ struct rq_request *sq_held(struct sq_dev *d, unsigned i)
 
 bool sq_wait_held(struct sq_dev *d, unsigned n, unsigned timeout_ms)
 {
-	uint64_t end = fixture_now_ms() + timeout_ms;
-
-	for (;;) {
-		if (sq_nr_held(d) >= n)
-			return true;
-		if (fixture_now_ms() >= end)
-			return false;
-		fx_poll_pause();
-	}
+	return FX_WAIT_FOR(sq_nr_held(d) >= n, timeout_ms);
 }
 
 /* Take held request @i off the list (it stays counted in the device). */

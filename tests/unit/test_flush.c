@@ -26,16 +26,6 @@
 #define WC_FUA (RQ_FEAT_WRITE_CACHE | RQ_FEAT_FUA)
 #define WC_NOFUA RQ_FEAT_WRITE_CACHE
 
-/* Wait up to @ms for @cond; evaluates to its final value. */
-#define WAIT_FOR(cond, ms)                                                  \
-	({                                                                  \
-		uint64_t end_ = fixture_now_ms() + (ms);                    \
-		bool ok_;                                                   \
-		while (!(ok_ = (cond)) && fixture_now_ms() < end_)          \
-			fx_poll_pause();                              \
-		ok_;                                                        \
-	})
-
 static struct mock_dev *flush_dev(uint32_t features, enum mock_completion c)
 {
 	struct rq_queue_limits lim;
@@ -363,7 +353,7 @@ static void test_preflush_not_served_by_older_flush(void **state)
 	rq_submit_bio(m->q, b);
 
 	/* play the device: complete whatever is held until both bios ended */
-	assert_true(WAIT_FOR(((void)mock_complete_all(m, RQ_STS_OK),
+	assert_true(FX_WAIT_FOR(((void)mock_complete_all(m, RQ_STS_OK),
 			      io_done(&ia) && io_done(&ib)), 10000));
 	mock_wait(&ia);
 	mock_wait(&ib);
@@ -462,7 +452,7 @@ static void test_concurrent_preflush(void **state)
 	for (unsigned t = 0; t < CONC_THREADS; t++)
 		pthread_join(th[t], NULL);
 	assert_int_equal(atomic_load(&c->alloc_fail), 0);
-	assert_true(WAIT_FOR(atomic_load(&c->finished) >= CONC_THREADS * CONC_BIOS, 10000));
+	assert_true(FX_WAIT_FOR(atomic_load(&c->finished) >= CONC_THREADS * CONC_BIOS, 10000));
 	for (unsigned i = 0; i < CONC_THREADS * CONC_BIOS; i++)
 		assert_int_equal(atomic_load(&c->ends[i]), 1);
 	assert_int_equal(atomic_load(&c->bad_status), 0);

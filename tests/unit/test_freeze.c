@@ -21,16 +21,6 @@
 #include "mock_driver.h"
 #include "fixtures.h"
 
-/* Wait up to @ms for @cond; evaluates to its final value. */
-#define WAIT_FOR(cond, ms)                                                  \
-	({                                                                  \
-		uint64_t end_ = fixture_now_ms() + (ms);                    \
-		bool ok_;                                                   \
-		while (!(ok_ = (cond)) && fixture_now_ms() < end_)          \
-			fx_poll_pause();                              \
-		ok_;                                                        \
-	})
-
 static struct mock_dev *dev(enum mock_completion c, const char *sched)
 {
 	struct mock_config cfg;
@@ -103,7 +93,7 @@ static void test_freeze_waits_for_in_flight(void **state)
 	assert_true(fx_wait_blocked(&f.tid, &f.returned, 10000));
 	mock_complete_all(f.m, RQ_STS_OK);
 
-	assert_true(WAIT_FOR(__atomic_load_n(&f.returned, __ATOMIC_ACQUIRE) == 1, 10000));
+	assert_true(FX_WAIT_FOR(__atomic_load_n(&f.returned, __ATOMIC_ACQUIRE) == 1, 10000));
 	pthread_join(th, NULL);
 	assert_int_equal(io_finish(&a), RQ_STS_OK);
 	assert_int_equal(io_finish(&b), RQ_STS_OK);
@@ -154,7 +144,7 @@ static void test_submit_while_frozen_waits(void **state)
 	assert_int_equal(io_done(&s.io), 0);
 
 	rq_queue_unfreeze(s.m->q);
-	assert_true(WAIT_FOR(__atomic_load_n(&s.returned, __ATOMIC_ACQUIRE) == 1, 10000));
+	assert_true(FX_WAIT_FOR(__atomic_load_n(&s.returned, __ATOMIC_ACQUIRE) == 1, 10000));
 	pthread_join(th, NULL);
 	assert_int_equal(io_finish(&s.io), RQ_STS_OK);
 	assert_int_equal(mock_count(s.m, MOCK_QUEUE_RQ), 1);
@@ -348,12 +338,12 @@ static void test_quiesce_under_load(void **state)
 	c1 = mock_count(s->m, MOCK_QUEUE_RQ);
 	sub1 = atomic_load(&s->submitted);
 	/* the submitter keeps going: 8 more bios, and none is dispatched */
-	assert_true(WAIT_FOR(atomic_load(&s->submitted) >= sub1 + 8, 10000));
+	assert_true(FX_WAIT_FOR(atomic_load(&s->submitted) >= sub1 + 8, 10000));
 	assert_int_equal(mock_count(s->m, MOCK_QUEUE_RQ), c1);
 	rq_queue_unquiesce(s->m->q);
 
 	pthread_join(th, NULL);
-	assert_true(WAIT_FOR(atomic_load(&s->finished) >= STREAM_BIOS, 10000));
+	assert_true(FX_WAIT_FOR(atomic_load(&s->finished) >= STREAM_BIOS, 10000));
 	/* after destroy no end_io can come: a second one would show here */
 	mock_destroy(s->m);
 	for (unsigned i = 0; i < STREAM_BIOS; i++)

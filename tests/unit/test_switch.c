@@ -21,16 +21,6 @@
 #include "mock_driver.h"
 #include "fixtures.h"
 
-/* Wait up to @ms for @cond; evaluates to its final value. */
-#define WAIT_FOR(cond, ms)                                                  \
-	({                                                                  \
-		uint64_t end_ = fixture_now_ms() + (ms);                    \
-		bool ok_;                                                   \
-		while (!(ok_ = (cond)) && fixture_now_ms() < end_)          \
-			fx_poll_pause();                              \
-		ok_;                                                        \
-	})
-
 /* ------------------------------------------- a counting FIFO scheduler */
 
 #define TOY_NAME "switch-toy"
@@ -400,7 +390,7 @@ static void test_switch_waits_for_held(void **state)
 	assert_true(fx_switch_blocked(&s));
 	assert_false(fx_switch_done(&s));
 	mock_complete_all(m, RQ_STS_OK);
-	assert_true(WAIT_FOR(fx_switch_done(&s), 10000));
+	assert_true(FX_WAIT_FOR(fx_switch_done(&s), 10000));
 	assert_int_equal(fx_switch_join(&s), 0);
 	mock_wait(&io);
 	assert_int_equal(io.status, RQ_STS_OK);
@@ -504,7 +494,7 @@ static void test_switch_under_load(void **state)
 		switches++;
 		/* the next switch once some I/O went through this scheduler */
 		seen = atomic_load(&l->finished);
-		assert_true(WAIT_FOR(atomic_load(&l->finished) >= seen + 16 * (1 + switches % 4) ||
+		assert_true(FX_WAIT_FOR(atomic_load(&l->finished) >= seen + 16 * (1 + switches % 4) ||
 				     atomic_load(&l->submitters_done) == LOAD_THREADS, 10000));
 	}
 	for (unsigned t = 0; t < LOAD_THREADS; t++)
@@ -512,7 +502,7 @@ static void test_switch_under_load(void **state)
 	assert_int_equal(failures, 0);
 	assert_true(switches >= 2);
 	assert_int_equal(atomic_load(&l->alloc_fail), 0);
-	assert_true(WAIT_FOR(atomic_load(&l->finished) >= LOAD_THREADS * LOAD_BIOS, 10000));
+	assert_true(FX_WAIT_FOR(atomic_load(&l->finished) >= LOAD_THREADS * LOAD_BIOS, 10000));
 	fixture_fifo_stats(&f1);
 	assert_true(f1.inserted > f0.inserted);
 	print_message("switches: %u\n", switches);
