@@ -7,9 +7,9 @@
 
 #include <pthread.h>
 #include <stdbool.h>
-#include <sys/types.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include <librequest/librequest.h>
 
@@ -87,8 +87,9 @@ void fx_vclock_set(uint64_t ns);
  * fx_serve_until() - drive the service as an event loop does, up to
  * virtual time @t: call rq_service_run() and move the virtual clock to each
  * time it asks for while that is before @t, then move to @t and do what is
- * due there (fx_service_due()).  Aborts if the service is not
- * application-driven or never settles.
+ * due there (fx_service_due()).  Needs fx_vclock_install() and
+ * rq_service_manual(); aborts if the service is not application-driven or
+ * never settles.
  */
 void fx_serve_until(uint64_t t);
 
