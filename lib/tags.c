@@ -771,7 +771,12 @@ void sbq_wake_all(struct sbitmap_queue *sbq)
 {
 	unsigned i;
 
-	atomic_thread_fence(memory_order_seq_cst);
+	/*
+	 * No fence needed: every wait state's wake_seq moves under its mutex,
+	 * and a sleeper reads it under the same mutex before it sleeps, so
+	 * what the caller set before this call is seen by every sleeper that
+	 * wakes (or never slept).
+	 */
 	for (i = 0; i < SBQ_WAIT_QUEUES; i++)
 		sbq_ws_wake(&sbq->ws[i]);
 }

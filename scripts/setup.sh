@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: LGPL-2.1-or-later
 # Install what librequest needs on Debian 12 (as root, or with sudo), then
-# configure and build it in build/ (or $BUILD_DIR).  Idempotent: apt is
+# configure (-Dwerror=true) and build it in build/ (or $BUILD_DIR).  Idempotent: apt is
 # skipped when every package is already installed, and an existing build
 # directory is reconfigured rather than made again.
 set -euo pipefail
@@ -47,9 +47,11 @@ else
 	echo "setup:   ${packages[*]}" >&2
 fi
 
+# -Dwerror=true: CI builds treat every warning as an error.
 if [[ -f $build_dir/build.ninja ]]; then
-	meson setup --reconfigure "$build_dir" || meson setup --wipe "$build_dir"
+	meson setup --reconfigure "$build_dir" -Dwerror=true ||
+		meson setup --wipe "$build_dir" -Dwerror=true
 else
-	meson setup "$build_dir"
+	meson setup "$build_dir" -Dwerror=true
 fi
 ninja -C "$build_dir"

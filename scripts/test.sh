@@ -2,8 +2,10 @@
 # SPDX-License-Identifier: LGPL-2.1-or-later
 # Set up and build librequest, then run every test suite:
 #   build/       all suites (unit, sched, stress, build, integration)
-#   build-asan/  unit + sched under AddressSanitizer + UBSan
-#   build-tsan/  stress, unit and sched under ThreadSanitizer (when a stress test exists)
+#   build-asan/  unit, sched and stress under AddressSanitizer + UBSan
+#   build-tsan/  stress, unit and sched under ThreadSanitizer (when a stress test
+#                exists), minus suite no-tsan (the tsan setup excludes it)
+# Every build is configured with -Dwerror=true.
 # SKIP_SANITIZERS=1 runs only the first.  BUILD_DIR renames build/ (the
 # sanitizer builds go to $BUILD_DIR-asan and $BUILD_DIR-tsan).
 #
@@ -21,11 +23,12 @@ runs=()   # "label|build dir|meson test exit status"
 
 say() { printf '\n=== %s\n' "$*"; }
 
-# meson_setup DIR OPTIONS...: configure DIR, or reconfigure it with OPTIONS
-# (wiping it if that fails).
+# meson_setup DIR OPTIONS...: configure DIR with -Dwerror=true and OPTIONS,
+# or reconfigure it so (wiping it if that fails).
 meson_setup() {
 	local dir=$1
 	shift
+	set -- -Dwerror=true "$@"
 	if [[ -f $dir/build.ninja ]]; then
 		meson setup --reconfigure "$dir" "$@" || meson setup --wipe "$dir" "$@"
 	else
@@ -72,10 +75,10 @@ else
 		say "ASan+UBSan build ($asan_dir)"
 		if meson_setup "$asan_dir" -Dbuildtype=debugoptimized \
 			-Db_sanitize=address,undefined -Db_lundef=false; then
-			run_tests "unit+sched (asan)" "$asan_dir" --setup asan \
-				--suite unit --suite sched --num-processes 2
+			run_tests "unit+sched+stress (asan)" "$asan_dir" --setup asan \
+				--suite unit --suite sched --suite stress --num-processes 2
 		else
-			runs+=("unit+sched (asan): setup failed|$asan_dir|1")
+			runs+=("unit+sched+stress (asan): setup failed|$asan_dir|1")
 		fi
 	else
 		say "no unit or sched tests: ASan build skipped"
@@ -84,7 +87,7 @@ else
 		say "TSan build ($tsan_dir)"
 		if meson_setup "$tsan_dir" -Dbuildtype=debugoptimized -Db_sanitize=thread; then
 			run_tests "stress+unit+sched (tsan)" "$tsan_dir" --setup tsan \
-				--suite stress --suite unit --suite sched --no-suite no-tsan \
+				--suite stress --suite unit --suite sched \
 				--num-processes 2
 		else
 			runs+=("stress+unit+sched (tsan): setup failed|$tsan_dir|1")

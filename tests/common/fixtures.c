@@ -12,11 +12,14 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "fixtures.h"
 
@@ -350,11 +353,100 @@ uint64_t fixture_now_ms(void)
 	return (uint64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-void fixture_sleep_us(unsigned us)
+void fx_poll_pause(void)
 {
-	struct timespec ts = { .tv_sec = us / 1000000, .tv_nsec = (long)(us % 1000000) * 1000 };
+	sched_yield();
+}
 
-	nanosleep(&ts, NULL);
+pid_t fx_gettid(void)
+{
+	return (pid_t)syscall(SYS_gettid);
+}
+
+/* Is thread @tid asleep (state S in /proc)? */
+static bool thread_sleeping(pid_t tid)
+{
+	char path[64], buf[512], *p;
+	FILE *f;
+	size_t n;
+
+	snprintf(path, sizeof(path), "/proc/self/task/%d/stat", (int)tid);
+	f = fopen(path, "r");
+	if (!f)
+		return false;
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	p = strrchr(buf, ')');
+	return p && p[1] == ' ' && p[2] == 'S';
+}
+
+bool fx_wait_blocked(const pid_t *tid, const int *returned, unsigned timeout_ms)
+{
+	uint64_t end = fixture_now_ms() + timeout_ms;
+	unsigned sleeping = 0;
+
+	while (sleeping < 20) {
+		pid_t t = __atomic_load_n(tid, __ATOMIC_ACQUIRE);
+
+		if (__atomic_load_n(returned, __ATOMIC_ACQUIRE) || fixture_now_ms() > end)
+			return false;
+		sleeping = t && thread_sleeping(t) ? sleeping + 1 : 0;
+		fx_poll_pause();
+	}
+	return !__atomic_load_n(returned, __ATOMIC_ACQUIRE);
+}
+
+/* ------------------------------------------------------------ virtual clock */
+
+static _Atomic uint64_t vclock_ns;
+
+static uint64_t vclock_read(void *arg)
+{
+	(void)arg;
+	return atomic_load_explicit(&vclock_ns, memory_order_acquire);
+}
+
+void fx_vclock_install(uint64_t start_ns)
+{
+	atomic_store_explicit(&vclock_ns, start_ns, memory_order_release);
+	rq_clock_set_source(vclock_read, NULL);
+}
+
+uint64_t fx_vclock_now(void)
+{
+	return vclock_read(NULL);
+}
+
+void fx_vclock_set(uint64_t ns)
+{
+	if (ns < fx_vclock_now()) {
+		fprintf(stderr, "fx_vclock_set: %llu is before %llu\n", (unsigned long long)ns,
+			(unsigned long long)fx_vclock_now());
+		abort();
+	}
+	atomic_store_explicit(&vclock_ns, ns, memory_order_release);
+}
+
+void fx_serve_until(uint64_t t)
+{
+	for (unsigned passes = 0;; passes++) {
+		int64_t wait = rq_service_run();
+		uint64_t now = fx_vclock_now();
+
+		if (wait < 0 || passes == 1000000) {
+			fprintf(stderr, "fx_serve_until: rq_service_run: %lld after %u passes\n",
+				(long long)wait, passes);
+			abort();
+		}
+		if (wait == 0)
+			continue;
+		if (now >= t || (uint64_t)wait > t - now)
+			break;
+		fx_vclock_set(now + (uint64_t)wait);
+	}
+	fx_vclock_set(t);
+	fx_service_due();
 }
 
 void *fixture_realloc(void *p, size_t n)
@@ -470,7 +562,7 @@ bool fx_wait(struct fx_rec *recs, unsigned n, unsigned timeout_ms)
 			return true;
 		if (fixture_now_ms() >= end)
 			return false;
-		fixture_sleep_us(100);
+		fx_poll_pause();
 	}
 }
 
@@ -489,6 +581,7 @@ static void *fx_switch_thread(void *arg)
 {
 	struct fx_switch *s = arg;
 
+	__atomic_store_n(&s->tid, fx_gettid(), __ATOMIC_RELEASE);
 	s->ret = rq_queue_attr_set(s->q, "scheduler", s->name);
 	__atomic_store_n(&s->done, 1, __ATOMIC_RELEASE);
 	return NULL;
@@ -500,8 +593,14 @@ void fx_switch_start(struct fx_switch *s, struct rq_queue *q, const char *name)
 	s->name = name;
 	s->ret = 0;
 	s->done = 0;
+	s->tid = 0;
 	if (pthread_create(&s->thread, NULL, fx_switch_thread, s))
 		abort();
+}
+
+bool fx_switch_blocked(struct fx_switch *s)
+{
+	return fx_wait_blocked(&s->tid, &s->done, 10000);
 }
 
 bool fx_switch_done(struct fx_switch *s)

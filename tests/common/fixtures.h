@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include <librequest/librequest.h>
 
@@ -37,8 +38,60 @@ void fixture_fill(void *buf, uint32_t len, uint32_t seed, uint64_t offset);
 /** fixture_now_ms() - CLOCK_MONOTONIC in milliseconds. */
 uint64_t fixture_now_ms(void);
 
-/** fixture_sleep_us() - sleep a little. */
-void fixture_sleep_us(unsigned us);
+/**
+ * fx_poll_pause() - what a bounded polling loop does between two looks at
+ * state another thread changes: gives the CPU away (sched_yield()).  It
+ * never waits for time to pass, so nothing may rely on it for ordering:
+ * the loop's condition is the synchronisation, its deadline the bound.
+ */
+void fx_poll_pause(void);
+
+/** fx_gettid() - the calling thread's kernel id (for fx_wait_blocked()). */
+pid_t fx_gettid(void);
+/**
+ * fx_wait_blocked() - wait until thread *@tid (0 until the thread set it)
+ * sleeps in the kernel (state S in /proc) at 20 looks in a row while
+ * *@returned stays 0: it is blocked inside the call it makes.  Observable
+ * state only; gives up after @timeout_ms.
+ * Return: true if it was seen blocked; false on timeout or once *@returned.
+ */
+bool fx_wait_blocked(const pid_t *tid, const int *returned, unsigned timeout_ms);
+
+/**
+ * FX_WAIT_FOR() - poll @cond (fx_poll_pause() between looks) until it holds
+ * or @ms of real time passed: the bound that fails a test, never a delay.
+ * Evaluates to @cond's last value.
+ */
+#define FX_WAIT_FOR(cond, ms)                                               \
+	({                                                                  \
+		uint64_t fx_end_ = fixture_now_ms() + (ms);                 \
+		bool fx_ok_;                                                \
+		while (!(fx_ok_ = (cond)) && fixture_now_ms() < fx_end_)    \
+			fx_poll_pause();                                    \
+		fx_ok_;                                                     \
+	})
+
+/*
+ * A virtual library clock for a test program: installed once with
+ * rq_clock_set_source(), it moves only when the test moves it.  With
+ * application-driven service (rq_service_manual()) every service deadline
+ * is on it.
+ */
+/** fx_vclock_install() - install the virtual clock, reading @start_ns. */
+void fx_vclock_install(uint64_t start_ns);
+/** fx_vclock_now() - the virtual clock, ns. */
+uint64_t fx_vclock_now(void);
+/** fx_vclock_set() - move the virtual clock to @ns (never back: aborts). */
+void fx_vclock_set(uint64_t ns);
+/**
+ * fx_serve_until() - drive the service as an event loop does, up to
+ * virtual time @t: call rq_service_run() and move the virtual clock to each
+ * time it asks for while that is before @t, then move to @t and do what is
+ * due there (fx_service_due()).  Needs fx_vclock_install() and
+ * rq_service_manual(); aborts if the service is not application-driven or
+ * never settles.
+ */
+void fx_serve_until(uint64_t t);
 
 /** fixture_realloc() - realloc() that aborts when out of memory (any thread: no cmocka). */
 void *fixture_realloc(void *p, size_t n);
@@ -92,10 +145,16 @@ struct fx_switch {
 	pthread_t thread;
 	int ret;             /* rq_queue_attr_set's answer, once done */
 	int done;            /* atomic: the switch returned */
+	pid_t tid;           /* atomic: the switching thread (fx_wait_blocked) */
 };
 
 /** fx_switch_start() - start switching @q to scheduler @name; asserts the thread started. */
 void fx_switch_start(struct fx_switch *s, struct rq_queue *q, const char *name);
+/**
+ * fx_switch_blocked() - wait (bounded, 10 s) until the switch sleeps inside
+ * rq_queue_attr_set without having returned (fx_wait_blocked()).
+ */
+bool fx_switch_blocked(struct fx_switch *s);
 /** fx_switch_done() - has the switch returned? */
 bool fx_switch_done(struct fx_switch *s);
 /** fx_switch_join() - wait for the switch; its answer (0 or -errno). */

@@ -609,28 +609,12 @@ static void deadline_in(struct timespec *ts, unsigned ms)
 
 bool mock_wait_held(struct mock_dev *m, unsigned n, unsigned timeout_ms)
 {
-	uint64_t end = fixture_now_ms() + timeout_ms;
-
-	for (;;) {
-		if (mock_nr_held(m) >= n)
-			return true;
-		if (fixture_now_ms() >= end)
-			return false;
-		fixture_sleep_us(200);
-	}
+	return FX_WAIT_FOR(mock_nr_held(m) >= n, timeout_ms);
 }
 
 bool mock_wait_count(struct mock_dev *m, enum mock_call call, unsigned n, unsigned timeout_ms)
 {
-	uint64_t end = fixture_now_ms() + timeout_ms;
-
-	for (;;) {
-		if (mock_count(m, call) >= n)
-			return true;
-		if (fixture_now_ms() >= end)
-			return false;
-		fixture_sleep_us(200);
-	}
+	return FX_WAIT_FOR(mock_count(m, call) >= n, timeout_ms);
 }
 
 /* --------------------------------------------------------- synchronous io */

@@ -56,12 +56,29 @@ static struct sq_dev *dev_of(struct rq_queue *q)
 
 /* ------------------------------------------------------------ the clock */
 
+/*
+ * The virtual clock: vclock_ns while no ticker runs.  While one does
+ * (ticker_since != 0, the CLOCK_MONOTONIC ns it started at) it reads
+ * vclock_ns plus the real time since then: 1 ms per ms, with no thread.
+ */
 static _Atomic uint64_t vclock_ns = 1000000000ull;
+static _Atomic uint64_t ticker_since;
 static pthread_once_t vclock_once = PTHREAD_ONCE_INIT;
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
 
 static uint64_t vclock_read(void *arg)
 {
-	return atomic_load_explicit(&vclock_ns, memory_order_acquire);
+	uint64_t since = atomic_load_explicit(&ticker_since, memory_order_acquire);
+	uint64_t v = atomic_load_explicit(&vclock_ns, memory_order_acquire);
+
+	return since ? v + (mono_ns() - since) : v;
 }
 
 static void vclock_install(void)
@@ -71,16 +88,16 @@ static void vclock_install(void)
 
 uint64_t sq_clock_now(void)
 {
-	return atomic_load_explicit(&vclock_ns, memory_order_acquire);
+	return vclock_read(NULL);
 }
 
 /* Move the clock to @ns if that is later. */
 static void vclock_to(uint64_t ns)
 {
-	uint64_t cur = atomic_load(&vclock_ns);
+	uint64_t cur = vclock_read(NULL);
 
-	while (cur < ns && !atomic_compare_exchange_weak(&vclock_ns, &cur, ns))
-		;
+	if (cur < ns)
+		atomic_fetch_add(&vclock_ns, ns - cur);
 }
 
 void sq_clock_advance(uint64_t ns)
@@ -88,27 +105,19 @@ void sq_clock_advance(uint64_t ns)
 	atomic_fetch_add(&vclock_ns, ns);
 }
 
-static pthread_t ticker;
-static atomic_bool ticker_on;
-
-static void *ticker_main(void *arg)
-{
-	while (atomic_load(&ticker_on)) {
-		nanosleep(&(struct timespec){ .tv_nsec = 1000000 }, NULL);
-		sq_clock_advance(1000000);
-	}
-	return NULL;
-}
-
 void sq_clock_ticker(bool on)
 {
-	if (on == atomic_load(&ticker_on))
+	uint64_t since = atomic_load(&ticker_since);
+
+	if (on == !!since)
 		return;
-	atomic_store(&ticker_on, on);
-	if (on)
-		assert_int_equal(pthread_create(&ticker, NULL, ticker_main, NULL), 0);
-	else
-		pthread_join(ticker, NULL);
+	if (on) {
+		atomic_store(&ticker_since, mono_ns());
+	} else {
+		/* fold the real time it ran into the clock, then stop */
+		atomic_fetch_add(&vclock_ns, mono_ns() - since);
+		atomic_store(&ticker_since, 0);
+	}
 }
 
 /* ------------------------------------------------------------- the data */
@@ -478,15 +487,7 @@ struct rq_request *sq_held(struct sq_dev *d, unsigned i)
 
 bool sq_wait_held(struct sq_dev *d, unsigned n, unsigned timeout_ms)
 {
-	uint64_t end = fixture_now_ms() + timeout_ms;
-
-	for (;;) {
-		if (sq_nr_held(d) >= n)
-			return true;
-		if (fixture_now_ms() >= end)
-			return false;
-		fixture_sleep_us(200);
-	}
+	return FX_WAIT_FOR(sq_nr_held(d) >= n, timeout_ms);
 }
 
 /* Take held request @i off the list (it stays counted in the device). */
@@ -586,7 +587,7 @@ void sq_drain(struct sq_dev *d, struct fx_rec *recs, unsigned n)
 			return;
 		if (fixture_now_ms() > end)
 			fail_msg("%u of %u bios never ended", n - i, n);
-		fixture_sleep_us(200);
+		fx_poll_pause();
 	}
 }
 

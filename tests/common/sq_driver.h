@@ -85,10 +85,10 @@ uint64_t sq_clock_now(void);
 /** sq_clock_advance() - move the virtual clock on (does not end requests). */
 void sq_clock_advance(uint64_t ns);
 /**
- * sq_clock_ticker() - while on, a thread moves the virtual clock on by 1 ms
- * per millisecond of real time, for tests whose results do not depend on
+ * sq_clock_ticker() - while on, the virtual clock moves on by 1 ms per
+ * millisecond of real time (it reads CLOCK_MONOTONIC too; no thread), for tests whose results do not depend on
  * time but whose schedulers wait for it to pass (idling, time slices).
- * Not nested: one on, one off.
+ * Not nested: one on, one off, switched while no I/O runs.
  */
 void sq_clock_ticker(bool on);
 

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <cmocka.h>
 
 #include "fixtures.h"
@@ -194,7 +195,7 @@ static bool wait_idle(struct worker *w)
 			w->wait_timeout = true;
 			return false;
 		}
-		fixture_sleep_us(100);
+		fx_poll_pause();
 	}
 	return true;
 }
@@ -223,6 +224,18 @@ static void *worker_thread(void *arg)
 }
 
 /*
+ * pace_ms() - the run's rhythm (the watchdog's look, the time between two
+ * switches): real time the soak spends, never a wait for another thread's
+ * state, which the checks observe directly.
+ */
+static void pace_ms(unsigned ms)
+{
+	struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L };
+
+	nanosleep(&ts, NULL);
+}
+
+/*
  * A hang (a lost wakeup, a switch that never drains) would otherwise sit
  * until meson's timeout: say what is stuck and abort instead.
  */
@@ -246,7 +259,7 @@ static void *watchdog_main(void *arg)
 			fprintf(stderr, "\n");
 			abort();
 		}
-		fixture_sleep_us(100000);
+		pace_ms(100);
 	}
 	return NULL;
 }
@@ -305,9 +318,12 @@ static void check_device(void)
 void stress_run(struct rq_queue *q, const struct stress_config *cfg, struct stress_result *res)
 {
 	pthread_t *th = calloc(cfg->threads, sizeof(*th)), watchdog;
-	unsigned switch_fail = 0;
+	unsigned switch_fail = 0, nr_scheds = 0;
 
 	assert_non_null(th);
+	while (nr_scheds < STRESS_MAX_SCHEDS && cfg->scheds[nr_scheds])
+		nr_scheds++;
+	assert_true(nr_scheds >= 1);
 	assert_true(cfg->max_batch >= 1 && cfg->max_batch <= MAX_BATCH);
 	assert_true(cfg->region_bytes % MIN_BIO == 0 && cfg->max_bio % MIN_BIO == 0);
 	memset(res, 0, sizeof(*res));
@@ -334,13 +350,15 @@ void stress_run(struct rq_queue *q, const struct stress_config *cfg, struct stre
 		assert_int_equal(pthread_create(&th[t], NULL, worker_thread, &run.workers[t]), 0);
 	assert_int_equal(pthread_create(&watchdog, NULL, watchdog_main, NULL), 0);
 
-	while (atomic_load(&run.workers_done) < cfg->threads && res->switches < 100000) {
-		if (rq_queue_attr_set(q, "scheduler", cfg->scheds[res->switches % 2]))
+	/* round every scheduler at least once, and on while the workers run */
+	while ((atomic_load(&run.workers_done) < cfg->threads || res->switches < nr_scheds) &&
+	       res->switches < 100000) {
+		if (rq_queue_attr_set(q, "scheduler", cfg->scheds[res->switches % nr_scheds]))
 			switch_fail++;
 		if (cfg->after_switch)
 			cfg->after_switch(q, res->switches);
 		res->switches++;
-		fixture_sleep_us(2000);
+		pace_ms(2);
 	}
 	for (unsigned t = 0; t < cfg->threads; t++)
 		pthread_join(th[t], NULL);
@@ -372,4 +390,49 @@ void stress_run(struct rq_queue *q, const struct stress_config *cfg, struct stre
 	}
 	free(run.workers);
 	memset(&run, 0, sizeof(run));
+}
+
+/* An unsigned from environment variable @name, else @def. */
+static unsigned env_unsigned(const char *name, unsigned def)
+{
+	const char *v = getenv(name);
+	char *end;
+	unsigned long n;
+
+	if (!v || !*v)
+		return def;
+	n = strtoul(v, &end, 0);
+	if (*end) {
+		fprintf(stderr, "%s=%s: not a number\n", name, v);
+		abort();
+	}
+	return (unsigned)n;
+}
+
+void stress_soak(struct rq_queue *q, const struct stress_config *cfg, struct stress_result *res)
+{
+	struct stress_config c = *cfg;
+	unsigned seed = env_unsigned("RQ_STRESS_SEED", cfg->seed);
+	unsigned seconds = env_unsigned("RQ_STRESS_SECONDS", 0);
+	uint64_t end = fixture_now_ms() + (uint64_t)seconds * 1000;
+	struct stress_result r;
+
+	printf("%s: RQ_STRESS_SEED=%#x RQ_STRESS_SECONDS=%u; schedulers:", cfg->label, seed,
+	       seconds);
+	for (unsigned i = 0; i < STRESS_MAX_SCHEDS && cfg->scheds[i]; i++)
+		printf(" %s", cfg->scheds[i]);
+	printf("\n");
+	fflush(stdout);
+	memset(res, 0, sizeof(*res));
+	for (unsigned round = 0;; round++) {
+		c.seed = seed + round;
+		printf("%s: run %u, seed %#x\n", cfg->label, round, c.seed);
+		fflush(stdout);
+		stress_run(q, &c, &r);
+		res->bios += r.bios;
+		res->switches += r.switches;
+		res->st = r.st;
+		if (fixture_now_ms() >= end)
+			break;
+	}
 }

@@ -7,9 +7,14 @@
  * Worker threads write and read back their own regions of a memory-backed
  * device, one generation after another, in random batches of random
  * multi-vector bios, while the calling thread switches the scheduler
- * between two every ~2 ms.  Bounded by bio counts, not time; meant to pass
- * under ThreadSanitizer too (what the threads share is atomic).  One run
- * at a time per process.
+ * round the given list every ~2 ms.  One run is bounded by bio counts, not
+ * time; stress_soak() repeats runs for a duration.  Meant to pass under
+ * ThreadSanitizer and ASan too (what the threads share is atomic).  One
+ * run at a time per process.
+ *
+ * Replaying or soaking: RQ_STRESS_SEED (default the config's seed) and
+ * RQ_STRESS_SECONDS (default 0: one run) are read by stress_soak() and
+ * printed at its start, with each run's seed.
  */
 #ifndef RQ_TEST_STRESS_H
 #define RQ_TEST_STRESS_H
@@ -18,6 +23,8 @@
 #include <stdint.h>
 
 #include <librequest/librequest.h>
+
+#define STRESS_MAX_SCHEDS 8
 
 /** struct stress_config - the shape of one run. */
 struct stress_config {
@@ -30,7 +37,8 @@ struct stress_config {
 	bool mixed_batches;           /* one batch in 3 unplugged, one in 4 in descending order */
 	unsigned seed;                /* worker t's generator starts at seed * (t + 1) */
 	unsigned wait_ms;             /* a worker waits this long for its bios to end */
-	const char *scheds[2];        /* switch n goes to scheds[n % 2] */
+	/* switch n goes to scheds[n % count]; NULL ends the list */
+	const char *scheds[STRESS_MAX_SCHEDS + 1];
 	/* after each switch (optional): a tunable, the clock... */
 	void (*after_switch)(struct rq_queue *q, unsigned n);
 };
@@ -54,5 +62,14 @@ struct stress_result {
  * and aborts (a hang: a lost wakeup, a switch that never drains).
  */
 void stress_run(struct rq_queue *q, const struct stress_config *cfg, struct stress_result *res);
+
+/**
+ * stress_soak() - stress_run() once with seed RQ_STRESS_SEED (else
+ * @cfg->seed), then again with seed + 1, + 2, ... until RQ_STRESS_SECONDS
+ * have passed since the start.  Prints both values first, and each run's
+ * seed, so a failure can be replayed.  @res: bios and switches added up
+ * over the runs, @q's statistics at the end.
+ */
+void stress_soak(struct rq_queue *q, const struct stress_config *cfg, struct stress_result *res);
 
 #endif /* RQ_TEST_STRESS_H */

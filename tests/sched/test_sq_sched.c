@@ -689,47 +689,19 @@ static void *waiter_main(void *arg)
 {
 	struct waiter *w = arg;
 
-	__atomic_store_n(&w->tid, (pid_t)syscall(SYS_gettid), __ATOMIC_RELEASE);
+	__atomic_store_n(&w->tid, fx_gettid(), __ATOMIC_RELEASE);
 	rq_submit_bio(w->d->q, bio_at(&w->rec, RQ_OP_WRITE, w->sector, 8));
 	__atomic_store_n(&w->returned, 1, __ATOMIC_RELEASE);
 	return NULL;
 }
 
-/* Is thread @tid asleep (state S in /proc)? */
-static bool thread_sleeping(pid_t tid)
-{
-	char path[64], buf[512], *p;
-	FILE *f;
-	size_t n;
-
-	snprintf(path, sizeof(path), "/proc/self/task/%d/stat", (int)tid);
-	f = fopen(path, "r");
-	if (!f)
-		return false;
-	n = fread(buf, 1, sizeof(buf) - 1, f);
-	fclose(f);
-	buf[n] = 0;
-	p = strrchr(buf, ')');
-	return p && p[1] == ' ' && p[2] == 'S';
-}
-
 /* Start a waiter and wait until it sleeps inside rq_submit_bio. */
 static void start_waiter(struct waiter *w, pthread_t *t)
 {
-	uint64_t end = fixture_now_ms() + 10000;
-	unsigned sleeping = 0;
-
 	assert_int_equal(pthread_create(t, NULL, waiter_main, w), 0);
 	/* asleep several times in a row, and not returned: blocked */
-	while (sleeping < 20) {
-		pid_t tid = __atomic_load_n(&w->tid, __ATOMIC_ACQUIRE);
-
-		assert_false(__atomic_load_n(&w->returned, __ATOMIC_ACQUIRE));
-		sleeping = tid && thread_sleeping(tid) ? sleeping + 1 : 0;
-		if (fixture_now_ms() > end)
-			fail_msg("the waiter never went to sleep");
-		fixture_sleep_us(1000);
-	}
+	if (!fx_wait_blocked(&w->tid, &w->returned, 10000))
+		fail_msg("the waiter returned or never went to sleep");
 }
 
 /*

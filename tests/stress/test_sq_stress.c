@@ -4,7 +4,7 @@
  * their own regions of a memory-backed simulated device (tests/common/
  * sq_driver.h) with random plugs (or none), random multi-vector bios of
  * 4 KiB..128 KiB and a small request pool (16), while the main thread
- * switches the scheduler between noop and deadline every ~2 ms, changes
+ * switches the scheduler round noop, deadline and cfq every ~2 ms, changes
  * deadline's fifo_batch and moves the virtual clock on (so deadline's FIFO
  * expiries fire too).  The scenario and its checks are the multi-queue
  * stress's (tests/common/stress.h).
@@ -17,7 +17,8 @@
  *
  * Every bio must end exactly once with OK, every byte read back must be
  * the last generation written, and every request counted must have ended
- * (or been merged into another).
+ * (or been merged into another).  RQ_STRESS_SEED and RQ_STRESS_SECONDS
+ * replay or lengthen it (tests/common/stress.h).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -53,7 +54,7 @@ static void test_sq_stress(void **state)
 		.mixed_batches = true,
 		.seed = 0x2545f491u,
 		.wait_ms = 30000,
-		.scheds = { "deadline", "noop" },
+		.scheds = { "deadline", "noop", "cfq" },
 		.after_switch = after_switch,
 	};
 	struct rq_queue_limits lim;
@@ -75,7 +76,7 @@ static void test_sq_stress(void **state)
 		c.depth = 4;
 	}
 	d = sq_create(&c);
-	stress_run(d->q, &sc, &res);
+	stress_soak(d->q, &sc, &res);
 	assert_int_equal(res.st.completed, res.st.requests - res.st.merges_rq);
 	sq_destroy(d);
 }
@@ -87,8 +88,9 @@ int main(int argc, char **argv)
 	};
 
 	inline_mode = argc > 1 && !strcmp(argv[1], "inline");
-	if (!rq_elevator_exists("noop") || !rq_elevator_exists("deadline")) {
-		fprintf(stderr, "noop or deadline not registered: skipped\n");
+	if (!rq_elevator_exists("noop") || !rq_elevator_exists("deadline") ||
+	    !rq_elevator_exists("cfq")) {
+		fprintf(stderr, "noop, deadline or cfq not registered: skipped\n");
 		return 77;
 	}
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -4,11 +4,12 @@
  * device (completion on the driver's thread, 5% random RESOURCE answers) --
  * the mock driver, or with argument "null" the example null driver --
  * with random plug sizes and random multi-vector bios of 4 KiB..256 KiB,
- * while the main thread switches the scheduler between none and test-fifo
- * every ~2 ms.  Every bio must end exactly once with OK and every byte read
+ * while the main thread switches the scheduler round every multi-queue
+ * scheduler (test-fifo, none, mq-deadline, kyber, bfq) every ~2 ms.  Every bio must end exactly once with OK and every byte read
  * must be the last generation written (the scenario and its checks:
  * tests/common/stress.h, shared with the single-queue stress).  With the
- * null driver, its RESOURCE answers are the queue's.
+ * null driver, its RESOURCE answers are the queue's.  RQ_STRESS_SEED and
+ * RQ_STRESS_SECONDS replay or lengthen it (tests/common/stress.h).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -31,7 +32,7 @@ static const struct stress_config stress_cfg = {
 	.max_batch = 40,
 	.seed = 0x1234567u,
 	.wait_ms = 20000,
-	.scheds = { FIXTURE_FIFO_NAME, "none" },
+	.scheds = { FIXTURE_FIFO_NAME, "none", "mq-deadline", "kyber", "bfq" },
 };
 #define MEM_BYTES ((uint64_t)stress_cfg.threads * stress_cfg.region_bytes)
 
@@ -45,7 +46,7 @@ static void test_stress_mock(void)
 	struct mock_dev *m = mock_create(&cfg, NULL);
 	struct stress_result res;
 
-	stress_run(m->q, &stress_cfg, &res);
+	stress_soak(m->q, &stress_cfg, &res);
 	mock_destroy(m);
 }
 
@@ -64,7 +65,7 @@ static void test_stress_null(void)
 	nc.resource_permille = 50;
 	nc.nr_hw_queues = 2;
 	assert_int_equal(null_create(&nc, &nd), 0);
-	stress_run(null_queue(nd), &stress_cfg, &res);
+	stress_soak(null_queue(nd), &stress_cfg, &res);
 	null_get_stats(nd, &ns);
 	assert_true(ns.busy > 0);
 	assert_int_equal(ns.busy, res.st.resource);

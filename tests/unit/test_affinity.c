@@ -100,19 +100,21 @@ static void test_force_idle_submitter(void **state)
 	struct rq_bio *bio = one_bio();
 	struct completer c = { m };
 	pthread_t th;
+	uint64_t end;
 
 	atomic_store(&end_io_calls, 0);
 	rq_submit_bio(m->q, bio);
 	assert_int_equal(pthread_create(&th, NULL, complete_from_other_thread, &c), 0);
 	pthread_join(th, NULL);
-	for (unsigned i = 0; i < 10000 && !atomic_load(&end_io_calls); i++)
-		fixture_sleep_us(1000);
+	end = fixture_now_ms() + 10000;
+	while (!atomic_load(&end_io_calls) && fixture_now_ms() < end)
+		fx_poll_pause();
 	assert_int_equal(atomic_load(&end_io_calls), 1);
 	assert_false(pthread_equal(end_io_thread, pthread_self()));
-	fixture_sleep_us(5000);
+	/* exactly once: after destroy no second end_io can come */
+	mock_destroy(m);
 	assert_int_equal(atomic_load(&end_io_calls), 1);
 	rq_bio_put(bio);
-	mock_destroy(m);
 }
 
 /* rq_affinity 1 (and 0): the completing thread runs ops->complete itself. */

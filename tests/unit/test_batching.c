@@ -109,8 +109,9 @@ static void test_switch_waits_for_plug_tags(void **state)
 	}
 	finish_io(&io[0]);
 	fx_switch_start(&s, m->q, "kyber");
-	fixture_sleep_us(50 * 1000);
-	/* the plug is empty but holds the old scheduler's tags: no switch yet */
+	/* the plug is empty but holds the old scheduler's tags: the switch
+	 * blocks (asleep inside it, not returned) */
+	assert_true(fx_switch_blocked(&s));
 	assert_false(fx_switch_done(&s));
 	rq_finish_plug(&plug);
 	assert_int_equal(fx_switch_join(&s), 0);

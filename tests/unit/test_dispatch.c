@@ -345,7 +345,7 @@ static void test_budget(void **state)
 			mock_complete_one(m, 0, RQ_STS_OK);
 			completed++;
 		} else {
-			fixture_sleep_us(100);
+			fx_poll_pause();
 		}
 	}
 	assert_int_equal(completed, 6);

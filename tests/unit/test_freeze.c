@@ -21,16 +21,6 @@
 #include "mock_driver.h"
 #include "fixtures.h"
 
-/* Wait up to @ms for @cond; evaluates to its final value. */
-#define WAIT_FOR(cond, ms)                                                  \
-	({                                                                  \
-		uint64_t end_ = fixture_now_ms() + (ms);                    \
-		bool ok_;                                                   \
-		while (!(ok_ = (cond)) && fixture_now_ms() < end_)          \
-			fixture_sleep_us(200);                              \
-		ok_;                                                        \
-	})
-
 static struct mock_dev *dev(enum mock_completion c, const char *sched)
 {
 	struct mock_config cfg;
@@ -67,15 +57,17 @@ static char zero_buf[4096];
 
 struct freezer {
 	struct mock_dev *m;
-	atomic_int returned;
+	int returned;        /* atomic: rq_queue_freeze returned */
+	pid_t tid;           /* atomic: the freezing thread (fx_wait_blocked) */
 };
 
 static void *freeze_thread(void *arg)
 {
 	struct freezer *f = arg;
 
+	__atomic_store_n(&f->tid, fx_gettid(), __ATOMIC_RELEASE);
 	rq_queue_freeze(f->m->q);
-	atomic_store(&f->returned, 1);
+	__atomic_store_n(&f->returned, 1, __ATOMIC_RELEASE);
 	return NULL;
 }
 
@@ -94,15 +86,15 @@ static void test_freeze_waits_for_in_flight(void **state)
 	assert_true(mock_wait_held(f.m, 2, 10000));
 
 	assert_int_equal(pthread_create(&th, NULL, freeze_thread, &f), 0);
-	fixture_sleep_us(50 * 1000); /* give a wrong freeze the chance to return */
-	assert_int_equal(atomic_load(&f.returned), 0);
+	/* blocked inside rq_queue_freeze: asleep, not returned */
+	assert_true(fx_wait_blocked(&f.tid, &f.returned, 10000));
 
 	mock_complete_one(f.m, 0, RQ_STS_OK);
-	fixture_sleep_us(20 * 1000);
-	assert_int_equal(atomic_load(&f.returned), 0); /* one still in flight */
+	/* one still in flight: asleep again after that wake-up, not returned */
+	assert_true(fx_wait_blocked(&f.tid, &f.returned, 10000));
 	mock_complete_all(f.m, RQ_STS_OK);
 
-	assert_true(WAIT_FOR(atomic_load(&f.returned) == 1, 10000));
+	assert_true(FX_WAIT_FOR(__atomic_load_n(&f.returned, __ATOMIC_ACQUIRE) == 1, 10000));
 	pthread_join(th, NULL);
 	assert_int_equal(io_finish(&a), RQ_STS_OK);
 	assert_int_equal(io_finish(&b), RQ_STS_OK);
@@ -120,15 +112,17 @@ struct submitter {
 	struct mock_dev *m;
 	struct mock_io io;
 	struct rq_bio *bio;  /* built by the main thread before the submitter starts */
-	atomic_int returned;
+	int returned;        /* atomic: rq_submit_bio returned */
+	pid_t tid;           /* atomic: the submitting thread (fx_wait_blocked) */
 };
 
 static void *submit_thread(void *arg)
 {
 	struct submitter *s = arg;
 
+	__atomic_store_n(&s->tid, fx_gettid(), __ATOMIC_RELEASE);
 	rq_submit_bio(s->m->q, s->bio);
-	atomic_store(&s->returned, 1);
+	__atomic_store_n(&s->returned, 1, __ATOMIC_RELEASE);
 	return NULL;
 }
 
@@ -145,13 +139,13 @@ static void test_submit_while_frozen_waits(void **state)
 	s.bio = mock_bio(&s.io, RQ_OP_WRITE, 64, zero_buf, 4096);
 	rq_queue_freeze(s.m->q); /* idle queue: returns at once */
 	assert_int_equal(pthread_create(&th, NULL, submit_thread, &s), 0);
-	fixture_sleep_us(50 * 1000); /* let it get into rq_submit_bio */
+	/* it blocks inside rq_submit_bio: asleep there, not returned */
+	assert_true(fx_wait_blocked(&s.tid, &s.returned, 10000));
 	assert_int_equal(mock_count(s.m, MOCK_QUEUE_RQ), 0);
 	assert_int_equal(io_done(&s.io), 0);
-	assert_int_equal(atomic_load(&s.returned), 0); /* it blocks inside */
 
 	rq_queue_unfreeze(s.m->q);
-	assert_true(WAIT_FOR(atomic_load(&s.returned) == 1, 10000));
+	assert_true(FX_WAIT_FOR(__atomic_load_n(&s.returned, __ATOMIC_ACQUIRE) == 1, 10000));
 	pthread_join(th, NULL);
 	assert_int_equal(io_finish(&s.io), RQ_STS_OK);
 	assert_int_equal(mock_count(s.m, MOCK_QUEUE_RQ), 1);
@@ -316,7 +310,7 @@ static void *stream_thread(void *arg)
 		rq_submit_bio(s->m->q, bio);
 		atomic_fetch_add(&s->submitted, 1);
 		if (i % 16 == 0)
-			fixture_sleep_us(100);
+			fx_poll_pause(); /* let others run: pacing, not ordering */
 	}
 	return NULL;
 }
@@ -330,7 +324,7 @@ static void test_quiesce_under_load(void **state)
 {
 	struct stream *s = calloc(1, sizeof(*s));
 	struct mock_config cfg;
-	unsigned c1;
+	unsigned c1, sub1;
 	pthread_t th;
 
 	assert_non_null(s);
@@ -343,18 +337,19 @@ static void test_quiesce_under_load(void **state)
 	assert_true(mock_wait_count(s->m, MOCK_QUEUE_RQ, 10, 10000));
 	rq_queue_quiesce(s->m->q);
 	c1 = mock_count(s->m, MOCK_QUEUE_RQ);
-	/* the submitter keeps going (or waits for tags); nothing is dispatched */
-	fixture_sleep_us(30 * 1000);
+	sub1 = atomic_load(&s->submitted);
+	/* the submitter keeps going: 8 more bios, and none is dispatched */
+	assert_true(FX_WAIT_FOR(atomic_load(&s->submitted) >= sub1 + 8, 10000));
 	assert_int_equal(mock_count(s->m, MOCK_QUEUE_RQ), c1);
 	rq_queue_unquiesce(s->m->q);
 
 	pthread_join(th, NULL);
-	assert_true(WAIT_FOR(atomic_load(&s->finished) >= STREAM_BIOS, 10000));
-	fixture_sleep_us(10 * 1000);
+	assert_true(FX_WAIT_FOR(atomic_load(&s->finished) >= STREAM_BIOS, 10000));
+	/* after destroy no end_io can come: a second one would show here */
+	mock_destroy(s->m);
 	for (unsigned i = 0; i < STREAM_BIOS; i++)
 		assert_int_equal(atomic_load(&s->ends[i]), 1);
 	assert_int_equal(atomic_load(&s->bad), 0);
-	mock_destroy(s->m);
 	stream_state = NULL;
 	free(s);
 }

@@ -36,6 +36,8 @@
 
 static uint8_t buf[4096];
 
+#define MS 1000000ull
+
 /* Threads of this process. */
 static unsigned nr_threads(void)
 {
@@ -56,20 +58,6 @@ static bool fd_readable(int fd)
 	struct pollfd p = { .fd = fd, .events = POLLIN };
 
 	return poll(&p, 1, 0) == 1 && (p.revents & POLLIN);
-}
-
-/* Call rq_service_run() (sleeping what it says, at most 1 ms) until @done or @ms pass. */
-static bool serve_until(volatile int *done, unsigned ms)
-{
-	uint64_t end = fixture_now_ms() + ms;
-
-	while (!*done && fixture_now_ms() < end) {
-		int64_t wait = rq_service_run();
-
-		assert_true(wait >= 0);
-		fixture_sleep_us(wait > 1000000 ? 1000 : (unsigned)(wait / 1000) + 1);
-	}
-	return *done;
 }
 
 static rq_status_t end_at_once(struct rq_hw_ctx *hctx, struct rq_request *rq, bool last)
@@ -154,53 +142,55 @@ static void test_delayed_run_is_the_apps(void **state)
 
 	(void)state;
 	assert_int_equal(rq_service_manual(), 0);
+	fx_vclock_install(1000 * MS);
 	m = mock_create(&cfg, NULL);
 	while (rq_service_run() == 0) /* nothing left from earlier tests */
 		;
 	mock_script(m, &busy, 1);
 	rq_submit_bio(m->q, mock_bio(&io, RQ_OP_READ, 0, buf, 4096));
-	fixture_sleep_us(30 * 1000);
-	/* ten times the delay, and no thread retried it */
+	fx_vclock_set(fx_vclock_now() + 30 * MS);
+	/* ten times the delay of (virtual) time, and nothing retried it */
 	assert_int_equal(io.done, 0);
 	assert_int_equal(mock_count(m, MOCK_QUEUE_RQ), 1);
 	assert_true(fd_readable(rq_service_fd()));
-	assert_true(serve_until(&io.done, 2000));
+	fx_serve_until(fx_vclock_now()); /* the run that is due now */
+	assert_int_equal(io.done, 1);
 	assert_false(fd_readable(rq_service_fd()));
 	assert_int_equal(io.status, RQ_STS_OK);
 	assert_int_equal(mock_count(m, MOCK_QUEUE_RQ), 2);
 	rq_bio_put(io.bio);
 	mock_destroy(m);
+	rq_clock_set_source(NULL, NULL);
 }
 
-/* The timeout scan runs in rq_service_run() too, and only there. */
+/*
+ * The timeout scan runs in rq_service_run() too, and only there: 100 ms of
+ * (virtual) time with no call times nothing out; the service runs the
+ * library asks for over the next 100 ms (io_timeout 20 ms) do.
+ */
 static void test_timeouts_are_the_apps(void **state)
 {
 	struct mock_config cfg = { .completion = MOCK_COMPLETE_DEFER, .use_timeout = true,
 				   .timeout_ret = RQ_EH_RESET_TIMER, .timeout_ms = 20 };
 	struct mock_dev *m;
 	struct mock_io io;
-	uint64_t end;
 
 	(void)state;
 	assert_int_equal(rq_service_manual(), 0);
+	fx_vclock_install(2000 * MS);
 	m = mock_create(&cfg, NULL);
 	rq_submit_bio(m->q, mock_bio(&io, RQ_OP_READ, 0, buf, 4096));
 	assert_true(mock_wait_held(m, 1, 1000));
-	fixture_sleep_us(100 * 1000);
+	fx_vclock_set(fx_vclock_now() + 100 * MS);
 	assert_int_equal(mock_count(m, MOCK_TIMEOUT), 0);
-	end = fixture_now_ms() + 2000;
-	while (!mock_count(m, MOCK_TIMEOUT) && fixture_now_ms() < end) {
-		int64_t wait = rq_service_run();
-
-		assert_true(wait >= 0);
-		fixture_sleep_us(1000);
-	}
+	fx_serve_until(fx_vclock_now() + 100 * MS);
 	assert_true(mock_count(m, MOCK_TIMEOUT) >= 1);
 	assert_int_equal(mock_complete_all(m, RQ_STS_OK), 1);
 	mock_wait(&io);
 	assert_int_equal(io.status, RQ_STS_OK);
 	rq_bio_put(io.bio);
 	mock_destroy(m);
+	rq_clock_set_source(NULL, NULL);
 }
 
 /* A virtual library clock: moves only when a test moves it. */
@@ -217,12 +207,10 @@ static void vclock_advance(uint64_t ns)
 	__atomic_add_fetch(&vclock_ns, ns, __ATOMIC_ACQ_REL);
 }
 
-#define MS 1000000ull
-
 /*
  * A request the driver refuses once waits for the 3 ms delayed run, and
- * those 3 ms are virtual: real time passing (more than the delay, and
- * between every call) runs nothing; each rq_service_run() before the
+ * those 3 ms are virtual: the real time that passes between the calls
+ * runs nothing; each rq_service_run() before the
  * deadline says how much virtual time is left, to the nanosecond; the
  * first one after the clock reaches it retries the request.  Fails if the
  * deadline is set or compared on the real clock.
@@ -247,11 +235,11 @@ static void test_delayed_run_on_virtual_clock(void **state)
 	assert_int_equal(mock_count(m, MOCK_QUEUE_RQ), 1);
 	assert_true(fd_readable(rq_service_fd()));
 
-	/* due at virtual 5003 ms: the whole delay is left however long we sleep */
+	/* due at virtual 5003 ms: the whole delay is left, to the nanosecond,
+	 * whatever real time passed between the calls */
 	for (int i = 0; i < 3; i++) {
 		int64_t wait;
 
-		fixture_sleep_us(10 * 1000);
 		wait = rq_service_run();
 		assert_int_equal(io.done, 0);
 		assert_int_equal(mock_count(m, MOCK_QUEUE_RQ), 1);
@@ -260,10 +248,8 @@ static void test_delayed_run_on_virtual_clock(void **state)
 
 	vclock_advance(2 * MS);
 	assert_int_equal(rq_service_run(), 1 * MS);
-	fixture_sleep_us(10 * 1000);
 	vclock_advance(1 * MS - 1);
 	assert_int_equal(rq_service_run(), 1);
-	fixture_sleep_us(10 * 1000);
 	assert_int_equal(io.done, 0);
 	assert_int_equal(mock_count(m, MOCK_QUEUE_RQ), 1);
 
@@ -280,8 +266,8 @@ static void test_delayed_run_on_virtual_clock(void **state)
 
 /*
  * The timeout scan counts virtual time too: a request held by the driver
- * for far longer than io_timeout of real time is not timed out while the
- * virtual clock stands still, and is between io_timeout and io_timeout
+ * is not timed out by ten service runs while the virtual clock stands
+ * still (whatever real time passes), and is between io_timeout and io_timeout
  * plus one scan interval (half of it) of virtual time after it was issued.
  */
 static void test_timeouts_on_virtual_clock(void **state)
@@ -302,10 +288,8 @@ static void test_timeouts_on_virtual_clock(void **state)
 	rq_submit_bio(m->q, mock_bio(&io, RQ_OP_READ, 0, buf, 4096));
 	assert_true(mock_wait_held(m, 1, 1000));
 	issued = vclock(NULL);
-	for (int i = 0; i < 10; i++) {
+	for (int i = 0; i < 10; i++)
 		assert_true(rq_service_run() > 0);
-		fixture_sleep_us(10 * 1000); /* 100 ms: five timeouts of real time */
-	}
 	assert_int_equal(mock_count(m, MOCK_TIMEOUT), 0);
 	/* step virtual time by what rq_service_run() asks for, at most 1 ms */
 	while (!mock_count(m, MOCK_TIMEOUT)) {

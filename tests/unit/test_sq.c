@@ -13,11 +13,12 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
-#include <time.h>
 
 #include <cmocka.h>
 
 #include <librequest/librequest.h>
+
+#include "fixtures.h"
 
 /* ------------------------------------------------ a FIFO sq scheduler */
 
@@ -288,12 +289,23 @@ static void test_flush_sequence(void **state)
 	rq_queue_destroy(q);
 }
 
-/* Teardown: queued requests end with IOERR once; held ones are waited for. */
+/*
+ * Teardown: queued requests end with IOERR once; held ones are waited for.
+ * end_later ends the held ones once destroy is under way (it has ended
+ * the five queued ones, which it does before waiting for the driver), and
+ * notes whether destroy had already returned (it must not have).
+ */
+static atomic_int destroyed, destroyed_before, saw_queued_end;
+
 static void *end_later(void *arg)
 {
-	struct timespec ts = { 0, 20 * 1000 * 1000 };
+	uint64_t end = fixture_now_ms() + 10000;
 
-	nanosleep(&ts, NULL);
+	(void)arg;
+	while (atomic_load(&ended) < 5 && fixture_now_ms() < end)
+		fx_poll_pause();
+	atomic_store(&saw_queued_end, atomic_load(&ended) >= 5);
+	atomic_store(&destroyed_before, atomic_load(&destroyed));
 	for (unsigned i = 0; i < drv.nr_held; i++)
 		rq_sq_end_request_all(drv.held[i], RQ_STS_OK);
 	return NULL;
@@ -313,9 +325,13 @@ static void test_teardown(void **state)
 	for (unsigned i = 0; i < 5; i++)
 		rq_submit_bio(q, mkbio(RQ_OP_READ, 0, 50000 + i * 1000));
 	assert_int_equal(drv.nr_held, 3);
+	atomic_store(&destroyed, 0);
 	assert_int_equal(pthread_create(&th, NULL, end_later, NULL), 0);
 	rq_queue_destroy(q);
+	atomic_store(&destroyed, 1);
 	pthread_join(th, NULL);
+	assert_true(atomic_load(&saw_queued_end));
+	assert_int_equal(atomic_load(&destroyed_before), 0);
 	assert_int_equal(atomic_load(&ended), 8);
 	assert_int_equal(atomic_load(&bad), 5);
 }
@@ -353,56 +369,58 @@ static void test_tags(void **state)
 	rq_queue_destroy(q);
 }
 
+#define MS 1000000ull
+
 /*
- * Timeouts: a started request the driver sits on past io_timeout reaches the
- * timeout hook (with RESET_TIMER again and again; with DONE once, and the
- * driver then ends it); a request ended in time never does.
+ * Timeouts, on the virtual clock with application-driven service (set in
+ * main()): the queue scans every io_timeout / 2 = 20 ms from its creation
+ * (v0); the first scan at or after a request's issue sets its deadline
+ * one io_timeout (40 ms) later, and the hook runs on the scan at that
+ * deadline, never on a service run 1 ns before.  Issued at v0 (no scan
+ * there: the queue was just registered), the request is first seen at
+ * v0 + 20 ms, so the hook runs at v0 + 60 ms exactly, inside the promised
+ * window [issue + io_timeout, issue + io_timeout + 20 ms].  RESET_TIMER
+ * calls it again exactly every 40 ms; DONE is answered once, then no call
+ * for five more periods while the driver still sits on it, and the driver
+ * then ends it.  A request ended in time never sees the hook.
  */
 static void test_timeouts(void **state)
 {
+	uint64_t v0 = fx_vclock_now(), due;
 	struct rq_queue *q = mkq(0, 0);
 
 	atomic_store(&timeouts, 0);
 	assert_int_equal(rq_queue_attr_set(q, "io_timeout", "40"), 0);
 	drv.hold = true;
+	atomic_store(&timeout_answer, RQ_EH_RESET_TIMER);
 	rq_submit_bio(q, mkbio(RQ_OP_READ, 0, 0));
 	assert_int_equal(drv.nr_held, 1);
-	atomic_store(&timeout_answer, RQ_EH_RESET_TIMER);
-	for (unsigned i = 0; i < 1000 && atomic_load(&timeouts) < 2; i++) {
-		struct timespec ts = { 0, 10 * 1000 * 1000 };
-
-		nanosleep(&ts, NULL);
+	due = v0 + 60 * MS;
+	for (int call = 1; call <= 2; call++, due += 40 * MS) {
+		fx_serve_until(due - 1);
+		assert_int_equal(atomic_load(&timeouts), call - 1);
+		fx_serve_until(due);
+		assert_int_equal(atomic_load(&timeouts), call);
 	}
-	assert_true(atomic_load(&timeouts) >= 2);
 
-	/* DONE: called once for this issue, then the driver ends it */
+	/* DONE: called once for this issue (at the next deadline), then the driver ends it */
 	atomic_store(&timeout_answer, RQ_EH_DONE);
-	{
-		int before = atomic_load(&timeouts);
-		struct timespec ts = { 0, 10 * 1000 * 1000 };
-
-		for (unsigned i = 0; i < 1000 && atomic_load(&timeouts) == before; i++)
-			nanosleep(&ts, NULL);
-		before = atomic_load(&timeouts);
-		for (unsigned i = 0; i < 20; i++)
-			nanosleep(&ts, NULL); /* 200 ms: five timeout periods */
-		assert_int_equal(atomic_load(&timeouts), before);
-	}
+	fx_serve_until(due - 1);
+	assert_int_equal(atomic_load(&timeouts), 2);
+	fx_serve_until(due);
+	assert_int_equal(atomic_load(&timeouts), 3);
+	fx_serve_until(due + 200 * MS); /* five timeout periods */
+	assert_int_equal(atomic_load(&timeouts), 3);
 	rq_sq_end_request_all(drv.held[0], RQ_STS_TIMEOUT);
 	assert_int_equal(atomic_load(&ended), 1);
 	assert_int_equal(atomic_load(&bad), 1);
 
-	/* ended in time: no call */
-	{
-		int before = atomic_load(&timeouts);
-		struct timespec ts = { 0, 100 * 1000 * 1000 };
-
-		drv.hold = false;
-		rq_submit_bio(q, mkbio(RQ_OP_READ, 0, 64));
-		nanosleep(&ts, NULL);
-		assert_int_equal(atomic_load(&timeouts), before);
-		assert_int_equal(atomic_load(&ended), 2);
-	}
+	/* ended in time: no call, however long the clock runs after */
+	drv.hold = false;
+	rq_submit_bio(q, mkbio(RQ_OP_READ, 0, 64));
+	assert_int_equal(atomic_load(&ended), 2);
+	fx_serve_until(fx_vclock_now() + 200 * MS);
+	assert_int_equal(atomic_load(&timeouts), 3);
 	atomic_store(&timeout_answer, RQ_EH_RESET_TIMER);
 	rq_queue_destroy(q);
 }
@@ -420,5 +438,10 @@ int main(void)
 		cmocka_unit_test(test_timeouts),
 	};
 
+	/* before the first queue: the service (timeout scan, delayed runs)
+	 * runs only in fx_serve_until(), on a virtual clock the test moves */
+	if (rq_service_manual())
+		return 1;
+	fx_vclock_install(1000 * MS);
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -21,16 +21,6 @@
 #include "mock_driver.h"
 #include "fixtures.h"
 
-/* Wait up to @ms for @cond; evaluates to its final value. */
-#define WAIT_FOR(cond, ms)                                                  \
-	({                                                                  \
-		uint64_t end_ = fixture_now_ms() + (ms);                    \
-		bool ok_;                                                   \
-		while (!(ok_ = (cond)) && fixture_now_ms() < end_)          \
-			fixture_sleep_us(200);                              \
-		ok_;                                                        \
-	})
-
 /* ------------------------------------------- a counting FIFO scheduler */
 
 #define TOY_NAME "switch-toy"
@@ -396,10 +386,11 @@ static void test_switch_waits_for_held(void **state)
 	rq_submit_bio(m->q, mock_bio(&io, RQ_OP_WRITE, 0, buf4k, 4096));
 	assert_true(mock_wait_held(m, 1, 10000));
 	fx_switch_start(&s, m->q, FIXTURE_FIFO_NAME);
-	fixture_sleep_us(50 * 1000);
+	/* blocked inside the switch (asleep, not returned) while the request is held */
+	assert_true(fx_switch_blocked(&s));
 	assert_false(fx_switch_done(&s));
 	mock_complete_all(m, RQ_STS_OK);
-	assert_true(WAIT_FOR(fx_switch_done(&s), 10000));
+	assert_true(FX_WAIT_FOR(fx_switch_done(&s), 10000));
 	assert_int_equal(fx_switch_join(&s), 0);
 	mock_wait(&io);
 	assert_int_equal(io.status, RQ_STS_OK);
@@ -472,15 +463,17 @@ static void *load_thread(void *arg)
 
 /*
  * 2 threads submit 20000 bios each (completion on the mock's thread) while
- * the main thread switches none <-> test-fifo every 0.5..2 ms: every switch
- * succeeds, every bio ends exactly once with OK, and test-fifo saw I/O.
+ * the main thread switches none <-> test-fifo each time 1..4 x 16 more
+ * bios ended: every switch succeeds, every bio ends exactly once with OK
+ * (checked once the queue is destroyed, so no late second end_io can
+ * hide), and test-fifo saw I/O.
  */
 static void test_switch_under_load(void **state)
 {
 	struct load *l = calloc(1, sizeof(*l));
 	pthread_t th[LOAD_THREADS];
 	struct fixture_fifo_stats f0, f1;
-	unsigned switches = 0, failures = 0;
+	unsigned switches = 0, failures = 0, seen;
 	struct mock_config cfg;
 
 	assert_non_null(l);
@@ -499,23 +492,25 @@ static void test_switch_under_load(void **state)
 		if (rq_queue_attr_set(l->m->q, "scheduler", name))
 			failures++;
 		switches++;
-		fixture_sleep_us(500 + 500 * (switches % 4)); /* 0.5..2 ms apart */
+		/* the next switch once some I/O went through this scheduler */
+		seen = atomic_load(&l->finished);
+		assert_true(FX_WAIT_FOR(atomic_load(&l->finished) >= seen + 16 * (1 + switches % 4) ||
+				     atomic_load(&l->submitters_done) == LOAD_THREADS, 10000));
 	}
 	for (unsigned t = 0; t < LOAD_THREADS; t++)
 		pthread_join(th[t], NULL);
 	assert_int_equal(failures, 0);
 	assert_true(switches >= 2);
 	assert_int_equal(atomic_load(&l->alloc_fail), 0);
-	assert_true(WAIT_FOR(atomic_load(&l->finished) >= LOAD_THREADS * LOAD_BIOS, 10000));
-	fixture_sleep_us(10 * 1000);
-	for (unsigned i = 0; i < LOAD_THREADS * LOAD_BIOS; i++)
-		if (atomic_load(&l->ends[i]) != 1)
-			fail_msg("bio %u ended %u times", i, (unsigned)atomic_load(&l->ends[i]));
-	assert_int_equal(atomic_load(&l->bad), 0);
+	assert_true(FX_WAIT_FOR(atomic_load(&l->finished) >= LOAD_THREADS * LOAD_BIOS, 10000));
 	fixture_fifo_stats(&f1);
 	assert_true(f1.inserted > f0.inserted);
 	print_message("switches: %u\n", switches);
 	mock_destroy(l->m);
+	for (unsigned i = 0; i < LOAD_THREADS * LOAD_BIOS; i++)
+		if (atomic_load(&l->ends[i]) != 1)
+			fail_msg("bio %u ended %u times", i, (unsigned)atomic_load(&l->ends[i]));
+	assert_int_equal(atomic_load(&l->bad), 0);
 	load_state = NULL;
 	free(l);
 }

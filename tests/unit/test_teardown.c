@@ -188,10 +188,18 @@ static void test_destroy_plugged(void **state)
 	mock_destroy(m);
 }
 
-/* Completes everything the driver holds after a short delay. */
+/*
+ * Completes everything the driver holds once destroy is under way: when
+ * the requests queued behind the quiesce have ended (destroy fails them
+ * before it waits for the driver), noting whether destroy had returned.
+ */
 struct late {
 	struct mock_dev *m;
+	struct mock_io *queued;  /* the two queued behind the quiesce */
 	atomic_int completing;
+	atomic_int destroyed;    /* set by the test when destroy returned */
+	int destroyed_before;    /* destroy had returned before we completed */
+	int queued_ended;        /* both queued ones ended within 10 s */
 	unsigned completed;
 };
 
@@ -199,7 +207,9 @@ static void *late_thread(void *arg)
 {
 	struct late *l = arg;
 
-	fixture_sleep_us(100 * 1000);
+	l->queued_ended = mock_io_wait_timeout(&l->queued[0], 10000) &&
+			  mock_io_wait_timeout(&l->queued[1], 10000);
+	l->destroyed_before = atomic_load(&l->destroyed);
 	atomic_store(&l->completing, 1);
 	l->completed = mock_complete_all(l->m, RQ_STS_MEDIUM);
 	return NULL;
@@ -207,14 +217,15 @@ static void *late_thread(void *arg)
 
 /*
  * Requests the driver holds are waited for: rq_queue_destroy returns only
- * after another thread completed them (100 ms later), and their bios end
+ * after another thread completed them (once destroy had ended the queued
+ * ones, so while it is under way), and their bios end
  * once with the driver's status.  Requests queued behind a quiesce at the
  * same time end with RQ_STS_IOERR.
  */
 static void test_destroy_waits_for_driver(void **state)
 {
-	struct late l = { .m = dev(MOCK_COMPLETE_DEFER, NULL) };
 	struct mock_io held[2], queued[2];
+	struct late l = { .m = dev(MOCK_COMPLETE_DEFER, NULL), .queued = queued };
 	pthread_t th;
 
 	submit_n(l.m, held, 2, 0);
@@ -225,12 +236,15 @@ static void test_destroy_waits_for_driver(void **state)
 
 	assert_int_equal(pthread_create(&th, NULL, late_thread, &l), 0);
 	destroy_queue(l.m);
+	atomic_store(&l.destroyed, 1);
 	assert_int_equal(atomic_load(&l.completing), 1); /* not before the driver ended them */
 	for (unsigned i = 0; i < 2; i++) {
 		expect_ended(&held[i], RQ_STS_MEDIUM);
 		expect_ended(&queued[i], RQ_STS_IOERR);
 	}
 	pthread_join(th, NULL);
+	assert_true(l.queued_ended);
+	assert_int_equal(l.destroyed_before, 0);
 	assert_int_equal(l.completed, 2);
 	assert_int_equal(mock_count(l.m, MOCK_QUEUE_RQ), 2);
 	mock_destroy(l.m);
