@@ -38,7 +38,7 @@ int queue_elevator_switch(struct rq_queue *q, const char *name)
  * one newline (as sysfs writes arrive).  Shared by the queue attributes and
  * the schedulers' tunables.
  */
-RQ_EXPORT int rq_elv_parse_uint(const char *s, unsigned long min, unsigned long max,
+RQ_EXPORT int rq_sched_parse_uint(const char *s, unsigned long min, unsigned long max,
 				unsigned long *out)
 {
 	unsigned long v = 0;
@@ -66,7 +66,7 @@ RQ_EXPORT int rq_elv_parse_uint(const char *s, unsigned long min, unsigned long 
 
 static int parse_ulong(const char *s, unsigned long min, unsigned long max, unsigned long *out)
 {
-	return rq_elv_parse_uint(s, min, max, out);
+	return rq_sched_parse_uint(s, min, max, out);
 }
 
 /* @s equals @word, optionally followed by one newline. */

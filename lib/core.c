@@ -408,7 +408,7 @@ RQ_EXPORT unsigned rq_queue_nr_hw_queues(const struct rq_queue *q)
 	return q->nr_hw_queues;
 }
 
-RQ_EXPORT void *rq_queue_elevator_data(struct rq_queue *q)
+RQ_EXPORT void *rq_sched_data(struct rq_queue *q)
 {
 	return q->elevator ? q->elevator->data : NULL;
 }

@@ -2,7 +2,7 @@
 /*
  * The scheduler registry.
  *
- * rq_elevator_register() checks a scheduler's type and keeps a copy of it:
+ * rq_sched_register() checks a scheduler's type and keeps a copy of it:
  * the caller's struct may be older (smaller) than the library's, so the
  * copy takes min(size, sizeof) bytes and zero-fills the rest, which leaves
  * hooks unknown to that scheduler NULL (the core's default behaviour).  The
@@ -17,7 +17,7 @@
  * registry_lock, which is never held across a call into a scheduler.
  *
  *   operation                               concurrent with
- *   rq_elevator_register/unregister/exists  everything
+ *   rq_sched_register/unregister/exists  everything
  *   elevator_get/put, elevator_list_names   everything
  *   elevator_attr_*                         everything (no registry lock:
  *                                           the caller's reference keeps @e)
@@ -182,7 +182,7 @@ void elevator_register_builtins(void)
 }
 
 /**
- * rq_elevator_register() - add a scheduler to the registry.
+ * rq_sched_register() - add a scheduler to the registry.
  * @e: the type, begun with RQ_ELV_TYPE_INIT.  Copied; the name and alias
  *	strings too.  The attrs table and sq_ops must stay valid while it is
  *	registered.
@@ -195,20 +195,20 @@ void elevator_register_builtins(void)
  * sq_ops for RQ_ELV_F_SQ); -EEXIST when the name or alias is taken by a
  * name or alias; -ENOMEM.
  */
-RQ_EXPORT int rq_elevator_register(const struct rq_elevator_type *e)
+RQ_EXPORT int rq_sched_register(const struct rq_elevator_type *e)
 {
 	elevator_register_builtins();
 	return elv_register(e);
 }
 
 /**
- * rq_elevator_unregister() - remove a scheduler no queue uses.
+ * rq_sched_unregister() - remove a scheduler no queue uses.
  * @name: its name or alias.
  * Context: any thread; takes the registry mutex.
  * Return: 0; -EINVAL for NULL; -ENOENT if not registered ("none" is not);
  * -EBUSY while a queue uses it.
  */
-RQ_EXPORT int rq_elevator_unregister(const char *name)
+RQ_EXPORT int rq_sched_unregister(const char *name)
 {
 	struct elv_entry *ent;
 
@@ -232,12 +232,12 @@ RQ_EXPORT int rq_elevator_unregister(const char *name)
 }
 
 /**
- * rq_elevator_exists() - is @name a scheduler a queue can select?
+ * rq_sched_exists() - is @name a scheduler a queue can select?
  * @name: a name or alias.
  * Context: any thread; takes the registry mutex.
  * Return: true for "none" and every registered name and alias.
  */
-RQ_EXPORT bool rq_elevator_exists(const char *name)
+RQ_EXPORT bool rq_sched_exists(const char *name)
 {
 	bool found;
 

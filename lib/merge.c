@@ -23,7 +23,7 @@
 
 /*
  * The submission's software queue, set by the core (rq_submit_bio()) for
- * the length of a submission; the merge lookups and rq_bio_map_hctx()
+ * the length of a submission; the merge lookups and rq_sched_bio_hctx()
  * read it.  Defined here, the lowest layer that reads it.
  */
 __thread struct rq_sw_ctx *tls_submit_ctx __attribute__((tls_model("initial-exec")));
@@ -174,7 +174,7 @@ static inline struct elv_merge_state *ems_of_rq(struct rq_queue *q, const struct
 /*
  * Where a bio submitted now would be queued: its hw queue's state.  Inside
  * a submission of @q, the submission's software queue says (as
- * rq_bio_map_hctx() does); else the front end's hook maps it.
+ * rq_sched_bio_hctx() does); else the front end's hook maps it.
  */
 static inline struct elv_merge_state *ems_of_bio(struct rq_queue *q, const struct rq_bio *bio)
 {
@@ -188,7 +188,7 @@ static inline struct elv_merge_state *ems_of_bio(struct rq_queue *q, const struc
 	return ems_of_hctx(q, q->fe->bio_hctx(q, bio));
 }
 
-RQ_EXPORT void rq_elv_rqhash_del(struct rq_queue *q, struct rq_request *rq)
+RQ_EXPORT void rq_sched_hash_del(struct rq_queue *q, struct rq_request *rq)
 {
 	struct rq_hlist_node *n = &rq_priv(rq)->hash;
 
@@ -208,7 +208,7 @@ RQ_EXPORT void rq_elv_rqhash_del(struct rq_queue *q, struct rq_request *rq)
 	}
 }
 
-RQ_EXPORT void rq_elv_rqhash_add(struct rq_queue *q, struct rq_request *rq)
+RQ_EXPORT void rq_sched_hash_add(struct rq_queue *q, struct rq_request *rq)
 {
 	struct rq_hlist_node **head;
 
@@ -229,8 +229,8 @@ static void rqhash_reposition(struct rq_queue *q, struct rq_request *rq)
 		struct elv_merge_state *ems = ems_of_rq(q, rq);
 		struct rq_request *keep = ems->last_merge;
 
-		rq_elv_rqhash_del(q, rq);
-		rq_elv_rqhash_add(q, rq);
+		rq_sched_hash_del(q, rq);
+		rq_sched_hash_add(q, rq);
 		ems->last_merge = keep;
 	}
 }
@@ -245,7 +245,7 @@ static struct rq_request *elv_hash_find(struct elv_merge_state *ems, uint64_t se
 
 		n = n->next;
 		if (!rq_mergeable(rq)) {
-			rq_elv_rqhash_del(rq->q, rq);
+			rq_sched_hash_del(rq->q, rq);
 			continue;
 		}
 		if (rq_request_end_sector(rq) == sector)
@@ -344,7 +344,7 @@ static struct rq_request *attempt_merge(struct rq_queue *q, struct rq_request *r
 	if (rq_op_has_data(rq->op))
 		rq->nr_segments = (uint16_t)(rq->nr_segments + next->nr_segments);
 	elv_requests_merged(q, rq, next);
-	rq_elv_rqhash_del(q, next);
+	rq_sched_hash_del(q, next);
 	rqhash_reposition(q, rq);
 	ems_of_rq(q, rq)->last_merge = rq;
 	next->bio = next->biotail = NULL;

@@ -194,7 +194,7 @@ static int switch_prepare(struct rq_queue *q, const char *name, struct sched_swi
 /*
  * Stage 2a, frozen and quiesced: the new type's init hooks, with the new
  * nr_requests in force and its own data visible to its hctx hooks through
- * rq_queue_elevator_data().  On failure everything is as before.
+ * rq_sched_data().  On failure everything is as before.
  */
 static int switch_init_new(struct rq_queue *q, struct sched_switch *sw)
 {
@@ -340,7 +340,7 @@ int mq_set_nr_requests(struct rq_queue *q, const char *val)
 				     set->queue_depth - set->reserved_tags;
 	unsigned long v;
 
-	if (rq_elv_parse_uint(val, 4 < max ? 4 : 1, max, &v))
+	if (rq_sched_parse_uint(val, 4 < max ? 4 : 1, max, &v))
 		return -EINVAL;
 	rq_queue_freeze(q);
 	q->nr_requests = (unsigned)v;

@@ -624,7 +624,7 @@ static void end_bio_now(struct rq_queue *q, struct rq_bio *bio, rq_status_t stat
 	bio_end_with(bio, status);
 }
 
-RQ_EXPORT bool rq_update_request(struct rq_request *rq, rq_status_t status, unsigned bytes)
+RQ_EXPORT bool rq_mq_update_request(struct rq_request *rq, rq_status_t status, unsigned bytes)
 {
 	uint8_t st = __atomic_load_n(&rq->state, __ATOMIC_ACQUIRE);
 
@@ -1424,6 +1424,17 @@ static int hw_queue_node(const struct rq_tag_set *set, unsigned idx)
 	return set->numa_node;
 }
 
+/* Is @cfg (copied in) a tag set the library can make? */
+static bool tag_set_config_ok(const struct rq_tag_set_config *cfg)
+{
+	if (!cfg->ops || cfg->ops->abi_version != RQ_MQ_OPS_ABI ||
+	    cfg->ops->size < offsetof(struct rq_mq_ops, queue_rq) + sizeof(void *))
+		return false;
+	return cfg->nr_hw_queues && cfg->nr_hw_queues <= 1024 && cfg->queue_depth &&
+	       cfg->queue_depth <= 65536 && cfg->reserved_tags < cfg->queue_depth &&
+	       cfg->nr_poll_queues < cfg->nr_hw_queues && cfg->cmd_size <= (1u << 20);
+}
+
 RQ_EXPORT int rq_tag_set_alloc(const struct rq_tag_set_config *cfg, struct rq_tag_set **out)
 {
 	struct rq_tag_set_config c;
@@ -1434,15 +1445,7 @@ RQ_EXPORT int rq_tag_set_alloc(const struct rq_tag_set_config *cfg, struct rq_ta
 	if (!cfg || !out || rq_copy_sized_in(&c, sizeof(c), cfg, RQ_TAG_SET_CONFIG_SIZE_0_1))
 		return -EINVAL;
 	cfg = &c;
-	if (!cfg->ops)
-		return -EINVAL;
-	if (cfg->ops->abi_version != RQ_MQ_OPS_ABI ||
-	    cfg->ops->size < offsetof(struct rq_mq_ops, queue_rq) + sizeof(void *))
-		return -EINVAL;
-	if (!cfg->nr_hw_queues || cfg->nr_hw_queues > 1024 || !cfg->queue_depth ||
-	    cfg->queue_depth > 65536 || cfg->reserved_tags >= cfg->queue_depth ||
-	    cfg->nr_poll_queues >= cfg->nr_hw_queues ||
-	    cfg->cmd_size > (1u << 20))
+	if (!tag_set_config_ok(cfg))
 		return -EINVAL;
 	set = calloc(1, sizeof(*set));
 	if (!set)
@@ -1636,7 +1639,7 @@ static const char *mq_initial_sched(const struct rq_tag_set *set,
 	if (cfg && cfg->scheduler)
 		return strcmp(cfg->scheduler, "none") ? cfg->scheduler : NULL;
 	if ((lim->features & RQ_FEAT_ROTATIONAL) && set->nr_hw_queues == 1 &&
-	    !(set->flags & RQ_TAG_SET_NO_SCHED) && rq_elevator_exists("mq-deadline"))
+	    !(set->flags & RQ_TAG_SET_NO_SCHED) && rq_sched_exists("mq-deadline"))
 		return "mq-deadline";
 	return NULL;
 }
@@ -1693,7 +1696,7 @@ RQ_EXPORT int rq_mq_alloc_queue(struct rq_tag_set *set, const struct rq_queue_co
 	if (rq_queue_limits_validate(&lim))
 		return -EINVAL;
 	sched = mq_initial_sched(set, cfg, &lim);
-	if (sched && (!rq_elevator_exists(sched) || (set->flags & RQ_TAG_SET_NO_SCHED)))
+	if (sched && (!rq_sched_exists(sched) || (set->flags & RQ_TAG_SET_NO_SCHED)))
 		return -EINVAL;
 	cc.limits = &lim;
 	cc.capacity = cfg ? cfg->capacity : 0;
@@ -1944,7 +1947,7 @@ static void mq_flush_seq_done(struct rq_request *rq, rq_status_t status)
 
 static struct rq_hw_ctx *mq_bio_hctx(struct rq_queue *q, const struct rq_bio *bio)
 {
-	return rq_bio_map_hctx(q, bio, NULL);
+	return rq_sched_bio_hctx(q, bio, NULL);
 }
 
 static const struct rq_fe_ops mq_fe_ops = {
@@ -2004,17 +2007,17 @@ RQ_EXPORT struct rq_hw_ctx *rq_queue_hctx(struct rq_queue *q, unsigned idx)
 	return idx < q->nr_hw_queues ? q->hctxs[idx] : NULL;
 }
 
-RQ_EXPORT void *rq_hctx_sched_data(const struct rq_hw_ctx *hctx)
+RQ_EXPORT void *rq_sched_hctx_data(const struct rq_hw_ctx *hctx)
 {
 	return hctx->sched_data;
 }
 
-RQ_EXPORT void rq_hctx_set_sched_data(struct rq_hw_ctx *hctx, void *data)
+RQ_EXPORT void rq_sched_set_hctx_data(struct rq_hw_ctx *hctx, void *data)
 {
 	hctx->sched_data = data;
 }
 
-RQ_EXPORT unsigned rq_hctx_sched_word_bits(const struct rq_hw_ctx *hctx)
+RQ_EXPORT unsigned rq_sched_word_bits(const struct rq_hw_ctx *hctx)
 {
 	const struct rq_tags *tags = hctx->sched_tags ? hctx->sched_tags : hctx->tags;
 
@@ -2026,13 +2029,13 @@ RQ_EXPORT unsigned rq_hctx_sched_word_bits(const struct rq_hw_ctx *hctx)
  * last, which holds the rest.  A shallow depth s lets a request use
  * min(s, bits of the word) of each: the smallest s that adds up to @depth.
  */
-RQ_EXPORT unsigned rq_hctx_shallow_depth(const struct rq_hw_ctx *hctx, unsigned depth)
+RQ_EXPORT unsigned rq_sched_shallow_depth(const struct rq_hw_ctx *hctx, unsigned depth)
 {
 	unsigned nr = hctx->q->nr_requests, bits, words, last, s;
 
 	if (!nr || depth >= nr)
 		return 0;
-	bits = rq_hctx_sched_word_bits(hctx);
+	bits = rq_sched_word_bits(hctx);
 	words = DIV_ROUND_UP(nr, bits);
 	last = nr - (words - 1) * bits;
 	s = DIV_ROUND_UP(depth, words);
@@ -2046,12 +2049,12 @@ RQ_EXPORT unsigned rq_hctx_nr_ctx(const struct rq_hw_ctx *hctx)
 	return hctx->nr_ctx;
 }
 
-RQ_EXPORT unsigned rq_request_ctx_index(const struct rq_request *rq)
+RQ_EXPORT unsigned rq_sched_ctx_index(const struct rq_request *rq)
 {
 	return rq_priv(rq)->ctx->index_hw;
 }
 
-/* rq_bio_map_hctx() from @ctx's CPU: polled bios, other queues, outside submissions. */
+/* rq_sched_bio_hctx() from @ctx's CPU: polled bios, other queues, outside submissions. */
 static __attribute__((noinline)) struct rq_hw_ctx *
 bio_map_hctx_slow(struct rq_queue *q, struct rq_sw_ctx *ctx, const struct rq_bio *bio,
 		  unsigned *ctx_index)
@@ -2071,7 +2074,7 @@ bio_map_hctx_slow(struct rq_queue *q, struct rq_sw_ctx *ctx, const struct rq_bio
  * map_hctx() would give for a bio that is not polled (ctx->hctx is set from
  * the same map when the queue is made).  Small, so LTO can inline it.
  */
-RQ_EXPORT struct rq_hw_ctx *rq_bio_map_hctx(struct rq_queue *q, const struct rq_bio *bio,
+RQ_EXPORT struct rq_hw_ctx *rq_sched_bio_hctx(struct rq_queue *q, const struct rq_bio *bio,
 					    unsigned *ctx_index)
 {
 	struct rq_sw_ctx *ctx = tls_submit_ctx;

@@ -376,13 +376,13 @@ static inline struct rq_request *rb_entry_rq(struct rq_rb_node *n)
 }
 
 /**
- * rq_elv_rb_add() - insert @rq into @root sorted by rq->sector.
+ * rq_sched_rb_add() - insert @rq into @root sorted by rq->sector.
  * @root: the tree.
  * @rq: a request in no tree; requests with equal sectors go after the ones
  *	already there.
  * Context: the scheduler's lock.
  */
-RQ_EXPORT void rq_elv_rb_add(struct rq_rb_root *root, struct rq_request *rq)
+RQ_EXPORT void rq_sched_rb_add(struct rq_rb_root *root, struct rq_request *rq)
 {
 	struct rq_rb_node **link = &root->node;
 	struct rq_rb_node *parent = NULL;
@@ -401,28 +401,28 @@ RQ_EXPORT void rq_elv_rb_add(struct rq_rb_root *root, struct rq_request *rq)
 }
 
 /**
- * rq_elv_rb_del() - remove @rq from @root and mark it in no tree.
+ * rq_sched_rb_del() - remove @rq from @root and mark it in no tree.
  * @root: the tree @rq is in.
  * @rq: the request.
  * Context: the scheduler's lock.
  */
-RQ_EXPORT void rq_elv_rb_del(struct rq_rb_root *root, struct rq_request *rq)
+RQ_EXPORT void rq_sched_rb_del(struct rq_rb_root *root, struct rq_request *rq)
 {
 	rq_rb_erase(&rq->rb_node, root);
 	rq_rb_clear_node(&rq->rb_node);
 }
 
 /**
- * rq_elv_rb_find() - a request starting at @sector.
+ * rq_sched_rb_find() - a request starting at @sector.
  * @root: the tree.
  * @sector: the start sector.
  * Context: the scheduler's lock.
  * Return: the first request of @root in sorted order whose sector is
  * @sector, NULL if none.  When several start there, that is the one added
- * first (rq_elv_rb_add() puts equal sectors after each other), whatever
+ * first (rq_sched_rb_add() puts equal sectors after each other), whatever
  * the tree's shape; the kernel takes the first met on the way down.
  */
-RQ_EXPORT struct rq_request *rq_elv_rb_find(struct rq_rb_root *root, uint64_t sector)
+RQ_EXPORT struct rq_request *rq_sched_rb_find(struct rq_rb_root *root, uint64_t sector)
 {
 	struct rq_rb_node *n = root->node;
 	struct rq_request *found = NULL;
@@ -443,34 +443,34 @@ RQ_EXPORT struct rq_request *rq_elv_rb_find(struct rq_rb_root *root, uint64_t se
 }
 
 /**
- * rq_elv_rb_first() - the request with the lowest sector.
+ * rq_sched_rb_first() - the request with the lowest sector.
  * @root: the tree.
  * Context: the scheduler's lock.
  * Return: the request, NULL for an empty tree.
  */
-RQ_EXPORT struct rq_request *rq_elv_rb_first(struct rq_rb_root *root)
+RQ_EXPORT struct rq_request *rq_sched_rb_first(struct rq_rb_root *root)
 {
 	return rb_entry_rq(rq_rb_first(root));
 }
 
 /**
- * rq_elv_rb_former() - the request before @rq in its tree.
+ * rq_sched_rb_former() - the request before @rq in its tree.
  * @rq: a request in a tree.
  * Context: the scheduler's lock.
  * Return: the request, NULL if @rq is the first (or in no tree).
  */
-RQ_EXPORT struct rq_request *rq_elv_rb_former(struct rq_request *rq)
+RQ_EXPORT struct rq_request *rq_sched_rb_former(struct rq_request *rq)
 {
 	return rb_entry_rq(rq_rb_prev(&rq->rb_node));
 }
 
 /**
- * rq_elv_rb_latter() - the request after @rq in its tree.
+ * rq_sched_rb_latter() - the request after @rq in its tree.
  * @rq: a request in a tree.
  * Context: the scheduler's lock.
  * Return: the request, NULL if @rq is the last (or in no tree).
  */
-RQ_EXPORT struct rq_request *rq_elv_rb_latter(struct rq_request *rq)
+RQ_EXPORT struct rq_request *rq_sched_rb_latter(struct rq_request *rq)
 {
 	return rb_entry_rq(rq_rb_next(&rq->rb_node));
 }

@@ -506,7 +506,7 @@ static int sq_set_nr_requests(struct rq_queue *q, const char *val)
 	unsigned long nr;
 	int ret = 0;
 
-	if (rq_elv_parse_uint(val, SQ_MIN_NR_REQUESTS, 65536, &nr))
+	if (rq_sched_parse_uint(val, SQ_MIN_NR_REQUESTS, 65536, &nr))
 		return -EINVAL;
 	sq_lock(sqd);
 	if (nr > sqd->pool_cap)
@@ -549,7 +549,7 @@ static void sq_insert_sorted(struct rq_queue *q, struct rq_request *rq)
 	rq->rq_flags |= RQ_RQF_SORTED;
 	sqd->nr_sorted++;
 	if (rq_mergeable(rq)) {
-		rq_elv_rqhash_add(q, rq);
+		rq_sched_hash_add(q, rq);
 		if (!q->elevator->merge[0].last_merge)
 			q->elevator->merge[0].last_merge = rq;
 	}
@@ -581,7 +581,7 @@ static void sq_leave_scheduler(struct rq_queue *q, struct rq_request *rq)
 
 	if (q->elevator->merge[0].last_merge == rq)
 		q->elevator->merge[0].last_merge = NULL;
-	rq_elv_rqhash_del(q, rq);
+	rq_sched_hash_del(q, rq);
 	if (rq->rq_flags & RQ_RQF_SORTED) {
 		rq->rq_flags &= ~RQ_RQF_SORTED;
 		sqd->nr_sorted--;
@@ -1163,7 +1163,7 @@ RQ_EXPORT int rq_sq_alloc_queue(const struct rq_sq_config *cfg, struct rq_queue 
 		return -EINVAL;
 	sched = cfg->scheduler;
 	if (!sched)
-		sched = rq_elevator_exists("cfq") ? "cfq" : "noop";
+		sched = rq_sched_exists("cfq") ? "cfq" : "noop";
 	sqd = sq_data_alloc(cfg, nr);
 	cc.limits = &lim;
 	cc.capacity = cfg->capacity;

@@ -232,7 +232,7 @@ struct bfq_data {
 
 static struct bfq_data *bfq_of(struct rq_queue *q)
 {
-	return rq_queue_elevator_data(q);
+	return rq_sched_data(q);
 }
 
 static struct bfq_sched *sched_of_hctx(struct bfq_data *bd, const struct rq_hw_ctx *hctx)
@@ -675,7 +675,7 @@ static struct rq_request *bfqq_next_rq(struct bfq_data *bd, struct bfq_sched *bs
 		return oldest;
 	fwd = sort_ceiling(&bfqq->sort, head);
 	if (fwd) {
-		back = rq_elv_rb_former(fwd);
+		back = rq_sched_rb_former(fwd);
 	} else {
 		struct rq_rb_node *last = rq_rb_last(&bfqq->sort);
 
@@ -698,7 +698,7 @@ static void bfqq_add_rq(struct bfq_queue *bfqq, struct rq_request *rq, bool at_h
 		rq_list_add(&rq->queuelist, &bfqq->fifo);
 	else
 		rq_list_add_tail(&rq->queuelist, &bfqq->fifo);
-	rq_elv_rb_add(&bfqq->sort, rq);
+	rq_sched_rb_add(&bfqq->sort, rq);
 	rq_set_bits(rq, rq_bits(rq) | BFQ_RQ_QUEUED);
 	bfqq->queued++;
 	WRITE_ONCE(bfqq->bs->queued, bfqq->bs->queued + 1);
@@ -708,10 +708,10 @@ static void bfqq_add_rq(struct bfq_queue *bfqq, struct rq_request *rq, bool at_h
 static void bfqq_del_rq(struct rq_queue *q, struct bfq_queue *bfqq, struct rq_request *rq)
 {
 	rq_list_del_init(&rq->queuelist);
-	rq_elv_rb_del(&bfqq->sort, rq);
+	rq_sched_rb_del(&bfqq->sort, rq);
 	rq_set_bits(rq, rq_bits(rq) & ~BFQ_RQ_QUEUED);
 	if (rq->rq_flags & RQ_RQF_HASHED)
-		rq_elv_rqhash_del(q, rq);
+		rq_sched_hash_del(q, rq);
 	bfqq->queued--;
 	WRITE_ONCE(bfqq->bs->queued, bfqq->bs->queued - 1);
 }
@@ -1132,7 +1132,7 @@ static bool bfqq_has_neighbour(struct bfq_queue *bfqq, const struct rq_request *
 	struct rq_rb_node *last;
 
 	if (after) {
-		before = rq_elv_rb_former(after);
+		before = rq_sched_rb_former(after);
 	} else {
 		last = rq_rb_last(&bfqq->sort);
 		before = last ? RQ_CONTAINER_OF(last, struct rq_request, rb_node) : NULL;
@@ -1178,7 +1178,7 @@ static void bfq_insert_requests(struct rq_hw_ctx *hctx, struct rq_list_node *lis
 		bfqq_update_seek(bfqq, rq);
 		bfqq_add_rq(bfqq, rq, false);
 		if (bfq_mergeable(rq))
-			rq_elv_rqhash_add(q, rq);
+			rq_sched_hash_add(q, rq);
 		cur = bs->in_service;
 		if (cur == bfqq) {
 			sched_set_idle(bs, false, 0); /* what it was waiting for */
@@ -1311,7 +1311,7 @@ static void bfq_requeue_request(struct rq_request *rq)
 
 static bool bfq_bio_merge(struct rq_queue *q, struct rq_bio *bio, unsigned nr_segs)
 {
-	struct rq_hw_ctx *hctx = rq_bio_map_hctx(q, bio, NULL);
+	struct rq_hw_ctx *hctx = rq_sched_bio_hctx(q, bio, NULL);
 	struct rq_request *free_rq = NULL;
 	struct bfq_sched *bs;
 	bool merged;
@@ -1339,7 +1339,7 @@ static bool bfq_bio_merge(struct rq_queue *q, struct rq_bio *bio, unsigned nr_se
 static int bfq_request_merge(struct rq_queue *q, struct rq_request **rq, struct rq_bio *bio)
 {
 	struct bfq_data *bd = bfq_of(q);
-	struct rq_hw_ctx *hctx = rq_bio_map_hctx(q, bio, NULL);
+	struct rq_hw_ctx *hctx = rq_sched_bio_hctx(q, bio, NULL);
 	struct bfq_queue *bfqq;
 	struct rq_request *found;
 
@@ -1348,7 +1348,7 @@ static int bfq_request_merge(struct rq_queue *q, struct rq_request **rq, struct 
 	bfqq = bfqq_lookup(sched_of_hctx(bd, hctx), ioc_of_bio(bio), bio_is_sync(bio), false, 0);
 	if (!bfqq)
 		return RQ_ELV_NO_MERGE;
-	found = rq_elv_rb_find(&bfqq->sort, rq_bio_end_sector(bio));
+	found = rq_sched_rb_find(&bfqq->sort, rq_bio_end_sector(bio));
 	if (!found)
 		return RQ_ELV_NO_MERGE;
 	*rq = found;
@@ -1368,8 +1368,8 @@ static void bfq_request_merged(struct rq_queue *q, struct rq_request *rq, enum r
 	struct bfq_queue *bfqq = rq_bfqq(rq);
 
 	if (type == RQ_ELV_FRONT_MERGE && bfqq && (rq_bits(rq) & BFQ_RQ_QUEUED)) {
-		rq_elv_rb_del(&bfqq->sort, rq);
-		rq_elv_rb_add(&bfqq->sort, rq);
+		rq_sched_rb_del(&bfqq->sort, rq);
+		rq_sched_rb_add(&bfqq->sort, rq);
 	}
 }
 
@@ -1393,12 +1393,12 @@ static void bfq_requests_merged(struct rq_queue *q, struct rq_request *rq, struc
 
 static struct rq_request *bfq_former_request(struct rq_queue *q, struct rq_request *rq)
 {
-	return (rq_bits(rq) & BFQ_RQ_QUEUED) ? rq_elv_rb_former(rq) : NULL;
+	return (rq_bits(rq) & BFQ_RQ_QUEUED) ? rq_sched_rb_former(rq) : NULL;
 }
 
 static struct rq_request *bfq_next_request(struct rq_queue *q, struct rq_request *rq)
 {
-	return (rq_bits(rq) & BFQ_RQ_QUEUED) ? rq_elv_rb_latter(rq) : NULL;
+	return (rq_bits(rq) & BFQ_RQ_QUEUED) ? rq_sched_rb_latter(rq) : NULL;
 }
 
 /* ------------------------------------------------------------ tunables */
@@ -1408,7 +1408,7 @@ static int parse_uint(const char *buf, unsigned long min, unsigned long max, uns
 {
 	unsigned long v;
 
-	if (rq_elv_parse_uint(buf, min, max, &v))
+	if (rq_sched_parse_uint(buf, min, max, &v))
 		return -EINVAL;
 	*out = (unsigned)v;
 	return 0;

@@ -253,7 +253,7 @@ struct cfq_data {
 
 static struct cfq_data *cfqd_of(struct rq_queue *q)
 {
-	return rq_queue_elevator_data(q);
+	return rq_sched_data(q);
 }
 
 static unsigned tun(const unsigned *p)
@@ -854,10 +854,10 @@ static struct rq_request *choose_req(struct cfq_data *cfqd, struct rq_request *a
 static struct rq_request *find_next_rq(struct cfq_data *cfqd, struct cfq_queue *cfqq,
 				       struct rq_request *last)
 {
-	struct rq_request *next = rq_elv_rb_latter(last), *prev = rq_elv_rb_former(last);
+	struct rq_request *next = rq_sched_rb_latter(last), *prev = rq_sched_rb_former(last);
 
 	if (!next) {
-		next = rq_elv_rb_first(&cfqq->sort);
+		next = rq_sched_rb_first(&cfqq->sort);
 		if (next == last)
 			next = NULL;
 	}
@@ -866,7 +866,7 @@ static struct rq_request *find_next_rq(struct cfq_data *cfqd, struct cfq_queue *
 
 static void sort_add(struct cfq_data *cfqd, struct cfq_queue *cfqq, struct rq_request *rq)
 {
-	rq_elv_rb_add(&cfqq->sort, rq);
+	rq_sched_rb_add(&cfqq->sort, rq);
 	cfqq->next_rq = choose_req(cfqd, cfqq->next_rq, rq, cfqd->last_position);
 }
 
@@ -874,7 +874,7 @@ static void sort_del(struct cfq_data *cfqd, struct cfq_queue *cfqq, struct rq_re
 {
 	if (cfqq->next_rq == rq)
 		cfqq->next_rq = find_next_rq(cfqd, cfqq, rq);
-	rq_elv_rb_del(&cfqq->sort, rq);
+	rq_sched_rb_del(&cfqq->sort, rq);
 }
 
 /* Take @rq out of its queue (FIFO, tree, hash); the queue stays busy if active. */
@@ -884,7 +884,7 @@ static void remove_request(struct rq_queue *q, struct cfq_data *cfqd, struct rq_
 
 	rq_list_del_init(&rq->queuelist);
 	sort_del(cfqd, cfqq, rq);
-	rq_elv_rqhash_del(q, rq);
+	rq_sched_hash_del(q, rq);
 	cfqq->queued--;
 	cfqd->rq_queued--;
 }
@@ -1736,7 +1736,7 @@ static int cfq_merge(struct rq_queue *q, struct rq_request **rq, struct rq_bio *
 
 	if (!cfqq)
 		return RQ_ELV_NO_MERGE;
-	hit = rq_elv_rb_find(&cfqq->sort, rq_bio_end_sector(bio));
+	hit = rq_sched_rb_find(&cfqq->sort, rq_bio_end_sector(bio));
 	if (!hit)
 		return RQ_ELV_NO_MERGE;
 	*rq = hit;
@@ -1822,12 +1822,12 @@ static bool cfq_allow_rq_merge(struct rq_queue *q, struct rq_request *rq, struct
  */
 static struct rq_request *cfq_former(struct rq_queue *q, struct rq_request *rq)
 {
-	return rq_rb_empty_node(&rq->rb_node) ? NULL : rq_elv_rb_former(rq);
+	return rq_rb_empty_node(&rq->rb_node) ? NULL : rq_sched_rb_former(rq);
 }
 
 static struct rq_request *cfq_latter(struct rq_queue *q, struct rq_request *rq)
 {
-	return rq_rb_empty_node(&rq->rb_node) ? NULL : rq_elv_rb_latter(rq);
+	return rq_rb_empty_node(&rq->rb_node) ? NULL : rq_sched_rb_latter(rq);
 }
 
 /**
@@ -1870,7 +1870,7 @@ static int cfq_parse(const char *buf, unsigned long min, unsigned long max, unsi
 {
 	unsigned long v;
 
-	if (rq_elv_parse_uint(buf, min, max, &v))
+	if (rq_sched_parse_uint(buf, min, max, &v))
 		return -EINVAL;
 	*out = (unsigned)v;
 	return 0;

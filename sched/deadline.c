@@ -83,7 +83,7 @@ struct dl_data {
 
 static struct dl_data *dl_of(struct rq_queue *q)
 {
-	return rq_queue_elevator_data(q);
+	return rq_sched_data(q);
 }
 
 static unsigned dl_dir(unsigned op)
@@ -102,8 +102,8 @@ static void dl_sort_del(struct dl_data *dd, struct rq_request *rq)
 	unsigned dir = dl_dir(rq->op);
 
 	if (dd->next_rq[dir] == rq)
-		dd->next_rq[dir] = rq_elv_rb_latter(rq);
-	rq_elv_rb_del(&dd->sort[dir], rq);
+		dd->next_rq[dir] = rq_sched_rb_latter(rq);
+	rq_sched_rb_del(&dd->sort[dir], rq);
 }
 
 /* Forget @rq entirely: FIFO, tree, the core's hash.  Queue lock held. */
@@ -111,7 +111,7 @@ static void dl_remove(struct rq_queue *q, struct dl_data *dd, struct rq_request 
 {
 	rq_list_del_init(&rq->queuelist);
 	dl_sort_del(dd, rq);
-	rq_elv_rqhash_del(q, rq);
+	rq_sched_hash_del(q, rq);
 }
 
 /* Has the oldest request of @dir passed its expiry time? */
@@ -132,7 +132,7 @@ static void dl_move_to_dispatch(struct rq_queue *q, struct dl_data *dd, struct r
 
 	dd->next_rq[DL_READ] = NULL;
 	dd->next_rq[DL_WRITE] = NULL;
-	dd->next_rq[dir] = rq_elv_rb_latter(rq);
+	dd->next_rq[dir] = rq_sched_rb_latter(rq);
 	dl_remove(q, dd, rq);
 	dd->batching++;
 	rq_sq_dispatch_add_tail(q, rq);
@@ -224,10 +224,10 @@ static void dl_add_request(struct rq_queue *q, struct rq_request *rq)
 	struct dl_data *dd = dl_of(q);
 	unsigned dir = dl_dir(rq->op);
 
-	rq_elv_rb_add(&dd->sort[dir], rq);
+	rq_sched_rb_add(&dd->sort[dir], rq);
 	rq->fifo_time = rq_clock_ns() + dl_tunable(&dd->fifo_expire_ms[dir]) * NSEC_PER_MSEC;
 	rq_list_add_tail(&rq->queuelist, &dd->fifo[dir]);
-	rq_elv_rqhash_add(q, rq);
+	rq_sched_hash_add(q, rq);
 }
 
 /**
@@ -262,13 +262,13 @@ static int dl_merge(struct rq_queue *q, struct rq_request **rq, struct rq_bio *b
 
 	if (!dl_tunable(&dd->front_merges))
 		return RQ_ELV_NO_MERGE;
-	hit = rq_elv_rb_find(&dd->sort[dl_dir(bio->op)], sector);
+	hit = rq_sched_rb_find(&dd->sort[dl_dir(bio->op)], sector);
 	/* a discard may share the start sector with a write: find the same op */
-	for (cand = hit; cand && cand->sector == sector; cand = rq_elv_rb_former(cand))
+	for (cand = hit; cand && cand->sector == sector; cand = rq_sched_rb_former(cand))
 		if (cand->op == bio->op)
 			goto found;
-	for (cand = hit ? rq_elv_rb_latter(hit) : NULL; cand && cand->sector == sector;
-	     cand = rq_elv_rb_latter(cand))
+	for (cand = hit ? rq_sched_rb_latter(hit) : NULL; cand && cand->sector == sector;
+	     cand = rq_sched_rb_latter(cand))
 		if (cand->op == bio->op)
 			goto found;
 	return RQ_ELV_NO_MERGE;
@@ -289,8 +289,8 @@ static void dl_merged(struct rq_queue *q, struct rq_request *rq, enum rq_elv_mer
 
 	if (type != RQ_ELV_FRONT_MERGE)
 		return;
-	rq_elv_rb_del(&dd->sort[dir], rq);
-	rq_elv_rb_add(&dd->sort[dir], rq);
+	rq_sched_rb_del(&dd->sort[dir], rq);
+	rq_sched_rb_add(&dd->sort[dir], rq);
 }
 
 /**
@@ -321,12 +321,12 @@ static void dl_merge_req(struct rq_queue *q, struct rq_request *rq, struct rq_re
  */
 static struct rq_request *dl_former(struct rq_queue *q, struct rq_request *rq)
 {
-	return rq_rb_empty_node(&rq->rb_node) ? NULL : rq_elv_rb_former(rq);
+	return rq_rb_empty_node(&rq->rb_node) ? NULL : rq_sched_rb_former(rq);
 }
 
 static struct rq_request *dl_latter(struct rq_queue *q, struct rq_request *rq)
 {
-	return rq_rb_empty_node(&rq->rb_node) ? NULL : rq_elv_rb_latter(rq);
+	return rq_rb_empty_node(&rq->rb_node) ? NULL : rq_sched_rb_latter(rq);
 }
 
 /** dl_queue_empty() - nothing queued in either direction.  Queue lock held. */
@@ -347,7 +347,7 @@ static int dl_parse(const char *buf, unsigned long min, unsigned long max, unsig
 {
 	unsigned long v;
 
-	if (rq_elv_parse_uint(buf, min, max, &v))
+	if (rq_sched_parse_uint(buf, min, max, &v))
 		return -EINVAL;
 	*out = (unsigned)v;
 	return 0;

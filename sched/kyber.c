@@ -217,12 +217,12 @@ static inline unsigned kyber_domain_of_op(unsigned op)
 
 static inline struct kyber_queue_data *kyber_qd(struct rq_queue *q)
 {
-	return rq_queue_elevator_data(q);
+	return rq_sched_data(q);
 }
 
 static inline struct kyber_hctx_data *kyber_hd(const struct rq_hw_ctx *hctx)
 {
-	return rq_hctx_sched_data(hctx);
+	return rq_sched_hctx_data(hctx);
 }
 
 /* Note that software queue @idx may hold requests of @domain. */
@@ -633,7 +633,7 @@ static int kyber_init_hctx(struct rq_hw_ctx *hctx, unsigned idx)
 	}
 	atomic_init(&khd->waiting, 0);
 	khd->cur_domain = KYBER_READ;
-	rq_hctx_set_sched_data(hctx, khd);
+	rq_sched_set_hctx_data(hctx, khd);
 	return 0;
 fail:
 	kyber_free_hctx_data(khd);
@@ -643,7 +643,7 @@ fail:
 static void kyber_exit_hctx(struct rq_hw_ctx *hctx, unsigned idx)
 {
 	kyber_free_hctx_data(kyber_hd(hctx));
-	rq_hctx_set_sched_data(hctx, NULL);
+	rq_sched_set_hctx_data(hctx, NULL);
 }
 
 /* nr_requests changed (queue frozen): recompute the async limit. */
@@ -661,7 +661,7 @@ static void kyber_limit_depth(struct rq_alloc_data *data)
 	if (data->op == RQ_OP_READ || (data->opf & RQ_BIO_SYNC))
 		return;
 	/* the bitmap limits per word: each word's share of async_depth */
-	data->shallow_depth = rq_hctx_shallow_depth(
+	data->shallow_depth = rq_sched_shallow_depth(
 		data->hctx, atomic_load_explicit(&kyber_qd(data->q)->async_depth,
 						 memory_order_relaxed));
 }
@@ -676,7 +676,7 @@ static __attribute__((noinline)) bool kyber_cpu_list_merge(struct rq_queue *q, s
 							   unsigned nr_segs, unsigned domain)
 {
 	unsigned idx = 0;
-	struct rq_hw_ctx *hctx = rq_bio_map_hctx(q, bio, &idx);
+	struct rq_hw_ctx *hctx = rq_sched_bio_hctx(q, bio, &idx);
 	struct kyber_hctx_data *khd = kyber_hd(hctx);
 	struct kyber_ctx_queue *kcq;
 	bool merged;
@@ -723,7 +723,7 @@ static bool kyber_bio_merge(struct rq_queue *q, struct rq_bio *bio, unsigned nr_
 static inline unsigned kyber_ctx_index(const struct kyber_hctx_data *khd,
 				       const struct rq_request *rq)
 {
-	unsigned idx = rq_request_ctx_index(rq);
+	unsigned idx = rq_sched_ctx_index(rq);
 
 	return idx < khd->nr_ctx ? idx : 0;
 }

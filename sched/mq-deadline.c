@@ -226,7 +226,7 @@ struct dl_data {
 
 static inline struct dl_data *dl_of(struct rq_queue *q)
 {
-	return rq_queue_elevator_data(q);
+	return rq_sched_data(q);
 }
 
 /* The priority class of an I/O priority value (NONE and unknown: BE). */
@@ -303,12 +303,12 @@ static void dl_add(struct dl_data *dd, struct rq_request *rq, uint64_t now)
 
 	rq->elv_priv[1] = pq;
 
-	rq_elv_rb_add(&pq->sort[dir], rq);
+	rq_sched_rb_add(&pq->sort[dir], rq);
 	pq->next_hint[dir] = NULL;
 	rq->fifo_time = now + expire_ms * NSEC_PER_MSEC;
 	rq_list_add_tail(&rq->queuelist, &pq->fifo[dir]);
 	if (dl_mergeable(rq))
-		rq_elv_rqhash_add(dd->q, rq);
+		rq_sched_hash_add(dd->q, rq);
 	rq->elv_priv[0] = DL_RQ_QUEUED;
 	pq->nr_queued++;
 	dl_count(hq, 1);
@@ -339,8 +339,8 @@ static void dl_remove(struct dl_data *dd, struct rq_request *rq)
 	if (dl_in_run(rq)) {
 		dl_run_del(hq, &pq->run[dir], dl_run_index(rq));
 	} else {
-		rq_elv_rb_del(&pq->sort[dir], rq);
-		rq_elv_rqhash_del(dd->q, rq);
+		rq_sched_rb_del(&pq->sort[dir], rq);
+		rq_sched_hash_del(dd->q, rq);
 	}
 	rq_list_del_init(&rq->queuelist);
 	rq->elv_priv[0] = NULL;
@@ -357,7 +357,7 @@ static struct rq_request *dl_sorted_latter(struct rq_request *rq)
 	const struct dl_run *run;
 
 	if (!dl_in_run(rq))
-		return rq_elv_rb_latter(rq);
+		return rq_sched_rb_latter(rq);
 	run = &dl_pq(rq)->run[dl_dir_of(rq->op)];
 	for (unsigned i = dl_run_index(rq) + 1; i < run->len; i++)
 		if (run->rq[i])
@@ -385,9 +385,9 @@ static void dl_materialise(struct dl_data *dd, struct dl_hctx_queue *hq)
 
 				if (!rq)
 					continue;
-				rq_elv_rb_add(&pq->sort[d], rq);
+				rq_sched_rb_add(&pq->sort[d], rq);
 				if (dl_mergeable(rq))
-					rq_elv_rqhash_add(dd->q, rq);
+					rq_sched_hash_add(dd->q, rq);
 				rq->elv_priv[0] = DL_RQ_QUEUED;
 			}
 			run->head = run->len = run->live = 0;
@@ -700,7 +700,7 @@ static void dl_limit_depth(struct rq_alloc_data *data)
 {
 	if (data->op == RQ_OP_READ || (data->opf & RQ_BIO_SYNC))
 		return;
-	data->shallow_depth = rq_hctx_shallow_depth(data->hctx,
+	data->shallow_depth = rq_sched_shallow_depth(data->hctx,
 						    READ_ONCE(dl_of(data->q)->async_depth));
 }
 
@@ -714,7 +714,7 @@ static void dl_limit_depth(struct rq_alloc_data *data)
  */
 static bool dl_bio_merge(struct rq_queue *q, struct rq_bio *bio, unsigned nr_segs)
 {
-	struct rq_hw_ctx *hctx = rq_bio_map_hctx(q, bio, NULL);
+	struct rq_hw_ctx *hctx = rq_sched_bio_hctx(q, bio, NULL);
 	struct rq_request *free_rq = NULL;
 	struct dl_hctx_queue *hq;
 	bool merged;
@@ -756,11 +756,11 @@ static int dl_request_merge(struct rq_queue *q, struct rq_request **rq, struct r
 		ioc = bio->ioc ? bio->ioc : rq_ioc_current();
 		ioprio = ioc ? rq_ioc_prio(ioc) : 0;
 	}
-	hctx = rq_bio_map_hctx(q, bio, NULL);
+	hctx = rq_sched_bio_hctx(q, bio, NULL);
 	if (!hctx)
 		return RQ_ELV_NO_MERGE;
 	hq = dl_hq(dd, hctx);
-	found = rq_elv_rb_find(&hq->prio[dl_prio_of(ioprio)].sort[dl_dir_of(bio->op)],
+	found = rq_sched_rb_find(&hq->prio[dl_prio_of(ioprio)].sort[dl_dir_of(bio->op)],
 			       rq_bio_end_sector(bio));
 	if (!found)
 		return RQ_ELV_NO_MERGE;
@@ -781,8 +781,8 @@ static void dl_request_merged(struct rq_queue *q, struct rq_request *rq, enum rq
 	if (type != RQ_ELV_FRONT_MERGE || !dl_queued(rq))
 		return;
 	root = &dl_pq(rq)->sort[dl_dir_of(rq->op)];
-	rq_elv_rb_del(root, rq);
-	rq_elv_rb_add(root, rq);
+	rq_sched_rb_del(root, rq);
+	rq_sched_rb_add(root, rq);
 	dl_pq(rq)->next_hint[dl_dir_of(rq->op)] = NULL;
 }
 
@@ -819,13 +819,13 @@ static void dl_requests_merged(struct rq_queue *q, struct rq_request *rq, struct
 static struct rq_request *dl_former_request(struct rq_queue *q, struct rq_request *rq)
 {
 	(void)q;
-	return dl_queued(rq) ? rq_elv_rb_former(rq) : NULL;
+	return dl_queued(rq) ? rq_sched_rb_former(rq) : NULL;
 }
 
 static struct rq_request *dl_next_request(struct rq_queue *q, struct rq_request *rq)
 {
 	(void)q;
-	return dl_queued(rq) ? rq_elv_rb_latter(rq) : NULL;
+	return dl_queued(rq) ? rq_sched_rb_latter(rq) : NULL;
 }
 
 /**
@@ -987,7 +987,7 @@ static int dl_parse_uint(const char *buf, unsigned min, unsigned max, unsigned *
 {
 	unsigned long v;
 
-	if (rq_elv_parse_uint(buf, min, max, &v))
+	if (rq_sched_parse_uint(buf, min, max, &v))
 		return -EINVAL;
 	*out = (unsigned)v;
 	return 0;

@@ -44,7 +44,7 @@ struct noop_data {
 
 static struct noop_data *noop_of(struct rq_queue *q)
 {
-	return rq_queue_elevator_data(q);
+	return rq_sched_data(q);
 }
 
 static unsigned noop_dir(unsigned op)
@@ -66,7 +66,7 @@ static bool noop_rq_mergeable(const struct rq_request *rq)
 static void noop_sort_del(struct noop_data *nd, struct rq_request *rq)
 {
 	if (!rq_rb_empty_node(&rq->rb_node))
-		rq_elv_rb_del(&nd->sort[noop_dir(rq->op)], rq);
+		rq_sched_rb_del(&nd->sort[noop_dir(rq->op)], rq);
 }
 
 /* Forget @rq: FIFO, sort tree and the core's hash.  Queue lock held. */
@@ -74,7 +74,7 @@ static void noop_remove(struct rq_queue *q, struct noop_data *nd, struct rq_requ
 {
 	rq_list_del_init(&rq->queuelist);
 	noop_sort_del(nd, rq);
-	rq_elv_rqhash_del(q, rq);
+	rq_sched_hash_del(q, rq);
 }
 
 /*
@@ -84,15 +84,15 @@ static void noop_remove(struct rq_queue *q, struct noop_data *nd, struct rq_requ
  */
 static struct rq_request *noop_find_front(struct noop_data *nd, unsigned op, uint64_t sector)
 {
-	struct rq_request *hit = rq_elv_rb_find(&nd->sort[noop_dir(op)], sector);
+	struct rq_request *hit = rq_sched_rb_find(&nd->sort[noop_dir(op)], sector);
 	struct rq_request *rq;
 
 	if (!hit)
 		return NULL;
-	for (rq = hit; rq && rq->sector == sector; rq = rq_elv_rb_former(rq))
+	for (rq = hit; rq && rq->sector == sector; rq = rq_sched_rb_former(rq))
 		if (rq->op == op && noop_rq_mergeable(rq))
 			return rq;
-	for (rq = rq_elv_rb_latter(hit); rq && rq->sector == sector; rq = rq_elv_rb_latter(rq))
+	for (rq = rq_sched_rb_latter(hit); rq && rq->sector == sector; rq = rq_sched_rb_latter(rq))
 		if (rq->op == op && noop_rq_mergeable(rq))
 			return rq;
 	return NULL;
@@ -136,8 +136,8 @@ static void noop_add_request(struct rq_queue *q, struct rq_request *rq)
 	rq_list_add_tail(&rq->queuelist, &nd->fifo);
 	rq_rb_clear_node(&rq->rb_node);
 	if (noop_rq_mergeable(rq)) {
-		rq_elv_rb_add(&nd->sort[noop_dir(rq->op)], rq);
-		rq_elv_rqhash_add(q, rq);
+		rq_sched_rb_add(&nd->sort[noop_dir(rq->op)], rq);
+		rq_sched_hash_add(q, rq);
 	}
 }
 
@@ -191,7 +191,7 @@ static void noop_merged(struct rq_queue *q, struct rq_request *rq, enum rq_elv_m
 	if (type != RQ_ELV_FRONT_MERGE || rq_rb_empty_node(&rq->rb_node))
 		return;
 	noop_sort_del(nd, rq);
-	rq_elv_rb_add(&nd->sort[noop_dir(rq->op)], rq);
+	rq_sched_rb_add(&nd->sort[noop_dir(rq->op)], rq);
 }
 
 /**

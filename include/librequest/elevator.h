@@ -4,7 +4,7 @@
  *
  * A scheduler is a struct rq_elevator_type: a name, versioned ops with the
  * kernel's elevator_mq_ops entry points, and an attribute table of tunables
- * (reachable as "iosched/<name>").  rq_elevator_register() copies it; queues
+ * (reachable as "iosched/<name>").  rq_sched_register() copies it; queues
  * then choose it by name at creation or switch to it at run time.
  *
  * Who calls what, with which lock held (none of the core's locks are held
@@ -60,7 +60,7 @@ enum rq_elv_merge {
  * struct rq_alloc_data - what a request is being made for, for limit_depth.
  * @shallow_depth: 0, or how many bits of each word of the hctx's scheduler
  *	tag bitmap this request may use (the kernel's sbitmap shallow depth);
- *	rq_hctx_shallow_depth() turns a number of tags into it.
+ *	rq_sched_shallow_depth() turns a number of tags into it.
  */
 struct rq_alloc_data {
 	struct rq_queue *q;
@@ -82,7 +82,7 @@ struct rq_elevator_ops {
 	int (*init_sched)(struct rq_queue *q, void **data);
 	/** @exit_sched: free it; the queue is empty. */
 	void (*exit_sched)(struct rq_queue *q, void *data);
-	/** @init_hctx / @exit_hctx: per hw queue data (rq_hctx_sched_data). */
+	/** @init_hctx / @exit_hctx: per hw queue data (rq_sched_hctx_data). */
 	int (*init_hctx)(struct rq_hw_ctx *hctx, unsigned idx);
 	void (*exit_hctx)(struct rq_hw_ctx *hctx, unsigned idx);
 	/** @depth_updated: nr_requests changed. */
@@ -176,7 +176,7 @@ struct rq_elevator_type {
 #define RQ_ELV_TYPE_INIT .size = sizeof(struct rq_elevator_type), .abi_version = RQ_ELV_ABI
 
 /**
- * rq_elevator_register() - add a scheduler to the registry.
+ * rq_sched_register() - add a scheduler to the registry.
  * @e: the type, begun with RQ_ELV_TYPE_INIT.  Copied, with its name and
  *	alias; the attrs table and sq_ops must stay valid while it is
  *	registered.
@@ -189,31 +189,31 @@ struct rq_elevator_type {
  * missing required ops (insert_requests, dispatch_request, has_work for
  * RQ_ELV_F_MQ; sq_ops for RQ_ELV_F_SQ); -ENOMEM.
  */
-int rq_elevator_register(const struct rq_elevator_type *e);
+int rq_sched_register(const struct rq_elevator_type *e);
 
 /**
- * rq_elevator_unregister() - remove a scheduler no queue uses.
+ * rq_sched_unregister() - remove a scheduler no queue uses.
  * @name: its name or alias.
  *
  * Context: any thread, not from a scheduler hook; takes the registry mutex.
  * Return: 0; -EINVAL for NULL; -ENOENT if not registered ("none" is not);
  * -EBUSY while a queue uses it.
  */
-int rq_elevator_unregister(const char *name);
+int rq_sched_unregister(const char *name);
 
 /**
- * rq_elevator_exists() - whether a queue can select @name.
+ * rq_sched_exists() - whether a queue can select @name.
  * @name: a scheduler name or alias.
  *
  * Context: any thread, not from a scheduler hook; takes the registry mutex.
  * Return: true for "none" and every registered name and alias.
  */
-bool rq_elevator_exists(const char *name);
+bool rq_sched_exists(const char *name);
 
 /* ------------------------------------------------ helpers for schedulers */
 
 /**
- * rq_queue_elevator_data() - the data the attached scheduler's init_sched
+ * rq_sched_data() - the data the attached scheduler's init_sched
  * stored.
  * @q: the queue.
  *
@@ -221,22 +221,22 @@ bool rq_elevator_exists(const char *name);
  * scheduler while they run); never blocks.
  * Return: the data, NULL without a scheduler.
  */
-void *rq_queue_elevator_data(struct rq_queue *q);
+void *rq_sched_data(struct rq_queue *q);
 /**
- * rq_hctx_sched_data() / rq_hctx_set_sched_data() - per hw queue data of
+ * rq_sched_hctx_data() / rq_sched_set_hctx_data() - per hw queue data of
  * the scheduler.
  * @hctx: the hardware queue.
  * @data: the pointer to keep.
  *
  * Context: the scheduler's hooks; set it in init_hctx.  A plain load /
  * store, never blocks.
- * Return: rq_hctx_sched_data(): what was stored, NULL before.
+ * Return: rq_sched_hctx_data(): what was stored, NULL before.
  */
-void *rq_hctx_sched_data(const struct rq_hw_ctx *hctx);
-void rq_hctx_set_sched_data(struct rq_hw_ctx *hctx, void *data);
+void *rq_sched_hctx_data(const struct rq_hw_ctx *hctx);
+void rq_sched_set_hctx_data(struct rq_hw_ctx *hctx, void *data);
 /**
  * rq_hctx_nr_ctx() - software queues (CPUs) mapped to @hctx; a request's
- * rq_request_ctx_index() is below it.  For schedulers that keep per-CPU
+ * rq_sched_ctx_index() is below it.  For schedulers that keep per-CPU
  * lists, as kyber does.
  * @hctx: the hardware queue.
  *
@@ -247,15 +247,15 @@ void rq_hctx_set_sched_data(struct rq_hw_ctx *hctx, void *data);
  */
 unsigned rq_hctx_nr_ctx(const struct rq_hw_ctx *hctx);
 /**
- * rq_request_ctx_index() - index of the software queue @rq was made on.
+ * rq_sched_ctx_index() - index of the software queue @rq was made on.
  * @rq: a request of a multi-queue queue.
  *
  * Context: any hook that holds @rq; never blocks.
  * Return: 0..rq_hctx_nr_ctx(rq->hctx) - 1.
  */
-unsigned rq_request_ctx_index(const struct rq_request *rq);
+unsigned rq_sched_ctx_index(const struct rq_request *rq);
 /**
- * rq_bio_map_hctx() - the hw queue a bio submitted now from this CPU would
+ * rq_sched_bio_hctx() - the hw queue a bio submitted now from this CPU would
  * use, and (in *@ctx_index, may be NULL) the index of this CPU's software
  * queue on it.  For bio_merge hooks: inside a submission it names the hw
  * queue the bio's request would be made on (and whose merge hash
@@ -269,11 +269,11 @@ unsigned rq_request_ctx_index(const struct rq_request *rq);
  * blocks.
  * Return: the hardware queue.
  */
-struct rq_hw_ctx *rq_bio_map_hctx(struct rq_queue *q, const struct rq_bio *bio,
+struct rq_hw_ctx *rq_sched_bio_hctx(struct rq_queue *q, const struct rq_bio *bio,
 				  unsigned *ctx_index);
 
 /**
- * rq_hctx_sched_word_bits() - bits per word of @hctx's scheduler tag bitmap;
+ * rq_sched_word_bits() - bits per word of @hctx's scheduler tag bitmap;
  * rq_alloc_data.shallow_depth counts bits per word, so limit_depth scales
  * its share with this.
  * @hctx: the hardware queue.
@@ -282,10 +282,10 @@ struct rq_hw_ctx *rq_bio_map_hctx(struct rq_queue *q, const struct rq_bio *bio,
  * never blocks.
  * Return: a power of two; the driver tags' when there is no scheduler.
  */
-unsigned rq_hctx_sched_word_bits(const struct rq_hw_ctx *hctx);
+unsigned rq_sched_word_bits(const struct rq_hw_ctx *hctx);
 
 /**
- * rq_hctx_shallow_depth() - the rq_alloc_data.shallow_depth that keeps a
+ * rq_sched_shallow_depth() - the rq_alloc_data.shallow_depth that keeps a
  * request to @depth of the nr_requests scheduler tags of @hctx: the
  * smallest number of bits per word that adds up to @depth over the
  * bitmap's words (the last one may be shorter), at least 1.
@@ -297,7 +297,7 @@ unsigned rq_hctx_sched_word_bits(const struct rq_hw_ctx *hctx);
  * Return: bits per word, at least 1; 0 (no limit) when @depth >=
  * nr_requests.
  */
-unsigned rq_hctx_shallow_depth(const struct rq_hw_ctx *hctx, unsigned depth);
+unsigned rq_sched_shallow_depth(const struct rq_hw_ctx *hctx, unsigned depth);
 
 /**
  * rq_queue_nr_requests() - scheduler tags per hw queue (nr_requests).
@@ -369,7 +369,7 @@ bool rq_sched_try_insert_merge(struct rq_queue *q, struct rq_request *rq,
 void rq_sched_free_request(struct rq_request *rq);
 
 /**
- * rq_elv_rqhash_add() / rq_elv_rqhash_del() - add @rq to / remove it from
+ * rq_sched_hash_add() / rq_sched_hash_del() - add @rq to / remove it from
  * the core's back-merge hash (keyed by its end sector).
  * @q: the queue.
  * @rq: the request; adding a hashed one or removing an unhashed one does
@@ -378,11 +378,11 @@ void rq_sched_free_request(struct rq_request *rq);
  * Context: under the scheduler's lock, the one its insert_requests and
  * dispatch_request hold; never blocks.
  */
-void rq_elv_rqhash_add(struct rq_queue *q, struct rq_request *rq);
-void rq_elv_rqhash_del(struct rq_queue *q, struct rq_request *rq);
+void rq_sched_hash_add(struct rq_queue *q, struct rq_request *rq);
+void rq_sched_hash_del(struct rq_queue *q, struct rq_request *rq);
 
 /**
- * rq_elv_parse_uint() - parse a tunable as sysfs would hand it over: a whole
+ * rq_sched_parse_uint() - parse a tunable as sysfs would hand it over: a whole
  * decimal number within [@min, @max], optionally followed by one newline.
  * @buf: the text.
  * @min: smallest value accepted.
@@ -393,17 +393,17 @@ void rq_elv_rqhash_del(struct rq_queue *q, struct rq_request *rq);
  * Return: 0 and *@out, or -EINVAL (NULL, not a number, out of range) with
  * *@out untouched.
  */
-int rq_elv_parse_uint(const char *buf, unsigned long min, unsigned long max,
+int rq_sched_parse_uint(const char *buf, unsigned long min, unsigned long max,
 		      unsigned long *out);
 
 /*
  * Sector-sorted red-black trees of requests (via rq->rb_node).  Equal
- * sectors keep the order they were added in; rq_elv_rb_find() returns the
+ * sectors keep the order they were added in; rq_sched_rb_find() returns the
  * first of them.
  */
 
 /**
- * rq_elv_rb_add() / rq_elv_rb_del() - insert @rq into @root sorted by
+ * rq_sched_rb_add() / rq_sched_rb_del() - insert @rq into @root sorted by
  * rq->sector / remove it and mark it in no tree.
  * @root: the tree.
  * @rq: a request in no tree (add; equal sectors go after the ones already
@@ -412,35 +412,35 @@ int rq_elv_parse_uint(const char *buf, unsigned long min, unsigned long max,
  * Context: under the lock that guards @root (the scheduler's); never
  * blocks.
  */
-void rq_elv_rb_add(struct rq_rb_root *root, struct rq_request *rq);
-void rq_elv_rb_del(struct rq_rb_root *root, struct rq_request *rq);
+void rq_sched_rb_add(struct rq_rb_root *root, struct rq_request *rq);
+void rq_sched_rb_del(struct rq_rb_root *root, struct rq_request *rq);
 /**
- * rq_elv_rb_find() - the request of @root starting at @sector.
+ * rq_sched_rb_find() - the request of @root starting at @sector.
  * @root: the tree.
  * @sector: the start sector.
  *
  * Context: under the lock that guards @root; never blocks.
  * Return: the first one added of those starting at @sector, NULL if none.
  */
-struct rq_request *rq_elv_rb_find(struct rq_rb_root *root, uint64_t sector);
+struct rq_request *rq_sched_rb_find(struct rq_rb_root *root, uint64_t sector);
 /**
- * rq_elv_rb_first() - the request with the lowest sector.
+ * rq_sched_rb_first() - the request with the lowest sector.
  * @root: the tree.
  *
  * Context: under the lock that guards @root; never blocks.
  * Return: the request, NULL for an empty tree.
  */
-struct rq_request *rq_elv_rb_first(struct rq_rb_root *root);
+struct rq_request *rq_sched_rb_first(struct rq_rb_root *root);
 /**
- * rq_elv_rb_former() / rq_elv_rb_latter() - the request before / after @rq
+ * rq_sched_rb_former() / rq_sched_rb_latter() - the request before / after @rq
  * in its tree.
  * @rq: a request in a tree.
  *
  * Context: under the lock that guards the tree; never blocks.
  * Return: the request, NULL if @rq is the first / last (or in no tree).
  */
-struct rq_request *rq_elv_rb_former(struct rq_request *rq);
-struct rq_request *rq_elv_rb_latter(struct rq_request *rq);
+struct rq_request *rq_sched_rb_former(struct rq_request *rq);
+struct rq_request *rq_sched_rb_latter(struct rq_request *rq);
 
 /**
  * rq_rb_insert_color() / rq_rb_erase() - rebalance after linking @node

@@ -4,7 +4,7 @@
  * reference, the "scheduler" attribute's listing, and tunables by name.
  *
  * The registry keeps its own copy of every struct rq_elevator_type (see
- * rq_elevator_register()); the pointers handed out here point at those
+ * rq_sched_register()); the pointers handed out here point at those
  * copies and stay valid while a reference is held.  The built-in schedulers
  * (rq_builtin_elevators[], sched/builtin.c) are registered on first use of
  * the registry, before anything an application registers.
@@ -12,7 +12,7 @@
  * What may run at the same time:
  *
  *   operation                               concurrent with
- *   rq_elevator_register/unregister/exists  everything (registry mutex)
+ *   rq_sched_register/unregister/exists  everything (registry mutex)
  *   elevator_get/put, elevator_list_names   everything (registry mutex)
  *   elevator_attr_show/store/list           everything; the attr callbacks
  *                                           serialise on the scheduler data

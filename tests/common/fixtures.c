@@ -39,7 +39,7 @@ static atomic_ulong st_inserted, st_dispatched, st_bio_merges, st_insert_merges,
 
 static struct fifo_data *fifo_of(struct rq_queue *q)
 {
-	return rq_queue_elevator_data(q);
+	return rq_sched_data(q);
 }
 
 static bool fifo_mergeable(const struct rq_request *rq)
@@ -56,14 +56,14 @@ static bool fifo_mergeable(const struct rq_request *rq)
 static void tree_del(struct fifo_data *d, struct rq_request *rq)
 {
 	if ((uintptr_t)rq->elv_priv[0] & FIFO_IN_TREE) {
-		rq_elv_rb_del(&d->sort, rq);
+		rq_sched_rb_del(&d->sort, rq);
 		rq->elv_priv[0] = (void *)((uintptr_t)rq->elv_priv[0] & ~FIFO_IN_TREE);
 	}
 }
 
 static void tree_add(struct fifo_data *d, struct rq_request *rq)
 {
-	rq_elv_rb_add(&d->sort, rq);
+	rq_sched_rb_add(&d->sort, rq);
 	rq->elv_priv[0] = (void *)((uintptr_t)rq->elv_priv[0] | FIFO_IN_TREE);
 }
 
@@ -73,7 +73,7 @@ static void fifo_remove(struct rq_queue *q, struct fifo_data *d, struct rq_reque
 	rq_list_del_init(&rq->queuelist);
 	tree_del(d, rq);
 	if (rq->rq_flags & RQ_RQF_HASHED)
-		rq_elv_rqhash_del(q, rq);
+		rq_sched_hash_del(q, rq);
 }
 
 static int fifo_init_sched(struct rq_queue *q, void **data)
@@ -132,7 +132,7 @@ static int fifo_request_merge(struct rq_queue *q, struct rq_request **rq, struct
 	int ret = RQ_ELV_NO_MERGE;
 
 	pthread_mutex_lock(&d->lock);
-	found = rq_elv_rb_find(&d->sort, rq_bio_end_sector(bio));
+	found = rq_sched_rb_find(&d->sort, rq_bio_end_sector(bio));
 	if (found && found->op == bio->op) {
 		*rq = found;
 		ret = RQ_ELV_FRONT_MERGE;
@@ -171,7 +171,7 @@ static struct rq_request *fifo_former(struct rq_queue *q, struct rq_request *rq)
 
 	pthread_mutex_lock(&d->lock);
 	if ((uintptr_t)rq->elv_priv[0] & FIFO_IN_TREE)
-		r = rq_elv_rb_former(rq);
+		r = rq_sched_rb_former(rq);
 	pthread_mutex_unlock(&d->lock);
 	return r;
 }
@@ -183,7 +183,7 @@ static struct rq_request *fifo_latter(struct rq_queue *q, struct rq_request *rq)
 
 	pthread_mutex_lock(&d->lock);
 	if ((uintptr_t)rq->elv_priv[0] & FIFO_IN_TREE)
-		r = rq_elv_rb_latter(rq);
+		r = rq_sched_rb_latter(rq);
 	pthread_mutex_unlock(&d->lock);
 	return r;
 }
@@ -217,7 +217,7 @@ static void fifo_insert_requests(struct rq_hw_ctx *hctx, struct rq_list_node *li
 		if (fifo_mergeable(rq)) {
 			tree_add(d, rq);
 			if (!(rq->rq_flags & RQ_RQF_HASHED))
-				rq_elv_rqhash_add(q, rq);
+				rq_sched_hash_add(q, rq);
 		}
 	}
 	pthread_mutex_unlock(&d->lock);
@@ -311,7 +311,7 @@ static int fifo_ret;
 
 static void fifo_register_once(void)
 {
-	fifo_ret = rq_elevator_register(&fifo_type);
+	fifo_ret = rq_sched_register(&fifo_type);
 	if (fifo_ret == -EEXIST)
 		fifo_ret = 0;
 }

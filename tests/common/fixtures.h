@@ -22,7 +22,7 @@
  * queue for front merges, the core's hash for back merges (bio_merge through
  * rq_sched_try_merge, insert merges through rq_sched_try_insert_merge).
  * It has one tunable, "iosched/insert_merge" (0/1, default 1).
- * Return: 0 or the negative errno of rq_elevator_register.
+ * Return: 0 or the negative errno of rq_sched_register.
  */
 int fixture_register_fifo(void);
 

@@ -121,7 +121,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "cannot register %s\n", sched_name);
 		return 1;
 	}
-	if (!rq_elevator_exists(sched_name)) {
+	if (!rq_sched_exists(sched_name)) {
 		fprintf(stderr, "scheduler %s is not available: skipped\n", sched_name);
 		return 77;
 	}

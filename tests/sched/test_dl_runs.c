@@ -351,7 +351,7 @@ int main(void)
 	 * request completes.
 	 */
 	assert_int_equal(rq_service_manual(), 0);
-	assert_int_equal(rq_elevator_register(&rq_mq_deadline_tree_type), 0);
+	assert_int_equal(rq_sched_register(&rq_mq_deadline_tree_type), 0);
 	rq_clock_set_source(vclock, NULL);
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -445,7 +445,7 @@ int main(void)
 		return 1;
 	}
 	rq_clock_set_source(vclock_read, NULL);
-	if (!rq_elevator_exists("kyber")) {
+	if (!rq_sched_exists("kyber")) {
 		fprintf(stderr, "kyber is not available: skipped\n");
 		return 77;
 	}

@@ -256,7 +256,7 @@ int main(int argc, char **argv)
 	for (int i = 0; i < nr; i++) {
 		char group[64];
 
-		if (!rq_elevator_exists(names[i])) {
+		if (!rq_sched_exists(names[i])) {
 			fprintf(stderr, "scheduler %s is not available: skipped\n", names[i]);
 			continue;
 		}

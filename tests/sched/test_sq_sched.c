@@ -900,7 +900,7 @@ int main(void)
 		cmocka_unit_test(test_switch_in_flight),
 	};
 
-	if (!rq_elevator_exists("noop") || !rq_elevator_exists("deadline")) {
+	if (!rq_sched_exists("noop") || !rq_sched_exists("deadline")) {
 		fprintf(stderr, "noop or deadline not registered: skipped\n");
 		return 77;
 	}

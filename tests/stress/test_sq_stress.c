@@ -88,8 +88,8 @@ int main(int argc, char **argv)
 	};
 
 	inline_mode = argc > 1 && !strcmp(argv[1], "inline");
-	if (!rq_elevator_exists("noop") || !rq_elevator_exists("deadline") ||
-	    !rq_elevator_exists("cfq")) {
+	if (!rq_sched_exists("noop") || !rq_sched_exists("deadline") ||
+	    !rq_sched_exists("cfq")) {
 		fprintf(stderr, "noop, deadline or cfq not registered: skipped\n");
 		return 77;
 	}

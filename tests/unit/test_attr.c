@@ -64,7 +64,7 @@ static void toy_exit_sched(struct rq_queue *q, void *data)
 
 static void toy_insert(struct rq_hw_ctx *hctx, struct rq_list_node *list, unsigned flags)
 {
-	struct toy_data *d = rq_queue_elevator_data(rq_hctx_queue(hctx));
+	struct toy_data *d = rq_sched_data(rq_hctx_queue(hctx));
 
 	pthread_mutex_lock(&d->lock);
 	for (struct rq_list_node *p = list->next; p != list; p = p->next)
@@ -78,7 +78,7 @@ static void toy_insert(struct rq_hw_ctx *hctx, struct rq_list_node *list, unsign
 
 static struct rq_request *toy_dispatch(struct rq_hw_ctx *hctx)
 {
-	struct toy_data *d = rq_queue_elevator_data(rq_hctx_queue(hctx));
+	struct toy_data *d = rq_sched_data(rq_hctx_queue(hctx));
 	struct rq_request *rq;
 
 	pthread_mutex_lock(&d->lock);
@@ -91,7 +91,7 @@ static struct rq_request *toy_dispatch(struct rq_hw_ctx *hctx)
 
 static bool toy_has_work(struct rq_hw_ctx *hctx)
 {
-	struct toy_data *d = rq_queue_elevator_data(rq_hctx_queue(hctx));
+	struct toy_data *d = rq_sched_data(rq_hctx_queue(hctx));
 	bool work;
 
 	pthread_mutex_lock(&d->lock);
@@ -172,7 +172,7 @@ static int setup(void **state)
 
 	if (fixture_register_fifo())
 		return -1;
-	ret = rq_elevator_register(&toy);
+	ret = rq_sched_register(&toy);
 	return ret == 0 || ret == -EEXIST ? 0 : -1;
 }
 

@@ -42,7 +42,7 @@ static struct rq_request *three_bio_request(struct mock_dev *m, struct fx_rec *r
 }
 
 /*
- * rq_update_request completes a request from its start: the first bio ends
+ * rq_mq_update_request completes a request from its start: the first bio ends
  * when its 4 KiB are done (half of it is not enough), the request moves on
  * (sector, bytes) and the call returns true while bytes remain; the last
  * update returns false; rq_mq_end_request then finishes it and no bio ends
@@ -55,21 +55,21 @@ static void test_partial_completion(void **state)
 	struct rq_request *rq = three_bio_request(m, rec);
 	struct rq_queue_stats st;
 
-	assert_true(rq_update_request(rq, RQ_STS_OK, 2048));
+	assert_true(rq_mq_update_request(rq, RQ_STS_OK, 2048));
 	assert_int_equal(fx_done(&rec[0]), 0);
 	assert_int_equal(rq->bytes, 3 * 4096 - 2048);
 	assert_int_equal(rq->sector, 4);
-	assert_true(rq_update_request(rq, RQ_STS_OK, 2048));
+	assert_true(rq_mq_update_request(rq, RQ_STS_OK, 2048));
 	assert_int_equal(fx_done(&rec[0]), 1);
 	assert_int_equal(rec[0].status, RQ_STS_OK);
 	assert_int_equal(fx_done(&rec[1]), 0);
 	assert_int_equal(rq->sector, 8);
 	assert_int_equal(rq->bytes, 8192);
 
-	assert_true(rq_update_request(rq, RQ_STS_OK, 4096));
+	assert_true(rq_mq_update_request(rq, RQ_STS_OK, 4096));
 	assert_int_equal(fx_done(&rec[1]), 1);
 	assert_int_equal(fx_done(&rec[2]), 0);
-	assert_false(rq_update_request(rq, RQ_STS_OK, 4096));
+	assert_false(rq_mq_update_request(rq, RQ_STS_OK, 4096));
 	assert_int_equal(fx_done(&rec[2]), 1);
 	rq_mq_end_request(rq, RQ_STS_OK);
 	for (unsigned i = 0; i < 3; i++) {
@@ -90,7 +90,7 @@ static void test_partial_completion_error(void **state)
 	struct fx_rec rec[3];
 	struct rq_request *rq = three_bio_request(m, rec);
 
-	assert_true(rq_update_request(rq, RQ_STS_MEDIUM, 4096));
+	assert_true(rq_mq_update_request(rq, RQ_STS_MEDIUM, 4096));
 	assert_int_equal(fx_done(&rec[0]), 1);
 	assert_int_equal(rec[0].status, RQ_STS_MEDIUM);
 	assert_int_equal(fx_done(&rec[1]), 0);

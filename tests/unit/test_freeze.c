@@ -330,6 +330,8 @@ static void test_quiesce_under_load(void **state)
 	assert_non_null(s);
 	memset(&cfg, 0, sizeof(cfg));
 	cfg.completion = MOCK_COMPLETE_THREAD;
+	/* a tag for every bio: while quiesced the submitter must never wait for one */
+	cfg.queue_depth = STREAM_BIOS;
 	s->m = mock_create(&cfg, NULL);
 	stream_state = s;
 

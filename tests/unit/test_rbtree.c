@@ -192,62 +192,62 @@ static void test_elv_rb(void **state)
 	unsigned i, n;
 
 	memset(rqs, 0, sizeof(rqs));
-	assert_null(rq_elv_rb_first(&root));
-	assert_null(rq_elv_rb_find(&root, 8));
+	assert_null(rq_sched_rb_first(&root));
+	assert_null(rq_sched_rb_find(&root, 8));
 	for (i = 0; i < 8; i++) {
 		rqs[i].sector = sectors[i];
-		rq_elv_rb_add(&root, &rqs[i]);
+		rq_sched_rb_add(&root, &rqs[i]);
 	}
 
 	/* Sorted walk; equal sectors keep insertion order (equal keys go right). */
-	rq = rq_elv_rb_first(&root);
+	rq = rq_sched_rb_first(&root);
 	assert_ptr_equal(rq, &rqs[5]);
-	assert_null(rq_elv_rb_former(rq));
-	assert_ptr_equal(rq_elv_rb_latter(rq), &rqs[1]);
-	assert_ptr_equal(rq_elv_rb_latter(&rqs[1]), &rqs[3]);
-	assert_ptr_equal(rq_elv_rb_latter(&rqs[3]), &rqs[7]);
-	assert_ptr_equal(rq_elv_rb_latter(&rqs[7]), &rqs[2]);
-	assert_ptr_equal(rq_elv_rb_latter(&rqs[2]), &rqs[6]);
-	assert_ptr_equal(rq_elv_rb_former(&rqs[6]), &rqs[2]);
-	assert_null(rq_elv_rb_latter(&rqs[4]));
-	for (n = 1, prev = rq, rq = rq_elv_rb_latter(rq); rq; prev = rq, rq = rq_elv_rb_latter(rq)) {
+	assert_null(rq_sched_rb_former(rq));
+	assert_ptr_equal(rq_sched_rb_latter(rq), &rqs[1]);
+	assert_ptr_equal(rq_sched_rb_latter(&rqs[1]), &rqs[3]);
+	assert_ptr_equal(rq_sched_rb_latter(&rqs[3]), &rqs[7]);
+	assert_ptr_equal(rq_sched_rb_latter(&rqs[7]), &rqs[2]);
+	assert_ptr_equal(rq_sched_rb_latter(&rqs[2]), &rqs[6]);
+	assert_ptr_equal(rq_sched_rb_former(&rqs[6]), &rqs[2]);
+	assert_null(rq_sched_rb_latter(&rqs[4]));
+	for (n = 1, prev = rq, rq = rq_sched_rb_latter(rq); rq; prev = rq, rq = rq_sched_rb_latter(rq)) {
 		assert_true(prev->sector <= rq->sector);
-		assert_ptr_equal(rq_elv_rb_former(rq), prev);
+		assert_ptr_equal(rq_sched_rb_former(rq), prev);
 		n++;
 	}
 	assert_int_equal(n, 8);
 
 	/* Find. */
-	rq = rq_elv_rb_find(&root, 8);
+	rq = rq_sched_rb_find(&root, 8);
 	assert_non_null(rq);
 	assert_int_equal(rq->sector, 8);
-	assert_ptr_equal(rq_elv_rb_find(&root, 1600), &rqs[4]);
-	assert_ptr_equal(rq_elv_rb_find(&root, 0), &rqs[5]);
-	assert_null(rq_elv_rb_find(&root, 9));
-	assert_null(rq_elv_rb_find(&root, 1601));
+	assert_ptr_equal(rq_sched_rb_find(&root, 1600), &rqs[4]);
+	assert_ptr_equal(rq_sched_rb_find(&root, 0), &rqs[5]);
+	assert_null(rq_sched_rb_find(&root, 9));
+	assert_null(rq_sched_rb_find(&root, 1601));
 
 	/* Delete duplicates one by one: find keeps finding the rest. */
-	rq_elv_rb_del(&root, &rqs[1]);
+	rq_sched_rb_del(&root, &rqs[1]);
 	assert_true(rq_rb_empty_node(&rqs[1].rb_node));
-	assert_null(rq_elv_rb_former(&rqs[1]));
-	assert_null(rq_elv_rb_latter(&rqs[1]));
-	rq = rq_elv_rb_find(&root, 8);
+	assert_null(rq_sched_rb_former(&rqs[1]));
+	assert_null(rq_sched_rb_latter(&rqs[1]));
+	rq = rq_sched_rb_find(&root, 8);
 	assert_true(rq == &rqs[3] || rq == &rqs[7]);
-	rq_elv_rb_del(&root, rq);
-	rq = rq_elv_rb_find(&root, 8);
+	rq_sched_rb_del(&root, rq);
+	rq = rq_sched_rb_find(&root, 8);
 	assert_true(rq == &rqs[3] || rq == &rqs[7]);
-	rq_elv_rb_del(&root, rq);
-	assert_null(rq_elv_rb_find(&root, 8));
-	assert_ptr_equal(rq_elv_rb_latter(&rqs[5]), &rqs[2]);
+	rq_sched_rb_del(&root, rq);
+	assert_null(rq_sched_rb_find(&root, 8));
+	assert_ptr_equal(rq_sched_rb_latter(&rqs[5]), &rqs[2]);
 
-	rq_elv_rb_del(&root, &rqs[5]);
-	assert_ptr_equal(rq_elv_rb_first(&root), &rqs[2]);
-	rq_elv_rb_del(&root, &rqs[2]);
-	rq_elv_rb_del(&root, &rqs[6]);
-	rq_elv_rb_del(&root, &rqs[0]);
-	assert_ptr_equal(rq_elv_rb_first(&root), &rqs[4]);
-	rq_elv_rb_del(&root, &rqs[4]);
-	assert_null(rq_elv_rb_first(&root));
+	rq_sched_rb_del(&root, &rqs[5]);
+	assert_ptr_equal(rq_sched_rb_first(&root), &rqs[2]);
+	rq_sched_rb_del(&root, &rqs[2]);
+	rq_sched_rb_del(&root, &rqs[6]);
+	rq_sched_rb_del(&root, &rqs[0]);
+	assert_ptr_equal(rq_sched_rb_first(&root), &rqs[4]);
+	rq_sched_rb_del(&root, &rqs[4]);
+	assert_null(rq_sched_rb_first(&root));
 	assert_null(root.node);
 }
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
- * The scheduler registry: every rejection of rq_elevator_register(), name
+ * The scheduler registry: every rejection of rq_sched_register(), name
  * and alias clashes, unregistering, the ABI copy of an older (smaller)
  * type, the "scheduler" listing, and tunables through a toy scheduler.
  * Built-in schedulers may exist: expectations are built around them.
@@ -96,75 +96,75 @@ static void test_register_rejects(void **state)
 	struct rq_elevator_type t;
 	char long_name[40];
 
-	assert_int_equal(rq_elevator_register(NULL), -EINVAL);
+	assert_int_equal(rq_sched_register(NULL), -EINVAL);
 
 	t = toy_type("toy");
 	t.abi_version = 0;
-	assert_int_equal(rq_elevator_register(&t), -EINVAL);
+	assert_int_equal(rq_sched_register(&t), -EINVAL);
 	t.abi_version = RQ_ELV_ABI + 1;
-	assert_int_equal(rq_elevator_register(&t), -EINVAL);
+	assert_int_equal(rq_sched_register(&t), -EINVAL);
 
 	t = toy_type("toy");
 	t.size = offsetof(struct rq_elevator_type, attrs) - 1;
-	assert_int_equal(rq_elevator_register(&t), -EINVAL);
+	assert_int_equal(rq_sched_register(&t), -EINVAL);
 	t.size = 0;
-	assert_int_equal(rq_elevator_register(&t), -EINVAL);
+	assert_int_equal(rq_sched_register(&t), -EINVAL);
 
 	static const char *const bad_names[] = {
 		"", "none", "a b", "a\tb", "tail ", "a/b", "/", "a\nb",
 	};
 	for (unsigned i = 0; i < sizeof(bad_names) / sizeof(bad_names[0]); i++) {
 		t = toy_type(bad_names[i]);
-		assert_int_equal(rq_elevator_register(&t), -EINVAL);
+		assert_int_equal(rq_sched_register(&t), -EINVAL);
 		t = toy_type("toy");
 		t.alias = bad_names[i];
-		assert_int_equal(rq_elevator_register(&t), -EINVAL);
+		assert_int_equal(rq_sched_register(&t), -EINVAL);
 	}
 	t = toy_type(NULL);
-	assert_int_equal(rq_elevator_register(&t), -EINVAL);
+	assert_int_equal(rq_sched_register(&t), -EINVAL);
 
 	memset(long_name, 'x', 32);
 	long_name[32] = '\0';
 	t = toy_type(long_name);
-	assert_int_equal(rq_elevator_register(&t), -EINVAL);
+	assert_int_equal(rq_sched_register(&t), -EINVAL);
 	t = toy_type("toy");
 	t.alias = long_name;
-	assert_int_equal(rq_elevator_register(&t), -EINVAL);
+	assert_int_equal(rq_sched_register(&t), -EINVAL);
 	/* 31 characters is the longest name. */
 	long_name[31] = '\0';
 	t = toy_type(long_name);
-	assert_int_equal(rq_elevator_register(&t), 0);
-	assert_true(rq_elevator_exists(long_name));
-	assert_int_equal(rq_elevator_unregister(long_name), 0);
+	assert_int_equal(rq_sched_register(&t), 0);
+	assert_true(rq_sched_exists(long_name));
+	assert_int_equal(rq_sched_unregister(long_name), 0);
 
 	/* Missing required multi-queue hooks. */
 	t = toy_type("toy");
 	t.ops.insert_requests = NULL;
-	assert_int_equal(rq_elevator_register(&t), -EINVAL);
+	assert_int_equal(rq_sched_register(&t), -EINVAL);
 	t = toy_type("toy");
 	t.ops.dispatch_request = NULL;
-	assert_int_equal(rq_elevator_register(&t), -EINVAL);
+	assert_int_equal(rq_sched_register(&t), -EINVAL);
 	t = toy_type("toy");
 	t.ops.has_work = NULL;
 	t.features = RQ_ELV_F_MQ | RQ_ELV_F_SQ;
 	t.sq_ops = TOY_SQ_OPS;
-	assert_int_equal(rq_elevator_register(&t), -EINVAL);
+	assert_int_equal(rq_sched_register(&t), -EINVAL);
 
 	/* Single-queue without its hooks; unknown feature bits. */
 	t = toy_type("toy");
 	t.features = RQ_ELV_F_SQ;
-	assert_int_equal(rq_elevator_register(&t), -EINVAL);
+	assert_int_equal(rq_sched_register(&t), -EINVAL);
 	t.features = RQ_ELV_F_MQ | (1u << 7);
-	assert_int_equal(rq_elevator_register(&t), -EINVAL);
+	assert_int_equal(rq_sched_register(&t), -EINVAL);
 
 	/* An alias equal to its own name. */
 	t = toy_type("toy");
 	t.alias = "toy";
-	assert_int_equal(rq_elevator_register(&t), -EINVAL);
+	assert_int_equal(rq_sched_register(&t), -EINVAL);
 
 	/* Nothing of the above got in. */
-	assert_false(rq_elevator_exists("toy"));
-	assert_int_equal(rq_elevator_unregister("toy"), -ENOENT);
+	assert_false(rq_sched_exists("toy"));
+	assert_int_equal(rq_sched_unregister("toy"), -ENOENT);
 }
 
 static void test_features(void **state)
@@ -173,25 +173,25 @@ static void test_features(void **state)
 	const struct rq_elevator_type *e;
 
 	/* 0 means multi-queue. */
-	assert_int_equal(rq_elevator_register(&t), 0);
+	assert_int_equal(rq_sched_register(&t), 0);
 	e = elevator_get("toy-feat", RQ_ELV_F_MQ);
 	assert_non_null(e);
 	assert_int_equal(e->features, RQ_ELV_F_MQ);
 	assert_null(elevator_get("toy-feat", RQ_ELV_F_SQ));
 	elevator_put(e);
-	assert_int_equal(rq_elevator_unregister("toy-feat"), 0);
+	assert_int_equal(rq_sched_unregister("toy-feat"), 0);
 
 	/* Single-queue only: no multi-queue hooks needed. */
 	memset(&t.ops, 0, sizeof(t.ops));
 	t.features = RQ_ELV_F_SQ;
 	t.sq_ops = TOY_SQ_OPS;
-	assert_int_equal(rq_elevator_register(&t), 0);
+	assert_int_equal(rq_sched_register(&t), 0);
 	assert_null(elevator_get("toy-feat", RQ_ELV_F_MQ));
 	e = elevator_get("toy-feat", RQ_ELV_F_SQ);
 	assert_non_null(e);
 	assert_ptr_equal(e->sq_ops, TOY_SQ_OPS);
 	elevator_put(e);
-	assert_int_equal(rq_elevator_unregister("toy-feat"), 0);
+	assert_int_equal(rq_sched_unregister("toy-feat"), 0);
 }
 
 /* ------------------------------------------------------------ clashes */
@@ -202,30 +202,30 @@ static void test_eexist(void **state)
 	struct rq_elevator_type b;
 
 	a.alias = "ta";
-	assert_int_equal(rq_elevator_register(&a), 0);
+	assert_int_equal(rq_sched_register(&a), 0);
 
 	b = toy_type("toy-a");                 /* name = name */
-	assert_int_equal(rq_elevator_register(&b), -EEXIST);
+	assert_int_equal(rq_sched_register(&b), -EEXIST);
 	b = toy_type("ta");                    /* name = alias */
-	assert_int_equal(rq_elevator_register(&b), -EEXIST);
+	assert_int_equal(rq_sched_register(&b), -EEXIST);
 	b = toy_type("toy-b");
 	b.alias = "toy-a";                     /* alias = name */
-	assert_int_equal(rq_elevator_register(&b), -EEXIST);
+	assert_int_equal(rq_sched_register(&b), -EEXIST);
 	b.alias = "ta";                        /* alias = alias */
-	assert_int_equal(rq_elevator_register(&b), -EEXIST);
-	assert_false(rq_elevator_exists("toy-b"));
+	assert_int_equal(rq_sched_register(&b), -EEXIST);
+	assert_false(rq_sched_exists("toy-b"));
 
 	b.alias = "tb";
-	assert_int_equal(rq_elevator_register(&b), 0);
-	assert_true(rq_elevator_exists("toy-b"));
-	assert_true(rq_elevator_exists("tb"));
-	assert_true(rq_elevator_exists("ta"));
+	assert_int_equal(rq_sched_register(&b), 0);
+	assert_true(rq_sched_exists("toy-b"));
+	assert_true(rq_sched_exists("tb"));
+	assert_true(rq_sched_exists("ta"));
 
-	assert_int_equal(rq_elevator_unregister("toy-a"), 0);
-	assert_int_equal(rq_elevator_unregister("tb"), 0); /* by alias */
-	assert_false(rq_elevator_exists("toy-a"));
-	assert_false(rq_elevator_exists("ta"));
-	assert_false(rq_elevator_exists("toy-b"));
+	assert_int_equal(rq_sched_unregister("toy-a"), 0);
+	assert_int_equal(rq_sched_unregister("tb"), 0); /* by alias */
+	assert_false(rq_sched_exists("toy-a"));
+	assert_false(rq_sched_exists("ta"));
+	assert_false(rq_sched_exists("toy-b"));
 }
 
 static void test_unregister(void **state)
@@ -233,25 +233,25 @@ static void test_unregister(void **state)
 	struct rq_elevator_type t = toy_type("toy-u");
 	const struct rq_elevator_type *e1, *e2;
 
-	assert_int_equal(rq_elevator_unregister("no-such"), -ENOENT);
-	assert_int_equal(rq_elevator_unregister("none"), -ENOENT);
-	assert_int_equal(rq_elevator_unregister(NULL), -EINVAL);
-	assert_true(rq_elevator_exists("none"));
-	assert_false(rq_elevator_exists(NULL));
+	assert_int_equal(rq_sched_unregister("no-such"), -ENOENT);
+	assert_int_equal(rq_sched_unregister("none"), -ENOENT);
+	assert_int_equal(rq_sched_unregister(NULL), -EINVAL);
+	assert_true(rq_sched_exists("none"));
+	assert_false(rq_sched_exists(NULL));
 	assert_null(elevator_get("none", RQ_ELV_F_MQ));
 	assert_null(elevator_get("no-such", 0));
 
-	assert_int_equal(rq_elevator_register(&t), 0);
+	assert_int_equal(rq_sched_register(&t), 0);
 	e1 = elevator_get("toy-u", RQ_ELV_F_MQ);
 	e2 = elevator_get("toy-u", 0);
 	assert_non_null(e1);
 	assert_ptr_equal(e1, e2);
-	assert_int_equal(rq_elevator_unregister("toy-u"), -EBUSY);
+	assert_int_equal(rq_sched_unregister("toy-u"), -EBUSY);
 	elevator_put(e1);
-	assert_int_equal(rq_elevator_unregister("toy-u"), -EBUSY);
+	assert_int_equal(rq_sched_unregister("toy-u"), -EBUSY);
 	elevator_put(e2);
-	assert_int_equal(rq_elevator_unregister("toy-u"), 0);
-	assert_int_equal(rq_elevator_unregister("toy-u"), -ENOENT);
+	assert_int_equal(rq_sched_unregister("toy-u"), 0);
+	assert_int_equal(rq_sched_unregister("toy-u"), -ENOENT);
 	elevator_put(NULL);
 }
 
@@ -277,12 +277,12 @@ static void test_abi_copy_zero_fills(void **state)
 	old.t.ops.insert_requests = toy_insert;
 	old.t.ops.dispatch_request = toy_dispatch;
 	old.t.ops.has_work = toy_has_work;
-	assert_int_equal(rq_elevator_register(&old.t), 0);
+	assert_int_equal(rq_sched_register(&old.t), 0);
 
 	/* The caller's name buffer may change: the registry has its own. */
 	strcpy(name, "changed");
-	assert_true(rq_elevator_exists("toy-old"));
-	assert_false(rq_elevator_exists("changed"));
+	assert_true(rq_sched_exists("toy-old"));
+	assert_false(rq_sched_exists("changed"));
 
 	e = elevator_get("toy-old", RQ_ELV_F_MQ);
 	assert_non_null(e);
@@ -295,22 +295,22 @@ static void test_abi_copy_zero_fills(void **state)
 	assert_ptr_equal(e->ops.has_work, toy_has_work);
 	assert_null(e->ops.init_sched);
 	elevator_put(e);
-	assert_int_equal(rq_elevator_unregister("toy-old"), 0);
+	assert_int_equal(rq_sched_unregister("toy-old"), 0);
 
 	/* Old enough to lack sq_ops, so it cannot claim single-queue. */
 	old.t.size = offsetof(struct rq_elevator_type, sq_ops);
 	old.t.name = "toy-old2";
 	old.t.features = RQ_ELV_F_SQ;
-	assert_int_equal(rq_elevator_register(&old.t), -EINVAL);
+	assert_int_equal(rq_sched_register(&old.t), -EINVAL);
 	old.t.features = RQ_ELV_F_MQ;
 	old.t.attrs = toy_attrs;
-	assert_int_equal(rq_elevator_register(&old.t), 0);
+	assert_int_equal(rq_sched_register(&old.t), 0);
 	e = elevator_get("toy-old2", 0);
 	assert_non_null(e);
 	assert_ptr_equal(e->attrs, toy_attrs);
 	assert_null(e->sq_ops);
 	elevator_put(e);
-	assert_int_equal(rq_elevator_unregister("toy-old2"), 0);
+	assert_int_equal(rq_sched_unregister("toy-old2"), 0);
 }
 
 /* ---------------------------------------------------------- listing */
@@ -358,9 +358,9 @@ static void test_list_names(void **state)
 	memset(&s.ops, 0, sizeof(s.ops));
 	s.features = RQ_ELV_F_SQ;
 	s.sq_ops = TOY_SQ_OPS;
-	assert_int_equal(rq_elevator_register(&a), 0);
-	assert_int_equal(rq_elevator_register(&s), 0);
-	assert_int_equal(rq_elevator_register(&b), 0);
+	assert_int_equal(rq_sched_register(&a), 0);
+	assert_int_equal(rq_sched_register(&s), 0);
+	assert_int_equal(rq_sched_register(&b), 0);
 
 	static const char *const actives[] = { "none", "toy-a", "toy-b", "tb", "nothing" };
 	for (unsigned i = 0; i < 5; i++) {
@@ -397,12 +397,12 @@ static void test_list_names(void **state)
 	assert_int_equal(elevator_list_names(buf, 0, "toy-a", RQ_ELV_F_MQ), -ENOSPC);
 
 	/* Unregistering keeps the others' order. */
-	assert_int_equal(rq_elevator_unregister("toy-a"), 0);
+	assert_int_equal(rq_sched_unregister("toy-a"), 0);
 	n = elevator_list_names(buf, sizeof(buf), "toy-b", RQ_ELV_F_MQ);
 	expect_list(want, sizeof(want), "toy-b", RQ_ELV_F_MQ, mq_extra + 2);
 	assert_string_equal(buf, want);
-	assert_int_equal(rq_elevator_unregister("toy-b"), 0);
-	assert_int_equal(rq_elevator_unregister("toy-sq"), 0);
+	assert_int_equal(rq_sched_unregister("toy-b"), 0);
+	assert_int_equal(rq_sched_unregister("toy-sq"), 0);
 }
 
 /* ---------------------------------------------------------- tunables */
@@ -414,7 +414,7 @@ static void test_attrs(void **state)
 	const struct rq_elevator_type *e;
 	char buf[128];
 
-	assert_int_equal(rq_elevator_register(&t), 0);
+	assert_int_equal(rq_sched_register(&t), 0);
 	e = elevator_get("toy-attr", RQ_ELV_F_MQ);
 	assert_non_null(e);
 
@@ -443,18 +443,18 @@ static void test_attrs(void **state)
 	assert_string_equal(buf, "iosched/quantum\niosched/served\n");
 	assert_int_equal(elevator_attr_list(e, buf, 20), -ENOSPC);
 	elevator_put(e);
-	assert_int_equal(rq_elevator_unregister("toy-attr"), 0);
+	assert_int_equal(rq_sched_unregister("toy-attr"), 0);
 
 	/* No table: nothing to list, nothing to find. */
 	t = toy_type("toy-noattr");
 	t.attrs = NULL;
-	assert_int_equal(rq_elevator_register(&t), 0);
+	assert_int_equal(rq_sched_register(&t), 0);
 	e = elevator_get("toy-noattr", 0);
 	assert_int_equal(elevator_attr_list(e, buf, sizeof(buf)), 0);
 	assert_string_equal(buf, "");
 	assert_int_equal(elevator_attr_show(e, &data, "quantum", buf, sizeof(buf)), -ENOENT);
 	elevator_put(e);
-	assert_int_equal(rq_elevator_unregister("toy-noattr"), 0);
+	assert_int_equal(rq_sched_unregister("toy-noattr"), 0);
 }
 
 int main(void)

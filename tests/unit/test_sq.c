@@ -44,14 +44,14 @@ static void fifo_exit(struct rq_queue *q, void *data)
 
 static void fifo_add(struct rq_queue *q, struct rq_request *rq)
 {
-	struct fifo *f = rq_queue_elevator_data(q);
+	struct fifo *f = rq_sched_data(q);
 
 	rq_list_add_tail(&rq->queuelist, &f->list);
 }
 
 static int fifo_dispatch(struct rq_queue *q, bool force)
 {
-	struct fifo *f = rq_queue_elevator_data(q);
+	struct fifo *f = rq_sched_data(q);
 	struct rq_request *rq = rq_list_first_rq(&f->list);
 
 	if (!rq)
@@ -170,7 +170,7 @@ static struct rq_queue *mkq(unsigned nr_requests, unsigned features)
 		.nr_requests = nr_requests,
 	};
 	struct rq_queue *q;
-	int ret = rq_elevator_register(&fifo_type);
+	int ret = rq_sched_register(&fifo_type);
 
 	assert_true(ret == 0 || ret == -EEXIST);
 	rq_queue_limits_default(&lim);

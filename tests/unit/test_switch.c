@@ -60,7 +60,7 @@ static void toy_exit_sched(struct rq_queue *q, void *data)
 
 static void toy_insert(struct rq_hw_ctx *hctx, struct rq_list_node *list, unsigned flags)
 {
-	struct toy_data *d = rq_queue_elevator_data(rq_hctx_queue(hctx));
+	struct toy_data *d = rq_sched_data(rq_hctx_queue(hctx));
 	unsigned n = 0;
 
 	for (struct rq_list_node *p = list->next; p != list; p = p->next)
@@ -76,7 +76,7 @@ static void toy_insert(struct rq_hw_ctx *hctx, struct rq_list_node *list, unsign
 
 static struct rq_request *toy_dispatch(struct rq_hw_ctx *hctx)
 {
-	struct toy_data *d = rq_queue_elevator_data(rq_hctx_queue(hctx));
+	struct toy_data *d = rq_sched_data(rq_hctx_queue(hctx));
 	struct rq_request *rq;
 
 	pthread_mutex_lock(&d->lock);
@@ -91,7 +91,7 @@ static struct rq_request *toy_dispatch(struct rq_hw_ctx *hctx)
 
 static bool toy_has_work(struct rq_hw_ctx *hctx)
 {
-	struct toy_data *d = rq_queue_elevator_data(rq_hctx_queue(hctx));
+	struct toy_data *d = rq_sched_data(rq_hctx_queue(hctx));
 	bool work;
 
 	pthread_mutex_lock(&d->lock);
@@ -101,7 +101,7 @@ static bool toy_has_work(struct rq_hw_ctx *hctx)
 }
 
 /*
- * A scheduler whose hw queue hooks check that rq_queue_elevator_data()
+ * A scheduler whose hw queue hooks check that rq_sched_data()
  * is its own data while they run (a switch builds the new scheduler while
  * the old one is still installed, and retires the old one after).
  */
@@ -111,16 +111,16 @@ static atomic_uint hctx_hook_calls, hctx_hook_wrong_data;
 
 static void hctx_check(struct rq_hw_ctx *hctx)
 {
-	struct toy_data *d = rq_queue_elevator_data(rq_hctx_queue(hctx));
+	struct toy_data *d = rq_sched_data(rq_hctx_queue(hctx));
 
 	atomic_fetch_add(&hctx_hook_calls, 1);
-	if (!d || rq_hctx_sched_data(hctx) != d)
+	if (!d || rq_sched_hctx_data(hctx) != d)
 		atomic_fetch_add(&hctx_hook_wrong_data, 1);
 }
 
 static int check_init_hctx(struct rq_hw_ctx *hctx, unsigned idx)
 {
-	rq_hctx_set_sched_data(hctx, rq_queue_elevator_data(rq_hctx_queue(hctx)));
+	rq_sched_set_hctx_data(hctx, rq_sched_data(rq_hctx_queue(hctx)));
 	hctx_check(hctx);
 	return 0;
 }
@@ -178,12 +178,12 @@ static void register_scheds(void)
 	};
 	int ret;
 
-	ret = rq_elevator_register(&hctx_checker);
+	ret = rq_sched_register(&hctx_checker);
 	assert_true(ret == 0 || ret == -EEXIST);
 	assert_int_equal(fixture_register_fifo(), 0);
-	ret = rq_elevator_register(&toy);
+	ret = rq_sched_register(&toy);
 	assert_true(ret == 0 || ret == -EEXIST);
-	ret = rq_elevator_register(&failing);
+	ret = rq_sched_register(&failing);
 	assert_true(ret == 0 || ret == -EEXIST);
 }
 
@@ -518,7 +518,7 @@ static void test_switch_under_load(void **state)
 /*
  * Switching into and out of a scheduler with hw queue hooks, from and to
  * schedulers with data of their own: each init_hctx/exit_hctx call sees
- * its own scheduler's data through rq_queue_elevator_data().
+ * its own scheduler's data through rq_sched_data().
  */
 static void test_hctx_hooks_see_own_data(void **state)
 {

@@ -239,7 +239,7 @@ int rq_mq_alloc_queue(struct rq_tag_set *set, const struct rq_queue_config *cfg,
 void rq_mq_end_request(struct rq_request *rq, rq_status_t status);
 
 /**
- * rq_update_request() - complete @bytes of a request from its start with
+ * rq_mq_update_request() - complete @bytes of a request from its start with
  * @status (partial completion); ends the bios that are wholly done.
  * @rq: a request the driver holds (in flight or being completed).
  * @status: status for the bytes completed.
@@ -251,7 +251,7 @@ void rq_mq_end_request(struct rq_request *rq, rq_status_t status);
  * it is all done or was not the driver's (call rq_mq_end_request() to
  * finish it).
  */
-bool rq_update_request(struct rq_request *rq, rq_status_t status, unsigned bytes);
+bool rq_mq_update_request(struct rq_request *rq, rq_status_t status, unsigned bytes);
 
 /**
  * rq_mq_complete_request() - hand a finished request to ops->complete.
