@@ -25,22 +25,6 @@
 
 #include "internal/queue.h"
 
-/* End every remaining bio of @rq with @status. */
-void request_end_bios(struct rq_request *rq, rq_status_t status)
-{
-	struct rq_bio *bio = rq->bio;
-
-	rq->bio = rq->biotail = NULL;
-	rq->bytes = 0;
-	while (bio) {
-		struct rq_bio *next = bio->next;
-
-		bio->next = NULL;
-		bio_end_with(bio, status);
-		bio = next;
-	}
-}
-
 /*
  * Complete @bytes of @rq from its start (partial completion, both front
  * ends): bios wholly done leave the request and go to @end_bio.  Return:

@@ -1905,12 +1905,14 @@ static void mq_flush_prepare(struct rq_request *flush_rq, struct rq_request *fir
  */
 static void mq_flush_step_end(struct rq_request *rq)
 {
-	struct rq_request *orig = rq->q->fq.orig_rq;
 	struct rq_hw_ctx *hctx = rq->hctx;
 
 	if (rq->tag < 0)
 		return;
 	if (rq->rq_flags & RQ_RQF_FLUSH_INTERNAL) {
+		/* the flush request's end: fq->lock is held, orig_rq is stable */
+		struct rq_request *orig = rq->q->fq.orig_rq;
+
 		if (orig && orig->tag == rq->tag)
 			__atomic_store_n(&hctx->tags->rqs[rq->tag], orig, __ATOMIC_RELEASE);
 		else

@@ -174,15 +174,13 @@ RQ_EXPORT void rq_finish_plug(struct rq_plug *plug)
 }
 
 /*
- * The one plug merge check of both front ends: may @bio join the request
- * last added to @plug (a request of @q)?  The caller has checked that @bio
- * may merge at all.  Return: true if it did.
+ * plug_try_merge()'s part out of line: @bio joins the request last added
+ * to the plug, @rq, a request of @q, if the merge rules allow.
  */
-bool plug_try_merge(struct rq_plug *plug, struct rq_queue *q, struct rq_bio *bio,
-		    unsigned nr_segs)
+bool plug_merge_tail(struct rq_queue *q, struct rq_request *rq, struct rq_bio *bio,
+		     unsigned nr_segs)
 {
-	if (!plug || !plug->tail || plug->tail->q != q ||
-	    !bio_attempt_merge(q, plug->tail, bio, nr_segs, false))
+	if (!bio_attempt_merge(q, rq, bio, nr_segs, false))
 		return false;
 	stat_inc(q, ST_PLUG_MERGES);
 	return true;

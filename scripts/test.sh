@@ -4,7 +4,8 @@
 #   build/       all suites (unit, sched, stress, build, integration)
 #   build-asan/  unit, sched and stress under AddressSanitizer + UBSan
 #   build-tsan/  stress, unit and sched under ThreadSanitizer (when a stress test
-#                exists), minus suite no-tsan (the tsan setup excludes it)
+#                exists), minus suite no-tsan (the tsan setup excludes it
+#                when no suite is named; named suites need --no-suite)
 # Every build is configured with -Dwerror=true.
 # SKIP_SANITIZERS=1 runs only the first.  BUILD_DIR renames build/ (the
 # sanitizer builds go to $BUILD_DIR-asan and $BUILD_DIR-tsan).
@@ -87,7 +88,7 @@ else
 		say "TSan build ($tsan_dir)"
 		if meson_setup "$tsan_dir" -Dbuildtype=debugoptimized -Db_sanitize=thread; then
 			run_tests "stress+unit+sched (tsan)" "$tsan_dir" --setup tsan \
-				--suite stress --suite unit --suite sched \
+				--suite stress --suite unit --suite sched --no-suite no-tsan \
 				--num-processes 2
 		else
 			runs+=("stress+unit+sched (tsan): setup failed|$tsan_dir|1")

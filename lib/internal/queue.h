@@ -393,11 +393,26 @@ extern __thread struct rq_mailbox *tls_mbox __attribute__((tls_model("initial-ex
 
 bool request_advance(struct rq_request *rq, rq_status_t status, unsigned bytes,
 		     void (*end_bio)(struct rq_queue *q, struct rq_bio *bio, rq_status_t status));
-void request_end_bios(struct rq_request *rq, rq_status_t status);
 void request_free(struct rq_request *rq);
 void request_fail(struct rq_request *rq, rq_status_t status);
 struct rq_mailbox *mbox_self(void);
 bool mbox_push(struct rq_request *rq);
+
+/* End every remaining bio of @rq with @status (once per request end: inline). */
+static inline void request_end_bios(struct rq_request *rq, rq_status_t status)
+{
+	struct rq_bio *bio = rq->bio;
+
+	rq->bio = rq->biotail = NULL;
+	rq->bytes = 0;
+	while (bio) {
+		struct rq_bio *next = bio->next;
+
+		bio->next = NULL;
+		bio_end_with(bio, status);
+		bio = next;
+	}
+}
 void mbox_drain(struct rq_mailbox *mb);
 
 /* Complete what other threads left for the calling thread. */
@@ -466,8 +481,22 @@ static inline uint64_t core_clock_ns(void)
 }
 
 void plug_add(struct rq_plug *plug, struct rq_request *rq);
-bool plug_try_merge(struct rq_plug *plug, struct rq_queue *q, struct rq_bio *bio,
-		    unsigned nr_segs);
+bool plug_merge_tail(struct rq_queue *q, struct rq_request *rq, struct rq_bio *bio,
+		     unsigned nr_segs);
+
+/*
+ * The one plug merge check of both front ends: may @bio join the request
+ * last added to @plug, if that is a request of @q?  The caller has checked
+ * that @bio may merge at all.  The common misses (no plug, an empty one,
+ * another queue's request) cost no call.  Return: true if it merged.
+ */
+static inline bool plug_try_merge(struct rq_plug *plug, struct rq_queue *q, struct rq_bio *bio,
+				  unsigned nr_segs)
+{
+	if (!plug || !plug->tail || plug->tail->q != q)
+		return false;
+	return plug_merge_tail(q, plug->tail, bio, nr_segs);
+}
 void plug_return_tags(struct rq_plug *plug, unsigned cpu);
 int plug_cached_tag(struct rq_plug *plug, struct rq_tags *tags, struct rq_queue *sched_q,
 		    struct rq_sw_ctx *ctx, unsigned shallow);
