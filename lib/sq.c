@@ -108,22 +108,14 @@ static inline void sq_unlock(struct rq_sq_data *sqd)
 /* ------------------------------------------------------------- locking */
 
 /*
- * Drop @n usage references.  The last touch of @q: a destroyer may free it
- * once the count is zero (while a freeze waits, the drop happens under
- * freeze_lock, which the destroyer takes before it frees).
+ * Drop @n usage references, all on the first slot: the freezer sums every
+ * slot, so which one a reference leaves from does not matter.  The last
+ * touch of @q.
  */
 static void sq_drop_refs(struct rq_queue *q, long n)
 {
-	if (!n)
-		return;
-	if (!atomic_load(&q->freeze_depth)) {
-		atomic_fetch_sub_explicit(&q->ctxs[0].usage, n, memory_order_seq_cst);
-		return;
-	}
-	pthread_mutex_lock(&q->freeze_lock);
-	atomic_fetch_sub_explicit(&q->ctxs[0].usage, n, memory_order_seq_cst);
-	pthread_cond_broadcast(&q->freeze_cond);
-	pthread_mutex_unlock(&q->freeze_lock);
+	if (n)
+		queue_exit_ctx_n(q, &q->ctxs[0], n);
 }
 
 /* End @bio (a chain by ->next), then drop @refs usage references of @q. */
