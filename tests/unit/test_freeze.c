@@ -277,6 +277,7 @@ struct stream {
 	atomic_uint bad;
 	atomic_uint finished;
 	atomic_uint submitted;
+	atomic_bool quiesced;   /* the test quiesced the queue: the second half may go */
 };
 
 static struct stream *stream_state;
@@ -307,6 +308,10 @@ static void *stream_thread(void *arg)
 		bio->iter.size = 4096;
 		bio->end_io = stream_end_io;
 		bio->private_data = (void *)(uintptr_t)i;
+		/* half way, wait for the quiesce, so bios arrive while it is on */
+		if (i == STREAM_BIOS / 2)
+			while (!atomic_load(&s->quiesced))
+				fx_poll_pause();
 		rq_submit_bio(s->m->q, bio);
 		atomic_fetch_add(&s->submitted, 1);
 		if (i % 16 == 0)
@@ -340,6 +345,7 @@ static void test_quiesce_under_load(void **state)
 	rq_queue_quiesce(s->m->q);
 	c1 = mock_count(s->m, MOCK_QUEUE_RQ);
 	sub1 = atomic_load(&s->submitted);
+	atomic_store(&s->quiesced, true);
 	/* the submitter keeps going: 8 more bios, and none is dispatched */
 	assert_true(FX_WAIT_FOR(atomic_load(&s->submitted) >= sub1 + 8, 10000));
 	assert_int_equal(mock_count(s->m, MOCK_QUEUE_RQ), c1);
