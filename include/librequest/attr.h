@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
  * librequest: queue attributes, read and written by name as
- * /sys/block/X/queue/<name>.
+ * /sys/block/X/queue/<name> (doc/attributes.md lists them).
  */
 #ifndef LIBREQUEST_ATTR_H
 #define LIBREQUEST_ATTR_H
@@ -17,7 +17,8 @@ struct rq_queue;
 /**
  * rq_queue_attr_get() - read an attribute, as /sys/block/X/queue/<name>.
  * @q: queue.
- * @name: "scheduler", "nr_requests", ..., or "iosched/<tunable>".
+ * @name: "scheduler", "nr_requests", ..., or "iosched/<tunable>" (the names
+ *	rq_queue_attr_list() gives; doc/attributes.md).
  * @buf: receives the value as text, newline-terminated as sysfs prints it.
  * @len: size of @buf.
  *
@@ -49,6 +50,14 @@ int rq_queue_attr_set(struct rq_queue *q, const char *name, const char *value);
  * @buf: receives the names, the current scheduler's tunables as
  *	"iosched/<name>".
  * @len: size of @buf.
+ *
+ * The output is NUL-terminated text: one name per line, each line ended by
+ * a newline, no other whitespace; first the queue's own attributes in a fixed
+ * order (doc/attributes.md lists them), then, when a scheduler is attached,
+ * its tunables as "iosched/<tunable>" in the scheduler's order.  Every name
+ * listed can be read with rq_queue_attr_get(); some are read-only (a write
+ * gives -EINVAL).  The scheduler part reflects the moment of the call: a
+ * later switch changes it.
  *
  * Context: any thread, not from a driver or scheduler hook; takes the
  * queue's attribute mutex.

@@ -164,6 +164,20 @@ bool rq_queue_frozen(const struct rq_queue *q);
  * ends exactly once.  The scheduler is detached and @q freed; its tag set
  * stays the driver's.
  *
+ * The recommended shutdown, which fails nothing:
+ *
+ *   1. stop submitting to @q (every thread; finish open plugs);
+ *   2. rq_queue_freeze(@q): returns once every request has ended, so every
+ *      bio submitted has ended, with the status the driver gave it;
+ *   3. rq_queue_destroy(@q), without unfreezing: nothing is queued, so
+ *      nothing is failed and no end_io runs here.
+ *
+ * Destroying without the freeze is also safe, but fails with RQ_STS_IOERR
+ * whatever is still queued in the library (in the scheduler, on dispatch
+ * and requeue lists, on the calling thread's plug) instead of sending it to
+ * the driver: use it to abandon queued I/O, for instance when the device is
+ * gone.  A bio submitted during or after destroy is a caller bug.
+ *
  * Context: the queue's owner, once no thread submits to @q any more; may
  * sleep; not from a driver or scheduler hook.
  */

@@ -14,7 +14,63 @@ extern "C" {
 
 struct rq_queue;
 
-/** struct rq_queue_stats - counters kept by every queue. */
+/**
+ * struct rq_queue_stats - counters kept by every queue.
+ *
+ * Every counter only grows.  What each counts, and how they relate:
+ *
+ *   invalid     bios ended by the submission checks (bad op or flags,
+ *               misaligned, wrong size for the op, past capacity, an
+ *               unsupported discard / write-zeroes, no piece fits the
+ *               limits): they reach no other counter.
+ *   splits      front pieces cut off a bio to fit the limits: a bio cut
+ *               into n pieces adds n - 1.
+ *   bios        pieces that reached the front end after the checks and
+ *               splits: every bio that passed adds 1 + its splits.  Not
+ *               counted: invalid bios, bios that failed to enter the queue
+ *               (RQ_BIO_NOWAIT on a frozen queue, a dying queue) and empty
+ *               flushes ended at once on a queue without a write cache.
+ *   merges_back, merges_front
+ *               pieces (bios, not requests) that joined an existing
+ *               request at its end / start, on a plug, a software queue or
+ *               in the scheduler.
+ *   plug_merges the part of merges_back + merges_front made on a plug.
+ *   requests    requests allocated for pieces that did not merge.
+ *   merges_rq   requests merged into another request and freed (they
+ *               are never completed).
+ *   completed   requests ended, by the driver or by the library (an error
+ *               answer from queue_rq, a failed flush sequence, teardown).
+ *   errors      the completed requests that ended with a status other than
+ *               RQ_STS_OK: a subset of completed.
+ *   dispatched  requests the driver accepted: queue_rq (or a queue_rqs
+ *               batch, or the single-queue rq_sq_start_request()) taking a
+ *               request with RQ_STS_OK.  A requeued request counts again
+ *               when it is dispatched again; a request answered with an
+ *               error status is completed but not dispatched.
+ *   resource    queue_rq answers RQ_STS_RESOURCE / RQ_STS_DEV_RESOURCE (the
+ *               request is retried later, not counted in dispatched then).
+ *   requeues    requests a driver gave back (rq_mq_requeue_request(),
+ *               rq_sq_requeue_request()).
+ *   timeouts    calls of the driver's timeout hook.
+ *   flushes     FLUSH requests the flush machinery issued.  These are the
+ *               library's own: they are not in requests, dispatched,
+ *               completed or errors.
+ *
+ * So, once every bio submitted has ended (nothing in flight):
+ *
+ *   bios       = requests + merges_back + merges_front
+ *   requests   = completed + merges_rq
+ *   plug_merges <= merges_back + merges_front
+ *   errors     <= completed
+ *   dispatched = completed - (requests completed without the driver
+ *                accepting them) + requeues
+ *
+ * (The first holds except for pieces that found no request on a dying
+ * queue; the third's "requests completed without the driver" are those
+ * ended by an error answer of queue_rq, a flush sequence or teardown.)
+ * While I/O is in flight, requests - completed - merges_rq requests are
+ * allocated and not yet ended.
+ */
 struct rq_queue_stats {
 	uint32_t size;           /* bytes rq_queue_get_stats() filled */
 	uint64_t bios;           /* bios submitted (after splits: pieces) */
