@@ -44,17 +44,22 @@ struct rq_queue;
  *               RQ_STS_OK: a subset of completed.
  *   dispatched  requests the driver accepted: queue_rq (or a queue_rqs
  *               batch, or the single-queue rq_sq_start_request()) taking a
- *               request with RQ_STS_OK.  A requeued request counts again
- *               when it is dispatched again; a request answered with an
- *               error status is completed but not dispatched.
+ *               request with RQ_STS_OK, the library's flush requests
+ *               included.  A requeued request counts again when it is
+ *               dispatched again; a request answered with an error status
+ *               is completed but not dispatched.
  *   resource    queue_rq answers RQ_STS_RESOURCE / RQ_STS_DEV_RESOURCE (the
  *               request is retried later, not counted in dispatched then).
  *   requeues    requests a driver gave back (rq_mq_requeue_request(),
  *               rq_sq_requeue_request()).
  *   timeouts    calls of the driver's timeout hook.
- *   flushes     FLUSH requests the flush machinery issued.  These are the
- *               library's own: they are not in requests, dispatched,
- *               completed or errors.
+ *   flushes     FLUSH requests the flush machinery issued (only on a queue
+ *               whose write cache is on).  These are the library's own:
+ *               counted in dispatched when the driver takes them, never in
+ *               requests, completed or errors.  A bio with RQ_OP_FLUSH or
+ *               RQ_BIO_PREFLUSH / RQ_BIO_FUA is one request (in requests
+ *               and completed) whatever flushes it needs; an RQ_OP_FLUSH
+ *               bio's request reaches the driver only as a flush request.
  *
  * So, once every bio submitted has ended (nothing in flight):
  *
@@ -63,11 +68,13 @@ struct rq_queue;
  *   plug_merges <= merges_back + merges_front
  *   errors     <= completed
  *   dispatched = completed - (requests completed without the driver
- *                accepting them) + requeues
+ *                accepting them) + requeues      (no write cache on)
  *
- * (The first holds except for pieces that found no request on a dying
- * queue; the third's "requests completed without the driver" are those
- * ended by an error answer of queue_rq, a flush sequence or teardown.)
+ * The first holds except for pieces that found no request on a dying
+ * queue.  In the last, "requests completed without the driver" are those
+ * ended by an error answer of queue_rq, a failed flush sequence or
+ * teardown; with the write cache on, dispatched also has the flush
+ * requests, and an RQ_OP_FLUSH bio's request is dispatched only as one.
  * While I/O is in flight, requests - completed - merges_rq requests are
  * allocated and not yet ended.
  */

@@ -459,6 +459,40 @@ static void test_stats_identities(void **state)
 	mock_destroy(m);
 }
 
+/*
+ * With the write cache on (no FUA), the flush requests the library issues
+ * are in flushes and dispatched, never in requests or completed: an
+ * RQ_OP_FLUSH bio is one request served by one FLUSH; a WRITE with
+ * PREFLUSH | FUA is one request served by FLUSH, WRITE, FLUSH.
+ */
+static void test_stats_flushes(void **state)
+{
+	struct mock_dev *m = make_dev(MOCK_COMPLETE_INLINE, 0, RQ_FEAT_WRITE_CACHE, 0);
+	struct fx_rec rec[2];
+	struct rq_queue_stats st;
+	struct rq_bio *bio;
+
+	(void)state;
+	rq_submit_bio(m->q, fx_bio(&rec[0], RQ_OP_FLUSH, 0, NULL, 0));
+	bio = fx_bio(&rec[1], RQ_OP_WRITE, 0, buf[0], 4096);
+	bio->opf = RQ_BIO_PREFLUSH | RQ_BIO_FUA;
+	rq_submit_bio(m->q, bio);
+	assert_true(fx_wait(rec, 2, 10000));
+	assert_int_equal(rec[0].status, RQ_STS_OK);
+	assert_int_equal(rec[1].status, RQ_STS_OK);
+
+	st = stats_of(m->q);
+	assert_int_equal(st.bios, st.requests + st.merges_back + st.merges_front);
+	assert_int_equal(st.requests, 2);
+	assert_int_equal(st.completed, 2);
+	assert_int_equal(st.errors, 0);
+	assert_int_equal(st.flushes, 3);
+	assert_int_equal(st.dispatched, 1 + st.flushes); /* the WRITE and the flushes */
+	assert_int_equal(st.dispatched, mock_count(m, MOCK_QUEUE_RQ));
+	fx_put(rec, 2);
+	mock_destroy(m);
+}
+
 /* ---------------------------------------------------------- shutdown */
 
 struct freezer {
@@ -640,6 +674,7 @@ int main(void)
 		cmocka_unit_test(test_end_io_iter_by_bytes),
 		cmocka_unit_test(test_end_io_iter_sq),
 		cmocka_unit_test(test_stats_identities),
+		cmocka_unit_test(test_stats_flushes),
 		cmocka_unit_test(test_shutdown_freeze_then_destroy),
 		cmocka_unit_test(test_attr_list_mq),
 		cmocka_unit_test(test_attr_list_sq),
