@@ -149,10 +149,13 @@ struct rq_io_context;
 /**
  * typedef rq_bio_end_io_t - completion callback; runs once per bio.
  *
- * When it runs, bio->status holds the result, and op, opf, ioprio, ioc,
- * vecs, vcnt, max_vecs, private_data and end_io are as the submitter left
- * them.  bio->iter is not: the library advances it as the bio is split and
- * completed, so it no longer describes the I/O that was asked for:
+ * When it runs, bio->status holds the result, and op, ioprio, ioc, vecs,
+ * vcnt, max_vecs, private_data and end_io are as the submitter left them;
+ * so is opf, except that RQ_BIO_PREFLUSH and RQ_BIO_FUA may be cleared (a
+ * queue without a write cache drops both; after a split only the front
+ * piece keeps PREFLUSH).  bio->iter is not kept: the library advances it as
+ * the bio is split and completed, so it no longer describes the I/O that
+ * was asked for:
  *
  *   - a bio split to the queue's limits holds the position of its last
  *     piece: iter.sector advanced past the front pieces, iter.size the
@@ -195,7 +198,8 @@ typedef void (*rq_bio_end_io_t)(struct rq_bio *bio);
  *                              ignored
  *
  * The driver sees a request with that op, rq->sector at iter.sector and
- * rq->bytes equal to iter.size (0 for a flush).  A READ or WRITE without
+ * rq->bytes equal to iter.size (0 for a flush), unless the bio was split to
+ * the limits or merged with another.  A READ or WRITE without
  * vectors (iter.size 0, or a size set by hand with no vectors to cover it),
  * and a data-less op with vectors or with the wrong size, end at submission
  * with RQ_STS_INVAL; the driver never sees them.
