@@ -563,6 +563,45 @@ static void test_shutdown_freeze_then_destroy(void **state)
 	mock_destroy(m);
 }
 
+/*
+ * The same on the single-queue front end: the freeze waits for what the
+ * device holds, and sq_destroy() (rq_queue_destroy() on the frozen queue)
+ * then fails nothing.
+ */
+static void test_shutdown_freeze_then_destroy_sq(void **state)
+{
+	struct sq_config cfg = { .mode = SQ_MODE_HOLD, .depth = 4 };
+	struct sq_dev *d = sq_create(&cfg);
+	struct freezer f = { .q = d->q };
+	struct fx_rec rec[3];
+	pthread_t t;
+
+	(void)state;
+	for (unsigned i = 0; i < 3; i++)
+		rq_submit_bio(d->q, fx_bio(&rec[i], RQ_OP_WRITE, i * 64, buf[i], 4096));
+	assert_true(sq_wait_held(d, 3, 10000));
+
+	assert_int_equal(pthread_create(&t, NULL, freeze_thread, &f), 0);
+	assert_true(fx_wait_blocked(&f.tid, &f.returned, 10000));
+	for (unsigned i = 0; i < 3; i++)
+		assert_int_equal(fx_done(&rec[i]), 0);
+
+	assert_int_equal(sq_complete_all(d, RQ_STS_OK), 3);
+	assert_int_equal(pthread_join(t, NULL), 0);
+	for (unsigned i = 0; i < 3; i++) {
+		assert_int_equal(fx_done(&rec[i]), 1);
+		assert_int_equal(rec[i].status, RQ_STS_OK);
+	}
+	assert_int_equal(stats_of(d->q).errors, 0);
+
+	sq_destroy(d); /* the queue still frozen */
+	for (unsigned i = 0; i < 3; i++) {
+		assert_int_equal(fx_done(&rec[i]), 1);
+		assert_int_equal(rec[i].status, RQ_STS_OK);
+	}
+	fx_put(rec, 3);
+}
+
 /* -------------------------------------------------------- attributes */
 
 /* The queue attributes, in rq_queue_attr_list()'s order (doc/attributes.md). */
@@ -676,6 +715,7 @@ int main(void)
 		cmocka_unit_test(test_stats_identities),
 		cmocka_unit_test(test_stats_flushes),
 		cmocka_unit_test(test_shutdown_freeze_then_destroy),
+		cmocka_unit_test(test_shutdown_freeze_then_destroy_sq),
 		cmocka_unit_test(test_attr_list_mq),
 		cmocka_unit_test(test_attr_list_sq),
 	};
