@@ -146,7 +146,33 @@ struct rq_bvec_iter {
 struct rq_bio;
 struct rq_io_context;
 
-/** typedef rq_bio_end_io_t - completion callback; runs once per bio. */
+/**
+ * typedef rq_bio_end_io_t - completion callback; runs once per bio.
+ *
+ * When it runs, bio->status holds the result, and op, ioprio, ioc, vecs,
+ * vcnt, max_vecs, private_data and end_io are as the submitter left them;
+ * so is opf, except that RQ_BIO_PREFLUSH and RQ_BIO_FUA may be cleared (a
+ * queue without a write cache drops both; after a split only the front
+ * piece keeps PREFLUSH).  bio->iter is not kept: the library advances it as
+ * the bio is split and completed, so it no longer describes the I/O that
+ * was asked for:
+ *
+ *   - a bio split to the queue's limits holds the position of its last
+ *     piece: iter.sector advanced past the front pieces, iter.size the
+ *     last piece's bytes (then as below for that piece);
+ *   - a bio completed by bytes is advanced to its end: iter.size 0,
+ *     iter.sector just past its last sector.  That is every bio
+ *     rq_mq_update_request() ends, and every bio a single-queue driver
+ *     ends (rq_sq_end_request*() always count bytes);
+ *   - otherwise (multi-queue rq_mq_end_request() on a whole request, a bio
+ *     rejected at submission, a request the library fails) the bio keeps
+ *     the iter it was submitted with.
+ *
+ * A caller that needs the start sector or the length in end_io saves them
+ * before rq_submit_bio() (in its own structure reached through
+ * private_data, for instance).  Walking the data again from vecs[0] works:
+ * the vectors are unchanged.
+ */
 typedef void (*rq_bio_end_io_t)(struct rq_bio *bio);
 
 /**
@@ -156,6 +182,27 @@ typedef void (*rq_bio_end_io_t)(struct rq_bio *bio);
  * call rq_submit_bio().  Fields under "core" belong to the library while the
  * bio is submitted.  A bio may live in caller memory (rq_bio_init) or come
  * from the per-thread cache (rq_bio_alloc / rq_bio_put).
+ *
+ * What each op needs (sectors are 512 bytes; sector and size must be
+ * multiples of the logical block size):
+ *
+ *   RQ_OP_READ, RQ_OP_WRITE    vectors added with rq_bio_add_vec(), which
+ *                              sets iter.size to their sum; iter.sector
+ *   RQ_OP_DISCARD,             no vectors (vcnt 0); iter.sector the first
+ *   RQ_OP_WRITE_ZEROES         sector, iter.size the length in bytes, set
+ *                              by hand (non-zero; the queue's
+ *                              max_discard_sectors / max_write_zeroes_sectors
+ *                              must be non-zero, else RQ_STS_NOTSUPP; a
+ *                              larger one is split to them)
+ *   RQ_OP_FLUSH                no vectors, iter.size 0; iter.sector is
+ *                              ignored
+ *
+ * The driver sees a request with that op, rq->sector at iter.sector and
+ * rq->bytes equal to iter.size (0 for a flush), unless the bio was split to
+ * the limits or merged with another.  A READ or WRITE without
+ * vectors (iter.size 0, or a size set by hand with no vectors to cover it),
+ * and a data-less op with vectors or with the wrong size, end at submission
+ * with RQ_STS_INVAL; the driver never sees them.
  */
 struct rq_bio {
 	/* filled by the submitter */
@@ -223,10 +270,22 @@ void rq_bio_put(struct rq_bio *bio);
  * @base: start of the buffer.
  * @len: bytes; a non-zero multiple of 512 (RQ_SECTOR_SIZE).
  *
+ * The checks, in this order; on any error the bio is unchanged:
+ *
+ *   1. -EINVAL if @len is 0, if @len is not a multiple of 512 (1..511,
+ *      513, 4095, ...), or if @bio is a piece made by rq_bio_split()
+ *      (it shares another bio's vectors);
+ *   2. -ENOSPC if the bio already holds max_vecs vectors;
+ *   3. -EINVAL if iter.size + @len would exceed UINT32_MAX (a bio carries
+ *      less than 4 GiB).
+ *
+ * Nothing else is checked here: @base is not looked at, the op is not (a
+ * data-less op with vectors ends with RQ_STS_INVAL at submission), nor is
+ * alignment to a logical block larger than 512 bytes (also checked at
+ * submission).
+ *
  * Context: the bio's owner, before submission; takes no lock, never blocks.
- * Return: 0; -ENOSPC when the vector is full; -EINVAL for a zero length, a
- * length that is not a multiple of 512, a size that would pass 4 GiB, or a
- * split piece (which shares another bio's vectors).
+ * Return: 0; -EINVAL or -ENOSPC as above.
  */
 int rq_bio_add_vec(struct rq_bio *bio, void *base, uint32_t len);
 

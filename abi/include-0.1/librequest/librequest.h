@@ -9,6 +9,12 @@
 #include <librequest/version.h>
 #include <librequest/bio.h>
 #include <librequest/request.h>
+#include <librequest/limits.h>
+#include <librequest/plug.h>
+#include <librequest/iocontext.h>
+#include <librequest/attr.h>
+#include <librequest/stats.h>
+#include <librequest/service.h>
 #include <librequest/queue.h>
 #include <librequest/mq.h>
 #include <librequest/elevator.h>
