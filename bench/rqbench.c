@@ -19,9 +19,12 @@
  * stats.arenas.<all>.{small,large}.nmalloc over the measured phase.  jemalloc
  * serves most allocations from a per-thread cache (tcache) that those
  * counters do not see, so rqbench turns the tcache off in its own threads and
- * in the null driver's completion threads (--tcache keeps it); the library's
- * own threads keep theirs.  "alloc_bytes" is the exact thread.allocated sum
- * of the submitting threads.
+ * in the null driver's completion threads (--tcache keeps it).  The library
+ * allocates through jemalloc's API with no thread cache, from the calling
+ * thread's arena or its own per-NUMA-node arenas (lib/alloc.c); the counters
+ * summed over MALLCTL_ARENAS_ALL include those arenas, so every allocation
+ * of the library counts, on whichever thread.  "alloc_bytes" is the exact
+ * thread.allocated sum of the submitting threads.
  */
 #define _GNU_SOURCE
 #include <errno.h>

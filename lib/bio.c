@@ -38,6 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "internal/alloc.h"
 #include "internal/bio.h"
 
 /* Bios a thread keeps for reuse; beyond that puts free memory. */
@@ -185,7 +186,7 @@ static struct bio_cache *bio_cache_create(void)
 	pthread_once(&bio_cache_key_once, bio_cache_key_create);
 	if (!bio_cache_key_ok)
 		return NULL;
-	c = aligned_alloc(RQ_CACHELINE, sizeof(*c));
+	c = mem_alloc_aligned(RQ_CACHELINE, sizeof(*c));
 	if (!c)
 		return NULL;
 	c->free = NULL;
@@ -194,7 +195,7 @@ static struct bio_cache *bio_cache_create(void)
 	atomic_init(&c->remote, NULL);
 	atomic_init(&c->refs, 1);
 	if (pthread_setspecific(bio_cache_key, c)) {
-		free(c);
+		mem_free_aligned(c, sizeof(*c), RQ_CACHELINE);
 		return NULL;
 	}
 	tl_bio_cache = c;
@@ -228,7 +229,7 @@ static unsigned long bio_free_list(struct rq_bio *list)
 	while (list) {
 		struct rq_bio *next = list->next;
 
-		free(list);
+		mem_free(list, BIO_OBJ_SIZE);
 		list = next;
 		n++;
 	}
@@ -254,7 +255,7 @@ static void bio_cache_destroy(void *arg)
 	list = atomic_exchange_explicit(&c->remote, REMOTE_DEAD, memory_order_acq_rel);
 	n = bio_free_list(list) + 1;
 	if (atomic_fetch_sub_explicit(&c->refs, n, memory_order_acq_rel) == n)
-		free(c);
+		mem_free_aligned(c, sizeof(*c), RQ_CACHELINE);
 }
 
 /* Give @bio back to cache @c from a thread that does not own it. */
@@ -264,9 +265,9 @@ static __attribute__((noinline)) void bio_put_remote(struct bio_cache *c, struct
 
 	do {
 		if (head == REMOTE_DEAD) {
-			free(bio);
+			mem_free(bio, BIO_OBJ_SIZE);
 			if (atomic_fetch_sub_explicit(&c->refs, 1, memory_order_acq_rel) == 1)
-				free(c);
+				mem_free_aligned(c, sizeof(*c), RQ_CACHELINE);
 			return;
 		}
 		bio->next = head;
@@ -318,7 +319,7 @@ static __attribute__((noinline)) struct rq_bio *bio_alloc_slow(unsigned nr_vecs)
 			return NULL;
 	}
 	if (nr_vecs > RQ_BIO_INLINE_VECS) {
-		vecs = malloc(nr_vecs * sizeof(*vecs));
+		vecs = mem_alloc(nr_vecs * sizeof(*vecs));
 		if (!vecs)
 			return NULL;
 	}
@@ -329,9 +330,9 @@ static __attribute__((noinline)) struct rq_bio *bio_alloc_slow(unsigned nr_vecs)
 		c->free = bio->next;
 		c->nr_free--;
 	} else {
-		bio = malloc(BIO_OBJ_SIZE);
+		bio = mem_alloc(BIO_OBJ_SIZE);
 		if (!bio) {
-			free(vecs);
+			mem_free(vecs, nr_vecs * sizeof(*vecs));
 			return NULL;
 		}
 	}
@@ -376,7 +377,7 @@ RQ_EXPORT struct rq_bio *rq_bio_alloc(unsigned nr_vecs)
  *
  * Context: any thread.  On the allocating thread this is a push on its
  * local list; elsewhere a lock-free push on the allocator's remote stack,
- * or a free() once the allocating thread has exited.
+ * or a mem_free() once the allocating thread has exited.
  */
 RQ_EXPORT void rq_bio_put(struct rq_bio *bio)
 {
@@ -385,7 +386,7 @@ RQ_EXPORT void rq_bio_put(struct rq_bio *bio)
 	if (unlikely(!bio || !(bio->core_flags & RQ_BIOF_ALLOCATED)))
 		return;
 	if (unlikely(bio->core_flags & RQ_BIOF_EXT_VECS))
-		free(bio->vecs);
+		mem_free(bio->vecs, 0);
 	bio->core_flags = 0; /* a second put is ignored */
 	c = bio->cache;
 	if (likely(c == tl_bio_cache)) {
@@ -395,7 +396,7 @@ RQ_EXPORT void rq_bio_put(struct rq_bio *bio)
 			c->free = bio;
 			c->nr_free++;
 		} else {
-			free(bio);
+			mem_free(bio, BIO_OBJ_SIZE);
 		}
 		return;
 	}

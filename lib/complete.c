@@ -23,6 +23,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 
+#include "internal/alloc.h"
 #include "internal/queue.h"
 
 /*
@@ -132,7 +133,7 @@ struct rq_mailbox *mbox_self(void)
 	if (likely(mb))
 		return mb;
 	pthread_once(&mbox_once, mbox_key_init);
-	mb = calloc(1, sizeof(*mb));
+	mb = mem_zalloc(sizeof(*mb));
 	if (!mb)
 		return NULL;
 	pthread_mutex_lock(&mbox_lock);
@@ -190,7 +191,7 @@ static void mbox_service(uint64_t now)
 		}
 		if (mb->dead && !atomic_load(&mb->head)) {
 			*p = mb->next;
-			free(mb);
+			mem_free(mb, sizeof(*mb));
 			continue;
 		}
 		p = &mb->next;

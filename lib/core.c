@@ -21,6 +21,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "internal/alloc.h"
 #include "internal/queue.h"
 
 /* ------------------------------------------------------- usage / freeze */
@@ -269,7 +270,7 @@ RQ_EXPORT void rq_submit_bio(struct rq_queue *q, struct rq_bio *bio)
 /* The parts of a new queue both front ends set up alike; NULL without memory. */
 struct rq_queue *queue_alloc_common(const struct queue_common_config *cfg)
 {
-	struct rq_queue *q = calloc(1, sizeof(*q));
+	struct rq_queue *q = mem_zalloc(sizeof(*q));
 
 	if (!q)
 		return NULL;
@@ -318,7 +319,7 @@ void queue_free_common(struct rq_queue *q)
 	pthread_mutex_destroy(&q->sysfs_lock);
 	pthread_rwlock_destroy(&q->tsan_quiesce_lock);
 	stats_free(q);
-	free(q);
+	mem_free(q, sizeof(*q));
 }
 
 /*

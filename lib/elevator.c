@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "internal/alloc.h"
 #include "internal/elevator.h"
 
 #define ELV_NAME_MAX 31 /* characters, as the kernel's ELV_NAME_MAX - 1 */
@@ -138,14 +139,14 @@ static int elv_register(const struct rq_elevator_type *e)
 	struct elv_entry *ent;
 	int ret;
 
-	ent = calloc(1, sizeof(*ent));
+	ent = mem_zalloc(sizeof(*ent));
 	if (!ent)
 		return -ENOMEM;
 	ret = copy_type(&ent->type, e);
 	if (!ret)
 		ret = check_type(&ent->type);
 	if (ret) {
-		free(ent);
+		mem_free(ent, sizeof(*ent));
 		return ret;
 	}
 	strcpy(ent->name, ent->type.name);
@@ -158,7 +159,7 @@ static int elv_register(const struct rq_elevator_type *e)
 	pthread_mutex_lock(&registry_lock);
 	if (find_locked(ent->name) || (ent->alias[0] && find_locked(ent->alias))) {
 		pthread_mutex_unlock(&registry_lock);
-		free(ent);
+		mem_free(ent, sizeof(*ent));
 		return -EEXIST;
 	}
 	rq_list_add_tail(&ent->list, &registry);
@@ -227,7 +228,7 @@ RQ_EXPORT int rq_sched_unregister(const char *name)
 	}
 	rq_list_del_init(&ent->list);
 	pthread_mutex_unlock(&registry_lock);
-	free(ent);
+	mem_free(ent, sizeof(*ent));
 	return 0;
 }
 

@@ -14,6 +14,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 
+#include "internal/alloc.h"
 #include "internal/ioc.h"
 
 /* Bits of an ioprio value that mean something. */
@@ -70,7 +71,7 @@ RQ_EXPORT struct rq_io_context *rq_ioc_create(uint16_t ioprio)
 		errno = EINVAL;
 		return NULL;
 	}
-	ioc = calloc(1, sizeof(*ioc));
+	ioc = mem_zalloc(sizeof(*ioc));
 	if (!ioc)
 		return NULL;
 	atomic_init(&ioc->refcount, 1);
@@ -104,7 +105,7 @@ RQ_EXPORT void rq_ioc_put(struct rq_io_context *ioc)
 {
 	if (ioc && atomic_fetch_sub_explicit(&ioc->refcount, 1, memory_order_acq_rel) == 1) {
 		rq_iog_put(ioc->group);
-		free(ioc);
+		mem_free(ioc, sizeof(*ioc));
 	}
 }
 
@@ -249,7 +250,7 @@ RQ_EXPORT struct rq_io_group *rq_iog_create(unsigned weight)
 		errno = EINVAL;
 		return NULL;
 	}
-	iog = calloc(1, sizeof(*iog));
+	iog = mem_zalloc(sizeof(*iog));
 	if (!iog)
 		return NULL;
 	atomic_init(&iog->refcount, 1);
@@ -280,7 +281,7 @@ RQ_EXPORT void rq_iog_get(struct rq_io_group *iog)
 RQ_EXPORT void rq_iog_put(struct rq_io_group *iog)
 {
 	if (iog && atomic_fetch_sub_explicit(&iog->refcount, 1, memory_order_acq_rel) == 1)
-		free(iog);
+		mem_free(iog, sizeof(*iog));
 }
 
 /**

@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <stdlib.h>
 
+#include "internal/alloc.h"
 #include "internal/queue.h"
 #include "internal/elevator.h"
 #include "internal/ioc.h"
@@ -151,7 +152,7 @@ struct rq_elevator_queue *elv_queue_alloc(unsigned nr_merge)
 
 	if (!nr_merge)
 		nr_merge = 1;
-	eq = calloc(1, sizeof(*eq) + nr_merge * sizeof(struct elv_merge_state));
+	eq = mem_zalloc(sizeof(*eq) + nr_merge * sizeof(struct elv_merge_state));
 	if (eq)
 		eq->nr_merge = nr_merge;
 	return eq;

@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "internal/alloc.h"
 #include "internal/queue.h"
 #include "internal/mq.h"
 
@@ -70,13 +71,13 @@ static void sched_tags_free(struct rq_queue *q, struct rq_tags **tags)
 				set->ops.exit_request(set, tags[i]->static_rqs[t], i);
 		rq_tags_free(tags[i]);
 	}
-	free(tags);
+	mem_free(tags, 0);
 }
 
 static struct rq_tags **sched_tags_alloc(struct rq_queue *q, unsigned depth, unsigned active)
 {
 	struct rq_tag_set *set = q->set;
-	struct rq_tags **tags = calloc(q->nr_hw_queues, sizeof(*tags));
+	struct rq_tags **tags = mem_calloc(q->nr_hw_queues, sizeof(*tags));
 
 	if (!tags)
 		return NULL;
@@ -138,10 +139,10 @@ struct sched_switch {
 static void switch_release(struct rq_queue *q, struct sched_switch *sw)
 {
 	sched_tags_free(q, sw->new_tags);
-	free(sw->old_tags);
-	free(sw->old_data);
-	free(sw->new_data);
-	free(sw->eq);
+	mem_free(sw->old_tags, 0);
+	mem_free(sw->old_data, 0);
+	mem_free(sw->new_data, 0);
+	mem_free(sw->eq, 0);
 	if (sw->e)
 		elevator_put(sw->e);
 }
@@ -171,9 +172,9 @@ static int switch_prepare(struct rq_queue *q, const char *name, struct sched_swi
 		switch_release(q, sw);
 		return 1;
 	}
-	sw->old_data = calloc(n, sizeof(*sw->old_data));
-	sw->new_data = calloc(n, sizeof(*sw->new_data));
-	sw->old_tags = calloc(n, sizeof(*sw->old_tags));
+	sw->old_data = mem_calloc(n, sizeof(*sw->old_data));
+	sw->new_data = mem_calloc(n, sizeof(*sw->new_data));
+	sw->old_tags = mem_calloc(n, sizeof(*sw->old_tags));
 	if (sw->e) {
 		sw->nr_requests = 2 * min_t(unsigned, q->set->queue_depth, RQ_DEFAULT_NR_REQUESTS);
 		sw->eq = elv_queue_alloc(n);
@@ -287,13 +288,13 @@ int mq_elevator_switch(struct rq_queue *q, const char *name)
 	if (old) {
 		sched_tags_free(q, sw.old_tags);
 		elevator_put(old->type);
-		free(old);
+		mem_free(old, 0);
 	} else {
-		free(sw.old_tags);
+		mem_free(sw.old_tags, 0);
 	}
-	free(sw.new_tags);
-	free(sw.old_data);
-	free(sw.new_data);
+	mem_free(sw.new_tags, 0);
+	mem_free(sw.old_data, 0);
+	mem_free(sw.new_data, 0);
 	return 0;
 }
 
@@ -311,7 +312,7 @@ void mq_elevator_detach(struct rq_queue *q)
 	sched_exit_hctxs(q, eq->type, q->nr_hw_queues);
 	if (eq->type->ops.exit_sched)
 		eq->type->ops.exit_sched(q, eq->data);
-	tags = calloc(q->nr_hw_queues, sizeof(*tags));
+	tags = mem_calloc(q->nr_hw_queues, sizeof(*tags));
 	for (unsigned i = 0; i < q->nr_hw_queues; i++) {
 		if (tags)
 			tags[i] = q->hctxs[i]->sched_tags;
@@ -323,7 +324,7 @@ void mq_elevator_detach(struct rq_queue *q)
 	sched_tags_free(q, tags);
 	q->elevator = NULL;
 	elevator_put(eq->type);
-	free(eq);
+	mem_free(eq, 0);
 }
 
 /*

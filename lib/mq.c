@@ -34,6 +34,7 @@
 #include <numa.h>
 #endif
 
+#include "internal/alloc.h"
 #include "internal/queue.h"
 #include "internal/mq.h"
 #include "internal/elevator.h"
@@ -1375,16 +1376,16 @@ static int cpu_node(unsigned cpu)
 static void default_map_queues(struct rq_tag_set *set, unsigned *map, unsigned nr_cpus)
 {
 	unsigned nr = set->nr_hw_queues - set->nr_poll_queues;
-	unsigned *order = calloc(nr_cpus, sizeof(*order));
-	int *node = calloc(nr_cpus, sizeof(*node));
+	unsigned *order = mem_calloc(nr_cpus, sizeof(*order));
+	int *node = mem_calloc(nr_cpus, sizeof(*node));
 
 	if (!nr)
 		nr = set->nr_hw_queues;
 	if (!order || !node) {
 		for (unsigned cpu = 0; cpu < nr_cpus; cpu++)
 			map[cpu] = (unsigned)(((uint64_t)cpu * nr) / nr_cpus);
-		free(order);
-		free(node);
+		mem_free(order, 0);
+		mem_free(node, 0);
 		return;
 	}
 	for (unsigned cpu = 0; cpu < nr_cpus; cpu++) {
@@ -1403,8 +1404,8 @@ static void default_map_queues(struct rq_tag_set *set, unsigned *map, unsigned n
 	}
 	for (unsigned i = 0; i < nr_cpus; i++)
 		map[order[i]] = (unsigned)(((uint64_t)i * nr) / nr_cpus);
-	free(order);
-	free(node);
+	mem_free(order, nr_cpus * sizeof(*order));
+	mem_free(node, nr_cpus * sizeof(*node));
 }
 
 /*
@@ -1447,14 +1448,14 @@ RQ_EXPORT int rq_tag_set_alloc(const struct rq_tag_set_config *cfg, struct rq_ta
 	cfg = &c;
 	if (!tag_set_config_ok(cfg))
 		return -EINVAL;
-	set = calloc(1, sizeof(*set));
+	set = mem_zalloc(sizeof(*set));
 	if (!set)
 		return -ENOMEM;
 	ops_size = cfg->ops->size < sizeof(set->ops) ? cfg->ops->size : sizeof(set->ops);
 	memcpy(&set->ops, cfg->ops, ops_size);
 	set->ops.size = sizeof(set->ops);
 	if (!set->ops.queue_rq) {
-		free(set);
+		mem_free(set, sizeof(*set));
 		return -EINVAL;
 	}
 	set->nr_hw_queues = cfg->nr_hw_queues;
@@ -1471,9 +1472,9 @@ RQ_EXPORT int rq_tag_set_alloc(const struct rq_tag_set_config *cfg, struct rq_ta
 		set->nr_cpus = 1;
 	set->rq_size = request_size(cfg->cmd_size);
 	pthread_mutex_init(&set->lock, NULL);
-	set->map = calloc(set->nr_cpus, sizeof(*set->map));
+	set->map = mem_calloc(set->nr_cpus, sizeof(*set->map));
 	nr_tags_sets = (set->flags & RQ_TAG_SET_SHARED_TAGS) ? 1 : set->nr_hw_queues;
-	set->tags = calloc(set->nr_hw_queues, sizeof(*set->tags));
+	set->tags = mem_calloc(set->nr_hw_queues, sizeof(*set->tags));
 	if (!set->map || !set->tags)
 		goto fail;
 	if (set->ops.map_queues)
@@ -1483,7 +1484,7 @@ RQ_EXPORT int rq_tag_set_alloc(const struct rq_tag_set_config *cfg, struct rq_ta
 	for (unsigned cpu = 0; cpu < set->nr_cpus; cpu++)
 		if (set->map[cpu] >= set->nr_hw_queues)
 			goto fail;
-	set->hctx_node = calloc(set->nr_hw_queues, sizeof(*set->hctx_node));
+	set->hctx_node = mem_calloc(set->nr_hw_queues, sizeof(*set->hctx_node));
 	if (!set->hctx_node)
 		goto fail;
 	for (unsigned i = 0; i < set->nr_hw_queues; i++)
@@ -1529,11 +1530,11 @@ RQ_EXPORT void rq_tag_set_free(struct rq_tag_set *set)
 			rq_tags_free(set->tags[i]);
 		}
 	}
-	free(set->tags);
-	free(set->map);
-	free(set->hctx_node);
+	mem_free(set->tags, 0);
+	mem_free(set->map, 0);
+	mem_free(set->hctx_node, 0);
 	pthread_mutex_destroy(&set->lock);
-	free(set);
+	mem_free(set, sizeof(*set));
 }
 
 RQ_EXPORT void *rq_tag_set_driver_data(struct rq_tag_set *set)
@@ -1553,9 +1554,9 @@ static void hctx_free(struct rq_queue *q, struct rq_hw_ctx *hctx, unsigned idx, 
 		atomic_fetch_sub(&hctx->tags->active_queues, 1);
 	pthread_mutex_destroy(&hctx->share_lock);
 	pthread_cond_destroy(&hctx->share_cond);
-	free(hctx->ctxs);
-	free(hctx->timeout_gen);
-	free(hctx->timeout_deadline);
+	rq_free_node(hctx->ctxs, 0);
+	rq_free_node(hctx->timeout_gen, 0);
+	rq_free_node(hctx->timeout_deadline, 0);
 	rq_free_node(hctx, sizeof(*hctx));
 }
 
@@ -1578,9 +1579,10 @@ static int hctx_alloc(struct rq_queue *q, unsigned idx)
 	hctx->queue_num = idx;
 	hctx->numa_node = node;
 	hctx->poll = idx >= set->nr_hw_queues - set->nr_poll_queues;
-	hctx->ctxs = calloc(q->nr_cpus, sizeof(*hctx->ctxs));
-	hctx->timeout_gen = calloc(nr_tags, sizeof(*hctx->timeout_gen));
-	hctx->timeout_deadline = calloc(nr_tags, sizeof(*hctx->timeout_deadline));
+	/* on the hw queue's node, like the hctx: its dispatch and timeout scan use them */
+	hctx->ctxs = rq_alloc_node(q->nr_cpus * sizeof(*hctx->ctxs), node);
+	hctx->timeout_gen = rq_alloc_node(nr_tags * sizeof(*hctx->timeout_gen), node);
+	hctx->timeout_deadline = rq_alloc_node(nr_tags * sizeof(*hctx->timeout_deadline), node);
 	if (!hctx->ctxs || !hctx->timeout_gen || !hctx->timeout_deadline)
 		return -ENOMEM;
 	if (set->ops.init_hctx && set->ops.init_hctx(hctx, set->driver_data, idx)) {
@@ -1598,7 +1600,7 @@ static void mq_queue_free(struct rq_queue *q)
 		for (unsigned i = 0; i < q->nr_hw_queues; i++)
 			hctx_free(q, q->hctxs[i], i, true);
 	}
-	free(q->hctxs);
+	mem_free(q->hctxs, 0);
 	flush_queue_exit(q);
 	queue_free_common(q);
 }
@@ -1608,7 +1610,7 @@ static int mq_alloc_hctxs(struct rq_queue *q)
 {
 	int ret;
 
-	q->hctxs = calloc(q->nr_hw_queues, sizeof(*q->hctxs));
+	q->hctxs = mem_calloc(q->nr_hw_queues, sizeof(*q->hctxs));
 	if (!q->hctxs)
 		return -ENOMEM;
 	for (unsigned i = 0; i < q->nr_hw_queues; i++) {

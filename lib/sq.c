@@ -24,6 +24,7 @@
 #include <string.h>
 #include <sys/sysinfo.h>
 
+#include "internal/alloc.h"
 #include "internal/queue.h"
 #include "internal/elevator.h"
 #include "internal/ioc.h"
@@ -352,19 +353,19 @@ static int pool_grow(struct rq_queue *q, unsigned cap)
 
 	if (cap <= sqd->pool_cap)
 		return 0;
-	slots = realloc(sqd->slots, cap * sizeof(*slots));
+	slots = mem_realloc(sqd->slots, cap * sizeof(*slots));
 	if (!slots)
 		return -ENOMEM;
 	sqd->slots = slots;
-	gen = realloc(sqd->timeout_gen, cap * sizeof(*gen));
+	gen = mem_realloc(sqd->timeout_gen, cap * sizeof(*gen));
 	if (!gen)
 		return -ENOMEM;
 	sqd->timeout_gen = gen;
-	deadline = realloc(sqd->timeout_deadline, cap * sizeof(*deadline));
+	deadline = mem_realloc(sqd->timeout_deadline, cap * sizeof(*deadline));
 	if (!deadline)
 		return -ENOMEM;
 	sqd->timeout_deadline = deadline;
-	chunks = realloc(sqd->chunks, (sqd->nr_chunks + 1) * sizeof(*chunks));
+	chunks = mem_realloc(sqd->chunks, (sqd->nr_chunks + 1) * sizeof(*chunks));
 	if (!chunks)
 		return -ENOMEM;
 	sqd->chunks = chunks;
@@ -849,7 +850,7 @@ RQ_EXPORT int rq_sq_init_tags(struct rq_queue *q, unsigned depth)
 		return -EINVAL;
 	if (sqd->tag_index)
 		return rq_sq_resize_tags(q, depth);
-	sqd->tag_index = calloc(depth, sizeof(*sqd->tag_index));
+	sqd->tag_index = mem_calloc(depth, sizeof(*sqd->tag_index));
 	if (!sqd->tag_index)
 		return -ENOMEM;
 	sqd->tag_depth = sqd->tag_max = depth;
@@ -867,7 +868,7 @@ RQ_EXPORT int rq_sq_resize_tags(struct rq_queue *q, unsigned depth)
 		if (sqd->tag_index[t])
 			return -EBUSY;
 	if (depth > sqd->tag_max) {
-		struct rq_request **idx = realloc(sqd->tag_index, depth * sizeof(*idx));
+		struct rq_request **idx = mem_realloc(sqd->tag_index, depth * sizeof(*idx));
 
 		if (!idx)
 			return -ENOMEM;
@@ -1066,7 +1067,7 @@ static int sq_elevator_switch(struct rq_queue *q, const char *name)
 		if (ret) {
 			sq_unlock(sqd);
 			rq_queue_unfreeze(q);
-			free(eq);
+			mem_free(eq, 0);
 			elevator_put(e);
 			return ret;
 		}
@@ -1085,7 +1086,7 @@ static int sq_elevator_switch(struct rq_queue *q, const char *name)
 	rq_queue_unfreeze(q);
 	if (old) {
 		elevator_put(old->type);
-		free(old);
+		mem_free(old, 0);
 	}
 	return 0;
 }
@@ -1119,7 +1120,7 @@ static unsigned sq_config_check(const struct rq_sq_config *cfg, struct rq_queue_
 /* The front end's own part of a new queue: driver ops, lock, pool. */
 static struct rq_sq_data *sq_data_alloc(const struct rq_sq_config *cfg, unsigned nr)
 {
-	struct rq_sq_data *sqd = calloc(1, sizeof(*sqd));
+	struct rq_sq_data *sqd = mem_zalloc(sizeof(*sqd));
 
 	if (!sqd)
 		return NULL;
@@ -1167,7 +1168,7 @@ RQ_EXPORT int rq_sq_alloc_queue(const struct rq_sq_config *cfg, struct rq_queue 
 	if (sqd)
 		q = queue_alloc_common(&cc);
 	if (!q) {
-		free(sqd);
+		mem_free(sqd, sizeof(*sqd));
 		return -ENOMEM;
 	}
 	q->fe_data = sqd;
@@ -1194,7 +1195,7 @@ static void sq_queue_free(struct rq_queue *q)
 		if (sqd->eops.exit_queue)
 			sqd->eops.exit_queue(q, q->elevator->data);
 		elevator_put(q->elevator->type);
-		free(q->elevator);
+		mem_free(q->elevator, 0);
 		q->elevator = NULL;
 	}
 	for (unsigned i = 0; i < sqd->pool_cap; i++)
@@ -1202,14 +1203,14 @@ static void sq_queue_free(struct rq_queue *q)
 			sqd->ops.exit_request(q, sqd->slots[i]);
 	for (unsigned i = 0; i < sqd->nr_chunks; i++)
 		rq_free_node(sqd->chunks[i], 0);
-	free(sqd->chunks);
-	free(sqd->slots);
-	free(sqd->timeout_gen);
-	free(sqd->timeout_deadline);
-	free(sqd->tag_index);
+	mem_free(sqd->chunks, 0);
+	mem_free(sqd->slots, 0);
+	mem_free(sqd->timeout_gen, 0);
+	mem_free(sqd->timeout_deadline, 0);
+	mem_free(sqd->tag_index, 0);
 	flush_queue_exit(q);
 	pthread_mutex_destroy(&sqd->own_lock);
-	free(sqd);
+	mem_free(sqd, sizeof(*sqd));
 	queue_free_common(q);
 }
 

@@ -50,10 +50,7 @@
 
 #include "config.h"
 
-#if HAVE_NUMA
-#include <numa.h>
-#endif
-
+#include "internal/alloc.h"
 #include "internal/request.h"
 #include "internal/tags.h"
 
@@ -65,108 +62,31 @@
 
 /* ---------------------------------------------------------- node memory */
 
-/*
- * Every block from rq_alloc_node() is preceded by one cache line holding
- * this header: how it was allocated and how big it is, so rq_free_node()
- * returns it the same way whatever the caller remembers.
- */
-enum node_alloc_kind {
-	NODE_ALLOC_HEAP = 1,
-	NODE_ALLOC_NUMA = 2,
-};
-
-#define NODE_ALLOC_MAGIC 0x72716d65u /* "rqme" */
-
-struct node_alloc_hdr {
-	size_t total;   /* bytes allocated, header included */
-	size_t size;    /* bytes asked for */
-	uint32_t kind;  /* enum node_alloc_kind */
-	uint32_t magic;
-};
-
-#if HAVE_NUMA
-static int numa_state = -2; /* -2 unknown, -1 unavailable, else max node */
-
-/* numa_max_node() once, or -1 when the kernel has no NUMA support. */
-static int numa_max_node_cached(void)
-{
-	int st = READ_ONCE(numa_state);
-
-	if (st == -2) {
-		st = numa_available() < 0 ? -1 : numa_max_node();
-		WRITE_ONCE(numa_state, st);
-	}
-	return st;
-}
-#endif
-
 /**
  * rq_alloc_node() - zeroed memory, 64-byte aligned, on NUMA node @node.
  * @size: bytes wanted (0 gives a valid, unique block).
  * @node: the node, or -1 for anywhere.
  *
- * Placement is best effort: without libnuma, when the kernel lacks NUMA, or
- * for a node that does not exist, the block comes from the heap.
+ * The library's heap (lib/alloc.c): the node's jemalloc arena, or
+ * numa_alloc_onnode() with the libc backend.  Placement is best effort.
  * Context: any thread; may block in the allocator.
  * Return: the block, or NULL when memory is exhausted.
  */
 void *rq_alloc_node(size_t size, int node)
 {
-	struct node_alloc_hdr *hdr;
-	size_t total;
-
-	if (size > SIZE_MAX - 2 * RQ_CACHELINE)
-		return NULL;
-	total = (size + RQ_CACHELINE + RQ_CACHELINE - 1) & ~(size_t)(RQ_CACHELINE - 1);
-
-#if HAVE_NUMA
-	if (node >= 0 && node <= numa_max_node_cached()) {
-		hdr = numa_alloc_onnode(total, node);
-		if (hdr) {
-			memset(hdr, 0, total);
-			hdr->kind = NODE_ALLOC_NUMA;
-			goto done;
-		}
-	}
-#endif
-	hdr = aligned_alloc(RQ_CACHELINE, total);
-	if (!hdr)
-		return NULL;
-	memset(hdr, 0, total);
-	hdr->kind = NODE_ALLOC_HEAP;
-#if HAVE_NUMA
-done:
-#endif
-	hdr->total = total;
-	hdr->size = size;
-	hdr->magic = NODE_ALLOC_MAGIC;
-	return (char *)hdr + RQ_CACHELINE;
+	return mem_alloc_node(size, node);
 }
 
 /**
  * rq_free_node() - free a block from rq_alloc_node().
  * @p: the block, or NULL.
- * @size: its size as asked for (the header's record is what counts).
+ * @size: its size as asked for (the block's header records it).
  * Context: any thread.
  */
 void rq_free_node(void *p, size_t size)
 {
-	struct node_alloc_hdr *hdr;
-
 	(void)size;
-	if (!p)
-		return;
-	hdr = (struct node_alloc_hdr *)((char *)p - RQ_CACHELINE);
-	if (hdr->magic != NODE_ALLOC_MAGIC)
-		abort(); /* not ours, or freed twice: memory is corrupt */
-	hdr->magic = 0;
-#if HAVE_NUMA
-	if (hdr->kind == NODE_ALLOC_NUMA) {
-		numa_free(hdr, hdr->total);
-		return;
-	}
-#endif
-	free(hdr);
+	mem_free_node(p);
 }
 
 /* ------------------------------------------------------------- sbitmap */

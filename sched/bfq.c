@@ -64,6 +64,7 @@
 
 #include <librequest/elevator.h>
 
+#include "lib/internal/alloc.h"
 #include "lib/internal/mq.h"
 #include "lib/internal/ioc.h"
 
@@ -496,7 +497,7 @@ static struct bfq_group *group_find(struct bfq_sched *bs, struct rq_io_group *io
 	}
 	if (!create)
 		return NULL;
-	g = calloc(1, sizeof(*g));
+	g = mem_zalloc(sizeof(*g));
 	if (!g)
 		return NULL;
 	for (unsigned c = 0; c < BFQ_NR_CLASSES; c++)
@@ -518,7 +519,7 @@ static void group_put_queue(struct bfq_group *g)
 		return;
 	rq_list_del_init(&g->link);
 	rq_iog_put(g->iog);
-	free(g);
+	mem_free(g, sizeof(*g));
 }
 
 /* Attach @bfqq to the group its context is in now. */
@@ -575,7 +576,7 @@ static void bfqq_free(struct bfq_sched *bs, struct bfq_queue *bfqq)
 		bs->last_hit = NULL;
 	group_put_queue(bfqq->entity.parent);
 	rq_ioc_put(bfqq->ioc);
-	free(bfqq);
+	mem_free(bfqq, sizeof(*bfqq));
 }
 
 /* Free @bfqq if nothing needs it: no request, not busy, and its context gone or long unused. */
@@ -617,7 +618,7 @@ static struct bfq_queue *bfqq_lookup(struct bfq_sched *bs, struct rq_io_context 
 			if (!create)
 				return NULL;
 			sched_reclaim(bs, now);
-			bfqq = calloc(1, sizeof(*bfqq));
+			bfqq = mem_zalloc(sizeof(*bfqq));
 			if (!bfqq)
 				return &bs->oom_q;
 			rq_ioc_get(ioc);
@@ -998,14 +999,15 @@ static void bfq_sched_init(struct bfq_data *bd, struct bfq_sched *bs, struct rq_
 
 static int bfq_init_sched(struct rq_queue *q, void **data)
 {
-	struct bfq_data *bd = calloc(1, sizeof(*bd));
+	struct bfq_data *bd = mem_zalloc(sizeof(*bd));
 	unsigned nr = rq_queue_nr_hw_queues(q);
 
 	if (!bd)
 		return -ENOMEM;
 	bd->nr_sched = nr ? nr : 1;
-	if (posix_memalign((void **)&bd->sched, RQ_CACHELINE, bd->nr_sched * sizeof(*bd->sched))) {
-		free(bd);
+	bd->sched = mem_alloc_aligned(RQ_CACHELINE, bd->nr_sched * sizeof(*bd->sched));
+	if (!bd->sched) {
+		mem_free(bd, sizeof(*bd));
 		return -ENOMEM;
 	}
 	bd->q = q;
@@ -1047,12 +1049,12 @@ static void bfq_exit_sched(struct rq_queue *q, void *data)
 
 			rq_list_del_init(&g->link);
 			rq_iog_put(g->iog);
-			free(g);
+			mem_free(g, sizeof(*g));
 		}
 		pthread_mutex_destroy(&bs->lock);
 	}
-	free(bd->sched);
-	free(bd);
+	mem_free_aligned(bd->sched, bd->nr_sched * sizeof(*bd->sched), RQ_CACHELINE);
+	mem_free(bd, sizeof(*bd));
 }
 
 /*

@@ -47,6 +47,7 @@
 #include <librequest/sq.h>
 
 #include "lib/internal/ioc.h"
+#include "lib/internal/alloc.h"
 
 /* -------------------------------------------------------- tunable defaults */
 
@@ -493,7 +494,7 @@ static struct cfq_group *group_get(struct cfq_data *cfqd, struct rq_io_group *io
 			return cfqg;
 		}
 	}
-	cfqg = calloc(1, sizeof(*cfqg));
+	cfqg = mem_zalloc(sizeof(*cfqg));
 	if (!cfqg) {
 		rq_iog_put(iog);
 		cfqd->root.ref++;
@@ -516,7 +517,7 @@ static void group_put(struct cfq_data *cfqd, struct cfq_group *cfqg)
 		cfqd->serving_group = NULL;
 	rq_list_del_init(&cfqg->node);
 	rq_iog_put(cfqg->iog);
-	free(cfqg);
+	mem_free(cfqg, sizeof(*cfqg));
 }
 
 /* ------------------------------------------------------- service trees */
@@ -630,7 +631,7 @@ static void cfqq_init(struct cfq_queue *cfqq, struct cfq_group *cfqg, bool sync,
 static struct cfq_queue *cfqq_alloc(struct cfq_group *cfqg, bool sync, uint16_t ioprio,
 				    uint64_t now)
 {
-	struct cfq_queue *cfqq = malloc(sizeof(*cfqq));
+	struct cfq_queue *cfqq = mem_alloc(sizeof(*cfqq));
 
 	if (!cfqq)
 		return NULL;
@@ -653,7 +654,7 @@ static void cfqq_put(struct cfq_data *cfqd, struct cfq_queue *cfqq)
 			cfqg->async[cfqq->cls][cfqq->level] = NULL;
 		}
 	}
-	free(cfqq);
+	mem_free(cfqq, sizeof(*cfqq));
 	group_put(cfqd, cfqg);
 }
 
@@ -712,7 +713,7 @@ static void cic_free(struct cfq_data *cfqd, struct cfq_cic *cic)
 		cfqq_put(cfqd, cic->sync_q);
 	group_put(cfqd, cic->cfqg);
 	rq_ioc_put(cic->ioc);
-	free(cic);
+	mem_free(cic, sizeof(*cic));
 }
 
 /*
@@ -761,7 +762,7 @@ static struct cfq_cic *cic_get(struct cfq_data *cfqd, struct rq_io_context *ioc)
 		return cic;
 	}
 	cic_sweep(cfqd, CFQ_SWEEP);
-	cic = calloc(1, sizeof(*cic));
+	cic = mem_zalloc(sizeof(*cic));
 	if (!cic)
 		return NULL;
 	rq_ioc_get(ioc);
@@ -1463,7 +1464,7 @@ static void update_hw_tag(struct cfq_data *cfqd)
  */
 static int cfq_init_queue(struct rq_queue *q, void **data)
 {
-	struct cfq_data *cfqd = calloc(1, sizeof(*cfqd));
+	struct cfq_data *cfqd = mem_zalloc(sizeof(*cfqd));
 	uint64_t now = rq_clock_ns();
 
 	if (!cfqd)
@@ -1517,9 +1518,9 @@ static void cfq_exit_queue(struct rq_queue *q, void *data)
 
 		rq_list_del_init(&cfqg->node);
 		rq_iog_put(cfqg->iog);
-		free(cfqg);
+		mem_free(cfqg, sizeof(*cfqg));
 	}
-	free(cfqd);
+	mem_free(cfqd, sizeof(*cfqd));
 }
 
 /**

@@ -38,6 +38,7 @@
 
 #include <librequest/elevator.h>
 #include <librequest/sq.h>
+#include "lib/internal/alloc.h"
 
 /* -------------------------------------------------------- tunable defaults */
 
@@ -191,7 +192,7 @@ static int dl_dispatch_one(struct rq_queue *q, struct dl_data *dd)
  */
 static int dl_init_queue(struct rq_queue *q, void **data)
 {
-	struct dl_data *dd = calloc(1, sizeof(*dd));
+	struct dl_data *dd = mem_zalloc(sizeof(*dd));
 
 	if (!dd)
 		return -ENOMEM;
@@ -211,7 +212,7 @@ static int dl_init_queue(struct rq_queue *q, void **data)
 /** dl_exit_queue() - free the per-queue data; nothing is queued. */
 static void dl_exit_queue(struct rq_queue *q, void *data)
 {
-	free(data);
+	mem_free(data, 0);
 }
 
 /**

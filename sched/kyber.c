@@ -40,6 +40,7 @@
 #include <librequest/elevator.h>
 
 #include "lib/internal/compiler.h"
+#include "lib/internal/alloc.h"
 
 /* ------------------------------------------------------------- tunables */
 
@@ -567,7 +568,7 @@ static __attribute__((noinline)) void kyber_maybe_close_window(struct kyber_queu
 
 static int kyber_init_sched(struct rq_queue *q, void **data)
 {
-	struct kyber_queue_data *kqd = calloc(1, sizeof(*kqd));
+	struct kyber_queue_data *kqd = mem_zalloc(sizeof(*kqd));
 
 	if (!kqd)
 		return -ENOMEM;
@@ -585,7 +586,7 @@ static int kyber_init_sched(struct rq_queue *q, void **data)
 
 static void kyber_exit_sched(struct rq_queue *q, void *data)
 {
-	free(data);
+	mem_free(data, 0);
 }
 
 static void kyber_free_hctx_data(struct kyber_hctx_data *khd)
@@ -593,9 +594,9 @@ static void kyber_free_hctx_data(struct kyber_hctx_data *khd)
 	if (!khd)
 		return;
 	for (unsigned d = 0; d < KYBER_NR_DOMAINS; d++)
-		free(khd->pending[d]);
-	free(khd->kcqs);
-	free(khd);
+		mem_free(khd->pending[d], khd->nr_words * sizeof(*khd->pending[d]));
+	mem_free_node(khd->kcqs);
+	mem_free_node(khd);
 }
 
 static int kyber_init_hctx(struct rq_hw_ctx *hctx, unsigned idx)
@@ -606,7 +607,8 @@ static int kyber_init_hctx(struct rq_hw_ctx *hctx, unsigned idx)
 
 	if (!nr_ctx)
 		nr_ctx = 1;
-	khd = aligned_alloc(64, (sizeof(*khd) + 63) & ~(size_t)63);
+	/* zeroed, cache-line aligned, on the hw queue's node */
+	khd = mem_alloc_node(sizeof(*khd), rq_hctx_numa_node(hctx));
 	if (!khd)
 		return -ENOMEM;
 	memset(khd, 0, sizeof(*khd));
@@ -615,11 +617,11 @@ static int kyber_init_hctx(struct rq_hw_ctx *hctx, unsigned idx)
 	khd->nr_ctx = nr_ctx;
 	khd->nr_words = (nr_ctx + 63) / 64;
 	kcq_bytes = nr_ctx * sizeof(*khd->kcqs);
-	khd->kcqs = aligned_alloc(64, kcq_bytes);
+	khd->kcqs = mem_alloc_node(kcq_bytes, rq_hctx_numa_node(hctx));
 	if (!khd->kcqs)
 		goto fail;
 	for (unsigned d = 0; d < KYBER_NR_DOMAINS; d++) {
-		khd->pending[d] = calloc(khd->nr_words, sizeof(*khd->pending[d]));
+		khd->pending[d] = mem_calloc(khd->nr_words, sizeof(*khd->pending[d]));
 		if (!khd->pending[d])
 			goto fail;
 		rq_list_init(&khd->rqs[d]);

@@ -71,6 +71,7 @@
 
 #include <librequest/elevator.h>
 
+#include "lib/internal/alloc.h"
 #include "lib/internal/compiler.h"
 
 /*
@@ -610,15 +611,16 @@ static struct rq_request *dl_aged_request(struct dl_data *dd, struct dl_hctx_que
  */
 static int dl_init_sched(struct rq_queue *q, void **data)
 {
-	struct dl_data *dd = calloc(1, sizeof(*dd));
+	struct dl_data *dd = mem_zalloc(sizeof(*dd));
 	unsigned nr_hw = rq_queue_nr_hw_queues(q);
 	pthread_mutexattr_t attr;
 
 	if (!dd)
 		return -ENOMEM;
 	dd->nr_hw = nr_hw ? nr_hw : 1;
-	if (posix_memalign((void **)&dd->hqs, RQ_CACHELINE, dd->nr_hw * sizeof(*dd->hqs))) {
-		free(dd);
+	dd->hqs = mem_alloc_aligned(RQ_CACHELINE, dd->nr_hw * sizeof(*dd->hqs));
+	if (!dd->hqs) {
+		mem_free(dd, sizeof(*dd));
 		return -ENOMEM;
 	}
 	memset(dd->hqs, 0, dd->nr_hw * sizeof(*dd->hqs));
@@ -670,8 +672,8 @@ static void dl_exit_sched(struct rq_queue *q, void *data)
 	(void)q;
 	for (unsigned h = 0; h < dd->nr_hw; h++)
 		pthread_mutex_destroy(&dd->hqs[h].lock);
-	free(dd->hqs);
-	free(dd);
+	mem_free_aligned(dd->hqs, dd->nr_hw * sizeof(*dd->hqs), RQ_CACHELINE);
+	mem_free(dd, sizeof(*dd));
 }
 
 /**

@@ -23,6 +23,7 @@
 
 #include <librequest/elevator.h>
 #include <librequest/sq.h>
+#include "lib/internal/alloc.h"
 
 /* ---------------------------------------------------------- data structures */
 
@@ -107,7 +108,7 @@ static struct rq_request *noop_find_front(struct noop_data *nd, unsigned op, uin
  */
 static int noop_init_queue(struct rq_queue *q, void **data)
 {
-	struct noop_data *nd = calloc(1, sizeof(*nd));
+	struct noop_data *nd = mem_zalloc(sizeof(*nd));
 
 	if (!nd)
 		return -ENOMEM;
@@ -121,7 +122,7 @@ static int noop_init_queue(struct rq_queue *q, void **data)
 /** noop_exit_queue() - free the per-queue data; nothing is queued. */
 static void noop_exit_queue(struct rq_queue *q, void *data)
 {
-	free(data);
+	mem_free(data, 0);
 }
 
 /**

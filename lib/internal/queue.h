@@ -19,6 +19,7 @@
  *   complete.c       ending bios, freeing requests, completion mailboxes
  *   service.c        the service thread or application-driven service
  *   bio split limits ioc tags elevator stats clock rbtree status
+ *   alloc.c          the library's heap (jemalloc's API, or libc)
  *
  * A lower layer reaches a front end only through q->fe (struct rq_fe_ops)
  * and a scheduler only through hooks its front end set when it attached

@@ -147,7 +147,7 @@ int rq_tags_get_reserved(struct rq_tags *tags, unsigned cpu);
 /** rq_tags_put() - free tag number @tag (reserved or normal). */
 void rq_tags_put(struct rq_tags *tags, unsigned tag, unsigned cpu);
 
-/* NUMA-aware memory for the library (numa_alloc_onnode, else aligned calloc). */
+/* Zeroed, 64-byte aligned memory on a NUMA node: lib/alloc.c mem_alloc_node(). */
 void *rq_alloc_node(size_t size, int node);
 void rq_free_node(void *p, size_t size);
 

@@ -8,8 +8,8 @@
 #   - lib/ never references a scheduler's object, but for the built-in
 #     registration table (elevator.c -> sched/builtin.c);
 #   - a scheduler (sched/*.c) references only exported (public) symbols,
-#     or the library's services (the lowest $services layers: io contexts,
-#     tags, rb-trees, the clock, limits, bios).
+#     or the library's services (the lowest $services layers: the heap,
+#     io contexts, tags, rb-trees, the clock, limits, bios).
 # An object that appears in no layer below fails the test, so a new file
 # must be placed.  Skipped (77) without nm.
 # Usage: layers.sh OBJDIR LIBRARY.so
@@ -20,7 +20,8 @@ lib=$2
 command -v nm >/dev/null 2>&1 || { echo "nm not found: skipped"; exit 77; }
 
 # lowest first; one line a layer
-layers='status clock rbtree tags
+layers='alloc
+status clock rbtree tags
 bio limits stats ioc elevator
 split
 service
@@ -31,7 +32,7 @@ core
 flush attr
 mq-sched
 mq sq'
-services=3
+services=4
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
