@@ -22,6 +22,7 @@
 #include <time.h>
 
 #include "internal/queue.h"
+#include "internal/mq.h" /* struct sched_view only */
 
 /* ------------------------------------------------------- usage / freeze */
 
@@ -408,13 +409,27 @@ RQ_EXPORT unsigned rq_queue_nr_hw_queues(const struct rq_queue *q)
 	return q->nr_hw_queues;
 }
 
+/* The scheduler switch's pending view (internal/mq.h, set by lib/mq-sched.c). */
+_Atomic unsigned sched_views_active;
+__thread const struct sched_view *sched_view_tls __attribute__((tls_model("initial-exec")));
+
+/* The installed scheduler's data, or, on a thread switching @q, the pending one's. */
 RQ_EXPORT void *rq_sched_data(struct rq_queue *q)
 {
+	const struct sched_view *v = sched_view_of(q);
+
+	if (unlikely(v))
+		return v->data;
 	return q->elevator ? q->elevator->data : NULL;
 }
 
+/* nr_requests in force, or, on a thread switching @q, the pending scheduler's. */
 RQ_EXPORT unsigned rq_queue_nr_requests(const struct rq_queue *q)
 {
+	const struct sched_view *v = sched_view_of(q);
+
+	if (unlikely(v))
+		return v->nr_requests;
 	return q->nr_requests;
 }
 
