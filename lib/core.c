@@ -414,7 +414,7 @@ _Atomic unsigned sched_views_active;
 __thread const struct sched_view *sched_view_tls __attribute__((tls_model("initial-exec")));
 
 /* The installed scheduler's data, or, on a thread switching @q, the pending one's. */
-RQ_EXPORT void *rq_sched_data(struct rq_queue *q)
+RQ_EXPORT inline void *rq_sched_data(struct rq_queue *q)
 {
 	const struct sched_view *v = sched_view_of(q);
 
@@ -424,7 +424,7 @@ RQ_EXPORT void *rq_sched_data(struct rq_queue *q)
 }
 
 /* nr_requests in force, or, on a thread switching @q, the pending scheduler's. */
-RQ_EXPORT unsigned rq_queue_nr_requests(const struct rq_queue *q)
+RQ_EXPORT inline unsigned rq_queue_nr_requests(const struct rq_queue *q)
 {
 	const struct sched_view *v = sched_view_of(q);
 

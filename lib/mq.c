@@ -2008,7 +2008,7 @@ RQ_EXPORT struct rq_hw_ctx *rq_queue_hctx(struct rq_queue *q, unsigned idx)
 }
 
 /* hctx->sched_data, or, on a thread switching the queue, the pending scheduler's. */
-RQ_EXPORT void *rq_sched_hctx_data(const struct rq_hw_ctx *hctx)
+RQ_EXPORT inline void *rq_sched_hctx_data(const struct rq_hw_ctx *hctx)
 {
 	const struct sched_view *v = sched_view_of(hctx->q);
 
@@ -2018,7 +2018,7 @@ RQ_EXPORT void *rq_sched_hctx_data(const struct rq_hw_ctx *hctx)
 }
 
 /* Set hctx->sched_data, or, on a thread switching the queue, the pending one's. */
-RQ_EXPORT void rq_sched_set_hctx_data(struct rq_hw_ctx *hctx, void *data)
+RQ_EXPORT inline void rq_sched_set_hctx_data(struct rq_hw_ctx *hctx, void *data)
 {
 	const struct sched_view *v = sched_view_of(hctx->q);
 

@@ -92,8 +92,9 @@ extern __thread const struct sched_view *sched_view_tls
  * @q: the queue a scheduler accessor was asked about.
  *
  * The common case (no switch anywhere in the process) is one relaxed load
- * of a global and a not-taken branch.
- * Context: any thread; lock-free.
+ * of a global and a branch not taken; the TLS lookup behind it makes no
+ * call, so an accessor inlined into a scheduler (LTO) needs no extra
+ * registers saved.  Context: any thread; lock-free.
  * Return: the view, or NULL (then the installed scheduler answers).
  */
 static inline const struct sched_view *sched_view_of(const struct rq_queue *q)
