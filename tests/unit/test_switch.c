@@ -193,6 +193,14 @@ struct rec_event {
 
 #define REC_SHALLOW_PROBE 100      /* below the default 128 nr_requests, above 16 */
 
+/*
+ * Set by a load test: called by the recorders' init_hctx and exit_hctx
+ * (on the switching thread) to wait until other threads made progress
+ * through the installed scheduler meanwhile, so a pending view leaking to
+ * them would be seen.
+ */
+static void (*rec_hold)(void);
+
 static pthread_mutex_t rec_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct rec_event rec_log[64];
 static unsigned rec_nlog;
@@ -270,6 +278,8 @@ static int rec_init_hctx(unsigned type, struct rq_hw_ctx *hctx, unsigned idx)
 		rec_log_hook(type, H_INIT_HCTX, rq_hctx_queue(hctx), hctx, own);
 		return -EIO;
 	}
+	if (rec_hold)
+		rec_hold();
 	h = calloc(1, sizeof(*h));
 	if (!h)
 		return -ENOMEM;
@@ -287,6 +297,8 @@ static void rec_exit_hctx(unsigned type, struct rq_hw_ctx *hctx, unsigned idx)
 	struct rec_hctx *h = rec_own_hctx(type, hctx);
 
 	rec_log_hook(type, H_EXIT_HCTX, rq_hctx_queue(hctx), hctx, h && rq_list_empty(&h->list));
+	if (rec_hold)
+		rec_hold();
 	if (!h)
 		return;
 	/* as kyber does: clear the pointer (a write to the retired scheduler's) */
@@ -301,7 +313,7 @@ static void rec_exit_hctx(unsigned type, struct rq_hw_ctx *hctx, unsigned idx)
 /*
  * The hot hooks' hw queue data: on a hw queue whose data is not @type's
  * own, count it and go on with what is there (a broken switch shows up in
- * rec_bad rather than as a crash, as far as it can).
+ * rec_bad), or abort when there is nothing.
  */
 static struct rec_hctx *rec_hot_hctx(unsigned type, struct rq_hw_ctx *hctx)
 {
@@ -310,7 +322,13 @@ static struct rec_hctx *rec_hot_hctx(unsigned type, struct rq_hw_ctx *hctx)
 	if (h)
 		return h;
 	atomic_fetch_add(&rec_bad, 1);
-	return rq_sched_hctx_data(hctx);
+	h = rq_sched_hctx_data(hctx);
+	if (!h) { /* nowhere to keep requests: stop here, saying why */
+		fprintf(stderr, "%s: a hot hook on hw queue %u found no hw queue data\n",
+			rec_names[type], rq_hctx_index(hctx));
+		abort();
+	}
+	return h;
 }
 
 static void rec_insert(unsigned type, struct rq_hw_ctx *hctx, struct rq_list_node *list,
@@ -864,12 +882,26 @@ static void test_stages_hooks_unfrozen(void **state)
 	rec_reset();
 }
 
+/* rec_hold for a load: wait (bounded) until 4 more bios ended or no more will come. */
+static void rec_hold_for_load(void)
+{
+	struct load *l = load_state;
+	unsigned seen;
+
+	if (!l)
+		return;
+	seen = atomic_load(&l->finished);
+	assert_true(FX_WAIT_FOR(atomic_load(&l->finished) >= seen + 4 ||
+				atomic_load(&l->submitters_done) == LOAD_THREADS, 10000));
+}
+
 /*
  * Switching rec-a -> rec-b -> none -> rec-b -> rec-a -> test-fifo ... on 2
  * hw queues while 2 threads submit: nothing lost or doubled, and no hook
  * of either recorder, on any thread, ever saw data not its own (the
  * submitters keep seeing the installed scheduler while the switching
- * thread sets up or retires the other).
+ * thread sets up or retires the other: each init_hctx and exit_hctx waits
+ * for bios to end through the installed scheduler meanwhile).
  */
 static void test_stages_under_load(void **state)
 {
@@ -880,7 +912,9 @@ static void test_stages_under_load(void **state)
 	unsigned switches;
 
 	rec_reset();
+	rec_hold = rec_hold_for_load;
 	switches = switch_under_load(&cfg, names, sizeof(names) / sizeof(names[0]));
+	rec_hold = NULL;
 	assert_true(switches >= 12);
 	assert_int_equal(atomic_load(&rec_bad), 0);
 	assert_true(atomic_load(&rec_dispatched[REC_A]) > 0);
