@@ -983,5 +983,7 @@ int main(void)
 		cmocka_unit_test(test_stages_failed_init_hctx),
 	};
 
+	/* one test alone (a pattern), e.g. to see each fail with the switch broken */
+	cmocka_set_test_filter(getenv("TEST_SWITCH_FILTER"));
 	return cmocka_run_group_tests(tests, setup, NULL);
 }
