@@ -409,7 +409,12 @@ RQ_EXPORT unsigned rq_queue_nr_hw_queues(const struct rq_queue *q)
 	return q->nr_hw_queues;
 }
 
-/* The scheduler switch's pending view (internal/mq.h, set by lib/mq-sched.c). */
+/*
+ * The scheduler switch's pending view (internal/mq.h, set by lib/mq-sched.c).
+ * The accessors that consult it are marked inline only as a hint, so LTO
+ * keeps inlining them into the schedulers' hot hooks; they stay external
+ * definitions, since elevator.h declares them without inline.
+ */
 _Atomic unsigned sched_views_active;
 __thread const struct sched_view *sched_view_tls __attribute__((tls_model("initial-exec")));
 

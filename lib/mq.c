@@ -2007,7 +2007,10 @@ RQ_EXPORT struct rq_hw_ctx *rq_queue_hctx(struct rq_queue *q, unsigned idx)
 	return idx < q->nr_hw_queues ? q->hctxs[idx] : NULL;
 }
 
-/* hctx->sched_data, or, on a thread switching the queue, the pending scheduler's. */
+/*
+ * hctx->sched_data, or, on a thread switching the queue, the pending
+ * scheduler's (inline: see rq_sched_data()).
+ */
 RQ_EXPORT inline void *rq_sched_hctx_data(const struct rq_hw_ctx *hctx)
 {
 	const struct sched_view *v = sched_view_of(hctx->q);
