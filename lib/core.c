@@ -23,6 +23,7 @@
 
 #include "internal/alloc.h"
 #include "internal/queue.h"
+#include "internal/mq.h" /* struct sched_view only */
 
 /* ------------------------------------------------------- usage / freeze */
 
@@ -409,13 +410,32 @@ RQ_EXPORT unsigned rq_queue_nr_hw_queues(const struct rq_queue *q)
 	return q->nr_hw_queues;
 }
 
-RQ_EXPORT void *rq_sched_data(struct rq_queue *q)
+/*
+ * The scheduler switch's pending view (internal/mq.h, set by lib/mq-sched.c).
+ * The accessors that consult it are marked inline only as a hint, so LTO
+ * keeps inlining them into the schedulers' hot hooks; they stay external
+ * definitions, since elevator.h declares them without inline.
+ */
+_Atomic unsigned sched_views_active;
+__thread const struct sched_view *sched_view_tls __attribute__((tls_model("initial-exec")));
+
+/* The installed scheduler's data, or, on a thread switching @q, the pending one's. */
+RQ_EXPORT inline void *rq_sched_data(struct rq_queue *q)
 {
+	const struct sched_view *v = sched_view_of(q);
+
+	if (unlikely(v))
+		return v->data;
 	return q->elevator ? q->elevator->data : NULL;
 }
 
-RQ_EXPORT unsigned rq_queue_nr_requests(const struct rq_queue *q)
+/* nr_requests in force, or, on a thread switching @q, the pending scheduler's. */
+RQ_EXPORT inline unsigned rq_queue_nr_requests(const struct rq_queue *q)
 {
+	const struct sched_view *v = sched_view_of(q);
+
+	if (unlikely(v))
+		return v->nr_requests;
 	return q->nr_requests;
 }
 

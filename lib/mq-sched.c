@@ -7,14 +7,25 @@
  * A switch goes in stages, so a failure at any point leaves the old
  * scheduler running and the queue frozen for as short a time as can be:
  *   prepare   unfrozen: the instance, its scheduler tags, the arrays the
- *             install needs (switch_prepare()), all allocated here;
- *   install   frozen and quiesced: nr_requests, the scheduler's
- *             init_sched and init_hctx hooks, the old one's exit hooks,
- *             the pointers swapped (switch_install());
- *   retire    unfrozen again: the old instance and its tags are freed.
- * The core allocates nothing while the queue is frozen; the scheduler's
- * own init hooks run then, as the kernel's do, since they size themselves
- * from the new nr_requests and see the queue idle.
+ *             install needs, all allocated (switch_prepare()); then the
+ *             new type's init_sched and init_hctx hooks, which allocate
+ *             (switch_init_new());
+ *   install   frozen and quiesced: pointer swaps only, q->elevator, each
+ *             hctx's sched_data and sched_tags, q->nr_requests
+ *             (switch_install());
+ *   retire    unfrozen again: the old type's exit_hctx and exit_sched
+ *             hooks, then the old instance and its tags are freed
+ *             (switch_retire()).
+ * Nothing is allocated, and no scheduler hook runs, while the queue is
+ * frozen.  The hooks that run outside the freeze do so on the switching
+ * thread through a pending view (struct sched_view, internal/mq.h): there
+ * rq_sched_data(), rq_sched_hctx_data(), rq_sched_set_hctx_data(),
+ * rq_queue_nr_requests() and rq_sched_shallow_depth() answer for the
+ * scheduler being set up (or retired) while other threads keep running,
+ * and seeing, the installed one.  So a scheduler written for the frozen
+ * install (as elevator.h describes its hooks) works unchanged.  What the
+ * view costs everyone else: one relaxed load of a global and a branch not
+ * taken per accessor call.
  *
  * Context: every function here runs under q->sysfs_lock (attribute
  * writes, queue creation and teardown).
@@ -129,11 +140,30 @@ struct sched_switch {
 	struct rq_elevator_queue *eq;       /* its instance */
 	struct rq_tags **new_tags;          /* its scheduler tags, per hw queue */
 	struct rq_tags **old_tags;          /* filled at install: the old ones */
-	void **old_data, **new_data;        /* per hw queue sched_data of each */
+	void **new_data;                    /* per hw queue: filled by its init_hctx */
+	void **old_data;                    /* filled at install: the old one's */
 	unsigned nr_requests;               /* in force once installed */
 	unsigned old_nr_requests;           /* in force before */
 	void *data;                         /* from the new type's init_sched */
 };
+
+/*
+ * Show this thread @v instead of the installed scheduler (struct
+ * sched_view); pairs with sched_view_end().  The count goes up first, so
+ * the thread's own accessors, which test it first, find the view.
+ */
+static void sched_view_begin(const struct sched_view *v)
+{
+	atomic_fetch_add_explicit(&sched_views_active, 1, memory_order_relaxed);
+	sched_view_tls = v;
+}
+
+/* Back to the installed scheduler; pairs with sched_view_begin(). */
+static void sched_view_end(void)
+{
+	sched_view_tls = NULL;
+	atomic_fetch_sub_explicit(&sched_views_active, 1, memory_order_relaxed);
+}
 
 /* Free what switch_prepare() made and the install did not take. */
 static void switch_release(struct rq_queue *q, struct sched_switch *sw)
@@ -193,77 +223,113 @@ static int switch_prepare(struct rq_queue *q, const char *name, struct sched_swi
 }
 
 /*
- * Stage 2a, frozen and quiesced: the new type's init hooks, with the new
- * nr_requests in force and its own data visible to its hctx hooks through
- * rq_sched_data().  On failure everything is as before.
+ * Stage 1, still unfrozen: the new type's init_sched and init_hctx hooks,
+ * through a pending view of the new scheduler, so they see their own data
+ * and the new nr_requests while every other thread keeps running the old
+ * one.  On failure what was inited is exited again; the old scheduler
+ * was never touched.
  */
 static int switch_init_new(struct rq_queue *q, struct sched_switch *sw)
 {
 	const struct rq_elevator_type *e = sw->e;
-	struct rq_elevator_queue *old = q->elevator;
-	unsigned i;
+	struct sched_view v = {
+		.q = q, .hctx_data = sw->new_data, .tags = sw->new_tags,
+		.nr_requests = sw->nr_requests,
+	};
+	unsigned i = 0;
 	int ret = 0;
 
-	for (i = 0; i < q->nr_hw_queues; i++) {
-		sw->old_data[i] = q->hctxs[i]->sched_data;
-		q->hctxs[i]->sched_data = NULL;
-	}
 	if (!e)
 		return 0;
-	q->nr_requests = sw->nr_requests;
+	sched_view_begin(&v);
 	if (e->ops.init_sched && (ret = e->ops.init_sched(q, &sw->data)))
-		goto restore;
-	sw->eq->data = sw->data;
-	q->elevator = sw->eq;
-	for (i = 0; i < q->nr_hw_queues; i++) {
-		if (e->ops.init_hctx && (ret = e->ops.init_hctx(q->hctxs[i], i))) {
-			sched_exit_hctxs(q, e, i);
-			if (e->ops.exit_sched)
-				e->ops.exit_sched(q, sw->data);
-			q->elevator = old;
-			goto restore;
-		}
-		sw->new_data[i] = q->hctxs[i]->sched_data;
-		q->hctxs[i]->sched_data = NULL;
+		goto out;
+	v.data = sw->data;
+	for (i = 0; i < q->nr_hw_queues && e->ops.init_hctx; i++)
+		if ((ret = e->ops.init_hctx(q->hctxs[i], i)))
+			break;
+	if (ret) {
+		sched_exit_hctxs(q, e, i);
+		if (e->ops.exit_sched)
+			e->ops.exit_sched(q, sw->data);
 	}
-	q->elevator = old;
-	return 0;
-restore:
-	for (i = 0; i < q->nr_hw_queues; i++)
-		q->hctxs[i]->sched_data = sw->old_data[i];
-	q->nr_requests = sw->old_nr_requests;
+out:
+	sched_view_end();
+	if (!ret)
+		sw->eq->data = sw->data;
 	return ret;
 }
 
 /*
- * Stage 2b, frozen and quiesced: the old type's exit hooks see their own
- * data once more, then the new instance, data and tags are installed.
+ * Stage 2, frozen and quiesced: pointer swaps only, nothing allocated and
+ * no scheduler hook run.  The new scheduler's hctx data and tags go in,
+ * the old ones are kept in @sw for switch_retire().  Nothing else needs
+ * doing: the new type's init hooks already sized themselves from the new
+ * nr_requests (through the view), so no depth_updated follows, as none
+ * did when they ran here.
  */
 static void switch_install(struct rq_queue *q, struct sched_switch *sw)
 {
-	struct rq_elevator_queue *old = q->elevator;
-
 	for (unsigned i = 0; i < q->nr_hw_queues; i++) {
-		q->hctxs[i]->sched_data = sw->old_data[i];
-		sw->old_tags[i] = q->hctxs[i]->sched_tags;
+		struct rq_hw_ctx *hctx = q->hctxs[i];
+
+		sw->old_data[i] = hctx->sched_data;
+		sw->old_tags[i] = hctx->sched_tags;
+		hctx->sched_data = sw->new_data[i];
+		hctx->sched_tags = sw->new_tags ? sw->new_tags[i] : NULL;
 	}
+	sw->old_nr_requests = q->nr_requests;
+	q->elevator = sw->eq;
+	q->nr_requests = sw->nr_requests;
+}
+
+/*
+ * Stage 3, unfrozen again: the old type's exit_hctx and exit_sched hooks,
+ * through a pending view of the old scheduler (its data, hctx data and
+ * nr_requests), then the old instance and its scheduler tags are freed.
+ *
+ * Nothing but this thread can reach @old any more.  The freeze drained
+ * every request: none holds an old scheduler tag or passed the old
+ * prepare_request (a plug's cached tags hold a usage reference too, so
+ * they were returned).  The quiesce waited for every dispatcher and kept
+ * new ones out until the install, so none runs old hooks.  After the
+ * unfreeze, submitters and dispatchers load q->elevator, hctx->sched_data
+ * and hctx->sched_tags anew (queue entry and the run ownership order them
+ * after the install) and find the new ones.  What still names old tags is
+ * the driver tags' rqs[] table, read by the timeout scan: sched_tags_free()
+ * clears those entries and waits the scan out with service_barrier().
+ */
+static void switch_retire(struct rq_queue *q, struct sched_switch *sw,
+			  struct rq_elevator_queue *old)
+{
 	if (old) {
+		struct sched_view v = {
+			.q = q, .data = old->data, .hctx_data = sw->old_data,
+			.tags = sw->old_tags, .nr_requests = sw->old_nr_requests,
+		};
+
+		sched_view_begin(&v);
 		sched_exit_hctxs(q, old->type, q->nr_hw_queues);
 		if (old->type->ops.exit_sched)
 			old->type->ops.exit_sched(q, old->data);
+		sched_view_end();
+		sched_tags_free(q, sw->old_tags);
+		elevator_put(old->type);
+		mem_free(old, 0);
+	} else {
+		mem_free(sw->old_tags, 0);
 	}
-	for (unsigned i = 0; i < q->nr_hw_queues; i++) {
-		q->hctxs[i]->sched_data = sw->new_data[i];
-		q->hctxs[i]->sched_tags = sw->new_tags ? sw->new_tags[i] : NULL;
-	}
-	q->elevator = sw->eq;
-	q->nr_requests = sw->nr_requests;
+	/* the new instance owns its tags and instance now */
+	mem_free(sw->new_tags, 0);
+	mem_free(sw->old_data, 0);
+	mem_free(sw->new_data, 0);
 }
 
 /*
  * mq_elevator_switch() - switch @q to scheduler @name ("none" for none).
  * The new one is built first; if that fails the old one keeps running.
- * Context: q->sysfs_lock held; freezes and quiesces @q for the install.
+ * Context: q->sysfs_lock held; freezes and quiesces @q for the install
+ * only; the scheduler hooks run unfrozen, before and after.
  * Return: 0, -EINVAL (unknown name, the tag set takes no scheduler),
  * -ENOMEM, or the new scheduler's init error.
  */
@@ -275,26 +341,15 @@ int mq_elevator_switch(struct rq_queue *q, const char *name)
 
 	if (ret)
 		return ret > 0 ? 0 : ret;
-	queue_freeze_and_quiesce(q);
 	ret = switch_init_new(q, &sw);
-	if (!ret)
-		switch_install(q, &sw);
-	queue_unquiesce_and_unfreeze(q);
 	if (ret) {
 		switch_release(q, &sw);
 		return ret;
 	}
-	/* retire the old instance; the new one owns its tags and instance now */
-	if (old) {
-		sched_tags_free(q, sw.old_tags);
-		elevator_put(old->type);
-		mem_free(old, 0);
-	} else {
-		mem_free(sw.old_tags, 0);
-	}
-	mem_free(sw.new_tags, 0);
-	mem_free(sw.old_data, 0);
-	mem_free(sw.new_data, 0);
+	queue_freeze_and_quiesce(q);
+	switch_install(q, &sw);
+	queue_unquiesce_and_unfreeze(q);
+	switch_retire(q, &sw, old);
 	return 0;
 }
 

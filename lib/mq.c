@@ -2011,14 +2011,28 @@ RQ_EXPORT struct rq_hw_ctx *rq_queue_hctx(struct rq_queue *q, unsigned idx)
 	return idx < q->nr_hw_queues ? q->hctxs[idx] : NULL;
 }
 
-RQ_EXPORT void *rq_sched_hctx_data(const struct rq_hw_ctx *hctx)
+/*
+ * hctx->sched_data, or, on a thread switching the queue, the pending
+ * scheduler's (inline: see rq_sched_data()).
+ */
+RQ_EXPORT inline void *rq_sched_hctx_data(const struct rq_hw_ctx *hctx)
 {
+	const struct sched_view *v = sched_view_of(hctx->q);
+
+	if (unlikely(v))
+		return v->hctx_data[hctx->queue_num];
 	return hctx->sched_data;
 }
 
-RQ_EXPORT void rq_sched_set_hctx_data(struct rq_hw_ctx *hctx, void *data)
+/* Set hctx->sched_data, or, on a thread switching the queue, the pending one's. */
+RQ_EXPORT inline void rq_sched_set_hctx_data(struct rq_hw_ctx *hctx, void *data)
 {
-	hctx->sched_data = data;
+	const struct sched_view *v = sched_view_of(hctx->q);
+
+	if (unlikely(v))
+		v->hctx_data[hctx->queue_num] = data;
+	else
+		hctx->sched_data = data;
 }
 
 RQ_EXPORT unsigned rq_sched_word_bits(const struct rq_hw_ctx *hctx)
@@ -2035,11 +2049,16 @@ RQ_EXPORT unsigned rq_sched_word_bits(const struct rq_hw_ctx *hctx)
  */
 RQ_EXPORT unsigned rq_sched_shallow_depth(const struct rq_hw_ctx *hctx, unsigned depth)
 {
-	unsigned nr = hctx->q->nr_requests, bits, words, last, s;
+	const struct sched_view *v = sched_view_of(hctx->q);
+	unsigned nr = v ? v->nr_requests : hctx->q->nr_requests, bits, words, last, s;
 
 	if (!nr || depth >= nr)
 		return 0;
-	bits = rq_sched_word_bits(hctx);
+	/* a pending scheduler's own tags (a switch to one has them) */
+	if (unlikely(v) && v->tags)
+		bits = 1u << v->tags[hctx->queue_num]->bitmap.sb.shift;
+	else
+		bits = rq_sched_word_bits(hctx);
 	words = DIV_ROUND_UP(nr, bits);
 	last = nr - (words - 1) * bits;
 	s = DIV_ROUND_UP(depth, words);

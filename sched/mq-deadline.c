@@ -606,7 +606,8 @@ static struct rq_request *dl_aged_request(struct dl_data *dd, struct dl_hctx_que
 
 /**
  * dl_init_sched() - allocate the scheduler data of @q with default tunables.
- * Context: "scheduler" attribute writer; queue frozen and quiesced.
+ * Context: "scheduler" attribute writer, before the switch's freeze (the
+ * accessors already answer for this scheduler on the calling thread).
  * Return: 0 or -ENOMEM.
  */
 static int dl_init_sched(struct rq_queue *q, void **data)
@@ -663,7 +664,8 @@ static int dl_init_sched(struct rq_queue *q, void **data)
 
 /**
  * dl_exit_sched() - free the scheduler data; the queue is empty.
- * Context: "scheduler" attribute writer or queue teardown; queue frozen.
+ * Context: "scheduler" attribute writer after the switch (the accessors
+ * answer for this scheduler on the calling thread), or queue teardown.
  */
 static void dl_exit_sched(struct rq_queue *q, void *data)
 {
