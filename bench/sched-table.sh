@@ -8,9 +8,10 @@
 # drifts drifts for all of them alike.  Prints a markdown table of the
 # median M IOPS per cell, with the rounds' values in brackets.
 #
-# With --against DIR, instead: randread with 1 and 2 threads per scheduler,
-# the build in DIR (another checkout's meson build directory) against this
-# one, interleaved, as "before | after" medians.
+# With --against DIR, instead: randread with 1 and 2 threads per scheduler
+# and sq:noop (the single-queue front end), the build in DIR (another
+# checkout's meson build directory) against this one, interleaved, as
+# "before | after" medians.
 #
 # usage: bench/sched-table.sh [--rounds N] [--seconds S] [--build DIR] [--against DIR]
 #   --rounds N     rounds (default 3)
@@ -48,9 +49,13 @@ done
 
 scheds="none mq-deadline kyber bfq"
 
-# one run: M IOPS
+# one run: M IOPS; a scheduler named sq:NAME runs on the single-queue front end
 run() { # rqbench sched threads pattern
-	"$1" --sched "$2" --threads "$3" --batch 32 --seconds "$seconds" --pattern "$4" |
+	local front=mq sched=$2
+
+	case "$sched" in sq:*) front=sq sched=${sched#sq:} ;; esac
+	"$1" --front "$front" --sched "$sched" --threads "$3" --batch 32 \
+		--seconds "$seconds" --pattern "$4" |
 		grep -o '[0-9.]* M IOPS' | cut -d' ' -f1
 }
 
@@ -76,6 +81,8 @@ trap 'rm -rf "$tmp" "$results_rows"' EXIT
 progress_total $((rounds * $(wc -w <<<"$scheds") * 4))
 
 if [ -n "$against" ]; then
+	scheds="$scheds sq:noop" # the single-queue front end's contrast, too
+	progress_total $((rounds * $(wc -w <<<"$scheds") * 4))
 	for r in $(seq "$rounds"); do
 		for s in $scheds; do
 			for t in 1 2; do
