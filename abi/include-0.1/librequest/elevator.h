@@ -10,8 +10,16 @@
  * Who calls what, with which lock held (none of the core's locks are held
  * unless said):
  *
- *   init_sched/exit_sched        attr "scheduler" writer; queue frozen+quiesced
- *   init_hctx/exit_hctx          same
+ *   init_sched/init_hctx         "scheduler" writer (or queue creation), before
+ *                                the queue is frozen for the switch: the old
+ *                                scheduler still runs on other threads; on the
+ *                                calling thread rq_sched_data(),
+ *                                rq_sched_hctx_data() and rq_queue_nr_requests()
+ *                                already answer for the new one
+ *   exit_hctx/exit_sched         the same writer after the switch, the queue
+ *                                running again with the new scheduler; on the
+ *                                calling thread the accessors answer for the
+ *                                old one (or queue teardown, queue empty)
  *   bio_merge                    submitter, before a request is made
  *   request_merge/merged/...     from bio_merge via rq_sched_try_merge()
  *   limit_depth, prepare_request submitter, making a request
@@ -218,7 +226,9 @@ bool rq_sched_exists(const char *name);
  * @q: the queue.
  *
  * Context: the attached scheduler's hooks (the queue cannot switch
- * scheduler while they run); never blocks.
+ * scheduler while they run), and a scheduler's own init and exit hooks
+ * during a switch, on the switching thread, where it answers for that
+ * scheduler; never blocks.
  * Return: the data, NULL without a scheduler.
  */
 void *rq_sched_data(struct rq_queue *q);
