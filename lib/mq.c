@@ -2035,11 +2035,20 @@ RQ_EXPORT inline void rq_sched_set_hctx_data(struct rq_hw_ctx *hctx, void *data)
 		hctx->sched_data = data;
 }
 
-RQ_EXPORT unsigned rq_sched_word_bits(const struct rq_hw_ctx *hctx)
+/* The bits per word of the tags a request of @hctx's scheduler takes. */
+static unsigned tags_word_bits(const struct rq_hw_ctx *hctx, const struct sched_view *v)
 {
 	const struct rq_tags *tags = hctx->sched_tags ? hctx->sched_tags : hctx->tags;
 
+	/* a pending scheduler's own tags (a switch to one has them) */
+	if (unlikely(v) && v->tags)
+		tags = v->tags[hctx->queue_num];
 	return 1u << tags->bitmap.sb.shift;
+}
+
+RQ_EXPORT unsigned rq_sched_word_bits(const struct rq_hw_ctx *hctx)
+{
+	return tags_word_bits(hctx, sched_view_of(hctx->q));
 }
 
 /*
@@ -2054,11 +2063,7 @@ RQ_EXPORT unsigned rq_sched_shallow_depth(const struct rq_hw_ctx *hctx, unsigned
 
 	if (!nr || depth >= nr)
 		return 0;
-	/* a pending scheduler's own tags (a switch to one has them) */
-	if (unlikely(v) && v->tags)
-		bits = 1u << v->tags[hctx->queue_num]->bitmap.sb.shift;
-	else
-		bits = rq_sched_word_bits(hctx);
+	bits = tags_word_bits(hctx, v);
 	words = DIV_ROUND_UP(nr, bits);
 	last = nr - (words - 1) * bits;
 	s = DIV_ROUND_UP(depth, words);
