@@ -23,7 +23,6 @@
 
 #include "internal/alloc.h"
 #include "internal/queue.h"
-#include "internal/mq.h" /* struct sched_view only */
 
 /* ------------------------------------------------------- usage / freeze */
 

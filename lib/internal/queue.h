@@ -538,6 +538,70 @@ struct queue_common_config {
 struct rq_queue *queue_alloc_common(const struct queue_common_config *cfg);
 void queue_free_common(struct rq_queue *q);
 
+/*
+ * ---- the pending view of a scheduler switch ----
+ * Set by lib/mq-sched.c; the core's accessors rq_sched_data() and
+ * rq_queue_nr_requests() read it, so it lives at the core's level
+ * (variables in lib/core.c).
+ */
+
+/**
+ * struct sched_view - the scheduler that the accessors show one thread
+ * while it switches @q: the new one while it is set up before the freeze,
+ * the old one while it is retired after.
+ * @q: the queue being switched.
+ * @data: what rq_sched_data(@q) returns (NULL until init_sched returns).
+ * @hctx_data: per hw queue (by queue_num): what rq_sched_hctx_data()
+ *	returns and where rq_sched_set_hctx_data() writes.
+ * @tags: per hw queue scheduler tags of that scheduler (NULL for none).
+ * @nr_requests: what rq_queue_nr_requests(@q) and rq_sched_shallow_depth()
+ *	count with.
+ *
+ * Set with sched_view_begin() and cleared with sched_view_end(), both on
+ * the switching thread, around scheduler hooks only (never around a
+ * freeze, which may run the installed scheduler on this thread).  Any
+ * other thread, and this one outside those brackets, sees the installed
+ * scheduler.
+ */
+struct sched_view {
+	const struct rq_queue *q;
+	void *data;
+	void **hctx_data;
+	struct rq_tags **tags;
+	unsigned nr_requests;
+};
+
+/*
+ * Threads with a view set, process-wide; and this thread's view (lib/core.c).
+ * The count only lets every other thread skip the TLS access: a thread
+ * reads its own count increment in program order, so a relaxed load is
+ * enough, and a stale non-zero count elsewhere costs only the TLS check.
+ */
+extern _Atomic unsigned sched_views_active;
+extern __thread const struct sched_view *sched_view_tls
+	__attribute__((tls_model("initial-exec")));
+
+/**
+ * sched_view_of() - the pending view this thread has of @q, if any.
+ * @q: the queue a scheduler accessor was asked about.
+ *
+ * The common case (no switch anywhere in the process) is one relaxed load
+ * of a global and a branch not taken; the TLS lookup behind it makes no
+ * call, so an accessor inlined into a scheduler (LTO) needs no extra
+ * registers saved.  Context: any thread; lock-free.
+ * Return: the view, or NULL (then the installed scheduler answers).
+ */
+static inline const struct sched_view *sched_view_of(const struct rq_queue *q)
+{
+	if (unlikely(atomic_load_explicit(&sched_views_active, memory_order_relaxed))) {
+		const struct sched_view *v = sched_view_tls;
+
+		if (v && v->q == q)
+			return v;
+	}
+	return NULL;
+}
+
 /* ---- lib/flush.c ---- */
 /* Return true if the flush machinery took @rq (with a write cache). */
 bool flush_insert(struct rq_request *rq);
