@@ -45,19 +45,7 @@ struct drv {
 };
 
 static struct drv drv;
-static uint64_t vnow = 1000000000ull;
 static uint8_t buf[4096];
-
-static uint64_t vclock(void *arg)
-{
-	(void)arg;
-	return __atomic_load_n(&vnow, __ATOMIC_ACQUIRE);
-}
-
-static void vclock_advance_ms(uint64_t ms)
-{
-	__atomic_add_fetch(&vnow, ms * 1000000ull, __ATOMIC_RELEASE);
-}
 
 static void on_alarm(int sig)
 {
@@ -146,7 +134,7 @@ static struct mq_dev mq_make(enum hook_action action)
 static void serve_until_hook(void)
 {
 	for (unsigned i = 0; i < 200 && !drv.hook_calls; i++) {
-		vclock_advance_ms(10);
+		fx_vclock_set(fx_vclock_now() + 10 * 1000000ull);
 		fx_service_due();
 	}
 	assert_int_equal(drv.hook_calls, 1);
@@ -274,6 +262,6 @@ int main(void)
 		fprintf(stderr, "rq_service_manual failed\n");
 		return 1;
 	}
-	rq_clock_set_source(vclock, NULL);
+	fx_vclock_install(1000000000ull);
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
