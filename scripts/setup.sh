@@ -17,6 +17,12 @@ packages=(
 	qemu-utils fio libnbd-bin python3-libnbd nbdkit
 	# ABI: abidw/abidiff for the build test abi-baseline (scripts/abi-check.sh)
 	abigail-tools
+	# observability: blkparse/btt read the traces; gnuplot draws the plots
+	blktrace gnuplot-nox
+	# rqnbd: TLS (GnuTLS, certtool for the tests' certificates); fuzzing the parser
+	libgnutls28-dev gnutls-bin clang libclang-rt-14-dev
+	# the RBD driver and its one-node test cluster
+	librbd-dev librados-dev ceph-mon ceph-osd ceph-common
 )
 
 if command -v dpkg-query >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
