@@ -8,7 +8,9 @@
 #ifndef RQ_BENCH_HIST_H
 #define RQ_BENCH_HIST_H
 
+#include <inttypes.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #define HIST_SUB_BITS 5
@@ -92,6 +94,32 @@ static inline uint64_t hist_percentile(const struct hist *h, double pct)
 		}
 	}
 	return h->max;
+}
+
+/**
+ * hist_cdf_json() - print @h's cumulative distribution to @f as a JSON list
+ * of [value_ns, fraction] pairs, one per non-empty bucket, in increasing
+ * order (the last fraction is 1); "[]" when empty.
+ */
+static inline void hist_cdf_json(FILE *f, const struct hist *h)
+{
+	uint64_t seen = 0;
+	const char *sep = "";
+	unsigned i;
+
+	fputc('[', f);
+	for (i = 0; h->count && i < HIST_BUCKETS; i++) {
+		uint64_t v;
+
+		if (!h->bucket[i])
+			continue;
+		seen += h->bucket[i];
+		v = hist_value(i);
+		fprintf(f, "%s[%" PRIu64 ",%.6g]", sep, v > h->max ? h->max : v,
+			(double)seen / (double)h->count);
+		sep = ",";
+	}
+	fputc(']', f);
 }
 
 #endif /* RQ_BENCH_HIST_H */

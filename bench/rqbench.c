@@ -80,6 +80,7 @@ struct opts {
 	int nomerges;           /* -1: leave the queue's default */
 	bool json;
 	bool no_lat;
+	bool cdf;
 	unsigned lat_sample;
 	uint64_t capacity;
 	uint64_t warmup;        /* bios per thread, 0: automatic */
@@ -532,7 +533,8 @@ static void usage(FILE *f)
 "        --no-lat (no clock reads), --lat-sample N (time every Nth bio),\n"
 "        --bio-alloc (rq_bio_alloc/rq_bio_put per bio), --memory-backed,\n"
 "        --tcache (keep jemalloc's thread cache: allocs undercounts),\n"
-"        --list-scheds (print the schedulers the queue offers)\n");
+"        --list-scheds (print the schedulers the queue offers),\n"
+"        --cdf (with --json: the latency CDF as \"cdf\": [[ns, fraction], ...])\n");
 }
 
 enum {
@@ -540,7 +542,7 @@ enum {
 	OPT_BS, OPT_PATTERN, OPT_SECONDS, OPT_OPS, OPT_HWQ, OPT_COMPLETION,
 	OPT_MAXSECT, OPT_MAXSEG, OPT_NOMERGES, OPT_JSON, OPT_HWDEPTH, OPT_CNSEC,
 	OPT_CAPACITY, OPT_WARMUP, OPT_NOLAT, OPT_LATSAMPLE, OPT_BIOALLOC,
-	OPT_MEMORY, OPT_TCACHE, OPT_LIST, OPT_ALLOCSTATS,
+	OPT_MEMORY, OPT_TCACHE, OPT_LIST, OPT_ALLOCSTATS, OPT_CDF,
 };
 
 /* Limits of the numeric options, for the parser and the usage errors. */
@@ -578,6 +580,7 @@ static const struct option long_opts[] = {
 	{ "memory-backed", no_argument, NULL, OPT_MEMORY },
 	{ "tcache", no_argument, NULL, OPT_TCACHE },
 	{ "alloc-stats", no_argument, NULL, OPT_ALLOCSTATS },
+	{ "cdf", no_argument, NULL, OPT_CDF },
 	{ "list-scheds", no_argument, NULL, OPT_LIST },
 	PROG_STD_OPTIONS,
 	{ NULL, 0, NULL, 0 },
@@ -668,6 +671,7 @@ static void parse_args(int argc, char **argv, struct opts *o)
 		case OPT_TCACHE: o->tcache = true; break;
 		case OPT_ALLOCSTATS: o->tcache = false; break;
 		case OPT_LIST: o->list_scheds = true; break;
+		case OPT_CDF: o->cdf = true; break;
 		}
 	}
 	prog_no_operands(argc, argv);
@@ -678,6 +682,8 @@ static void parse_args(int argc, char **argv, struct opts *o)
 		o->sched = "noop";
 	if (strcmp(o->driver, "null"))
 		prog_usage_error("--driver: unknown value '%s' (allowed: null)", o->driver);
+	if (o->cdf && (!o->json || o->no_lat))
+		prog_usage_error("--cdf: needs --json and latency sampling (not --no-lat)");
 	if (o->seconds && o->ops)
 		prog_usage_error("--seconds, --ops: give one or the other");
 	if (!o->seconds && !o->ops)
@@ -887,6 +893,11 @@ int main(int argc, char **argv)
 		       hist_percentile(all, 50), hist_percentile(all, 99),
 		       hist_percentile(all, 99.9), all->max, all->count,
 		       qs1.plug_merges - qs0.plug_merges, errors);
+		if (b.o.cdf) {
+			printf("\"cdf\":");
+			hist_cdf_json(stdout, all);
+			printf(",");
+		}
 		if (alloc_stats_ok)
 			printf("\"allocs\":%" PRIu64 ",\"alloc_bytes\":%" PRIu64 "}\n",
 			       a1 - a0, abytes);

@@ -13,8 +13,11 @@
 # checkout's meson build directory) against this one, interleaved, as
 # "before | after" medians.
 #
-# usage: bench/sched-table.sh [--rounds N] [--seconds S] [--build DIR] [--against DIR]
+# usage: bench/sched-table.sh [--rounds N] [--seconds S] [--threads LIST] [--build DIR] [--against DIR]
 #   --rounds N     rounds (default 3)
+#   --threads LIST submitting thread counts, e.g. "1 2 4" (default "1 2";
+#                  not with --against); bench/plot.sh sched-threads draws
+#                  IOPS against threads from the JSON
 #   --seconds S    seconds per run (default 2)
 #   --build DIR    meson build directory holding bench/rqbench (default: build)
 #   --against DIR  compare with DIR/bench/rqbench
@@ -34,6 +37,7 @@ rounds=3
 seconds=2
 build="$top/build"
 against=""
+threads="1 2"
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--rounds) rounds="$2"; shift ;;
@@ -41,7 +45,8 @@ while [ $# -gt 0 ]; do
 	--build) build="$2"; shift ;;
 	--against) against="$2"; shift ;;
 	--json|--csv) results_arg "$1" "${2:-}"; shift ;;
-	-h|--help) sed -n '3,24p' "$0"; exit 0 ;;
+	--threads) threads="$2"; shift ;;
+	-h|--help) sed -n '3,27p' "$0"; exit 0 ;;
 	*) echo "sched-table.sh: unknown argument $1" >&2; exit 2 ;;
 	esac
 	shift
@@ -71,6 +76,11 @@ summarise() {
 median_of() { sort -n "$1" | awk '{v[NR] = $1} END { print v[int((NR + 1) / 2)] }'; }
 rounds_of() { tr '\n' ' ' <"$1" | sed 's/ $//'; }
 
+for t in $threads; do
+	case "$t" in
+	'' | *[!0-9]* | 0) echo "sched-table.sh: --threads: '$t' is not a thread count" >&2; exit 2 ;;
+	esac
+done
 for exe in "$build/bench/rqbench" ${against:+"$against/bench/rqbench"}; do
 	[ -x "$exe" ] || { echo "sched-table.sh: no $exe (build first)" >&2; exit 1; }
 done
@@ -78,7 +88,7 @@ results_in "$build"
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp" "$results_rows"' EXIT
-progress_total $((rounds * $(wc -w <<<"$scheds") * 4))
+progress_total $((rounds * $(wc -w <<<"$scheds") * $(wc -w <<<"$threads") * 2))
 
 if [ -n "$against" ]; then
 	scheds="$scheds sq:noop" # the single-queue front end's contrast, too
@@ -113,7 +123,7 @@ fi
 
 for r in $(seq "$rounds"); do
 	for s in $scheds; do
-		for t in 1 2; do
+		for t in $threads; do
 			for p in randread randwrite; do
 				progress "round $r: $s, $t thread(s), $p"
 				run "$build/bench/rqbench" "$s" "$t" "$p" >>"$tmp/$s.$t.$p"
@@ -121,11 +131,17 @@ for r in $(seq "$rounds"); do
 		done
 	done
 done
-echo "| scheduler | 1 thread randread | 1 thread randwrite | 2 threads randread | 2 threads randwrite |"
-echo "|---|---:|---:|---:|---:|"
+head="| scheduler" rule="|---"
+for t in $threads; do
+	for p in randread randwrite; do
+		head="$head | $t thread(s) $p" rule="$rule|---:"
+	done
+done
+echo "$head |"
+echo "$rule|"
 for s in $scheds; do
 	row="| $s"
-	for t in 1 2; do
+	for t in $threads; do
 		for p in randread randwrite; do
 			row="$row | $(summarise <"$tmp/$s.$t.$p")"
 			results_row scheduler="$s" threads="$t" pattern="$p" \
