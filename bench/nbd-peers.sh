@@ -19,6 +19,7 @@
 #                    server, pattern and job count with the median and every
 #                    round's IOPS (default: bench-results/nbd-peers.json
 #                    and .csv in the build directory)
+#   --plot FILE      also draw the table (bench/plot.py nbd-peers) into FILE
 # Servers or fio missing: that column is skipped; fio missing: exit 77.
 # A progress line per server start and per fio run goes to stderr.
 set -u
@@ -30,6 +31,7 @@ top=$(dirname "$here")
 results_init nbd-peers "$@"
 runtime=5
 rounds=3
+plot=""
 build=""
 rqargs=""
 while [ $# -gt 0 ]; do
@@ -39,7 +41,8 @@ while [ $# -gt 0 ]; do
 	--build) build="$2"; shift ;;
 	--rqnbd-args) rqargs="$2"; shift ;;
 	--json|--csv) results_arg "$1" "${2:-}"; shift ;;
-	-h|--help) sed -n '3,23p' "$0"; exit 0 ;;
+	--plot) plot="${2:-}"; [ -n "$plot" ] || { echo "nbd-peers.sh: --plot needs a file name" >&2; exit 2; }; shift ;;
+	-h|--help) sed -n '3,24p' "$0"; exit 0 ;;
 	*) echo "nbd-peers.sh: unknown argument $1" >&2; exit 2 ;;
 	esac
 	shift
@@ -208,3 +211,7 @@ if [ -n "${result[rqnbd,randread,1]:-}" ]; then
 	echo
 fi
 results_write
+if [ -n "$plot" ]; then
+	"$here/plot.py" nbd-peers "$results_json" "$plot" || exit 1
+	echo "nbd-peers: plot in $plot" >&2
+fi

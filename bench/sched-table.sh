@@ -25,6 +25,8 @@
 #                  row per cell with the median and every round's value
 #                  (default: bench-results/sched-table.json and .csv in
 #                  the build directory)
+#   --plot FILE    also draw IOPS against threads (bench/plot.py
+#                  sched-threads) into FILE (.png or .svg)
 # A progress line per run goes to stderr.
 set -u
 
@@ -34,6 +36,7 @@ top=$(dirname "$here")
 . "$here/results.sh"
 results_init sched-table "$@"
 rounds=3
+plot=""
 seconds=2
 build="$top/build"
 against=""
@@ -45,8 +48,9 @@ while [ $# -gt 0 ]; do
 	--build) build="$2"; shift ;;
 	--against) against="$2"; shift ;;
 	--json|--csv) results_arg "$1" "${2:-}"; shift ;;
+	--plot) plot="${2:-}"; [ -n "$plot" ] || { echo "sched-table.sh: --plot needs a file name" >&2; exit 2; }; shift ;;
 	--threads) threads="$2"; shift ;;
-	-h|--help) sed -n '3,27p' "$0"; exit 0 ;;
+	-h|--help) sed -n '3,29p' "$0"; exit 0 ;;
 	*) echo "sched-table.sh: unknown argument $1" >&2; exit 2 ;;
 	esac
 	shift
@@ -151,3 +155,7 @@ for s in $scheds; do
 	echo "$row |"
 done
 results_write
+if [ -n "$plot" ]; then
+	"$here/plot.py" sched-threads "$results_json" "$plot" || exit 1
+	echo "sched-table: plot in $plot" >&2
+fi
