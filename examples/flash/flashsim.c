@@ -42,7 +42,6 @@ struct flashsim_dev {
 	uint64_t *die_free;        /* die busy until */
 	uint64_t *chan_free;       /* channel busy until */
 	uint64_t *die_free_pages;  /* erased pages left on each die */
-	uint64_t host_free;        /* host link busy until */
 	uint64_t *slots;           /* write buffer: min-heap of slot free times */
 	unsigned nr_slots;
 	unsigned next_die;         /* write striping */
@@ -177,14 +176,17 @@ static inline uint64_t max64(uint64_t a, uint64_t b)
 	return a > b ? a : b;
 }
 
-/* Host link: @bytes cross it starting no earlier than @t. */
+/*
+ * Host link: @bytes cross it after @t.  Each command pays its own transfer
+ * time; the link's bandwidth is not shared out between commands (the
+ * timelines are reserved when a command is accepted and cannot backfill,
+ * so a shared link would make a read queued behind a slow program delay
+ * every later command).
+ */
 static uint64_t host_xfer(struct flashsim_dev *dev, uint64_t t, uint64_t bytes)
 {
-	uint64_t start = max64(t, dev->host_free);
-
 	/* MB/s = bytes per microsecond: ns = bytes * 1000 / mbps */
-	dev->host_free = start + bytes * 1000 / dev->m.host_mbps;
-	return dev->host_free;
+	return t + bytes * 1000 / dev->m.host_mbps;
 }
 
 /* Die @d collects victim blocks while it is short of free ones. */
@@ -206,16 +208,19 @@ static void die_gc(struct flashsim_dev *dev, unsigned d)
 	}
 }
 
-/* One buffered page, ready at @ready, is programmed on the next die. */
+/*
+ * One buffered page, ready at @ready, is programmed on the next die: its
+ * data crosses to the die, then the die programs it.  The transfer is
+ * counted on the die's timeline only: reserving the channel until the die
+ * is free would block reads on the other dies of the channel behind a
+ * program that has not started (the timelines cannot backfill).
+ */
 static uint64_t program_page(struct flashsim_dev *dev, uint64_t ready)
 {
 	unsigned d = dev->next_die;
-	unsigned c = d % dev->m.channels;
-	uint64_t x = max64(ready, max64(dev->chan_free[c], dev->die_free[d]));
 
 	dev->next_die = (d + 1) % dev->nr_dies;
-	dev->chan_free[c] = x + dev->m.xfer_ns;
-	dev->die_free[d] = dev->chan_free[c] + dev->m.program_ns;
+	dev->die_free[d] = max64(ready, dev->die_free[d]) + dev->m.xfer_ns + dev->m.program_ns;
 	dev->st.pages_programmed++;
 	dev->die_free_pages[d]--;
 	die_gc(dev, d);

@@ -115,7 +115,7 @@ struct slot {
 	uint32_t d_bytes;
 	bool d_first;           /* the request's first bio: it writes the C */
 	bool d_seen;
-	struct slot *next_free;
+	struct slot *next_free; /* free list, or the blocked FIFO */
 };
 
 struct stream {
@@ -146,9 +146,13 @@ struct run {
 	char *buf;
 	uint64_t *lat;          /* per I/O; UINT64_MAX until done */
 	uint64_t *done_at;
-	size_t outstanding, completed;
+	size_t outstanding, completed, submitted;
 	uint64_t errors;
 	bool refill;            /* closed loop: a stream has room */
+	struct slot *blocked, *blocked_tail; /* refused for want of a request
+						(RQ_STS_AGAIN): retried first */
+	bool again;             /* the last submission was refused */
+	bool retrying;          /* issuing the head of the blocked FIFO */
 	struct rq_replay_blk_writer *bw;
 	char *err;
 	size_t errlen;
@@ -270,6 +274,28 @@ static void on_end_io(struct rq_bio *bio)
 	uint64_t now = dev_now(&r->dev);
 	const struct rq_replay_io *io = &r->t->io[s->io];
 
+	if (bio->status == RQ_STS_AGAIN) {
+		/*
+		 * No request or tag free: a kernel submitter would sleep until
+		 * one is.  Park the I/O; it is retried, in order, before any
+		 * new one, each time the loop submits.
+		 */
+		if (r->retrying) {
+			s->next_free = r->blocked;
+			r->blocked = s;
+			if (!r->blocked_tail)
+				r->blocked_tail = s;
+		} else {
+			s->next_free = NULL;
+			if (r->blocked_tail)
+				r->blocked_tail->next_free = s;
+			else
+				r->blocked = s;
+			r->blocked_tail = s;
+		}
+		r->again = true;
+		return;
+	}
 	r->lat[s->io] = now - s->q_ns;
 	r->done_at[s->io] = now - r->t0;
 	if (bio->status != RQ_STS_OK)
@@ -292,6 +318,50 @@ static void on_end_io(struct rq_bio *bio)
 
 static const uint8_t rq_ops[] = { RQ_OP_READ, RQ_OP_WRITE, RQ_OP_FLUSH, RQ_OP_DISCARD };
 
+/* (Re)build the bio of @s and submit it; Return: false if it was refused. */
+static bool issue(struct run *r, struct slot *s)
+{
+	const struct rq_replay_io *io = &r->t->io[s->io];
+	struct stream *st = &r->streams[s->stream];
+
+	memset(&s->bio, 0, sizeof(s->bio));
+	rq_bio_init(&s->bio, NULL, 1);
+	s->bio.op = rq_ops[io->op];
+	s->bio.iter.sector = io->offset >> 9;
+	if (io->op == RQ_REPLAY_READ || io->op == RQ_REPLAY_WRITE)
+		rq_bio_add_vec(&s->bio, r->buf, io->bytes);
+	else if (io->op == RQ_REPLAY_DISCARD)
+		s->bio.iter.size = io->bytes;
+	s->bio.opf = (io->op == RQ_REPLAY_READ ? RQ_BIO_SYNC : 0) | RQ_BIO_NOWAIT;
+	s->bio.end_io = on_end_io;
+	s->bio.private_data = s;
+	s->bio.ioc = st->ioc;
+	s->d_seen = false;
+	r->again = false;
+	rq_submit_bio(r->q, &s->bio);
+	return !r->again;
+}
+
+/* Retry the refused I/Os in order until one is refused again. */
+static void retry_blocked(struct run *r)
+{
+	if (r->blocked)
+		r->submitted++; /* a retry is a submission too */
+	while (r->blocked) {
+		struct slot *s = r->blocked;
+		bool ok;
+
+		r->blocked = s->next_free;
+		if (!r->blocked)
+			r->blocked_tail = NULL;
+		r->retrying = true; /* refused again: back to the head */
+		ok = issue(r, s);
+		r->retrying = false;
+		if (!ok)
+			return;
+	}
+}
+
 static int submit_io(struct run *r, size_t i)
 {
 	const struct rq_replay_io *io = &r->t->io[i];
@@ -301,28 +371,24 @@ static int submit_io(struct run *r, size_t i)
 
 	if (!s)
 		return run_err(r, -ENOMEM, "out of memory");
-	memset(&s->bio, 0, sizeof(s->bio));
-	rq_bio_init(&s->bio, NULL, 1);
 	s->run = r;
 	s->io = i;
 	s->stream = r->stream_of[i];
 	s->q_ns = now;
-	s->d_seen = false;
-	s->bio.op = rq_ops[io->op];
-	s->bio.iter.sector = io->offset >> 9;
-	if (io->op == RQ_REPLAY_READ || io->op == RQ_REPLAY_WRITE)
-		rq_bio_add_vec(&s->bio, r->buf, io->bytes);
-	else if (io->op == RQ_REPLAY_DISCARD)
-		s->bio.iter.size = io->bytes;
-	s->bio.opf = io->op == RQ_REPLAY_READ ? RQ_BIO_SYNC : 0;
-	s->bio.end_io = on_end_io;
-	s->bio.private_data = s;
-	s->bio.ioc = st->ioc;
 	st->inflight++;
 	r->outstanding++;
-	blk_event(r, RQ_REPLAY_TA_QUEUE, RQ_REPLAY_TC_QUEUE, s->bio.op, io->offset >> 9,
+	r->submitted++;
+	blk_event(r, RQ_REPLAY_TA_QUEUE, RQ_REPLAY_TC_QUEUE, rq_ops[io->op], io->offset >> 9,
 		  io->bytes, st->pid, now, 0);
-	rq_submit_bio(r->q, &s->bio);
+	if (r->blocked)
+		retry_blocked(r);
+	if (r->blocked) { /* still blocked: queue behind them, in order */
+		s->next_free = NULL;
+		r->blocked_tail->next_free = s;
+		r->blocked_tail = s;
+		return 0;
+	}
+	issue(r, s);
 	return 0;
 }
 
@@ -333,6 +399,7 @@ static int submit_due(struct run *r)
 	unsigned k;
 	int ret;
 
+	retry_blocked(r);
 	if (!r->cfg->closed_loop) {
 		while (r->next_arrival < r->t->nr) {
 			size_t i = r->order[r->next_arrival];
@@ -380,11 +447,14 @@ static int event_loop(struct run *r)
 	while (work_left(r)) {
 		uint64_t now, ta, td, t;
 
+		size_t before = r->submitted;
+
 		ret = submit_due(r);
 		if (ret)
 			return ret;
 		now = dev_now(&r->dev);
-		dev_run_until(&r->dev, now); /* dispatch what was submitted */
+		if (r->submitted != before)
+			dev_run_until(&r->dev, now); /* dispatch what was submitted */
 		if (r->refill)
 			continue;
 		ta = next_arrival_time(r);
