@@ -218,13 +218,15 @@ static void die_gc(struct flashsim_dev *dev, unsigned d)
 static uint64_t program_page(struct flashsim_dev *dev, uint64_t ready)
 {
 	unsigned d = dev->next_die;
+	uint64_t done;
 
 	dev->next_die = (d + 1) % dev->nr_dies;
-	dev->die_free[d] = max64(ready, dev->die_free[d]) + dev->m.xfer_ns + dev->m.program_ns;
+	done = max64(ready, dev->die_free[d]) + dev->m.xfer_ns + dev->m.program_ns;
+	dev->die_free[d] = done;
 	dev->st.pages_programmed++;
 	dev->die_free_pages[d]--;
-	die_gc(dev, d);
-	return dev->die_free[d];
+	die_gc(dev, d); /* after the program: the page's slot is free at @done */
+	return done;
 }
 
 static uint64_t cost_read(struct flashsim_dev *dev, uint64_t start, uint64_t off, uint64_t bytes)

@@ -27,6 +27,7 @@ struct rq_replay_result {
 	uint64_t **sorted;              /* per stream + all: sorted latencies */
 	size_t *nsorted;
 	uint64_t *lat_by_io;            /* keep_latencies */
+	uint64_t *done_by_io;
 	size_t nio;
 	uint64_t errors;
 	const char *cname[MAX_COUNTERS];
@@ -197,9 +198,11 @@ struct rq_replay_result *result_build(const struct rq_replay_trace *t,
 		summarize(&r->sum[k], r->sorted[k], r->nsorted[k]);
 	if (cfg->keep_latencies) {
 		r->lat_by_io = malloc(t->nr * sizeof(uint64_t));
-		if (!r->lat_by_io)
+		r->done_by_io = malloc(t->nr * sizeof(uint64_t));
+		if (!r->lat_by_io || !r->done_by_io)
 			goto fail;
 		memcpy(r->lat_by_io, lat, t->nr * sizeof(uint64_t));
+		memcpy(r->done_by_io, done_at, t->nr * sizeof(uint64_t));
 		r->nio = t->nr;
 	}
 	return r;
@@ -220,6 +223,7 @@ void rq_replay_result_free(struct rq_replay_result *r)
 	free(r->nsorted);
 	free(r->sum);
 	free(r->lat_by_io);
+	free(r->done_by_io);
 	free(r);
 }
 
@@ -242,6 +246,11 @@ int rq_replay_result_summary(const struct rq_replay_result *r, int i,
 uint64_t rq_replay_result_latency(const struct rq_replay_result *r, size_t i)
 {
 	return r && r->lat_by_io && i < r->nio ? r->lat_by_io[i] : 0;
+}
+
+uint64_t rq_replay_result_completion(const struct rq_replay_result *r, size_t i)
+{
+	return r && r->done_by_io && i < r->nio ? r->done_by_io[i] : 0;
 }
 
 const char *rq_replay_result_sched(const struct rq_replay_result *r)

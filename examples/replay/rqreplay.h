@@ -282,6 +282,14 @@ int rq_replay_result_summary(const struct rq_replay_result *r, int i,
  */
 uint64_t rq_replay_result_latency(const struct rq_replay_result *r, size_t i);
 
+/**
+ * rq_replay_result_completion() - when the @i-th I/O of the trace (file
+ * order) completed, nanoseconds from the start of the replay; needs
+ * cfg->keep_latencies.
+ * Return: the time; 0 if not kept or @i out of range.
+ */
+uint64_t rq_replay_result_completion(const struct rq_replay_result *r, size_t i);
+
 /** rq_replay_result_sched() - the scheduler the run used (as the queue named it). */
 const char *rq_replay_result_sched(const struct rq_replay_result *r);
 

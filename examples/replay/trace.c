@@ -370,7 +370,7 @@ static int blkparse_line(struct parse *p, char *line)
 			return perr(p, "Q event: expected \"SECTOR + BLOCKS\"");
 		return add_io(p, ns, sector * 512, nr * 512, (unsigned)op, (uint32_t)pid, 0);
 	}
-	if (op == RQ_REPLAY_FLUSH)
+	if (strchr(f[6], 'F')) /* "Q FWS [comm]": an empty preflush, a flush */
 		return add_io(p, ns, 0, 0, RQ_REPLAY_FLUSH, (uint32_t)pid, 0);
 	return perr(p, "Q event: expected \"SECTOR + BLOCKS\"");
 }
