@@ -13,6 +13,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <poll.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -352,6 +353,30 @@ static const struct rq_sq_ops flashsim_sq_ops = {
 
 /* ----------------------------------------------------------------- clock */
 
+/* Is service work asked for that rq_service_run() has not reported yet? */
+static bool flashsim_kicked(void)
+{
+	struct pollfd p = { .fd = rq_service_fd(), .events = POLLIN };
+
+	return poll(&p, 1, 0) > 0;
+}
+
+/*
+ * Do the service work due now and learn when the next falls due.  Work
+ * asked for during the pass (or since the last one) is signalled on the
+ * service fd rather than in the returned wait: pass again while it is.
+ */
+static void flashsim_service(struct flashsim_dev *dev)
+{
+	int64_t wait;
+	unsigned n = 0;
+
+	do
+		wait = rq_service_run();
+	while (flashsim_kicked() && ++n < 16);
+	dev->service_due = wait < 0 || wait == INT64_MAX ? UINT64_MAX : dev->now + (uint64_t)wait;
+}
+
 static uint64_t flashsim_vclock(void *arg)
 {
 	return ((struct flashsim_dev *)arg)->now;
@@ -372,18 +397,15 @@ bool flashsim_busy(struct flashsim_dev *dev)
 /** flashsim_next_event_ns() - next completion or service work.  See flashsim.h. */
 uint64_t flashsim_next_event_ns(struct flashsim_dev *dev)
 {
-	uint64_t t = dev->service_due;
+	uint64_t t;
+
+	if (flashsim_kicked()) /* asked for since the last pass (a completion's delayed run) */
+		flashsim_service(dev);
+	t = dev->service_due;
 
 	if (dev->nr_done && dev->done[0].when < t)
 		t = dev->done[0].when;
 	return t;
-}
-
-static void flashsim_service(struct flashsim_dev *dev)
-{
-	int64_t wait = rq_service_run();
-
-	dev->service_due = wait < 0 || wait == INT64_MAX ? UINT64_MAX : dev->now + (uint64_t)wait;
 }
 
 static void flashsim_end(struct flashsim_dev *dev, struct rq_request *rq)

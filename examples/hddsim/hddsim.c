@@ -28,6 +28,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <math.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -583,6 +584,11 @@ void hddsim_advance_to(struct hddsim_dev *dev, uint64_t when_ns)
 uint64_t hddsim_next_event_ns(struct hddsim_dev *dev)
 {
 	uint64_t t = dev->manual_service ? dev->service_due_ns : UINT64_MAX;
+	struct pollfd p = { .fd = rq_service_fd(), .events = POLLIN };
+
+	/* work asked for since the last window is signalled on the fd: due now */
+	if (dev->manual_service && poll(&p, 1, 0) > 0)
+		return atomic_load(&dev->vnow);
 
 	pthread_mutex_lock(&dev->lock);
 	if (dev->active && dev->active_done_ns < t)
