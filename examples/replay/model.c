@@ -26,6 +26,11 @@ static int model_preset(struct rq_replay_model *m, const char *name)
 
 	if (!strcmp(name, "hdd-7200")) {
 		z.kind = REPLAY_HDD; /* hddsim's defaults: a 1 TiB desktop disk */
+		z.hdd = (struct hddsim_model){
+			.capacity_sectors = 1ull << 31, .rpm = 7200, .settle_ns = 800000,
+			.full_stroke_ns = 16000000, .spt_outer = 3200, .spt_inner = 1600,
+			.nr_zones = 16, .readahead_kib = 1024,
+		};
 		z.ncq_depth = 1;
 	} else if (!strcmp(name, "hdd-5400")) {
 		z.kind = REPLAY_HDD; /* a 2 TiB laptop disk */
@@ -35,6 +40,8 @@ static int model_preset(struct rq_replay_model *m, const char *name)
 		z.hdd.full_stroke_ns = 22000000;
 		z.hdd.spt_outer = 2800;
 		z.hdd.spt_inner = 1400;
+		z.hdd.nr_zones = 16;
+		z.hdd.readahead_kib = 1024;
 		z.ncq_depth = 1;
 	} else if (!strcmp(name, "ssd-sata")) {
 		z.kind = REPLAY_FLASH;

@@ -273,12 +273,12 @@ void rq_replay_result_print(const struct rq_replay_result *r, FILE *f)
 		r->closed_loop ? "closed loop" : "open loop");
 	if (r->closed_loop)
 		fprintf(f, ", depth %u per stream", r->depth);
-	fprintf(f, "\n%-16s %8s %9s %10s %10s %10s %10s %10s %10s\n", "stream", "ios", "MB/s",
+	fprintf(f, "\n%-24s %8s %9s %10s %10s %10s %10s %10s %10s\n", "stream", "ios", "MB/s",
 		"IOPS", "mean_us", "p50_us", "p90_us", "p99_us", "max_us");
 	for (k = 0; k <= r->nr_streams; k++) {
 		const struct rq_replay_summary *s = &r->sum[k];
 
-		fprintf(f, "%-16.16s %8" PRIu64 " %9.2f %10.1f %10.1f %10.1f %10.1f %10.1f %10.1f\n",
+		fprintf(f, "%-24.24s %8" PRIu64 " %9.2f %10.1f %10.1f %10.1f %10.1f %10.1f %10.1f\n",
 			s->key, s->ios, s->mb_per_s, s->iops, us(s->lat_mean_ns), us(s->lat_p50_ns),
 			us(s->lat_p90_ns), us(s->lat_p99_ns), us(s->lat_max_ns));
 	}

@@ -355,6 +355,7 @@ static void write_plot(struct rq_replay_result **res, unsigned n, const char *mo
 			rq_replay_result_sched(res[i]));
 	fprintf(gp, "\n");
 	fclose(gp);
+	fflush(stdout); /* the child must not flush our buffer a second time */
 	if (fork() == 0) {
 		if (chdir(opt.plot) == 0 && freopen("/dev/null", "w", stdout))
 			execlp("gnuplot", "gnuplot", "replay.gp", (char *)NULL);
