@@ -214,7 +214,8 @@ struct rq_replay_group_opt {
  * @streams, @nr_streams: per-stream options.
  * @groups, @nr_groups: io groups.
  * @blktrace_out: if not NULL, write the simulated run as blktrace binary
- *	files @blktrace_out.blktrace.CPU (Q, G, I, D, C events) for blkparse
+ *	file @blktrace_out.blktrace.0 (the replay runs on one CPU; Q at arrival,
+ *	D when the device accepts a request, C at completion) for blkparse
  *	and btt.
  * @keep_latencies: keep each I/O's latency for rq_replay_result_latency().
  */
