@@ -546,6 +546,8 @@ static int make_streams(struct run *r)
 	}
 	replay_stable_sort(r->streams, r->nr_streams, sizeof(*r->streams), cmp_stream_key);
 	for (i = 0; i < r->nr_streams; i++) {
+		if (r->cfg->map == RQ_REPLAY_BY_FILE)
+			r->streams[i].pid = (uint32_t)i + 1; /* blktrace output: one pid a file */
 		r->streams[i].ios = malloc(r->streams[i].n * sizeof(size_t));
 		if (!r->streams[i].ios)
 			return -ENOMEM;
