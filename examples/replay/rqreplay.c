@@ -278,6 +278,7 @@ static struct rq_replay_model *make_model(void)
 		exit(1);
 	}
 	if (opt.model_file && rq_replay_model_load(m, opt.model_file, err, sizeof(err))) {
+		rq_replay_model_free(m);
 		fprintf(stderr, "rqreplay: %s\n", err);
 		exit(1);
 	}
@@ -286,10 +287,13 @@ static struct rq_replay_model *make_model(void)
 
 		snprintf(key, sizeof(key), "%.*s", (int)(eq - opt.sets[i]), opt.sets[i]);
 		ret = rq_replay_model_set(m, key, eq + 1);
-		if (ret == -ENOENT)
-			prog_usage_error("--set: unknown parameter \"%s\" for %s", key, opt.model);
-		if (ret)
+		if (ret) {
+			rq_replay_model_free(m);
+			if (ret == -ENOENT)
+				prog_usage_error("--set: unknown parameter \"%s\" for %s", key,
+						 opt.model);
 			prog_usage_error("--set: bad value \"%s\" for %s", eq + 1, key);
+		}
 	}
 	return m;
 }
@@ -417,23 +421,33 @@ int main(int argc, char **argv)
 	parse_args(argc, argv);
 	m = make_model();
 	if (opt.print_model) {
+		if (optind < argc)
+			rq_replay_model_free(m);
 		prog_no_operands(argc, argv);
 		rq_replay_model_print(m, stdout);
 		rq_replay_model_free(m);
 		return 0;
 	}
-	if (optind != argc - 1)
+	if (optind != argc - 1) {
+		rq_replay_model_free(m);
 		prog_usage_error(optind >= argc ? "no TRACE given" : "one TRACE only, not \"%s\"",
 				 argv[optind + 1]);
+	}
 	ret = rq_replay_trace_load(argv[optind], opt.format, &t, err, sizeof(err));
 	if (ret) {
 		fprintf(stderr, "rqreplay: %s\n", err);
+		rq_replay_model_free(m);
 		return 1;
 	}
 	n = opt.nr_scheds ? opt.nr_scheds : 1;
 	for (i = 0; i < n; i++) {
-		if (replay_one(t, m, opt.nr_scheds ? opt.scheds[i] : none, &res[i]))
+		if (replay_one(t, m, opt.nr_scheds ? opt.scheds[i] : none, &res[i])) {
+			while (i--)
+				rq_replay_result_free(res[i]);
+			rq_replay_trace_free(t);
+			rq_replay_model_free(m);
 			return 1;
+		}
 	}
 	if (opt.json) {
 		printf("{\"trace\":{\"ios\":%zu},\"model\":\"%s\",\"runs\":[",
