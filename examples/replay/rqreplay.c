@@ -317,7 +317,7 @@ static void print_comparison(struct rq_replay_result **res, unsigned n)
 	}
 }
 
-static void write_plot(struct rq_replay_result **res, unsigned n, const char *model)
+static int write_plot(struct rq_replay_result **res, unsigned n, const char *model)
 {
 	char path[4200];
 	unsigned i;
@@ -325,7 +325,7 @@ static void write_plot(struct rq_replay_result **res, unsigned n, const char *mo
 
 	if (mkdir(opt.plot, 0777) && errno != EEXIST) {
 		fprintf(stderr, "rqreplay: --plot %s: %s\n", opt.plot, strerror(errno));
-		exit(1);
+		return 1;
 	}
 	for (i = 0; i < n; i++) {
 		FILE *f;
@@ -335,7 +335,7 @@ static void write_plot(struct rq_replay_result **res, unsigned n, const char *mo
 		f = fopen(path, "w");
 		if (!f) {
 			fprintf(stderr, "rqreplay: %s: %s\n", path, strerror(errno));
-			exit(1);
+			return 1;
 		}
 		fprintf(f, "# latency_us fraction (%s on %s)\n", rq_replay_result_sched(res[i]),
 			model);
@@ -346,7 +346,7 @@ static void write_plot(struct rq_replay_result **res, unsigned n, const char *mo
 	gp = fopen(path, "w");
 	if (!gp) {
 		fprintf(stderr, "rqreplay: %s: %s\n", path, strerror(errno));
-		exit(1);
+		return 1;
 	}
 	fprintf(gp, "# rqreplay: latency CDF per scheduler; run: cd %s && gnuplot replay.gp\n"
 		"set terminal pngcairo size 800,500\nset output 'latency-cdf.png'\n"
@@ -372,6 +372,7 @@ static void write_plot(struct rq_replay_result **res, unsigned n, const char *mo
 			fprintf(stderr, "rqreplay: gnuplot failed or is missing: %s/replay.gp "
 				"and the .dat files are written, no PNG\n", opt.plot);
 	}
+	return 0;
 }
 
 /* ---------------------------------------------------------------- main */
@@ -465,11 +466,11 @@ int main(int argc, char **argv)
 		if (n > 1)
 			print_comparison(res, n);
 	}
-	if (opt.plot)
-		write_plot(res, n, rq_replay_model_name(m));
+	if (opt.plot && write_plot(res, n, rq_replay_model_name(m)))
+		ret = 1;
 	for (i = 0; i < n; i++)
 		rq_replay_result_free(res[i]);
 	rq_replay_trace_free(t);
 	rq_replay_model_free(m);
-	return fflush(stdout) ? 1 : 0;
+	return fflush(stdout) || ret ? 1 : 0;
 }
