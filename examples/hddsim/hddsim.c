@@ -28,6 +28,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <math.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -272,6 +273,10 @@ struct hddsim_dev {
 	_Atomic uint64_t vnow;        /* the virtual clock */
 	bool manual_service;          /* virtual clock, rq_service_manual():
 					 windows do the service work */
+	uint64_t service_due_ns;      /* manual service: when rq_service_run()
+					 last said work falls due */
+	hddsim_dispatch_hook_t dispatch_hook; /* see hddsim_set_dispatch_hook */
+	void *dispatch_hook_arg;
 };
 
 static atomic_bool hddsim_vclock_taken;
@@ -429,6 +434,8 @@ static void hddsim_accept_locked(struct hddsim_dev *dev, struct hddsim_cmd *cmd)
 	bool wake = !dev->active;
 
 	cmd->next = NULL;
+	if (dev->dispatch_hook)
+		dev->dispatch_hook(dev->dispatch_hook_arg, hddsim_rq(cmd), hddsim_now_ns(dev));
 	for (tail = &dev->queue; *tail; tail = &(*tail)->next)
 		;
 	*tail = cmd;
@@ -499,8 +506,12 @@ static void hddsim_complete_locked(struct hddsim_dev *dev, uint64_t now)
 static void hddsim_dispatch_window(struct hddsim_dev *dev)
 {
 	rq_queue_unquiesce(dev->q);
-	if (dev->manual_service)
-		rq_service_run();
+	if (dev->manual_service) {
+		int64_t wait = rq_service_run();
+
+		dev->service_due_ns = wait < 0 || wait == INT64_MAX ? UINT64_MAX :
+				      atomic_load(&dev->vnow) + (uint64_t)wait;
+	}
 	rq_queue_quiesce(dev->q);
 }
 
@@ -561,6 +572,61 @@ void hddsim_advance_to(struct hddsim_dev *dev, uint64_t when_ns)
 	pthread_mutex_unlock(&dev->lock);
 	if (idle)
 		hddsim_dispatch_window(dev); /* held-back work may go now */
+}
+
+/**
+ * hddsim_next_event_ns() - virtual clock: when something next happens
+ * without new submissions.  See hddsim.h.
+ * @dev: a virtual-clock device.
+ * Return: the earlier of the active command's end and the service work's
+ * due time; UINT64_MAX if neither.
+ */
+uint64_t hddsim_next_event_ns(struct hddsim_dev *dev)
+{
+	uint64_t t = dev->manual_service ? dev->service_due_ns : UINT64_MAX;
+	struct pollfd p = { .fd = rq_service_fd(), .events = POLLIN };
+
+	/* work asked for since the last window is signalled on the fd: due now */
+	if (dev->manual_service && poll(&p, 1, 0) > 0)
+		return atomic_load(&dev->vnow);
+
+	pthread_mutex_lock(&dev->lock);
+	if (dev->active && dev->active_done_ns < t)
+		t = dev->active_done_ns;
+	pthread_mutex_unlock(&dev->lock);
+	return t;
+}
+
+/**
+ * hddsim_run_until() - hddsim_advance_to(), then the clock reaches @when_ns
+ * even with a command under the head.  See hddsim.h.
+ * @dev: a virtual-clock device.
+ * @when_ns: the new time.
+ */
+void hddsim_run_until(struct hddsim_dev *dev, uint64_t when_ns)
+{
+	if (dev->cfg.clock != HDDSIM_CLOCK_VIRTUAL)
+		return;
+	hddsim_advance_to(dev, when_ns);
+	pthread_mutex_lock(&dev->lock);
+	if (when_ns > atomic_load(&dev->vnow))
+		atomic_store_explicit(&dev->vnow, when_ns, memory_order_release);
+	pthread_mutex_unlock(&dev->lock);
+	hddsim_dispatch_window(dev);
+}
+
+/**
+ * hddsim_set_dispatch_hook() - call @fn when the drive accepts a request.
+ * @dev: the device.
+ * @fn: the hook (NULL: none).
+ * @arg: its first argument.
+ */
+void hddsim_set_dispatch_hook(struct hddsim_dev *dev, hddsim_dispatch_hook_t fn, void *arg)
+{
+	pthread_mutex_lock(&dev->lock);
+	dev->dispatch_hook = fn;
+	dev->dispatch_hook_arg = arg;
+	pthread_mutex_unlock(&dev->lock);
 }
 
 /**
@@ -771,6 +837,7 @@ int hddsim_create(const struct hddsim_config *cfg, struct hddsim_dev **out)
 	pthread_cond_init(&dev->cond, &ca);
 	pthread_condattr_destroy(&ca);
 	atomic_init(&dev->vnow, HDDSIM_VCLOCK_START_NS);
+	dev->service_due_ns = UINT64_MAX;
 	ret = hddsim_geom_init(&dev->geom, &cfg->model);
 	if (ret || dev->cfg.ncq_depth > 32)
 		goto fail_free;

@@ -246,6 +246,37 @@ bool hddsim_advance(struct hddsim_dev *dev);
  */
 void hddsim_advance_to(struct hddsim_dev *dev, uint64_t when_ns);
 
+/**
+ * hddsim_next_event_ns() - virtual clock: the time of the next thing that
+ * happens if nothing more is submitted: the command under the head ends,
+ * or (with rq_service_manual()) the library's service work falls due, as
+ * rq_service_run() reported in the last dispatch window.
+ * Return: that time, or UINT64_MAX if nothing is scheduled.
+ */
+uint64_t hddsim_next_event_ns(struct hddsim_dev *dev);
+
+/**
+ * hddsim_run_until() - virtual clock: hddsim_advance_to(@when_ns), then move
+ * the clock to @when_ns even if a command is under the head (it keeps its
+ * end time; @when_ns should not pass it: use hddsim_next_event_ns()), and
+ * open a dispatch window there.  For event-driven callers that submit at
+ * given times (trace replay) and need the library clock at that time.
+ */
+void hddsim_run_until(struct hddsim_dev *dev, uint64_t when_ns);
+
+/**
+ * typedef hddsim_dispatch_hook_t - called, under the drive lock, when the
+ * drive accepts a request from the library (blktrace's D event), with the
+ * time: the hook must not call into the device or the queue.
+ */
+typedef void (*hddsim_dispatch_hook_t)(void *arg, struct rq_request *rq, uint64_t now_ns);
+
+/**
+ * hddsim_set_dispatch_hook() - install @fn (NULL: none); set it while the
+ * device is idle.
+ */
+void hddsim_set_dispatch_hook(struct hddsim_dev *dev, hddsim_dispatch_hook_t fn, void *arg);
+
 /** hddsim_busy() - true if the drive holds a command. */
 bool hddsim_busy(struct hddsim_dev *dev);
 
