@@ -79,7 +79,7 @@
 #define NBD_DIRECT_READ (64u << 10)     /* payload rest read straight into place */
 #define NBD_POOL_KEEP (16u << 20)       /* cached buffers kept after a close */
 #define NBD_POOL_RETRY_MS 10            /* pool empty: try again after */
-#define NBD_EVICT_GRACE_MS 50           /* never evict what moved this recently */
+#define NBD_IDLE_TRIM_MS 1000           /* idle this long: trim the pool's cache */
 #define NBD_THREAD_STACK (1u << 20)     /* connection threads' stacks */
 #define NBD_MAX_OPTIONS 1024            /* options per handshake */
 #define NBD_MAX_OPT_LEN 65536u          /* option data we look at */
@@ -147,6 +147,7 @@ struct nbd_conn {
 	uint64_t held;              /* pool bytes (class sizes) of those */
 	bool blocked;               /* a request waits for budget or pool */
 	bool pool_wait;             /* ... and the pool was empty */
+	bool trimmed;               /* trimmed the pool since last busy */
 	struct rate_meter m_in, m_out;
 	uint64_t drain_deadline;    /* ms, once stopping */
 	_Atomic(struct nbd_cmd *) done; /* pushed by end_io */
@@ -1064,6 +1065,34 @@ static uint64_t min_u64(uint64_t a, uint64_t b)
 }
 
 /*
+ * An idle connection: after NBD_IDLE_TRIM_MS give the pool's cached
+ * buffers back to the system (down to NBD_POOL_KEEP), so that idle clients
+ * leave the server near its idle size; after lim.idle_ms close it (dead).
+ * Return: when to look again (ms).
+ */
+static uint64_t conn_idle(struct nbd_conn *c, uint64_t now)
+{
+	const struct nbd_limits *l = &c->srv->lim;
+	uint64_t last = atomic_load_explicit(&c->last_ms, memory_order_relaxed);
+	uint64_t next = UINT64_MAX;
+
+	if (!c->trimmed) {
+		if (now - last >= NBD_IDLE_TRIM_MS) {
+			nbd_pool_trim(c->srv->pool, NBD_POOL_KEEP);
+			c->trimmed = true;
+		} else {
+			next = last + NBD_IDLE_TRIM_MS;
+		}
+	}
+	if (l->idle_ms && !c->stopping) {
+		if (now - last >= l->idle_ms)
+			c->dead = true;
+		next = min_u64(next, last + l->idle_ms);
+	}
+	return next;
+}
+
+/*
  * The transmission timers: close the connection (dead) when the client is
  * too slow, idle too long, or does not take its last replies at stop;
  * publish busy for eviction.  Return: the poll timeout in ms (-1: none).
@@ -1086,13 +1115,12 @@ static int conn_timers(struct nbd_conn *c, bool reading, bool want_out)
 		next = c->m_in.start + l->stall_ms;
 	if (c->m_out.on)
 		next = min_u64(next, c->m_out.start + l->stall_ms);
-	if (idle && l->idle_ms && !c->stopping) {
-		uint64_t last = atomic_load_explicit(&c->last_ms, memory_order_relaxed);
-
-		if (now - last >= l->idle_ms)
-			goto expired;
-		next = min_u64(next, last + l->idle_ms);
-	}
+	if (idle)
+		next = min_u64(next, conn_idle(c, now));
+	else
+		c->trimmed = false;
+	if (c->dead)
+		goto expired;
 	if (c->stopping) {
 		if (now >= c->drain_deadline) {
 			c->dead = true; /* the client does not take its replies */
@@ -1417,20 +1445,20 @@ void nbd_peer_name(int fd, char *buf, size_t n)
 
 /*
  * Shut down the connection idle longest (of client @key, or of anyone when
- * NULL): not busy, nothing moved for NBD_EVICT_GRACE_MS.  Context: under
- * srv->lock.  Return: true if one was.
+ * NULL): not busy, its last byte the oldest.  A client in the middle of
+ * its handshake has just moved, so a flood evicts itself first.  Context:
+ * under srv->lock.  Return: true if one was.
  */
 static bool srv_evict(struct nbd_server *srv, const struct nbd_peer *key)
 {
-	uint64_t now = now_ms(), oldest = UINT64_MAX;
+	uint64_t oldest = UINT64_MAX;
 	struct nbd_conn *c, *victim = NULL;
 
 	for (c = srv->conns; c; c = c->next_conn) {
 		uint64_t last = atomic_load_explicit(&c->last_ms, memory_order_relaxed);
 
 		if (atomic_load(&c->evicted) || atomic_load(&c->busy) ||
-		    (key && memcmp(&c->peer, key, sizeof(*key))) ||
-		    now - last < NBD_EVICT_GRACE_MS || last >= oldest)
+		    (key && memcmp(&c->peer, key, sizeof(*key))) || last >= oldest)
 			continue;
 		oldest = last;
 		victim = c;

@@ -1,0 +1,476 @@
+# SPDX-License-Identifier: LGPL-2.1-or-later
+"""Hostile and unlucky NBD clients for the rqnbd tests (python3 stdlib only).
+
+Used as a module by the nbd_*.sh tests (python3 nbd_abuse.py SCENARIO ...):
+each scenario starts its clients, checks what the server does with
+observable facts (a reply, a hang-up, /proc/PID/status VmRSS,
+/proc/PID/stat utime+stime) and exits 1 naming what did not hold.
+Waits poll an observable state up to a bound; nothing sleeps for
+synchronisation.
+"""
+import os
+import socket
+import struct
+import sys
+import threading
+import time
+
+INIT, OPTS, REP = 0x4E42444D41474943, 0x49484156454F5054, 0x3E889045565A9
+REQ, SIMPLE = 0x25609513, 0x67446698
+OPT_GO = 7
+REP_ACK, REP_INFO = 1, 3
+CMD_READ, CMD_WRITE, CMD_FLUSH = 0, 1, 3
+ENOSPC = 28
+PAGE = os.sysconf("SC_PAGE_SIZE")
+HZ = os.sysconf("SC_CLK_TCK")
+
+
+class Closed(Exception):
+    pass
+
+
+def fail(msg):
+    print("FAIL:", msg, flush=True)
+    sys.exit(1)
+
+
+def say(msg):
+    print(msg, flush=True)
+
+
+# ------------------------------------------------------------ the server
+
+
+def rss_kib(pid):
+    """VmRSS of @pid in KiB."""
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise RuntimeError("no VmRSS")
+
+
+def cpu_s(pid):
+    """utime + stime of @pid (all its threads) in seconds."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / HZ
+
+
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def wait_for(cond, bound, what):
+    """Poll @cond until true, at most @bound seconds; fail naming @what."""
+    end = time.monotonic() + bound
+    while not cond():
+        if time.monotonic() > end:
+            fail("%s (waited %g s)" % (what, bound))
+        time.sleep(0.05)
+
+
+# ------------------------------------------------------------ a client
+
+
+class Conn:
+    def __init__(self, addr, timeout=10, source=None):
+        if isinstance(addr, tuple):
+            self.s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            if source:
+                self.s.bind((source, 0))
+        else:
+            self.s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.s.settimeout(timeout)
+        self.s.connect(addr)
+
+    def recv(self, n):
+        b = b""
+        while len(b) < n:
+            c = self.s.recv(n - len(b))
+            if not c:
+                raise Closed()
+            b += c
+        return b
+
+    def send(self, b):
+        self.s.sendall(b)
+
+    def close(self):
+        try:
+            self.s.close()
+        except OSError:
+            pass
+
+    def hung_up(self, timeout):
+        """True if the server closes the connection within @timeout s."""
+        self.s.settimeout(timeout)
+        try:
+            while self.s.recv(65536):
+                pass
+            return True
+        except (ConnectionResetError, BrokenPipeError):
+            return True
+        except socket.timeout:
+            return False
+
+    def greet(self):
+        magic, opts, _ = struct.unpack(">QQH", self.recv(18))
+        if magic != INIT or opts != OPTS:
+            raise AssertionError("bad greeting")
+        self.send(struct.pack(">I", 3))
+
+    def go(self):
+        self.greet()
+        self.send(struct.pack(">QII", OPTS, OPT_GO, 6) + struct.pack(">IH", 0, 0))
+        size = None
+        while True:
+            magic, _, typ, ln = struct.unpack(">QIII", self.recv(20))
+            data = self.recv(ln)
+            if typ == REP_INFO and struct.unpack(">H", data[:2])[0] == 0:
+                size = struct.unpack(">Q", data[2:10])[0]
+            elif typ == REP_ACK:
+                return size
+            elif typ != REP_INFO:
+                raise AssertionError("GO refused: %x" % typ)
+
+    def request(self, typ, offset=0, length=0, cookie=1, payload=b""):
+        self.send(struct.pack(">IHHQQI", REQ, 0, typ, cookie, offset, length) + payload)
+
+    def reply(self, length=0):
+        magic, err, cookie = struct.unpack(">IIQ", self.recv(16))
+        if magic != SIMPLE:
+            raise AssertionError("bad reply magic")
+        return err, cookie, (self.recv(length) if length and not err else b"")
+
+
+def good_roundtrip(addr, offset, size=4096, timeout=10):
+    """Connect, write a random block, read it back; raise if anything is off."""
+    c = Conn(addr, timeout)
+    try:
+        c.go()
+        blob = os.urandom(size)
+        c.request(CMD_WRITE, offset, size, 1, blob)
+        if c.reply()[0]:
+            raise AssertionError("write failed")
+        c.request(CMD_READ, offset, size, 2)
+        err, _, data = c.reply(size)
+        if err or data != blob:
+            raise AssertionError("read back differs")
+    finally:
+        c.close()
+
+
+def open_many(addr, n, what, **kw):
+    """@n connections; a full backlog (EAGAIN) is waited out, up to 10 s."""
+    out = []
+    for _ in range(n):
+        end = time.monotonic() + 10
+        while True:
+            try:
+                out.append(Conn(addr, **kw))
+                break
+            except BlockingIOError as e:
+                if time.monotonic() > end:
+                    fail("%s: connect failed: %s" % (what, e))
+                time.sleep(0.01)
+            except OSError as e:
+                fail("%s: connect failed: %s" % (what, e))
+    return out
+
+
+def addr_of(arg):
+    """A unix socket path, or HOST:PORT."""
+    if arg.startswith("/"):
+        return arg
+    host, port = arg.rsplit(":", 1)
+    return (host, int(port))
+
+
+# ------------------------------------------------------------ scenarios
+
+
+def memory(addr, pid, nclients, reads, size, bound_mib, idle_slack_mib):
+    """Clients pipeline @reads reads of @size bytes and never read a reply:
+    the server's RSS stays under idle + @bound_mib; after they go, it comes
+    back within @idle_slack_mib of idle."""
+    good_roundtrip(addr, 0)
+    idle = rss_kib(pid)
+    conns = open_many(addr, nclients, "non-reader")
+    for c in conns:
+        c.go()
+        c.s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    for c in conns:
+        for i in range(reads):
+            c.request(CMD_READ, (i * size) % (64 << 20), size, i)
+    peak = idle
+    # the server fills what it may: sample until RSS stops growing for 1 s
+    last_growth = time.monotonic()
+    end = last_growth + 20
+    while time.monotonic() < end and time.monotonic() - last_growth < 1.0:
+        r = rss_kib(pid)
+        if r > peak + 1024:
+            last_growth = time.monotonic()
+        peak = max(peak, r)
+        time.sleep(0.05)
+    grown = (peak - idle) / 1024
+    say("idle RSS %d MiB; with %d clients not reading %d x %d KiB reads: %d MiB "
+        "(+%d MiB; bound +%d MiB)" % (idle // 1024, nclients, reads, size >> 10,
+                                     peak // 1024, grown, bound_mib))
+    if grown > bound_mib:
+        fail("RSS grew by %d MiB, over the bound of %d MiB" % (grown, bound_mib))
+    for c in conns:
+        c.close()
+    wait_for(lambda: rss_kib(pid) < idle + idle_slack_mib * 1024, 15,
+             "RSS back within %d MiB of idle after the clients left" % idle_slack_mib)
+    say("after they left: %d MiB" % (rss_kib(pid) // 1024))
+    good_roundtrip(addr, 8192)
+
+
+def idle_after_reads(addr, pid, nclients, slack_mib):
+    """Clients pipeline 1 MiB reads, take every reply, stay connected and
+    idle: the server's cache goes back (RSS near idle with them open)."""
+    good_roundtrip(addr, 0)
+    idle = rss_kib(pid)
+    conns = open_many(addr, nclients, "idle reader")
+    for c in conns:
+        c.go()
+        for i in range(64):
+            c.request(CMD_READ, i << 20, 1 << 20, i)
+        for i in range(64):
+            c.reply(1 << 20)
+    wait_for(lambda: rss_kib(pid) < idle + slack_mib * 1024, 15,
+             "RSS within %d MiB of idle with %d idle connections" % (slack_mib, nclients))
+    say("%d idle connections after 64 x 1 MiB reads each: RSS %d MiB (idle %d MiB)"
+        % (nclients, rss_kib(pid) // 1024, idle // 1024))
+    for c in conns:
+        c.close()
+
+
+def trickle_handshake(c, stop):
+    try:
+        c.recv(18)
+        while not stop.is_set():
+            c.send(b"\0")
+            stop.wait(1.0)
+    except (OSError, Closed):
+        pass
+
+
+def lockout(addr, pid, silent, trickling, rounds, bound_s):
+    """@silent clients connect and say nothing, @trickling ones send a byte a
+    second; a good client is served @rounds times throughout, each within
+    @bound_s seconds."""
+    stop = threading.Event()
+    conns = open_many(addr, silent, "silent")
+    tr = open_many(addr, trickling, "trickler")
+    threads = [threading.Thread(target=trickle_handshake, args=(c, stop), daemon=True)
+               for c in tr]
+    for t in threads:
+        t.start()
+    worst = 0.0
+    try:
+        for i in range(rounds):
+            t0 = time.monotonic()
+            try:
+                good_roundtrip(addr, (i % 64) * 4096, timeout=bound_s)
+            except (OSError, Closed, AssertionError) as e:
+                fail("good client %d of %d not served within %g s: %r" % (i + 1, rounds, bound_s, e))
+            worst = max(worst, time.monotonic() - t0)
+            # keep the flood at full strength: replace what the server closed
+            conns = [c for c in conns if not _closed_now(c)]
+            conns += open_many(addr, silent - len(conns), "silent")
+    finally:
+        stop.set()
+    say("%d silent + %d trickling connections: %d good clients served, slowest %.2f s"
+        % (silent, trickling, rounds, worst))
+    for c in conns + tr:
+        c.close()
+    if not alive(pid):
+        fail("the server died")
+
+
+def _closed_now(c):
+    c.s.setblocking(False)
+    try:
+        return c.s.recv(65536) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+    finally:
+        c.s.setblocking(True)
+
+
+def deadlines(addr, bound_s):
+    """A handshake trickled a byte a second, a request header trickled in
+    transmission, and an idle connection are each closed by the server
+    within @bound_s seconds."""
+    stop = threading.Event()
+    hs = Conn(addr)
+    t = threading.Thread(target=trickle_handshake, args=(hs, stop), daemon=True)
+    t.start()
+    tx = Conn(addr)
+    tx.go()
+    idle = Conn(addr)
+    idle.go()
+    hdr = struct.pack(">IHHQQI", REQ, 0, CMD_READ, 9, 0, 4096)
+
+    def trickle_tx():
+        try:
+            for b in hdr[:-1]:
+                if stop.is_set():
+                    return
+                tx.send(bytes([b]))
+                stop.wait(1.0)
+        except OSError:
+            pass
+    t2 = threading.Thread(target=trickle_tx, daemon=True)
+    t2.start()
+    t0 = time.monotonic()
+    ok = hs.hung_up(bound_s)
+    say("handshake trickled a byte a second: %s after %.1f s"
+        % ("closed" if ok else "NOT closed", time.monotonic() - t0))
+    ok2 = tx.hung_up(max(0.1, bound_s - (time.monotonic() - t0)))
+    say("request header trickled a byte a second: %s after %.1f s"
+        % ("closed" if ok2 else "NOT closed", time.monotonic() - t0))
+    ok3 = idle.hung_up(max(0.1, bound_s - (time.monotonic() - t0)))
+    say("idle connection: %s after %.1f s"
+        % ("closed" if ok3 else "NOT closed", time.monotonic() - t0))
+    stop.set()
+    if not (ok and ok2 and ok3):
+        fail("a slow or idle client kept its connection past %g s" % bound_s)
+
+
+def per_client(host, port, limit, evicting):
+    """@limit silent connections from 127.0.0.1 fill that client's quota:
+    one more from it is refused (or, @evicting, served by closing its
+    oldest), while 127.0.0.2 is still served."""
+    addr = (host, port)
+    conns = [Conn(addr, 5, "127.0.0.1") for _ in range(limit)]
+    for c in conns:
+        c.recv(18)  # each got its greeting
+    extra = Conn(addr, 5, "127.0.0.1")
+    try:
+        extra.recv(18)
+        got = True
+    except (Closed, OSError):
+        got = False
+    if evicting:
+        if not got:
+            fail("the client at its limit was refused instead of its idlest connection")
+        if not conns[0].hung_up(5) and not any(c.hung_up(0.2) for c in conns[1:]):
+            fail("none of the client's older connections was closed")
+        say("127.0.0.1 at its limit of %d: a new one served, its idlest closed" % limit)
+    else:
+        if got:
+            fail("a %d-th connection from 127.0.0.1 was served past --max-per-client %d"
+                 % (limit + 1, limit))
+        say("127.0.0.1 at its limit of %d: one more refused" % limit)
+    other = Conn(addr, 5, "127.0.0.2")
+    try:
+        other.recv(18)
+    except (Closed, OSError):
+        fail("127.0.0.2 refused because 127.0.0.1 is at its limit")
+    say("127.0.0.2 served meanwhile")
+
+
+def emfile(addr, pid, pending, window):
+    """With the server out of descriptors (held by silent connections) and
+    @pending more clients waiting to be accepted, it burns under a quarter
+    of a core over @window seconds; a good client is served once the silent
+    ones leave."""
+    held = []
+    try:
+        while len(held) < 400:
+            c = Conn(addr, 2)
+            try:
+                c.recv(18)
+            except (Closed, OSError):
+                c.close()
+                break  # the server could take no more
+            held.append(c)
+    except OSError:
+        pass
+    waiting = []
+    for _ in range(pending):
+        try:
+            waiting.append(Conn(addr, 2))
+        except OSError:
+            break
+    c0 = cpu_s(pid)
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < window:
+        time.sleep(0.1)
+    used = cpu_s(pid) - c0
+    wall = time.monotonic() - t0
+    say("out of descriptors after %d connections, %d more waiting: %.2f s of CPU in %.1f s"
+        % (len(held), len(waiting), used, wall))
+    if used > wall / 4:
+        fail("the server spins at EMFILE: %.2f s of CPU in %.1f s" % (used, wall))
+    for c in held + waiting:
+        c.close()
+    wait_for(lambda: _try_roundtrip(addr), 15, "a good client served after the flood left")
+
+
+def _try_roundtrip(addr):
+    try:
+        good_roundtrip(addr, 0, timeout=2)
+        return True
+    except (OSError, Closed, AssertionError):
+        return False
+
+
+def xfsz(addr, pid, limit):
+    """Writes past ulimit -f fail with ENOSPC; the server lives on and a
+    write below the limit still works."""
+    c = Conn(addr)
+    c.go()
+    c.request(CMD_WRITE, limit + (1 << 20), 4096, 1, b"x" * 4096)
+    err = c.reply()[0]
+    if err != ENOSPC:
+        fail("a write past ulimit -f: error %d, not ENOSPC (28)" % err)
+    if not alive(pid):
+        fail("the server died")
+    c.request(CMD_WRITE, 0, 4096, 2, b"y" * 4096)
+    if c.reply()[0]:
+        fail("a write below the limit failed after one past it")
+    c.request(CMD_READ, 0, 4096, 3)
+    err, _, data = c.reply(4096)
+    if err or data != b"y" * 4096:
+        fail("read back after EFBIG")
+    say("write past ulimit -f: ENOSPC; server alive; writes below it work")
+
+
+def refused_flood(addr, n):
+    """@n connections, each closed as soon as the server has answered it."""
+    for _ in range(n):
+        try:
+            c = Conn(addr, 5)
+            c.hung_up(5)
+            c.close()
+        except OSError:
+            pass
+
+
+SCENARIOS = {
+    "memory": lambda a: memory(addr_of(a[0]), int(a[1]), int(a[2]), int(a[3]), int(a[4]),
+                               int(a[5]), int(a[6])),
+    "idle-after-reads": lambda a: idle_after_reads(addr_of(a[0]), int(a[1]), int(a[2]),
+                                                   int(a[3])),
+    "lockout": lambda a: lockout(addr_of(a[0]), int(a[1]), int(a[2]), int(a[3]), int(a[4]),
+                                 float(a[5])),
+    "deadlines": lambda a: deadlines(addr_of(a[0]), float(a[1])),
+    "per-client": lambda a: per_client(a[0], int(a[1]), int(a[2]), a[3] == "evict"),
+    "emfile": lambda a: emfile(addr_of(a[0]), int(a[1]), int(a[2]), float(a[3])),
+    "xfsz": lambda a: xfsz(addr_of(a[0]), int(a[1]), int(a[2])),
+    "refused-flood": lambda a: refused_flood(addr_of(a[0]), int(a[1])),
+    "roundtrip": lambda a: good_roundtrip(addr_of(a[0]), int(a[1]) if len(a) > 1 else 0),
+}
+
+if __name__ == "__main__":
+    SCENARIOS[sys.argv[1]](sys.argv[2:])
