@@ -704,6 +704,9 @@ static int drop_privileges(const struct opts *o)
 	gid = ugid;
 	if (o->group && lookup_id("group", o->group, true, &gid, NULL))
 		return -1;
+	/* the socket becomes the user's, so that exit can remove it */
+	if (o->unix_path && lchown(o->unix_path, o->user ? uid : (uid_t)-1, gid) == 0)
+		lstat(o->unix_path, &unix_made);
 	if (setgroups(0, NULL) < 0 || setgid(gid) < 0 || (o->user && setuid(uid) < 0)) {
 		fprintf(stderr, "rqnbd: cannot drop privileges: %s\n", strerror(errno));
 		return -1;
