@@ -1104,7 +1104,8 @@ static int conn_timers(struct nbd_conn *c, bool reading, bool want_out)
 	size_t avail = c->in_end - c->in_start;
 	bool waiting_in = reading && (c->rx_cmd || c->rx_skip ||
 				      (avail && avail < NBD_REQUEST_SIZE));
-	bool idle = !c->inflight && !waiting_in;
+	/* a request waiting for the pool is not idle: never evict it */
+	bool idle = !c->inflight && !waiting_in && !avail;
 
 	if (c->dead)
 		return -1; /* only waiting for what is in flight to end */

@@ -457,6 +457,157 @@ def refused_flood(addr, n):
             pass
 
 
+# ------------------------------------------------------------ the soak
+
+
+class Soak:
+    """Good clients verifying data and abusive ones, for @seconds."""
+
+    def __init__(self, addr, pid, seconds, uri):
+        self.addr, self.pid, self.seconds, self.uri = addr, pid, seconds, uri
+        self.stop = threading.Event()
+        self.errors = []
+        self.good_ops = 0
+        self.abuse_conns = 0
+        self.lock = threading.Lock()
+        self.t0 = time.monotonic()
+
+    def error(self, what):
+        with self.lock:
+            self.errors.append(what)
+        self.stop.set()
+
+    def good(self, base, seed):
+        """Own 1 MiB at @base: write random extents, read them back."""
+        rnd = __import__("random").Random(seed)
+        shadow = bytearray(1 << 20)
+        while not self.stop.is_set():
+            try:
+                c = Conn(self.addr, 10)
+                c.go()
+                for _ in range(rnd.randrange(5, 50)):
+                    off = rnd.randrange(0, 256) * 4096
+                    n = min(rnd.choice([4096, 65536, 262144]), (1 << 20) - off)
+                    blob = os.urandom(n)
+                    c.request(CMD_WRITE, base + off, n, 1, blob)
+                    if c.reply()[0]:
+                        return self.error("good client: write failed")
+                    shadow[off:off + n] = blob
+                    off = rnd.randrange(0, 240) * 4096
+                    c.request(CMD_READ, base + off, 65536, 2)
+                    err, _, data = c.reply(65536)
+                    if err or data != shadow[off:off + 65536]:
+                        return self.error("good client: data differs at %d" % (base + off))
+                    with self.lock:
+                        self.good_ops += 2
+                c.close()
+            except (OSError, Closed, AssertionError) as e:
+                return self.error("good client: %r at %.1f s" % (e, time.monotonic() - self.t0))
+
+    def libnbd_client(self, base):
+        """The same through libnbd (python3-libnbd), if it is there."""
+        try:
+            import nbd
+        except ImportError:
+            return
+        try:
+            h = nbd.NBD()
+            h.connect_uri(self.uri)
+            while not self.stop.is_set():
+                blob = os.urandom(1 << 20)
+                h.pwrite(blob, base)
+                if h.pread(1 << 20, base) != blob:
+                    return self.error("libnbd client: data differs")
+                with self.lock:
+                    self.good_ops += 2
+            h.shutdown()
+        except nbd.Error as e:
+            self.error("libnbd client: %s" % e)
+
+    def abuse(self, kind, seed):
+        rnd = __import__("random").Random(seed)
+        held = []
+        while not self.stop.is_set():
+            try:
+                c = Conn(self.addr, 5)
+                with self.lock:
+                    self.abuse_conns += 1
+                if kind == "silent":
+                    held.append(c)
+                elif kind == "trickle":
+                    c.recv(18)
+                    c.send(b"\0")
+                    held.append(c)
+                elif kind == "nonreader":
+                    c.go()
+                    for i in range(32):
+                        c.request(CMD_READ, i << 20, 1 << 20, i)
+                    held.append(c)
+                elif kind == "junk":
+                    c.recv(18)
+                    c.send(os.urandom(rnd.randrange(1, 200)))
+                    c.close()
+                elif kind == "vanish":
+                    c.go()
+                    c.request(CMD_WRITE, 48 << 20, 1 << 20, 1, b"v" * rnd.randrange(0, 1 << 19))
+                    c.close()
+            except (OSError, Closed, AssertionError):
+                pass
+            if len(held) > 40:
+                for c in held[:20]:
+                    c.close()
+                del held[:20]
+            self.stop.wait(rnd.random() * 0.05)
+        for c in held:
+            c.close()
+
+    def run(self, rss_bound_mib):
+        idle = rss_kib(self.pid)
+        threads = [threading.Thread(target=self.good, args=((8 + i) << 20, i))
+                   for i in range(4)]
+        threads.append(threading.Thread(target=self.libnbd_client, args=(16 << 20,)))
+        kinds = os.environ.get("RQ_SOAK_ABUSE", "silent,silent,trickle,nonreader,junk,vanish")
+        for i, kind in enumerate(kinds.split(",")):
+            threads.append(threading.Thread(target=self.abuse, args=(kind, i)))
+        for t in threads:
+            t.daemon = True
+            t.start()
+        peak = idle
+        c0, t0 = cpu_s(self.pid), time.monotonic()
+        self.t0 = t0
+        while time.monotonic() - t0 < self.seconds and not self.stop.is_set():
+            peak = max(peak, rss_kib(self.pid))
+            time.sleep(0.2)
+        cpu = cpu_s(self.pid) - c0
+        wall = time.monotonic() - t0
+        self.stop.set()
+        for t in threads:
+            t.join(15)
+        say("soak %.0f s: %d good operations verified, %d abusive connections; "
+            "RSS idle %d MiB, peak %d MiB (bound %d MiB); server CPU %.1f s"
+            % (wall, self.good_ops, self.abuse_conns, idle // 1024, peak // 1024,
+               rss_bound_mib, cpu))
+        if self.errors:
+            fail("; ".join(self.errors))
+        if not alive(self.pid):
+            fail("the server died")
+        if self.good_ops < 10:
+            fail("good clients were barely served: %d operations" % self.good_ops)
+        if peak > rss_bound_mib * 1024:
+            fail("RSS peaked at %d MiB, over %d MiB" % (peak // 1024, rss_bound_mib))
+        if cpu > 2 * wall:
+            fail("server CPU %.1f s in %.1f s" % (cpu, wall))
+        # quiet afterwards: no spinning, memory back
+        c0, t0 = cpu_s(self.pid), time.monotonic()
+        while time.monotonic() - t0 < 2:
+            time.sleep(0.1)
+        quiet = cpu_s(self.pid) - c0
+        say("after the soak: %.2f s of CPU in 2 s, RSS %d MiB" % (quiet, rss_kib(self.pid) // 1024))
+        if quiet > 0.5:
+            fail("the server keeps busy after the clients left: %.2f s in 2 s" % quiet)
+        good_roundtrip(self.addr, 0)
+
+
 SCENARIOS = {
     "memory": lambda a: memory(addr_of(a[0]), int(a[1]), int(a[2]), int(a[3]), int(a[4]),
                                int(a[5]), int(a[6])),
@@ -469,6 +620,7 @@ SCENARIOS = {
     "emfile": lambda a: emfile(addr_of(a[0]), int(a[1]), int(a[2]), float(a[3])),
     "xfsz": lambda a: xfsz(addr_of(a[0]), int(a[1]), int(a[2])),
     "refused-flood": lambda a: refused_flood(addr_of(a[0]), int(a[1])),
+    "soak": lambda a: Soak(addr_of(a[0]), int(a[1]), float(a[2]), a[3]).run(int(a[4])),
     "roundtrip": lambda a: good_roundtrip(addr_of(a[0]), int(a[1]) if len(a) > 1 else 0),
 }
 
