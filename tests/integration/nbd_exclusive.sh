@@ -79,9 +79,15 @@ echo "socket: a live one refused, a stale one replaced"
 
 if [ "$(id -u)" = 0 ] && id nobody >/dev/null 2>&1; then
 	chmod 1777 "$tmp"
+	before=$(grep -c "rqnbd: serving" "$nbd_log")
 	nbd_start --memory 16M --user nobody
-	uid=$(awk '/^Uid:/ { print $2 $3 $4 $5 }' "/proc/$nbd_pid/status")
 	want=$(id -u nobody)
+	# the socket appears before the drop: wait for the banner, printed after
+	for _ in $(seq 100); do
+		[ "$(grep -c "rqnbd: serving" "$nbd_log")" -gt "$before" ] && break
+		sleep 0.05
+	done
+	uid=$(awk '/^Uid:/ { print $2 $3 $4 $5 }' "/proc/$nbd_pid/status")
 	[ "$uid" = "$want$want$want$want" ] || fail "running as uid $uid, not nobody"
 	[ "$(awk '/^Groups:/ { print $2 }' "/proc/$nbd_pid/status")" = "" ] ||
 		fail "supplementary groups kept"
