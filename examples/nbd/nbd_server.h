@@ -85,7 +85,7 @@ struct nbd_limits {
 	unsigned handshake_ms;
 	unsigned idle_ms;
 	unsigned stall_ms;
-	uint32_t min_rate;
+	uint64_t min_rate;
 };
 
 /** nbd_limits_default() - fill @l with the NBD_DEF_* values. */

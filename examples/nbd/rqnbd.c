@@ -31,6 +31,7 @@
 #include <pwd.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,28 +95,32 @@ struct opts {
 /* ----------------------------------------------------------------- options */
 
 /*
- * The options, one row each: name, argument, what sets it, the help line.
- * Adding an option is adding a row and its setter; --help is made from
- * this table, so it cannot drift from what is parsed.
+ * The options, one row each: name, value's name in --help (NULL: a flag),
+ * kind, the field it sets, the range, the help text (may hold one %s: the
+ * default, printed from the field itself) and, for OPT_CUSTOM, a setter.
+ * --help and the getopt table are made from these rows, so adding an
+ * option is adding a row (and, for a new kind of value, a setter).
  */
-struct rqnbd_option {
-	const char *name;
-	const char *arg;        /* value's name in --help; NULL: a flag */
-	void (*set)(struct opts *o, const char *flag, const char *v);
-	const char *help;       /* may hold one %s: the default */
-	unsigned long long def;
-	bool size;              /* def is bytes: shown as 8M */
+enum opt_kind {
+	OPT_STRING,     /* const char *: the value itself */
+	OPT_FLAG,       /* bool: true */
+	OPT_UINT,       /* unsigned: decimal (or 0x), within [lo, hi] */
+	OPT_SIZE,       /* uint64_t: bytes, with K, M, G, T, within [lo, hi] */
+	OPT_SECONDS,    /* unsigned, stored in ms: whole seconds in [lo, hi] */
+	OPT_CUSTOM,     /* set() does it */
 };
 
-static void set_unix(struct opts *o, const char *f, const char *v) { (void)f; o->unix_path = v; }
-static void set_bind(struct opts *o, const char *f, const char *v) { (void)f; o->bind_addr = v; }
-static void set_file(struct opts *o, const char *f, const char *v) { (void)f; o->file = v; }
-static void set_sched(struct opts *o, const char *f, const char *v) { (void)f; o->sched = v; }
-static void set_ro(struct opts *o, const char *f, const char *v) { (void)f; (void)v; o->read_only = true; }
-static void set_list(struct opts *o, const char *f, const char *v) { (void)f; (void)v; o->list_scheds = true; }
-static void set_user(struct opts *o, const char *f, const char *v) { (void)f; o->user = v; }
-static void set_group(struct opts *o, const char *f, const char *v) { (void)f; o->group = v; }
-static void set_share(struct opts *o, const char *f, const char *v) { (void)f; (void)v; o->lock = "shared"; }
+struct rqnbd_option {
+	const char *name;
+	const char *arg;
+	enum opt_kind kind;
+	size_t field;           /* offsetof(struct opts, ...) */
+	uint64_t lo, hi;
+	const char *help;
+	void (*set)(struct opts *o, const char *flag, const char *v);
+};
+
+#define FIELD(f) offsetof(struct opts, f)
 
 static void set_port(struct opts *o, const char *f, const char *v)
 {
@@ -147,14 +152,11 @@ static void set_lock(struct opts *o, const char *f, const char *v)
 	o->lock = modes[opt_choice(f, v, modes, 4)];
 }
 
-static void set_queues(struct opts *o, const char *f, const char *v)
+static void set_share(struct opts *o, const char *f, const char *v)
 {
-	o->queues = (unsigned)opt_uint(f, v, 1, RQNBD_MAX_QUEUES);
-}
-
-static void set_depth(struct opts *o, const char *f, const char *v)
-{
-	o->depth = (unsigned)opt_uint(f, v, 1, RQNBD_MAX_DEPTH);
+	(void)f;
+	(void)v;
+	o->lock = "shared";
 }
 
 static void set_name(struct opts *o, const char *f, const char *v)
@@ -164,113 +166,127 @@ static void set_name(struct opts *o, const char *f, const char *v)
 	o->export_name = v;
 }
 
-static void set_max_conns(struct opts *o, const char *f, const char *v)
-{
-	o->lim.max_conns = (unsigned)opt_uint(f, v, 1, RQNBD_MAX_CONNS);
-}
-
-static void set_per_client(struct opts *o, const char *f, const char *v)
-{
-	o->lim.max_per_client = (unsigned)opt_uint(f, v, 1, RQNBD_MAX_CONNS);
-}
-
-static void set_reserve(struct opts *o, const char *f, const char *v)
-{
-	o->lim.reserve = (unsigned)opt_uint(f, v, 0, RQNBD_MAX_CONNS - 1);
-}
-
-static void set_conn_requests(struct opts *o, const char *f, const char *v)
-{
-	o->lim.conn_requests = (unsigned)opt_uint(f, v, 1, RQNBD_MAX_CONN_REQUESTS);
-}
-
-static void set_conn_buffer(struct opts *o, const char *f, const char *v)
-{
-	o->lim.conn_buffer = opt_size(f, v, RQNBD_MIN_CONN_BUFFER, RQNBD_MAX_CONN_BUFFER);
-}
-
-static void set_buffer_total(struct opts *o, const char *f, const char *v)
-{
-	o->lim.buffer_total = opt_size(f, v, RQNBD_MIN_CONN_BUFFER, RQNBD_MAX_BUFFER_TOTAL);
-}
-
-static unsigned opt_ms(const char *f, const char *v, uint64_t lo)
-{
-	return (unsigned)opt_uint(f, v, lo, RQNBD_MAX_TIMEOUT_S) * 1000;
-}
-
-static void set_hs_timeout(struct opts *o, const char *f, const char *v)
-{
-	o->lim.handshake_ms = opt_ms(f, v, 1);
-}
-
-static void set_idle_timeout(struct opts *o, const char *f, const char *v)
-{
-	o->lim.idle_ms = opt_ms(f, v, 0);
-}
-
-static void set_stall_timeout(struct opts *o, const char *f, const char *v)
-{
-	o->lim.stall_ms = opt_ms(f, v, 0);
-}
-
-static void set_min_rate(struct opts *o, const char *f, const char *v)
-{
-	o->lim.min_rate = (uint32_t)opt_size(f, v, 1, 1u << 30);
-}
-
 static const struct rqnbd_option rqnbd_options[] = {
-	{ "unix", "PATH", set_unix, "listen on a unix socket (created; a stale one is\n"
-	  "replaced, one another server listens on is refused)", 0 },
-	{ "port", "N", set_port, "listen on TCP port N", 0 },
-	{ "bind", "ADDR", set_bind, "TCP address to bind (default 127.0.0.1)", 0 },
-	{ "memory", "SIZE", set_memory, "serve SIZE bytes of memory (suffix K, M, G, T:\n"
-	  "powers of 1024; decimal, \"010M\" is 10 MiB; at most 16T)", 0 },
-	{ "file", "PATH", set_file, "serve a file or block device", 0 },
-	{ "lock", "MODE", set_lock, "auto (default: exclusive when writable, shared when\n"
+	{ "unix", "PATH", OPT_STRING, FIELD(unix_path), 0, 0,
+	  "listen on a unix socket (created; a stale one is\n"
+	  "replaced, one another server listens on is refused)", NULL },
+	{ "port", "N", OPT_CUSTOM, 0, 0, 0, "listen on TCP port N", set_port },
+	{ "bind", "ADDR", OPT_STRING, FIELD(bind_addr), 0, 0,
+	  "TCP address to bind (default 127.0.0.1)", NULL },
+	{ "memory", "SIZE", OPT_CUSTOM, 0, 0, 0,
+	  "serve SIZE bytes of memory (suffix K, M, G, T:\n"
+	  "powers of 1024; decimal, \"010M\" is 10 MiB; at most 16T)", set_memory },
+	{ "file", "PATH", OPT_STRING, FIELD(file), 0, 0, "serve a file or block device", NULL },
+	{ "lock", "MODE", OPT_CUSTOM, 0, 0, 0,
+	  "auto (default: exclusive when writable, shared when\n"
 	  "read-only), exclusive, shared, off: the file's OFD lock\n"
-	  "(and O_EXCL on a block device when exclusive)", 0 },
-	{ "share", NULL, set_share, "the same as --lock shared", 0 },
-	{ "front", "mq|sq", set_front, "request-layer front end: multi-queue (default) or one\n"
-	  "request_fn under one queue lock", 0 },
-	{ "sched", "NAME", set_sched, "I/O scheduler of the queue (default: the library's choice)", 0 },
-	{ "queues", "N", set_queues, "hardware queues, 1 to 64 (default: online CPUs, at most 8);\n"
-	  "--front sq --file: worker threads", 0 },
-	{ "depth", "N", set_depth, "tags per hardware queue, 1 to 4096, queues x depth at most\n"
-	  "16384 (default %s); --front sq: requests with the device", RQNBD_DEFAULT_DEPTH },
-	{ "read-only", NULL, set_ro, "refuse writes, trims and zeroing with EPERM", 0 },
-	{ "export-name", "NAME", set_name, "the export's name (default \"\"; \"\" always matches too)", 0 },
-	{ "max-connections", "N", set_max_conns, "connections at once, 1 to 4096 (default %s)",
-	  NBD_DEF_MAX_CONNS },
-	{ "max-per-client", "N", set_per_client, "connections from one address (unix socket: one\n"
-	  "uid), 1 to 4096 (default %s)", NBD_DEF_MAX_PER_CLIENT },
-	{ "reserve", "N", set_reserve, "places kept for newcomers: below them, the connection\n"
-	  "idle longest is closed for a new one; 0: never (default %s)", NBD_DEF_RESERVE },
-	{ "conn-requests", "N", set_conn_requests, "requests in flight per connection, 1 to 1024\n"
-	  "(default %s)", NBD_DEF_CONN_REQUESTS },
-	{ "conn-buffer", "SIZE", set_conn_buffer, "data buffered per connection, 64K to 1G; also\n"
-	  "the largest request (at most 32M) (default %s)", NBD_DEF_CONN_BUFFER, true },
-	{ "buffer-total", "SIZE", set_buffer_total, "data buffered by all connections, 64K to 64G\n"
-	  "(default %s)", NBD_DEF_BUFFER_TOTAL, true },
-	{ "handshake-timeout", "S", set_hs_timeout, "seconds for the whole handshake, 1 to 86400\n"
-	  "(default %s)", NBD_DEF_HANDSHAKE_S },
-	{ "idle-timeout", "S", set_idle_timeout, "close a connection idle this long; 0: never\n"
-	  "(default %s)", NBD_DEF_IDLE_S },
-	{ "stall-timeout", "S", set_stall_timeout, "window of the --min-rate check; 0: no check\n"
-	  "(default %s)", NBD_DEF_STALL_S },
-	{ "min-rate", "BYTES", set_min_rate, "bytes/s a client must move while a request is half\n"
-	  "sent or replies wait for it (default %s)", NBD_DEF_MIN_RATE },
-	{ "user", "USER", set_user, "after binding and opening: become USER (name or uid)", 0 },
-	{ "group", "GROUP", set_group, "... and GROUP (default: USER's group)", 0 },
-	{ "list-scheds", NULL, set_list, "print the schedulers the queue offers, one per line", 0 },
+	  "(and O_EXCL on a block device when exclusive)", set_lock },
+	{ "share", NULL, OPT_CUSTOM, 0, 0, 0, "the same as --lock shared", set_share },
+	{ "front", "mq|sq", OPT_CUSTOM, 0, 0, 0,
+	  "request-layer front end: multi-queue (default) or one\n"
+	  "request_fn under one queue lock", set_front },
+	{ "sched", "NAME", OPT_STRING, FIELD(sched), 0, 0,
+	  "I/O scheduler of the queue (default: the library's choice)", NULL },
+	{ "queues", "N", OPT_UINT, FIELD(queues), 1, RQNBD_MAX_QUEUES,
+	  "hardware queues, 1 to 64 (default: online CPUs, at most 8);\n"
+	  "--front sq --file: worker threads", NULL },
+	{ "depth", "N", OPT_UINT, FIELD(depth), 1, RQNBD_MAX_DEPTH,
+	  "tags per hardware queue, 1 to 4096, queues x depth at most\n"
+	  "16384 (default %s); --front sq: requests with the device", NULL },
+	{ "read-only", NULL, OPT_FLAG, FIELD(read_only), 0, 0,
+	  "refuse writes, trims and zeroing with EPERM", NULL },
+	{ "export-name", "NAME", OPT_CUSTOM, 0, 0, 0,
+	  "the export's name (default \"\"; \"\" always matches too)", set_name },
+	{ "max-connections", "N", OPT_UINT, FIELD(lim.max_conns), 1, RQNBD_MAX_CONNS,
+	  "connections at once, 1 to 4096 (default %s)", NULL },
+	{ "max-per-client", "N", OPT_UINT, FIELD(lim.max_per_client), 1, RQNBD_MAX_CONNS,
+	  "connections from one address (unix socket: one\n"
+	  "uid), 1 to 4096 (default %s)", NULL },
+	{ "reserve", "N", OPT_UINT, FIELD(lim.reserve), 0, RQNBD_MAX_CONNS - 1,
+	  "places kept for newcomers: below them, the connection\n"
+	  "idle longest is closed for a new one; 0: never (default %s)", NULL },
+	{ "conn-requests", "N", OPT_UINT, FIELD(lim.conn_requests), 1, RQNBD_MAX_CONN_REQUESTS,
+	  "requests in flight per connection, 1 to 1024\n(default %s)", NULL },
+	{ "conn-buffer", "SIZE", OPT_SIZE, FIELD(lim.conn_buffer), RQNBD_MIN_CONN_BUFFER,
+	  RQNBD_MAX_CONN_BUFFER, "data buffered per connection, 64K to 1G; also\n"
+	  "the largest request (at most 32M) (default %s)", NULL },
+	{ "buffer-total", "SIZE", OPT_SIZE, FIELD(lim.buffer_total), RQNBD_MIN_CONN_BUFFER,
+	  RQNBD_MAX_BUFFER_TOTAL, "data buffered by all connections, 64K to 64G\n"
+	  "(default %s)", NULL },
+	{ "handshake-timeout", "S", OPT_SECONDS, FIELD(lim.handshake_ms), 1, RQNBD_MAX_TIMEOUT_S,
+	  "seconds for the whole handshake, 1 to 86400\n(default %s)", NULL },
+	{ "idle-timeout", "S", OPT_SECONDS, FIELD(lim.idle_ms), 0, RQNBD_MAX_TIMEOUT_S,
+	  "close a connection idle this long; 0: never\n(default %s)", NULL },
+	{ "stall-timeout", "S", OPT_SECONDS, FIELD(lim.stall_ms), 0, RQNBD_MAX_TIMEOUT_S,
+	  "window of the --min-rate check; 0: no check\n(default %s)", NULL },
+	{ "min-rate", "BYTES", OPT_SIZE, FIELD(lim.min_rate), 1, 1u << 30,
+	  "bytes/s a client must move while a request is half\n"
+	  "sent or replies wait for it (default %s)", NULL },
+	{ "user", "USER", OPT_STRING, FIELD(user), 0, 0,
+	  "after binding and opening: become USER (name or uid)", NULL },
+	{ "group", "GROUP", OPT_STRING, FIELD(group), 0, 0,
+	  "... and GROUP (default: USER's group)", NULL },
+	{ "list-scheds", NULL, OPT_FLAG, FIELD(list_scheds), 0, 0,
+	  "print the schedulers the queue offers, one per line", NULL },
 };
+
+/* Apply option row @r with value @v (NULL for a flag) to @o. */
+static void option_set(const struct rqnbd_option *r, struct opts *o, const char *v)
+{
+	char *field = (char *)o + r->field, flag[40];
+
+	snprintf(flag, sizeof(flag), "--%s", r->name);
+	switch (r->kind) {
+	case OPT_STRING:
+		*(const char **)field = v;
+		break;
+	case OPT_FLAG:
+		*(bool *)field = true;
+		break;
+	case OPT_UINT:
+		*(unsigned *)field = (unsigned)opt_uint(flag, v, r->lo, r->hi);
+		break;
+	case OPT_SIZE:
+		*(uint64_t *)field = opt_size(flag, v, r->lo, r->hi);
+		break;
+	case OPT_SECONDS:
+		*(unsigned *)field = (unsigned)opt_uint(flag, v, r->lo, r->hi) * 1000;
+		break;
+	case OPT_CUSTOM:
+		r->set(o, flag, v);
+		break;
+	}
+}
+
+/* The default of row @r, from the field in the defaults @o, for --help. */
+static void option_default(const struct rqnbd_option *r, const struct opts *o, char *buf,
+			   size_t n)
+{
+	const char *field = (const char *)o + r->field;
+	uint64_t v = 0;
+
+	if (r->kind == OPT_UINT)
+		v = *(const unsigned *)field;
+	else if (r->kind == OPT_SECONDS)
+		v = *(const unsigned *)field / 1000;
+	else if (r->kind == OPT_SIZE)
+		v = *(const uint64_t *)field;
+	if (r->kind == OPT_SIZE && v >= (1u << 20) && !(v & ((1u << 20) - 1)))
+		snprintf(buf, n, "%lluM", (unsigned long long)(v >> 20));
+	else
+		snprintf(buf, n, "%llu", (unsigned long long)v);
+}
 
 #define RQNBD_NOPTS (sizeof(rqnbd_options) / sizeof(rqnbd_options[0]))
 
+static void opts_default(struct opts *o);
+
 static void usage(FILE *f)
 {
+	struct opts def;
 	unsigned i;
 
+	opts_default(&def);
 	fprintf(f,
 "usage: rqnbd (--unix PATH | --port N [--bind ADDR]) (--memory SIZE | --file PATH)\n"
 "             [--front mq|sq] [--sched NAME] [--queues N] [--depth N]\n"
@@ -280,15 +296,12 @@ static void usage(FILE *f)
 "       rqnbd -h|--help | --version\n\n");
 	for (i = 0; i < RQNBD_NOPTS; i++) {
 		const struct rqnbd_option *r = &rqnbd_options[i];
-		char head[40], help[512], def[24], *line, *save = NULL;
+		char head[40], help[512], dflt[24], *line, *save = NULL;
 
 		snprintf(head, sizeof(head), "--%s%s%s", r->name, r->arg ? " " : "",
 			 r->arg ? r->arg : "");
-		if (r->size && r->def >= (1u << 20) && !(r->def & ((1u << 20) - 1)))
-			snprintf(def, sizeof(def), "%lluM", r->def >> 20);
-		else
-			snprintf(def, sizeof(def), "%llu", r->def);
-		snprintf(help, sizeof(help), r->help, def);
+		option_default(r, &def, dflt, sizeof(dflt));
+		snprintf(help, sizeof(help), r->help, dflt);
 		for (line = strtok_r(help, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
 			fprintf(f, "  %-24s%s\n", head, line);
 			head[0] = '\0';
@@ -321,12 +334,9 @@ static void check_args(struct opts *o)
 				 "one takes a shared lock)");
 }
 
-static void parse_args(int argc, char **argv, struct opts *o)
+static void opts_default(struct opts *o)
 {
-	struct option long_opts[RQNBD_NOPTS + 3];
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-	unsigned i;
-	int c;
 
 	memset(o, 0, sizeof(*o));
 	o->front = "mq";
@@ -335,7 +345,15 @@ static void parse_args(int argc, char **argv, struct opts *o)
 	o->depth = RQNBD_DEFAULT_DEPTH;
 	o->queues = cpus < 1 ? 1 : cpus > 8 ? 8 : (unsigned)cpus;
 	nbd_limits_default(&o->lim);
+}
 
+static void parse_args(int argc, char **argv, struct opts *o)
+{
+	struct option long_opts[RQNBD_NOPTS + 3];
+	unsigned i;
+	int c;
+
+	opts_default(o);
 	for (i = 0; i < RQNBD_NOPTS; i++)
 		long_opts[i] = (struct option){ rqnbd_options[i].name,
 			rqnbd_options[i].arg ? required_argument : no_argument, NULL, 256 + (int)i };
@@ -344,13 +362,8 @@ static void parse_args(int argc, char **argv, struct opts *o)
 	long_opts[i] = (struct option){ NULL, 0, NULL, 0 };
 
 	prog_init("rqnbd", usage);
-	while ((c = prog_getopt(argc, argv, long_opts)) != -1) {
-		const struct rqnbd_option *r = &rqnbd_options[c - 256];
-		char flag[40];
-
-		snprintf(flag, sizeof(flag), "--%s", r->name);
-		r->set(o, flag, optarg);
-	}
+	while ((c = prog_getopt(argc, argv, long_opts)) != -1)
+		option_set(&rqnbd_options[c - 256], o, optarg);
 	prog_no_operands(argc, argv);
 	if (!o->list_scheds)
 		check_args(o);
