@@ -158,15 +158,6 @@ void nbd_pool_trim(struct nbd_pool *p, uint64_t keep)
 	pool_unmap_chain(chain);
 }
 
-uint64_t nbd_pool_mapped(struct nbd_pool *p)
-{
-	uint64_t v;
-
-	pthread_mutex_lock(&p->lock);
-	v = p->mapped;
-	pthread_mutex_unlock(&p->lock);
-	return v;
-}
 
 void nbd_pool_destroy(struct nbd_pool *p)
 {

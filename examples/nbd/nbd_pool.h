@@ -40,9 +40,6 @@ void nbd_pool_put(struct nbd_pool *p, void *buf, uint32_t len);
 /** nbd_pool_trim() - unmap cached buffers until at most @keep bytes are cached. */
 void nbd_pool_trim(struct nbd_pool *p, uint64_t keep);
 
-/** nbd_pool_mapped() - bytes mapped now (in use and cached). */
-uint64_t nbd_pool_mapped(struct nbd_pool *p);
-
 /** nbd_pool_destroy() - unmap everything (every buffer must be back). */
 void nbd_pool_destroy(struct nbd_pool *p);
 

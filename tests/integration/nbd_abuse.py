@@ -15,18 +15,11 @@ import sys
 import threading
 import time
 
-INIT, OPTS, REP = 0x4E42444D41474943, 0x49484156454F5054, 0x3E889045565A9
-REQ, SIMPLE = 0x25609513, 0x67446698
-OPT_GO = 7
-REP_ACK, REP_INFO = 1, 3
-CMD_READ, CMD_WRITE, CMD_FLUSH = 0, 1, 3
-ENOSPC = 28
-PAGE = os.sysconf("SC_PAGE_SIZE")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from rawnbd import (Closed, CMD_READ, CMD_WRITE, ENOSPC, REQ,  # noqa: E402
+                    Conn as RawConn)
+
 HZ = os.sysconf("SC_CLK_TCK")
-
-
-class Closed(Exception):
-    pass
 
 
 def fail(msg):
@@ -77,7 +70,9 @@ def wait_for(cond, bound, what):
 # ------------------------------------------------------------ a client
 
 
-class Conn:
+class Conn(RawConn):
+    """rawnbd's client, also over TCP from a chosen source address."""
+
     def __init__(self, addr, timeout=10, source=None):
         if isinstance(addr, tuple):
             self.s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -87,18 +82,7 @@ class Conn:
             self.s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.s.settimeout(timeout)
         self.s.connect(addr)
-
-    def recv(self, n):
-        b = b""
-        while len(b) < n:
-            c = self.s.recv(n - len(b))
-            if not c:
-                raise Closed()
-            b += c
-        return b
-
-    def send(self, b):
-        self.s.sendall(b)
+        self.structured = False
 
     def close(self):
         try:
@@ -109,43 +93,15 @@ class Conn:
     def hung_up(self, timeout):
         """True if the server closes the connection within @timeout s."""
         self.s.settimeout(timeout)
-        try:
-            while self.s.recv(65536):
-                pass
-            return True
-        except (ConnectionResetError, BrokenPipeError):
-            return True
-        except socket.timeout:
-            return False
+        return self.closed_by_server()
 
-    def greet(self):
-        magic, opts, _ = struct.unpack(">QQH", self.recv(18))
-        if magic != INIT or opts != OPTS:
-            raise AssertionError("bad greeting")
-        self.send(struct.pack(">I", 3))
-
-    def go(self):
+    def go(self, name=b"", structured=False):
+        """Greet, then GO: the export's size."""
         self.greet()
-        self.send(struct.pack(">QII", OPTS, OPT_GO, 6) + struct.pack(">IH", 0, 0))
-        size = None
-        while True:
-            magic, _, typ, ln = struct.unpack(">QIII", self.recv(20))
-            data = self.recv(ln)
-            if typ == REP_INFO and struct.unpack(">H", data[:2])[0] == 0:
-                size = struct.unpack(">Q", data[2:10])[0]
-            elif typ == REP_ACK:
-                return size
-            elif typ != REP_INFO:
-                raise AssertionError("GO refused: %x" % typ)
+        return RawConn.go(self, name, structured)[0]
 
-    def request(self, typ, offset=0, length=0, cookie=1, payload=b""):
-        self.send(struct.pack(">IHHQQI", REQ, 0, typ, cookie, offset, length) + payload)
-
-    def reply(self, length=0):
-        magic, err, cookie = struct.unpack(">IIQ", self.recv(16))
-        if magic != SIMPLE:
-            raise AssertionError("bad reply magic")
-        return err, cookie, (self.recv(length) if length and not err else b"")
+    def req(self, typ, offset=0, length=0, cookie=1, payload=b""):
+        self.request(typ, offset, length, 0, cookie, payload)
 
 
 def good_roundtrip(addr, offset, size=4096, timeout=10):
@@ -154,11 +110,11 @@ def good_roundtrip(addr, offset, size=4096, timeout=10):
     try:
         c.go()
         blob = os.urandom(size)
-        c.request(CMD_WRITE, offset, size, 1, blob)
-        if c.reply()[0]:
+        c.req(CMD_WRITE, offset, size, 1, blob)
+        if c.response()[0]:
             raise AssertionError("write failed")
-        c.request(CMD_READ, offset, size, 2)
-        err, _, data = c.reply(size)
+        c.req(CMD_READ, offset, size, 2)
+        err, _, data = c.response(size)
         if err or data != blob:
             raise AssertionError("read back differs")
     finally:
@@ -206,7 +162,7 @@ def memory(addr, pid, nclients, reads, size, bound_mib, idle_slack_mib):
         c.s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     for c in conns:
         for i in range(reads):
-            c.request(CMD_READ, (i * size) % (64 << 20), size, i)
+            c.req(CMD_READ, (i * size) % (64 << 20), size, i)
     peak = idle
     # the server fills what it may: sample until RSS stops growing for 1 s
     last_growth = time.monotonic()
@@ -240,9 +196,9 @@ def idle_after_reads(addr, pid, nclients, slack_mib):
     for c in conns:
         c.go()
         for i in range(64):
-            c.request(CMD_READ, i << 20, 1 << 20, i)
+            c.req(CMD_READ, i << 20, 1 << 20, i)
         for i in range(64):
-            c.reply(1 << 20)
+            c.response(1 << 20)
     wait_for(lambda: rss_kib(pid) < idle + slack_mib * 1024, 15,
              "RSS within %d MiB of idle with %d idle connections" % (slack_mib, nclients))
     say("%d idle connections after 64 x 1 MiB reads each: RSS %d MiB (idle %d MiB)"
@@ -430,17 +386,17 @@ def xfsz(addr, pid, limit):
     write below the limit still works."""
     c = Conn(addr)
     c.go()
-    c.request(CMD_WRITE, limit + (1 << 20), 4096, 1, b"x" * 4096)
-    err = c.reply()[0]
+    c.req(CMD_WRITE, limit + (1 << 20), 4096, 1, b"x" * 4096)
+    err = c.response()[0]
     if err != ENOSPC:
         fail("a write past ulimit -f: error %d, not ENOSPC (28)" % err)
     if not alive(pid):
         fail("the server died")
-    c.request(CMD_WRITE, 0, 4096, 2, b"y" * 4096)
-    if c.reply()[0]:
+    c.req(CMD_WRITE, 0, 4096, 2, b"y" * 4096)
+    if c.response()[0]:
         fail("a write below the limit failed after one past it")
-    c.request(CMD_READ, 0, 4096, 3)
-    err, _, data = c.reply(4096)
+    c.req(CMD_READ, 0, 4096, 3)
+    err, _, data = c.response(4096)
     if err or data != b"y" * 4096:
         fail("read back after EFBIG")
     say("write past ulimit -f: ENOSPC; server alive; writes below it work")
@@ -489,13 +445,13 @@ class Soak:
                     off = rnd.randrange(0, 256) * 4096
                     n = min(rnd.choice([4096, 65536, 262144]), (1 << 20) - off)
                     blob = os.urandom(n)
-                    c.request(CMD_WRITE, base + off, n, 1, blob)
-                    if c.reply()[0]:
+                    c.req(CMD_WRITE, base + off, n, 1, blob)
+                    if c.response()[0]:
                         return self.error("good client: write failed")
                     shadow[off:off + n] = blob
                     off = rnd.randrange(0, 240) * 4096
-                    c.request(CMD_READ, base + off, 65536, 2)
-                    err, _, data = c.reply(65536)
+                    c.req(CMD_READ, base + off, 65536, 2)
+                    err, _, data = c.response(65536)
                     if err or data != shadow[off:off + 65536]:
                         return self.error("good client: data differs at %d" % (base + off))
                     with self.lock:
@@ -541,7 +497,7 @@ class Soak:
                 elif kind == "nonreader":
                     c.go()
                     for i in range(32):
-                        c.request(CMD_READ, i << 20, 1 << 20, i)
+                        c.req(CMD_READ, i << 20, 1 << 20, i)
                     held.append(c)
                 elif kind == "junk":
                     c.recv(18)
@@ -549,7 +505,7 @@ class Soak:
                     c.close()
                 elif kind == "vanish":
                     c.go()
-                    c.request(CMD_WRITE, 48 << 20, 1 << 20, 1, b"v" * rnd.randrange(0, 1 << 19))
+                    c.req(CMD_WRITE, 48 << 20, 1 << 20, 1, b"v" * rnd.randrange(0, 1 << 19))
                     c.close()
             except (OSError, Closed, AssertionError):
                 pass

@@ -18,7 +18,6 @@ set -u
 . "$(dirname "$0")/nbd_lib.sh"
 need python3 nbdinfo
 nbd_init "$1"
-abuse="python3 $(dirname "$0")/nbd_abuse.py"
 img=$tmp/disk.img
 truncate -s 8M "$img"
 

@@ -18,7 +18,6 @@ set -u
 . "$(dirname "$0")/nbd_lib.sh"
 need python3
 nbd_init "$1"
-abuse="python3 $(dirname "$0")/nbd_abuse.py"
 ulimit -n 4096 2>/dev/null
 
 nbd_start --memory 64M

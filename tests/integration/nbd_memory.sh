@@ -13,7 +13,6 @@ set -u
 . "$(dirname "$0")/nbd_lib.sh"
 need python3
 nbd_init "$1"
-abuse="python3 $(dirname "$0")/nbd_abuse.py"
 
 # budget 64 MiB in all, 4 MiB a connection; 20 x 4 MiB would be 80 MiB
 nbd_start --memory 128M --conn-buffer 4M --buffer-total 64M --stall-timeout 0

@@ -12,7 +12,6 @@ set -u
 . "$(dirname "$0")/nbd_lib.sh"
 need python3
 nbd_init "$1"
-abuse="python3 $(dirname "$0")/nbd_abuse.py"
 
 truncate -s 16M "$tmp/disk.img"
 real=$rqnbd
