@@ -388,17 +388,83 @@ static int hs_info(struct nbd_conn *c, uint32_t opt, const unsigned char *d, uin
 	return opt == NBD_OPT_GO ? 1 : 0;
 }
 
+/* NBD_OPT_EXPORT_NAME: the export's size and flags.  Return: 1 or -1. */
+static int hs_export_name(struct nbd_conn *c, const unsigned char *name, uint32_t len)
+{
+	unsigned char r10[10], zeros[124] = { 0 };
+	struct iovec iov[2] = { { r10, 10 }, { zeros, 124 } };
+
+	if (!hs_name_ok(c, name, len))
+		return -1; /* no way to say no but to hang up */
+	nbd_put64(r10, c->srv->exp.size);
+	nbd_put16(r10 + 8, conn_tflags(c));
+	return hs_writev(c, iov, c->no_zeroes ? 1 : 2) ? -1 : 1;
+}
+
+/* NBD_OPT_LIST: our one export.  Return: 0 or -1. */
+static int hs_list(struct nbd_conn *c, uint32_t opt, uint32_t len)
+{
+	const char *name = c->srv->exp.name;
+	unsigned char srv[4 + 4096];
+	size_t n = strlen(name);
+
+	if (len)
+		return hs_reply(c, opt, NBD_REP_ERR_INVALID, NULL, 0);
+	if (n > 4096)
+		n = 4096;
+	nbd_put32(srv, n);
+	memcpy(srv + 4, name, n);
+	if (hs_reply(c, opt, NBD_REP_SERVER, srv, 4 + n))
+		return -1;
+	return hs_reply(c, opt, NBD_REP_ACK, NULL, 0);
+}
+
+#define HS_ABORT 2 /* hs_option(): the client asked to close */
+
 /*
- * The fixed newstyle handshake.  Return: 1 to enter transmission, 0 to
- * close cleanly (abort, stop), -1 to close because the client broke the
- * protocol or vanished.
+ * Answer one option (its @len bytes of data at @data).  Return: 1 to enter
+ * transmission, 0 to read the next option, -1 to close (the client broke
+ * the protocol or vanished), HS_ABORT to close cleanly.
+ */
+static int hs_option(struct nbd_conn *c, uint32_t opt, const unsigned char *data,
+		     uint32_t len)
+{
+	switch (opt) {
+	case NBD_OPT_EXPORT_NAME:
+		return hs_export_name(c, data, len);
+	case NBD_OPT_ABORT:
+		hs_reply(c, opt, NBD_REP_ACK, NULL, 0);
+		return HS_ABORT;
+	case NBD_OPT_LIST:
+		return hs_list(c, opt, len);
+	case NBD_OPT_INFO:
+	case NBD_OPT_GO:
+		return hs_info(c, opt, data, len);
+	case NBD_OPT_STRUCTURED_REPLY:
+		if (len || c->structured)
+			return hs_reply(c, opt, NBD_REP_ERR_INVALID, NULL, 0);
+		c->structured = true;
+		return hs_reply(c, opt, NBD_REP_ACK, NULL, 0);
+	case NBD_OPT_LIST_META_CONTEXT:
+	case NBD_OPT_SET_META_CONTEXT:
+		/* we offer no metadata context: an empty list */
+		return hs_reply(c, opt, c->structured ? NBD_REP_ACK : NBD_REP_ERR_INVALID,
+				NULL, 0);
+	default: /* STARTTLS, EXTENDED_HEADERS and anything unknown */
+		return hs_reply(c, opt, NBD_REP_ERR_UNSUP, NULL, 0);
+	}
+}
+
+/*
+ * The fixed newstyle handshake, by the connection's deadline.  Return: 1
+ * to enter transmission, 0 to close cleanly (abort, stop), -1 to close
+ * because the client broke the protocol, vanished or was too slow.
  */
 static int conn_handshake(struct nbd_conn *c)
 {
-	const struct nbd_export *exp = &c->srv->exp;
 	unsigned char g[18], data[NBD_MAX_OPT_LEN];
 	uint32_t cflags;
-	int i, ret = -1;
+	int i;
 
 	nbd_put64(g, NBD_INIT_MAGIC);
 	nbd_put64(g + 8, NBD_OPTS_MAGIC);
@@ -416,89 +482,29 @@ static int conn_handshake(struct nbd_conn *c)
 		int r;
 
 		if (hs_read(c, h, sizeof(h)) || nbd_opt_parse(h, &opt, &len))
-			goto out;
+			return -1;
 		if (len > NBD_MAX_OPT_LEN) {
 			if (opt == NBD_OPT_EXPORT_NAME || len > NBD_MAX_OPT_SKIP ||
 			    hs_skip(c, len) ||
 			    hs_reply(c, opt, NBD_REP_ERR_TOO_BIG, NULL, 0))
-				goto out;
+				return -1;
 			continue;
 		}
 		if (hs_read(c, data, len))
-			goto out;
+			return -1;
 		if (atomic_load(&c->srv->stopping) && opt != NBD_OPT_ABORT) {
 			if (opt == NBD_OPT_EXPORT_NAME ||
 			    hs_reply(c, opt, NBD_REP_ERR_SHUTDOWN, NULL, 0))
-				goto out;
+				return -1;
 			continue;
 		}
-
-		switch (opt) {
-		case NBD_OPT_EXPORT_NAME: {
-			unsigned char r10[10], zeros[124] = { 0 };
-			struct iovec iov[2] = { { r10, 10 }, { zeros, 124 } };
-
-			if (!hs_name_ok(c, data, len))
-				goto out; /* no way to say no but to hang up */
-			nbd_put64(r10, exp->size);
-			nbd_put16(r10 + 8, conn_tflags(c));
-			if (hs_writev(c, iov, c->no_zeroes ? 1 : 2))
-				goto out;
-			ret = 1;
-			goto out;
-		}
-		case NBD_OPT_ABORT:
-			hs_reply(c, opt, NBD_REP_ACK, NULL, 0);
-			ret = 0;
-			goto out;
-		case NBD_OPT_LIST: {
-			unsigned char srv[4 + 4096];
-			size_t n = strlen(exp->name);
-
-			if (len) {
-				r = hs_reply(c, opt, NBD_REP_ERR_INVALID, NULL, 0);
-				break;
-			}
-			if (n > 4096)
-				n = 4096;
-			nbd_put32(srv, n);
-			memcpy(srv + 4, exp->name, n);
-			r = hs_reply(c, opt, NBD_REP_SERVER, srv, 4 + n);
-			if (!r)
-				r = hs_reply(c, opt, NBD_REP_ACK, NULL, 0);
-			break;
-		}
-		case NBD_OPT_INFO:
-		case NBD_OPT_GO:
-			r = hs_info(c, opt, data, len);
-			if (r == 1) {
-				ret = 1;
-				goto out;
-			}
-			break;
-		case NBD_OPT_STRUCTURED_REPLY:
-			if (len || c->structured) {
-				r = hs_reply(c, opt, NBD_REP_ERR_INVALID, NULL, 0);
-				break;
-			}
-			c->structured = true;
-			r = hs_reply(c, opt, NBD_REP_ACK, NULL, 0);
-			break;
-		case NBD_OPT_LIST_META_CONTEXT:
-		case NBD_OPT_SET_META_CONTEXT:
-			/* we offer no metadata context: an empty list */
-			r = hs_reply(c, opt, c->structured ? NBD_REP_ACK : NBD_REP_ERR_INVALID,
-				     NULL, 0);
-			break;
-		default: /* STARTTLS, EXTENDED_HEADERS and anything unknown */
-			r = hs_reply(c, opt, NBD_REP_ERR_UNSUP, NULL, 0);
-			break;
-		}
-		if (r < 0)
-			goto out;
+		r = hs_option(c, opt, data, len);
+		if (r == HS_ABORT)
+			return 0;
+		if (r)
+			return r;
 	}
-out:
-	return ret;
+	return -1;
 }
 
 /* ------------------------------------------------------- transmission */
