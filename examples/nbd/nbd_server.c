@@ -80,6 +80,7 @@
 #define NBD_POOL_KEEP (16u << 20)       /* cached buffers kept after a close */
 #define NBD_POOL_RETRY_MS 10            /* pool empty: try again after */
 #define NBD_IDLE_TRIM_MS 1000           /* idle this long: trim the pool's cache */
+#define NBD_SHORT_WINDOW_MS 1000        /* rate window while the pool runs short */
 #define NBD_THREAD_STACK (1u << 20)     /* connection threads' stacks */
 #define NBD_MAX_OPTIONS 1024            /* options per handshake */
 #define NBD_MAX_OPT_LEN 65536u          /* option data we look at */
@@ -177,6 +178,7 @@ struct nbd_server {
 	unsigned nthreads;          /* under lock: connection threads not yet ended */
 	unsigned nevicting;         /* under lock: evicted, not yet gone */
 	atomic_bool stopping;
+	atomic_uint_fast64_t pool_short_ms; /* last time a buffer was refused */
 	atomic_uint_fast64_t st_refused;
 	atomic_uint_fast64_t st_evicted;
 	atomic_uint_fast64_t st_timeouts;
@@ -613,6 +615,7 @@ static bool conn_budget(struct nbd_conn *c, uint32_t need, char **buf)
 	*buf = nbd_pool_get(c->srv->pool, need);
 	if (!*buf) {
 		c->pool_wait = true;
+		atomic_store_explicit(&c->srv->pool_short_ms, now_ms(), memory_order_relaxed);
 		return false;
 	}
 	c->held += cls;
@@ -1042,14 +1045,14 @@ static int conn_transmit_init(struct nbd_conn *c)
 
 /*
  * Check @m, active while the client is waited for: false when the client
- * moved fewer than lim.min_rate bytes/s over a whole window.
+ * moved fewer than lim.min_rate bytes/s over a whole window of @window ms.
  */
 static bool meter_ok(const struct nbd_conn *c, struct rate_meter *m, bool active,
-		     uint64_t now)
+		     uint64_t now, uint64_t window)
 {
 	const struct nbd_limits *l = &c->srv->lim;
 
-	if (!active || !l->stall_ms) {
+	if (!active || !window) {
 		m->on = false;
 		return true;
 	}
@@ -1057,7 +1060,7 @@ static bool meter_ok(const struct nbd_conn *c, struct rate_meter *m, bool active
 		*m = (struct rate_meter){ .start = now, .on = true };
 		return true;
 	}
-	if (now - m->start < l->stall_ms)
+	if (now - m->start < window)
 		return true;
 	if (m->bytes * 1000 < (uint64_t)l->min_rate * (now - m->start))
 		return false;
@@ -1068,6 +1071,23 @@ static bool meter_ok(const struct nbd_conn *c, struct rate_meter *m, bool active
 static uint64_t min_u64(uint64_t a, uint64_t b)
 {
 	return a < b ? a : b;
+}
+
+/*
+ * The window of the output meter: lim.stall_ms, or NBD_SHORT_WINDOW_MS
+ * while the pool has refused a buffer in the last window, so that clients
+ * that hold buffers and do not read their replies are closed within a
+ * second when others wait for those buffers.
+ */
+static uint64_t out_window(const struct nbd_conn *c, uint64_t now)
+{
+	uint64_t stall = c->srv->lim.stall_ms;
+	uint64_t shortage = atomic_load_explicit(&c->srv->pool_short_ms, memory_order_relaxed);
+
+	if (stall > NBD_SHORT_WINDOW_MS && c->held && shortage &&
+	    now - shortage < NBD_SHORT_WINDOW_MS)
+		return NBD_SHORT_WINDOW_MS;
+	return stall;
 }
 
 /*
@@ -1116,12 +1136,15 @@ static int conn_timers(struct nbd_conn *c, bool reading, bool want_out)
 	if (c->dead)
 		return -1; /* only waiting for what is in flight to end */
 	atomic_store_explicit(&c->busy, !idle, memory_order_relaxed);
-	if (!meter_ok(c, &c->m_in, waiting_in, now) || !meter_ok(c, &c->m_out, want_out, now))
+	if (!meter_ok(c, &c->m_in, waiting_in, now, l->stall_ms) ||
+	    !meter_ok(c, &c->m_out, want_out, now, out_window(c, now)))
 		goto expired;
 	if (c->m_in.on)
 		next = c->m_in.start + l->stall_ms;
-	if (c->m_out.on)
-		next = min_u64(next, c->m_out.start + l->stall_ms);
+	if (c->m_out.on) /* look again after a short window: the pool may run short */
+		next = min_u64(next, c->m_out.start +
+			       min_u64(l->stall_ms, NBD_SHORT_WINDOW_MS * ((now - c->m_out.start) /
+									NBD_SHORT_WINDOW_MS + 1)));
 	if (idle)
 		next = min_u64(next, conn_idle(c, now));
 	else

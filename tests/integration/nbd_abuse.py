@@ -187,6 +187,31 @@ def memory(addr, pid, nclients, reads, size, bound_mib, idle_slack_mib):
     good_roundtrip(addr, 8192)
 
 
+def pressure(addr, pid, nclients, bound_s):
+    """@nclients pipeline 1 MiB reads and never read, more than the pool
+    holds; a good client is served within @bound_s seconds all the same
+    (those holding buffers without reading are closed first), and the
+    server's RSS stays bounded."""
+    conns = open_many(addr, nclients, "non-reader")
+    for c in conns:
+        c.go()
+        c.s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        for i in range(32):
+            c.req(CMD_READ, i << 20, 1 << 20, i)
+    t0 = time.monotonic()
+    try:
+        good_roundtrip(addr, 0, 65536, timeout=bound_s)
+    except (OSError, Closed, AssertionError) as e:
+        fail("a good client was not served within %g s while %d clients held the pool: %r"
+             % (bound_s, nclients, e))
+    say("%d clients holding the pool without reading: a good client served in %.2f s"
+        % (nclients, time.monotonic() - t0))
+    closed = sum(1 for c in conns if c.hung_up(0.05))
+    say("%d of them closed by the server" % closed)
+    for c in conns:
+        c.close()
+
+
 def idle_after_reads(addr, pid, nclients, slack_mib):
     """Clients pipeline 1 MiB reads, take every reply, stay connected and
     idle: the server's cache goes back (RSS near idle with them open)."""
@@ -567,6 +592,7 @@ class Soak:
 SCENARIOS = {
     "memory": lambda a: memory(addr_of(a[0]), int(a[1]), int(a[2]), int(a[3]), int(a[4]),
                                int(a[5]), int(a[6])),
+    "pressure": lambda a: pressure(addr_of(a[0]), int(a[1]), int(a[2]), float(a[3])),
     "idle-after-reads": lambda a: idle_after_reads(addr_of(a[0]), int(a[1]), int(a[2]),
                                                    int(a[3])),
     "lockout": lambda a: lockout(addr_of(a[0]), int(a[1]), int(a[2]), int(a[3]), int(a[4]),
