@@ -42,9 +42,12 @@
  * that.
  *
  * What touches a connection from outside its thread: end_io (the done
- * stack, the sleeping flag, the eventfd, the cb_active count) and
+ * stack, the sleeping flag, the eventfd, the cb_active count),
  * nbd_server_stop (the eventfd, or shutdown() of the socket during the
- * handshake, under the server lock).
+ * handshake, under the server lock) and nbd_server_add's eviction (reads
+ * busy and last_ms, sets evicted and shuts the socket down, under the
+ * server lock; the socket stays open until the connection's own thread
+ * has taken it off the list).
  */
 #define _GNU_SOURCE
 #include <errno.h>
