@@ -84,6 +84,7 @@
 #define NBD_POOL_RETRY_MS 10            /* pool empty: try again after */
 #define NBD_IDLE_TRIM_MS 1000           /* idle this long: trim the pool's cache */
 #define NBD_SHORT_WINDOW_MS 1000        /* rate window while the pool runs short */
+#define NBD_EVICT_ESTABLISHED (1ull << 62) /* eviction rank: after any handshake */
 #define NBD_THREAD_STACK (1u << 20)     /* connection threads' stacks */
 #define NBD_MAX_OPTIONS 1024            /* options per handshake */
 #define NBD_MAX_OPT_LEN 65536u          /* option data we look at */
@@ -1478,7 +1479,8 @@ void nbd_peer_name(int fd, char *buf, size_t n)
 
 /*
  * Shut down the connection idle longest (of client @key, or of anyone when
- * NULL): not busy, its last byte the oldest.  A client in the middle of
+ * NULL): not busy, a handshake before an established connection, then
+ * the one whose last byte is the oldest.  A client in the middle of
  * its handshake has just moved, so a flood evicts itself first.  Context:
  * under srv->lock.  Return: true if one was.
  */
@@ -1488,12 +1490,15 @@ static bool srv_evict(struct nbd_server *srv, const struct nbd_peer *key)
 	struct nbd_conn *c, *victim = NULL;
 
 	for (c = srv->conns; c; c = c->next_conn) {
-		uint64_t last = atomic_load_explicit(&c->last_ms, memory_order_relaxed);
+		uint64_t rank = atomic_load_explicit(&c->last_ms, memory_order_relaxed);
 
+		/* handshakes first: an established client is worth more */
+		if (c->state == CONN_TRANSMISSION)
+			rank += NBD_EVICT_ESTABLISHED;
 		if (atomic_load(&c->evicted) || atomic_load(&c->busy) ||
-		    (key && memcmp(&c->peer, key, sizeof(*key))) || last >= oldest)
+		    (key && memcmp(&c->peer, key, sizeof(*key))) || rank >= oldest)
 			continue;
-		oldest = last;
+		oldest = rank;
 		victim = c;
 	}
 	if (!victim)

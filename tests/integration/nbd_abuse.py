@@ -245,8 +245,11 @@ def trickle_handshake(c, stop):
 def lockout(addr, pid, silent, trickling, rounds, bound_s):
     """@silent clients connect and say nothing, @trickling ones send a byte a
     second; a good client is served @rounds times throughout, each within
-    @bound_s seconds."""
+    @bound_s seconds, and an established client idle since before the flood
+    keeps its connection (handshakes are evicted first)."""
     stop = threading.Event()
+    keeper = Conn(addr)
+    keeper.go()
     conns = open_many(addr, silent, "silent")
     tr = open_many(addr, trickling, "trickler")
     threads = [threading.Thread(target=trickle_handshake, args=(c, stop), daemon=True)
@@ -269,6 +272,15 @@ def lockout(addr, pid, silent, trickling, rounds, bound_s):
         stop.set()
     say("%d silent + %d trickling connections: %d good clients served, slowest %.2f s"
         % (silent, trickling, rounds, worst))
+    try:
+        keeper.req(CMD_READ, 0, 4096, 5)
+        err, _, _ = keeper.response(4096)
+        if err:
+            raise AssertionError("error %d" % err)
+    except (OSError, Closed, AssertionError) as e:
+        fail("the idle established client lost its connection to the flood: %r" % e)
+    say("the established client idle through the flood still has its connection")
+    keeper.close()
     for c in conns + tr:
         c.close()
     if not alive(pid):
