@@ -5,7 +5,9 @@
 #  1. 256 connections that never speak and 256 that trickle a byte a
 #     second, renewed as the server closes them: a good client (write,
 #     read back) is served 20 times throughout, each within 5 s (before:
-#     locked out for the 30 s handshake timeout, or for ever).
+#     locked out for the 30 s handshake timeout, or for ever).  An established
+#     client idle since before the flood keeps its connection (handshakes
+#     are evicted first).
 #  2. Deadlines: a handshake trickled a byte a second ends at
 #     --handshake-timeout, a request header trickled in transmission at
 #     the --min-rate check, an idle connection at --idle-timeout.
