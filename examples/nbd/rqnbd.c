@@ -69,6 +69,8 @@
 #define RQNBD_LOG_WINDOW_S 10          /* repeated lines: a summary per window */
 #define RQNBD_LOG_BURST 5              /* lines of one kind printed per window */
 #define RQNBD_ACCEPT_PAUSE_MS 100      /* no descriptor even after the spare */
+#define RQNBD_BACKLOG 1024             /* listen(): a burst waits, not refused */
+#define RQNBD_ACCEPT_BATCH 32          /* accepts per wakeup, then signals */
 
 /* Exit codes. */
 #define RQNBD_EXIT_FAIL 1       /* set-up failed (bad usage: PROG_EXIT_USAGE, 2) */
@@ -564,9 +566,9 @@ static int listen_unix(const char *path)
 		}
 		unlink(path);
 	}
-	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
-	    listen(fd, 128) < 0 || lstat(path, &unix_made) < 0) {
+	    listen(fd, RQNBD_BACKLOG) < 0 || lstat(path, &unix_made) < 0) {
 		fprintf(stderr, "rqnbd: cannot listen on %s: %s\n", path, strerror(errno));
 		if (fd >= 0)
 			close(fd);
@@ -602,11 +604,12 @@ static int listen_tcp(const char *addr, const char *port)
 		return -1;
 	}
 	for (ai = res; ai; ai = ai->ai_next) {
-		fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+		fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
+			    ai->ai_protocol);
 		if (fd < 0)
 			continue;
 		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-		if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 128) == 0)
+		if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, RQNBD_BACKLOG) == 0)
 			break;
 		close(fd);
 		fd = -1;
@@ -766,8 +769,9 @@ static void accept_no_fd(struct acceptor *a, int err)
 		a->paused_until = mono_ms() + RQNBD_ACCEPT_PAUSE_MS;
 }
 
-/* Accept one waiting client and hand it to the server. */
-static void accept_one(struct acceptor *a, struct nbd_server *srv)
+/* Accept one waiting client and hand it to the server.  Return: false
+ * when none was waiting (or accept failed). */
+static bool accept_one(struct acceptor *a, struct nbd_server *srv)
 {
 	struct nbd_server_stats st;
 	char peer[64];
@@ -779,7 +783,7 @@ static void accept_one(struct acceptor *a, struct nbd_server *srv)
 			accept_no_fd(a, errno);
 		else if (errno == ENOBUFS || errno == ENOMEM)
 			a->paused_until = mono_ms() + RQNBD_ACCEPT_PAUSE_MS;
-		return; /* or the client went away */
+		return false; /* or none is waiting, or the client went away */
 	}
 	if (a->tcp)
 		setsockopt(cfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
@@ -794,6 +798,7 @@ static void accept_one(struct acceptor *a, struct nbd_server *srv)
 		ratelog(&a->evicted, "closed %llu idle connection(s) to take one from %s",
 			st.evicted - a->evicted_seen, peer);
 	a->evicted_seen = st.evicted;
+	return true;
 }
 
 /* Serve until SIGINT/SIGTERM arrive on @sfd. */
@@ -821,8 +826,12 @@ static void accept_loop(struct acceptor *a, struct nbd_server *srv, int sfd)
 				fprintf(stderr, "rqnbd: %s: stopping\n", strsignal(si.ssi_signo));
 			return;
 		}
-		if (pfd[0].revents & POLLIN)
-			accept_one(a, srv);
+		if (pfd[0].revents & POLLIN) {
+			int n = 0;
+
+			while (n++ < RQNBD_ACCEPT_BATCH && accept_one(a, srv))
+				;
+		}
 	}
 }
 

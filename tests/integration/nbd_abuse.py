@@ -74,14 +74,25 @@ class Conn(RawConn):
     """rawnbd's client, also over TCP from a chosen source address."""
 
     def __init__(self, addr, timeout=10, source=None):
-        if isinstance(addr, tuple):
-            self.s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            if source:
-                self.s.bind((source, 0))
-        else:
-            self.s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.s.settimeout(timeout)
-        self.s.connect(addr)
+        """Connect as a blocking client would: a full unix backlog (EAGAIN,
+        which a socket with a timeout gets at once) is waited out."""
+        end = time.monotonic() + timeout
+        while True:
+            if isinstance(addr, tuple):
+                self.s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                if source:
+                    self.s.bind((source, 0))
+            else:
+                self.s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.s.settimeout(timeout)
+            try:
+                self.s.connect(addr)
+                break
+            except BlockingIOError:
+                self.s.close()
+                if time.monotonic() > end:
+                    raise
+                time.sleep(0.01)
         self.structured = False
 
     def close(self):
@@ -122,20 +133,12 @@ def good_roundtrip(addr, offset, size=4096, timeout=10):
 
 
 def open_many(addr, n, what, **kw):
-    """@n connections; a full backlog (EAGAIN) is waited out, up to 10 s."""
     out = []
     for _ in range(n):
-        end = time.monotonic() + 10
-        while True:
-            try:
-                out.append(Conn(addr, **kw))
-                break
-            except BlockingIOError as e:
-                if time.monotonic() > end:
-                    fail("%s: connect failed: %s" % (what, e))
-                time.sleep(0.01)
-            except OSError as e:
-                fail("%s: connect failed: %s" % (what, e))
+        try:
+            out.append(Conn(addr, **kw))
+        except OSError as e:
+            fail("%s: connect failed: %s" % (what, e))
     return out
 
 
