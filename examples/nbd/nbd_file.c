@@ -377,6 +377,32 @@ static int nbdf_size(struct nbd_file *f)
 	return f->size ? 0 : -EINVAL;
 }
 
+/*
+ * Open @cfg->path as the lock mode asks: O_EXCL for a block device held
+ * exclusively, then the OFD lock.  Return: 0 or a negative errno.
+ */
+static int nbdf_open(struct nbd_file *f, const struct nbd_file_config *cfg)
+{
+	struct flock fl = { .l_whence = SEEK_SET }; /* start 0, length 0: all */
+	int flags = (cfg->read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC;
+	bool excl = cfg->lock == NBD_FILE_LOCK_EXCLUSIVE;
+	struct stat st;
+
+	if (excl && cfg->read_only)
+		return -EINVAL;
+	if (excl && stat(cfg->path, &st) == 0 && S_ISBLK(st.st_mode))
+		flags |= O_EXCL; /* Linux: exclusive open of a block device */
+	f->fd = open(cfg->path, flags);
+	if (f->fd < 0)
+		return -errno;
+	if (cfg->lock == NBD_FILE_LOCK_OFF)
+		return 0;
+	fl.l_type = excl ? F_WRLCK : F_RDLCK;
+	if (fcntl(f->fd, F_OFD_SETLK, &fl) < 0)
+		return errno == EAGAIN || errno == EACCES ? -EBUSY : -errno;
+	return 0;
+}
+
 /**
  * nbd_file_create() - see nbd_file.h.
  * @cfg: configuration.
@@ -398,9 +424,10 @@ int nbd_file_create(const struct nbd_file_config *cfg, struct nbd_file **out)
 	f = calloc(1, sizeof(*f));
 	if (!f)
 		return -ENOMEM;
-	f->fd = open(cfg->path, (cfg->read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC);
-	if (f->fd < 0) {
-		ret = -errno;
+	ret = nbdf_open(f, cfg);
+	if (ret) {
+		if (f->fd >= 0)
+			close(f->fd);
 		free(f);
 		return ret;
 	}

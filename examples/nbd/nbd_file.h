@@ -22,10 +22,23 @@
 
 #include <librequest/mq.h>
 
+/*
+ * How the file is kept from other servers: an open file description lock
+ * (F_OFD_SETLK) over the whole file, write (exclusive) or read (shared);
+ * a block device is also opened O_EXCL when exclusive (fails while it is
+ * mounted or opened exclusively elsewhere).
+ */
+enum nbd_file_lock {
+	NBD_FILE_LOCK_EXCLUSIVE = 0, /* needs a writable file */
+	NBD_FILE_LOCK_SHARED,
+	NBD_FILE_LOCK_OFF,
+};
+
 /** struct nbd_file_config - how to open the file and build its queue. */
 struct nbd_file_config {
 	const char *path;       /* file or block device */
 	bool read_only;         /* open O_RDONLY */
+	enum nbd_file_lock lock;
 	bool single_queue;      /* the single-queue front end (request_fn) */
 	unsigned nr_hw_queues;  /* >= 1; single-queue: worker threads */
 	unsigned queue_depth;   /* tags per hw queue; single-queue: requests
@@ -43,8 +56,10 @@ struct nbd_file;
  *
  * The capacity is the file size rounded down to 512 bytes.
  * Context: may sleep.
- * Return: 0, or a negative errno (from open/fstat, -EINVAL for an empty
- * file or an unknown scheduler, -ENOMEM).
+ * Return: 0, or a negative errno (from open/fstat, -EBUSY when another
+ * process holds a conflicting lock or the block device is in use, -EINVAL
+ * for an empty file, an unknown scheduler, or an exclusive lock on a
+ * read-only file, -ENOMEM).
  */
 int nbd_file_create(const struct nbd_file_config *cfg, struct nbd_file **out);
 

@@ -22,45 +22,70 @@
  * ever waits for one request.  Replies go out in completion order, matched
  * by cookie.
  *
- * Back-pressure: a connection has NBD_MAX_INFLIGHT commands; while all are
- * busy (or NBD_MAX_INFLIGHT_BYTES of data are held), the loop stops
- * parsing and stops reading the socket, so a fast client fills its socket
- * buffer and waits.
+ * Back-pressure: a connection has lim.conn_requests commands and may hold
+ * lim.conn_buffer bytes of data buffers, taken from the server's bounded
+ * pool (nbd_pool.h) before a request is taken; while all commands are busy,
+ * the budget is spent or the pool is empty, the loop stops parsing and
+ * stops reading the socket, so a fast client fills its socket buffer and
+ * waits.  Nothing is allocated per request: buffers come from the pool's
+ * cache, commands from the connection's array.
+ *
+ * Time: the handshake polls against one deadline (lim.handshake_ms after
+ * accept); in transmission two rate meters (input while a request is
+ * incomplete, output while replies wait for the socket) close a
+ * connection that moves fewer than lim.min_rate bytes/s over a window of
+ * lim.stall_ms, and lim.idle_ms closes one with nothing in flight.
+ *
+ * Admission (nbd_server_add): the global and per-client limits, and the
+ * eviction of the connection idle longest when the reserve is reached;
+ * each connection publishes "busy" and the time of its last activity for
+ * that.
  *
  * What touches a connection from outside its thread: end_io (the done
- * stack, the sleeping flag, the eventfd, the cb_active count) and
+ * stack, the sleeping flag, the eventfd, the cb_active count),
  * nbd_server_stop (the eventfd, or shutdown() of the socket during the
- * handshake, under the server lock).
+ * handshake, under the server lock) and nbd_server_add's eviction (reads
+ * busy and last_ms, sets evicted and shuts the socket down, under the
+ * server lock; the socket stays open until the connection's own thread
+ * has taken it off the list).
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <malloc.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdio.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
-#include <sys/time.h>
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <librequest/librequest.h>
 
+#include "nbd_parse.h"
+#include "nbd_pool.h"
 #include "nbd_proto.h"
 #include "nbd_server.h"
 
-#define NBD_MAX_CONNS 256               /* connections at once */
-#define NBD_MAX_INFLIGHT 64             /* requests in flight per connection */
-#define NBD_MAX_INFLIGHT_BYTES (64u << 20) /* data held per connection */
 #define NBD_MAX_SKIP (64ull << 20)      /* refused write payload we still read */
-#define NBD_IN_BUF (256u << 10)         /* socket read buffer */
+#define NBD_IN_BUF (128u << 10)         /* socket read buffer (mmap) */
 #define NBD_DIRECT_READ (64u << 10)     /* payload rest read straight into place */
-#define NBD_BUF_KEEP (1u << 20)         /* larger command buffers are freed */
-#define NBD_HANDSHAKE_TIMEOUT_S 30      /* per receive or send in the handshake */
+#define NBD_POOL_KEEP (16u << 20)       /* cached buffers kept after a close */
+#define NBD_POOL_RETRY_MS 10            /* pool empty: try again after */
+#define NBD_IDLE_TRIM_MS 1000           /* idle this long: trim the pool's cache */
+#define NBD_SHORT_WINDOW_MS 1000        /* rate window while the pool runs short */
+#define NBD_EVICT_ESTABLISHED (1ull << 62) /* eviction rank: after any handshake */
+#define NBD_THREAD_STACK (1u << 20)     /* connection threads' stacks */
 #define NBD_MAX_OPTIONS 1024            /* options per handshake */
 #define NBD_MAX_OPT_LEN 65536u          /* option data we look at */
 #define NBD_MAX_OPT_SKIP (1u << 20)     /* longer options: disconnect */
@@ -84,11 +109,24 @@ struct nbd_cmd {
 	uint16_t flags;             /* NBD_CMD_FLAG_* */
 	uint32_t error;             /* NBD error of the reply; 0: success */
 	uint32_t rx_done;           /* write payload bytes received */
-	char *buf;                  /* data: read result or write payload */
-	uint32_t cap;               /* bytes allocated at buf */
+	char *buf;                  /* data from the pool: read result or write payload */
+	uint32_t buf_len;           /* the length buf was taken for */
 	uint32_t hdr_len;           /* reply header bytes in hdr */
 	uint32_t data_len;          /* reply data bytes (from buf) */
 	unsigned char hdr[32];      /* reply header */
+};
+
+/* Who a client is, for the per-client limit: an IP address or a unix uid. */
+struct nbd_peer {
+	int family;
+	unsigned char addr[16];
+};
+
+/* Bytes moved in a window of lim.stall_ms, while the client is waited for. */
+struct rate_meter {
+	uint64_t start;             /* ms; window start */
+	uint64_t bytes;             /* moved since start */
+	bool on;
 };
 
 struct nbd_conn {
@@ -98,14 +136,25 @@ struct nbd_conn {
 	int fd;
 	int efd;                    /* eventfd: completions, stop */
 	enum conn_state state;      /* under srv->lock */
+	atomic_bool evicted;        /* shut down to make room (set under srv->lock) */
+	struct nbd_peer peer;
 	struct rq_io_context *ioc;  /* this client's io context */
 	bool structured;            /* structured replies negotiated */
 	bool no_zeroes;             /* NBD_FLAG_C_NO_ZEROES */
+	uint64_t hs_deadline;       /* ms: the handshake must end before */
+	atomic_uint_fast64_t last_ms; /* last byte in or out (for idle, eviction) */
+	atomic_bool busy;           /* requests in flight or half received */
+	struct nbd_req_limits rlim; /* what requests are checked against */
 
 	/* transmission: loop thread only, unless said otherwise */
 	struct nbd_cmd *free_cmds;
 	unsigned inflight;          /* commands not on the free list */
-	uint64_t inflight_bytes;    /* data bytes of those */
+	uint64_t held;              /* pool bytes (class sizes) of those */
+	bool blocked;               /* a request waits for budget or pool */
+	bool pool_wait;             /* ... and the pool was empty */
+	bool trimmed;               /* trimmed the pool since last busy */
+	struct rate_meter m_in, m_out;
+	uint64_t drain_deadline;    /* ms, once stopping */
 	_Atomic(struct nbd_cmd *) done; /* pushed by end_io */
 	atomic_bool sleeping;       /* the loop is (about to be) in poll */
 	atomic_int cb_active;       /* end_io calls running */
@@ -119,16 +168,24 @@ struct nbd_conn {
 	bool disc;                  /* NBD_CMD_DISC received */
 	bool dead;                  /* the socket is unusable: drop replies */
 	bool stopping;              /* the server is stopping */
-	struct nbd_cmd cmds[NBD_MAX_INFLIGHT];
+	struct nbd_cmd *cmds;       /* lim.conn_requests of them */
 };
 
 struct nbd_server {
 	struct nbd_export exp;
+	struct nbd_limits lim;
+	struct nbd_pool *pool;      /* request data buffers */
 	pthread_mutex_t lock;
-	pthread_cond_t cond;        /* nconns reached 0 */
+	pthread_cond_t cond;        /* nthreads reached 0 */
 	struct nbd_conn *conns;     /* under lock */
-	unsigned nconns;            /* under lock */
+	unsigned nconns;            /* under lock: on the list */
+	unsigned nthreads;          /* under lock: connection threads not yet ended */
+	unsigned nevicting;         /* under lock: evicted, not yet gone */
 	atomic_bool stopping;
+	atomic_uint_fast64_t pool_short_ms; /* last time a buffer was refused */
+	atomic_uint_fast64_t st_refused;
+	atomic_uint_fast64_t st_evicted;
+	atomic_uint_fast64_t st_timeouts;
 	atomic_uint_fast64_t st_connections;
 	atomic_uint_fast64_t st_handshakes;
 	atomic_uint_fast64_t st_requests;
@@ -165,18 +222,46 @@ static uint16_t conn_tflags(const struct nbd_conn *c)
 
 /* ------------------------------------------------------------ handshake */
 
-/* Blocking I/O with the socket's timeouts.  Return: 0, or -1 on any failure. */
+/*
+ * Wait until the socket is ready for @events, or the handshake's deadline
+ * passes: however slowly a client trickles, the whole handshake ends by
+ * then.  Return: 0, or -1 (deadline, error).
+ */
+static int hs_wait(struct nbd_conn *c, short events)
+{
+	for (;;) {
+		struct pollfd pfd = { c->fd, events, 0 };
+		uint64_t now = now_ms();
+		int r;
+
+		if (now >= c->hs_deadline) {
+			count(&c->srv->st_timeouts);
+			return -1;
+		}
+		r = poll(&pfd, 1, (int)(c->hs_deadline - now));
+		if (r > 0)
+			return 0;
+		if (r < 0 && errno != EINTR)
+			return -1;
+	}
+}
+
+/* Read @n bytes by the handshake's deadline.  Return: 0, or -1 on any failure. */
 static int hs_read(struct nbd_conn *c, void *buf, size_t n)
 {
 	char *p = buf;
 
 	while (n) {
-		ssize_t r = recv(c->fd, p, n, 0);
+		ssize_t r;
 
+		if (hs_wait(c, POLLIN))
+			return -1;
+		r = recv(c->fd, p, n, MSG_DONTWAIT);
 		if (r > 0) {
 			p += r;
 			n -= r;
-		} else if (r < 0 && errno == EINTR) {
+			atomic_store_explicit(&c->last_ms, now_ms(), memory_order_relaxed);
+		} else if (r < 0 && (errno == EINTR || errno == EAGAIN)) {
 			continue;
 		} else {
 			return -1;
@@ -204,10 +289,13 @@ static int hs_writev(struct nbd_conn *c, struct iovec *iov, int n)
 	struct msghdr mh = { .msg_iov = iov, .msg_iovlen = n };
 
 	while (mh.msg_iovlen) {
-		ssize_t r = sendmsg(c->fd, &mh, MSG_NOSIGNAL);
+		ssize_t r;
 
+		if (hs_wait(c, POLLOUT))
+			return -1;
+		r = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
 		if (r < 0) {
-			if (errno == EINTR)
+			if (errno == EINTR || errno == EAGAIN)
 				continue;
 			return -1;
 		}
@@ -248,9 +336,7 @@ static int hs_reply(struct nbd_conn *c, uint32_t opt, uint32_t type,
 /* Does @name (of @len bytes) name our export?  The empty name does. */
 static bool hs_name_ok(const struct nbd_conn *c, const unsigned char *name, uint32_t len)
 {
-	const char *ours = c->srv->exp.name;
-
-	return !len || (len == strlen(ours) && !memcmp(name, ours, len));
+	return nbd_name_match(c->srv->exp.name, name, len);
 }
 
 /* NBD_OPT_INFO / NBD_OPT_GO.  Return: 1 to enter transmission, 0 to go on,
@@ -258,27 +344,17 @@ static bool hs_name_ok(const struct nbd_conn *c, const unsigned char *name, uint
 static int hs_info(struct nbd_conn *c, uint32_t opt, const unsigned char *d, uint32_t len)
 {
 	const struct nbd_export *exp = &c->srv->exp;
-	bool want_name = false, want_desc = false;
+	struct nbd_info_req ir;
+	bool want_name, want_desc;
 	unsigned char info[14];
-	uint32_t namelen;
-	uint16_t nreq, i;
+	uint32_t err = nbd_info_parse(d, len, &ir);
 
-	if (len < 6)
-		return hs_reply(c, opt, NBD_REP_ERR_INVALID, NULL, 0);
-	namelen = nbd_get32(d);
-	if (namelen > len - 6)
-		return hs_reply(c, opt, NBD_REP_ERR_INVALID, NULL, 0);
-	nreq = nbd_get16(d + 4 + namelen);
-	if ((uint64_t)4 + namelen + 2 + 2ull * nreq != len)
-		return hs_reply(c, opt, NBD_REP_ERR_INVALID, NULL, 0);
-	if (!hs_name_ok(c, d + 4, namelen))
+	if (err)
+		return hs_reply(c, opt, err, NULL, 0);
+	if (!hs_name_ok(c, ir.name, ir.namelen))
 		return hs_reply(c, opt, NBD_REP_ERR_UNKNOWN, NULL, 0);
-	for (i = 0; i < nreq; i++) {
-		uint16_t what = nbd_get16(d + 4 + namelen + 2 + 2 * i);
-
-		want_name |= what == NBD_INFO_NAME;
-		want_desc |= what == NBD_INFO_DESCRIPTION;
-	}
+	want_name = ir.want_name;
+	want_desc = ir.want_desc;
 
 	nbd_put16(info, NBD_INFO_EXPORT);
 	nbd_put64(info + 2, exp->size);
@@ -318,17 +394,83 @@ static int hs_info(struct nbd_conn *c, uint32_t opt, const unsigned char *d, uin
 	return opt == NBD_OPT_GO ? 1 : 0;
 }
 
+/* NBD_OPT_EXPORT_NAME: the export's size and flags.  Return: 1 or -1. */
+static int hs_export_name(struct nbd_conn *c, const unsigned char *name, uint32_t len)
+{
+	unsigned char r10[10], zeros[124] = { 0 };
+	struct iovec iov[2] = { { r10, 10 }, { zeros, 124 } };
+
+	if (!hs_name_ok(c, name, len))
+		return -1; /* no way to say no but to hang up */
+	nbd_put64(r10, c->srv->exp.size);
+	nbd_put16(r10 + 8, conn_tflags(c));
+	return hs_writev(c, iov, c->no_zeroes ? 1 : 2) ? -1 : 1;
+}
+
+/* NBD_OPT_LIST: our one export.  Return: 0 or -1. */
+static int hs_list(struct nbd_conn *c, uint32_t opt, uint32_t len)
+{
+	const char *name = c->srv->exp.name;
+	unsigned char srv[4 + 4096];
+	size_t n = strlen(name);
+
+	if (len)
+		return hs_reply(c, opt, NBD_REP_ERR_INVALID, NULL, 0);
+	if (n > 4096)
+		n = 4096;
+	nbd_put32(srv, n);
+	memcpy(srv + 4, name, n);
+	if (hs_reply(c, opt, NBD_REP_SERVER, srv, 4 + n))
+		return -1;
+	return hs_reply(c, opt, NBD_REP_ACK, NULL, 0);
+}
+
+#define HS_ABORT 2 /* hs_option(): the client asked to close */
+
 /*
- * The fixed newstyle handshake.  Return: 1 to enter transmission, 0 to
- * close cleanly (abort, stop), -1 to close because the client broke the
- * protocol or vanished.
+ * Answer one option (its @len bytes of data at @data).  Return: 1 to enter
+ * transmission, 0 to read the next option, -1 to close (the client broke
+ * the protocol or vanished), HS_ABORT to close cleanly.
+ */
+static int hs_option(struct nbd_conn *c, uint32_t opt, const unsigned char *data,
+		     uint32_t len)
+{
+	switch (opt) {
+	case NBD_OPT_EXPORT_NAME:
+		return hs_export_name(c, data, len);
+	case NBD_OPT_ABORT:
+		hs_reply(c, opt, NBD_REP_ACK, NULL, 0);
+		return HS_ABORT;
+	case NBD_OPT_LIST:
+		return hs_list(c, opt, len);
+	case NBD_OPT_INFO:
+	case NBD_OPT_GO:
+		return hs_info(c, opt, data, len);
+	case NBD_OPT_STRUCTURED_REPLY:
+		if (len || c->structured)
+			return hs_reply(c, opt, NBD_REP_ERR_INVALID, NULL, 0);
+		c->structured = true;
+		return hs_reply(c, opt, NBD_REP_ACK, NULL, 0);
+	case NBD_OPT_LIST_META_CONTEXT:
+	case NBD_OPT_SET_META_CONTEXT:
+		/* we offer no metadata context: an empty list */
+		return hs_reply(c, opt, c->structured ? NBD_REP_ACK : NBD_REP_ERR_INVALID,
+				NULL, 0);
+	default: /* STARTTLS, EXTENDED_HEADERS and anything unknown */
+		return hs_reply(c, opt, NBD_REP_ERR_UNSUP, NULL, 0);
+	}
+}
+
+/*
+ * The fixed newstyle handshake, by the connection's deadline.  Return: 1
+ * to enter transmission, 0 to close cleanly (abort, stop), -1 to close
+ * because the client broke the protocol, vanished or was too slow.
  */
 static int conn_handshake(struct nbd_conn *c)
 {
-	const struct nbd_export *exp = &c->srv->exp;
-	unsigned char g[18], *data;
+	unsigned char g[18], data[NBD_MAX_OPT_LEN];
 	uint32_t cflags;
-	int i, ret = -1;
+	int i;
 
 	nbd_put64(g, NBD_INIT_MAGIC);
 	nbd_put64(g + 8, NBD_OPTS_MAGIC);
@@ -340,101 +482,35 @@ static int conn_handshake(struct nbd_conn *c)
 		return -1;
 	c->no_zeroes = cflags & NBD_FLAG_C_NO_ZEROES;
 
-	data = malloc(NBD_MAX_OPT_LEN);
-	if (!data)
-		return -1;
 	for (i = 0; i < NBD_MAX_OPTIONS; i++) {
 		unsigned char h[16];
 		uint32_t opt, len;
 		int r;
 
-		if (hs_read(c, h, sizeof(h)) || nbd_get64(h) != NBD_OPTS_MAGIC)
-			goto out;
-		opt = nbd_get32(h + 8);
-		len = nbd_get32(h + 12);
+		if (hs_read(c, h, sizeof(h)) || nbd_opt_parse(h, &opt, &len))
+			return -1;
 		if (len > NBD_MAX_OPT_LEN) {
 			if (opt == NBD_OPT_EXPORT_NAME || len > NBD_MAX_OPT_SKIP ||
 			    hs_skip(c, len) ||
 			    hs_reply(c, opt, NBD_REP_ERR_TOO_BIG, NULL, 0))
-				goto out;
+				return -1;
 			continue;
 		}
 		if (hs_read(c, data, len))
-			goto out;
+			return -1;
 		if (atomic_load(&c->srv->stopping) && opt != NBD_OPT_ABORT) {
 			if (opt == NBD_OPT_EXPORT_NAME ||
 			    hs_reply(c, opt, NBD_REP_ERR_SHUTDOWN, NULL, 0))
-				goto out;
+				return -1;
 			continue;
 		}
-
-		switch (opt) {
-		case NBD_OPT_EXPORT_NAME: {
-			unsigned char r10[10], zeros[124] = { 0 };
-			struct iovec iov[2] = { { r10, 10 }, { zeros, 124 } };
-
-			if (!hs_name_ok(c, data, len))
-				goto out; /* no way to say no but to hang up */
-			nbd_put64(r10, exp->size);
-			nbd_put16(r10 + 8, conn_tflags(c));
-			if (hs_writev(c, iov, c->no_zeroes ? 1 : 2))
-				goto out;
-			ret = 1;
-			goto out;
-		}
-		case NBD_OPT_ABORT:
-			hs_reply(c, opt, NBD_REP_ACK, NULL, 0);
-			ret = 0;
-			goto out;
-		case NBD_OPT_LIST: {
-			unsigned char srv[4 + 4096];
-			size_t n = strlen(exp->name);
-
-			if (len) {
-				r = hs_reply(c, opt, NBD_REP_ERR_INVALID, NULL, 0);
-				break;
-			}
-			if (n > 4096)
-				n = 4096;
-			nbd_put32(srv, n);
-			memcpy(srv + 4, exp->name, n);
-			r = hs_reply(c, opt, NBD_REP_SERVER, srv, 4 + n);
-			if (!r)
-				r = hs_reply(c, opt, NBD_REP_ACK, NULL, 0);
-			break;
-		}
-		case NBD_OPT_INFO:
-		case NBD_OPT_GO:
-			r = hs_info(c, opt, data, len);
-			if (r == 1) {
-				ret = 1;
-				goto out;
-			}
-			break;
-		case NBD_OPT_STRUCTURED_REPLY:
-			if (len || c->structured) {
-				r = hs_reply(c, opt, NBD_REP_ERR_INVALID, NULL, 0);
-				break;
-			}
-			c->structured = true;
-			r = hs_reply(c, opt, NBD_REP_ACK, NULL, 0);
-			break;
-		case NBD_OPT_LIST_META_CONTEXT:
-		case NBD_OPT_SET_META_CONTEXT:
-			/* we offer no metadata context: an empty list */
-			r = hs_reply(c, opt, c->structured ? NBD_REP_ACK : NBD_REP_ERR_INVALID,
-				     NULL, 0);
-			break;
-		default: /* STARTTLS, EXTENDED_HEADERS and anything unknown */
-			r = hs_reply(c, opt, NBD_REP_ERR_UNSUP, NULL, 0);
-			break;
-		}
-		if (r < 0)
-			goto out;
+		r = hs_option(c, opt, data, len);
+		if (r == HS_ABORT)
+			return 0;
+		if (r)
+			return r;
 	}
-out:
-	free(data);
-	return ret;
+	return -1;
 }
 
 /* ------------------------------------------------------- transmission */
@@ -508,35 +584,46 @@ static struct nbd_cmd *cmd_get(struct nbd_conn *c)
 	return cmd;
 }
 
-/* A command's reply has gone (or been dropped): make it free again. */
+/* A command's reply has gone (or been dropped): make it free again, its
+ * buffer back to the pool. */
 static void cmd_put(struct nbd_conn *c, struct nbd_cmd *cmd)
 {
-	if (cmd->type == NBD_CMD_READ || cmd->type == NBD_CMD_WRITE)
-		c->inflight_bytes -= cmd->len;
-	if (cmd->cap > NBD_BUF_KEEP) {
-		free(cmd->buf);
+	if (cmd->buf) {
+		nbd_pool_put(c->srv->pool, cmd->buf, cmd->buf_len);
+		c->held -= nbd_pool_class_size(cmd->buf_len);
 		cmd->buf = NULL;
-		cmd->cap = 0;
+		cmd->buf_len = 0;
 	}
 	cmd->next = c->free_cmds;
 	c->free_cmds = cmd;
 	c->inflight--;
 }
 
-/* Make sure @cmd has room for @len bytes.  Return: 0 or -ENOMEM. */
-static int cmd_reserve(struct nbd_cmd *cmd, uint32_t len)
+/*
+ * May a request needing @need bytes of buffer be taken now?  Takes the
+ * buffer (*@buf, NULL when @need is 0) from the pool if so.  Within the
+ * connection's budget, a request is taken alone when it is larger.
+ */
+static bool conn_budget(struct nbd_conn *c, uint32_t need, char **buf)
 {
-	void *p;
+	uint64_t cls;
 
-	if (cmd->cap >= len)
-		return 0;
-	/* page-aligned, so a file device could do O_DIRECT with it */
-	if (posix_memalign(&p, 4096, len))
-		return -ENOMEM;
-	free(cmd->buf);
-	cmd->buf = p;
-	cmd->cap = len;
-	return 0;
+	*buf = NULL;
+	if (!c->free_cmds)
+		return false;
+	if (!need)
+		return true;
+	cls = nbd_pool_class_size(need);
+	if (c->held && c->held + cls > c->srv->lim.conn_buffer)
+		return false;
+	*buf = nbd_pool_get(c->srv->pool, need);
+	if (!*buf) {
+		c->pool_wait = true;
+		atomic_store_explicit(&c->srv->pool_short_ms, now_ms(), memory_order_relaxed);
+		return false;
+	}
+	c->held += cls;
+	return true;
 }
 
 /* Build @cmd's reply header and append it to the reply queue. */
@@ -647,142 +734,89 @@ static void conn_submit(struct nbd_conn *c, struct nbd_cmd *cmd)
 }
 
 /*
- * Check a request against the protocol and the export.
- * Return: 0 or the NBD error to answer with.
+ * Handle one decoded request @r; @buf is its data buffer (from
+ * conn_budget) when it is a valid read or write with data.
  */
-static uint32_t conn_check(const struct nbd_conn *c, uint16_t type, uint16_t flags,
-			   uint64_t offset, uint32_t len)
-{
-	const struct nbd_export *exp = &c->srv->exp;
-	uint32_t allowed = NBD_CMD_FLAG_FUA;
-	uint64_t align = exp->min_block - 1;
-	bool in_bounds = offset <= exp->size && len <= exp->size - offset;
-	bool aligned = !(offset & align) && !(len & align);
-
-	switch (type) {
-	case NBD_CMD_READ:
-		if (c->structured)
-			allowed |= NBD_CMD_FLAG_DF;
-		if (flags & ~allowed || !aligned || len > exp->max_block || !in_bounds)
-			return NBD_EINVAL;
-		return 0;
-	case NBD_CMD_WRITE:
-		if (flags & ~allowed || !aligned || len > exp->max_block)
-			return NBD_EINVAL;
-		if (exp->read_only)
-			return NBD_EPERM;
-		return in_bounds ? 0 : NBD_ENOSPC;
-	case NBD_CMD_FLUSH:
-		return flags & ~allowed ? NBD_EINVAL : 0;
-	case NBD_CMD_TRIM:
-		if (flags & ~allowed)
-			return NBD_EINVAL;
-		if (exp->read_only)
-			return NBD_EPERM;
-		return in_bounds ? 0 : NBD_EINVAL;
-	case NBD_CMD_WRITE_ZEROES:
-		allowed |= NBD_CMD_FLAG_NO_HOLE;
-		if (flags & ~allowed || !aligned)
-			return NBD_EINVAL;
-		if (exp->read_only)
-			return NBD_EPERM;
-		return in_bounds ? 0 : NBD_ENOSPC;
-	case NBD_CMD_CACHE:
-		/* not advertised, but some clients send it: a no-op */
-		return flags & ~allowed || !in_bounds ? NBD_EINVAL : 0;
-	default: /* BLOCK_STATUS without a context, and unknown commands */
-		return NBD_EINVAL;
-	}
-}
-
-/* Handle one request header @p (NBD_REQUEST_SIZE bytes). */
-static void conn_request(struct nbd_conn *c, const unsigned char *p)
+static void conn_request(struct nbd_conn *c, const struct nbd_req *r, char *buf)
 {
 	struct nbd_cmd *cmd;
-	uint16_t flags, type;
-	uint32_t len, error;
-	uint64_t offset;
+	uint32_t error;
 
-	if (nbd_get32(p) != NBD_REQUEST_MAGIC) {
-		count(&c->srv->st_dropped);
-		c->dead = true; /* out of sync: nothing we could answer */
-		return;
-	}
 	count(&c->srv->st_requests);
-	flags = nbd_get16(p + 4);
-	type = nbd_get16(p + 6);
-	offset = nbd_get64(p + 16);
-	len = nbd_get32(p + 24);
-	if (type == NBD_CMD_DISC) {
+	if (r->type == NBD_CMD_DISC) {
 		c->disc = true;
 		return;
 	}
 
 	cmd = cmd_get(c);
-	cmd->cookie = nbd_get64(p + 8);
-	cmd->type = type;
-	cmd->flags = flags;
-	cmd->offset = offset;
+	cmd->cookie = r->cookie;
+	cmd->type = r->type;
+	cmd->flags = r->flags;
+	cmd->offset = r->offset;
 	cmd->len = 0;
-	error = conn_check(c, type, flags, offset, len);
+	cmd->buf = buf;
+	cmd->buf_len = buf ? r->len : 0;
+	error = nbd_req_check(&c->rlim, r);
 
-	if (type == NBD_CMD_WRITE) {
-		if (!error && len && cmd_reserve(cmd, len))
-			error = NBD_ENOMEM;
+	if (r->type == NBD_CMD_WRITE) {
 		if (error) {
-			if (len > NBD_MAX_SKIP) {
+			if (r->len > NBD_MAX_SKIP) {
 				/* a payload this size is an attack, or garbage */
 				count(&c->srv->st_dropped);
 				cmd_put(c, cmd);
 				c->dead = true;
 				return;
 			}
-			c->rx_skip = len;
+			c->rx_skip = r->len;
 			conn_reply_now(c, cmd, error);
 			return;
 		}
-		if (!len) {
+		if (!r->len) {
 			conn_reply_now(c, cmd, 0);
 			return;
 		}
-		cmd->len = len;
-		c->inflight_bytes += len;
+		cmd->len = r->len;
 		c->rx_cmd = cmd;
 		return;
 	}
-	if (error) {
+	if (error || r->type == NBD_CMD_CACHE || (!r->len && r->type != NBD_CMD_FLUSH)) {
 		conn_reply_now(c, cmd, error);
 		return;
 	}
-	switch (type) {
-	case NBD_CMD_READ:
-		if (!len || cmd_reserve(cmd, len)) {
-			conn_reply_now(c, cmd, len ? NBD_ENOMEM : 0);
-			return;
-		}
-		cmd->len = len;
-		c->inflight_bytes += len;
-		break;
-	case NBD_CMD_WRITE_ZEROES:
-	case NBD_CMD_TRIM:
-		if (!len) {
-			conn_reply_now(c, cmd, 0);
-			return;
-		}
-		cmd->len = len;
-		break;
-	case NBD_CMD_CACHE:
-		conn_reply_now(c, cmd, 0);
-		return;
-	}
+	cmd->len = r->type == NBD_CMD_FLUSH ? 0 : r->len; /* READ, WRITE_ZEROES, TRIM */
 	conn_submit(c, cmd);
 }
 
-/* May another request be taken on? */
-static bool conn_can_take(const struct nbd_conn *c)
+/* Buffer bytes request @r needs: a valid read or write with data. */
+static uint32_t req_need(const struct nbd_conn *c, const struct nbd_req *r)
 {
-	return c->free_cmds &&
-	       (!c->inflight || c->inflight_bytes < NBD_MAX_INFLIGHT_BYTES);
+	if ((r->type != NBD_CMD_READ && r->type != NBD_CMD_WRITE) || !r->len)
+		return 0;
+	return nbd_req_check(&c->rlim, r) ? 0 : r->len;
+}
+
+/*
+ * Take the request header at the read buffer's start, if its command and
+ * buffer can be had now (else mark the connection blocked).  Return: true
+ * if it was taken.
+ */
+static bool conn_take(struct nbd_conn *c)
+{
+	struct nbd_req r;
+	char *buf;
+
+	if (nbd_req_parse(c->in + c->in_start, &r)) {
+		count(&c->srv->st_dropped);
+		c->dead = true; /* out of sync: nothing we could answer */
+		return false;
+	}
+	if (!conn_budget(c, req_need(c, &r), &buf)) {
+		c->blocked = true;
+		return false;
+	}
+	c->in_start += NBD_REQUEST_SIZE;
+	conn_request(c, &r, buf);
+	return true;
 }
 
 /*
@@ -794,6 +828,7 @@ static bool conn_parse(struct nbd_conn *c)
 {
 	bool progress = false;
 
+	c->blocked = c->pool_wait = false;
 	while (!c->dead) {
 		size_t avail = c->in_end - c->in_start;
 
@@ -824,10 +859,8 @@ static bool conn_parse(struct nbd_conn *c)
 			}
 			continue;
 		}
-		if (c->disc || c->stopping || avail < NBD_REQUEST_SIZE || !conn_can_take(c))
+		if (c->disc || c->stopping || avail < NBD_REQUEST_SIZE || !conn_take(c))
 			break;
-		conn_request(c, c->in + c->in_start);
-		c->in_start += NBD_REQUEST_SIZE;
 		progress = true;
 	}
 	if (c->in_start == c->in_end)
@@ -847,6 +880,13 @@ static void conn_parse_plugged(struct nbd_conn *c)
 	rq_finish_plug(&plug);
 }
 
+/* @n bytes went in or out: the client is active. */
+static void conn_moved(struct nbd_conn *c, struct rate_meter *m, size_t n)
+{
+	m->bytes += n;
+	atomic_store_explicit(&c->last_ms, now_ms(), memory_order_relaxed);
+}
+
 /*
  * Read from the socket: straight into a large write payload, or into the
  * read buffer; *@asked says how much was asked for.  Return: bytes read, 0
@@ -863,6 +903,7 @@ static ssize_t conn_read(struct nbd_conn *c, size_t *asked)
 		*asked = cmd->len - cmd->rx_done;
 		r = read(c->fd, cmd->buf + cmd->rx_done, *asked);
 		if (r > 0) {
+			conn_moved(c, &c->m_in, r);
 			cmd->rx_done += r;
 			if (cmd->rx_done == cmd->len) {
 				c->rx_cmd = NULL;
@@ -882,8 +923,10 @@ static ssize_t conn_read(struct nbd_conn *c, size_t *asked)
 	}
 	*asked = NBD_IN_BUF - c->in_end;
 	r = read(c->fd, c->in + c->in_end, *asked);
-	if (r > 0)
+	if (r > 0) {
+		conn_moved(c, &c->m_in, r);
 		c->in_end += r;
+	}
 	return r;
 }
 
@@ -955,6 +998,7 @@ static int conn_send(struct nbd_conn *c)
 				continue;
 			return errno == EAGAIN || errno == EWOULDBLOCK ? 1 : -1;
 		}
+		conn_moved(c, &c->m_out, (size_t)r);
 		while (r > 0) {
 			size_t left;
 
@@ -978,17 +1022,212 @@ static int conn_send(struct nbd_conn *c)
 /* Set up the transmission state.  Return: 0 or -ENOMEM. */
 static int conn_transmit_init(struct nbd_conn *c)
 {
-	int i;
+	unsigned i, n = c->srv->lim.conn_requests;
+	void *in = mmap(NULL, NBD_IN_BUF, PROT_READ | PROT_WRITE,
+			MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 
-	c->in = malloc(NBD_IN_BUF);
-	if (!c->in)
+	if (in == MAP_FAILED)
 		return -ENOMEM;
-	for (i = NBD_MAX_INFLIGHT - 1; i >= 0; i--) {
+	c->in = in;
+	c->cmds = calloc(n, sizeof(*c->cmds));
+	if (!c->cmds)
+		return -ENOMEM;
+	for (i = n; i-- > 0;) {
 		c->cmds[i].conn = c;
 		c->cmds[i].next = c->free_cmds;
 		c->free_cmds = &c->cmds[i];
 	}
+	c->rlim = (struct nbd_req_limits){
+		.size = c->srv->exp.size,
+		.min_block = c->srv->exp.min_block,
+		.max_block = c->srv->exp.max_block,
+		.read_only = c->srv->exp.read_only,
+		.structured = c->structured,
+	};
 	return 0;
+}
+
+/*
+ * Check @m, active while the client is waited for: false when the client
+ * moved fewer than lim.min_rate bytes/s over a whole window of @window ms.
+ */
+static bool meter_ok(const struct nbd_conn *c, struct rate_meter *m, bool active,
+		     uint64_t now, uint64_t window)
+{
+	const struct nbd_limits *l = &c->srv->lim;
+
+	if (!active || !window) {
+		m->on = false;
+		return true;
+	}
+	if (!m->on) {
+		*m = (struct rate_meter){ .start = now, .on = true };
+		return true;
+	}
+	if (now - m->start < window)
+		return true;
+	if (m->bytes * 1000 < (uint64_t)l->min_rate * (now - m->start))
+		return false;
+	*m = (struct rate_meter){ .start = now, .on = true };
+	return true;
+}
+
+static uint64_t min_u64(uint64_t a, uint64_t b)
+{
+	return a < b ? a : b;
+}
+
+/*
+ * The window of the output meter: lim.stall_ms, or NBD_SHORT_WINDOW_MS
+ * while the pool has refused a buffer in the last window, so that clients
+ * that hold buffers and do not read their replies are closed within a
+ * second when others wait for those buffers.
+ */
+static uint64_t out_window(const struct nbd_conn *c, uint64_t now)
+{
+	uint64_t stall = c->srv->lim.stall_ms;
+	uint64_t shortage = atomic_load_explicit(&c->srv->pool_short_ms, memory_order_relaxed);
+
+	if (stall > NBD_SHORT_WINDOW_MS && c->held && shortage &&
+	    now - shortage < NBD_SHORT_WINDOW_MS)
+		return NBD_SHORT_WINDOW_MS;
+	return stall;
+}
+
+/*
+ * An idle connection: after NBD_IDLE_TRIM_MS give the pool's cached
+ * buffers back to the system (down to NBD_POOL_KEEP), so that idle clients
+ * leave the server near its idle size; after lim.idle_ms close it (dead).
+ * Return: when to look again (ms).
+ */
+static uint64_t conn_idle(struct nbd_conn *c, uint64_t now)
+{
+	const struct nbd_limits *l = &c->srv->lim;
+	uint64_t last = atomic_load_explicit(&c->last_ms, memory_order_relaxed);
+	uint64_t next = UINT64_MAX;
+
+	if (!c->trimmed) {
+		if (now - last >= NBD_IDLE_TRIM_MS) {
+			nbd_pool_trim(c->srv->pool, NBD_POOL_KEEP);
+			c->trimmed = true;
+		} else {
+			next = last + NBD_IDLE_TRIM_MS;
+		}
+	}
+	if (l->idle_ms && !c->stopping) {
+		if (now - last >= l->idle_ms)
+			c->dead = true;
+		next = min_u64(next, last + l->idle_ms);
+	}
+	return next;
+}
+
+/*
+ * The transmission timers: close the connection (dead) when the client is
+ * too slow, idle too long, or does not take its last replies at stop;
+ * publish busy for eviction.  Return: the poll timeout in ms (-1: none).
+ */
+static int conn_timers(struct nbd_conn *c, bool reading, bool want_out)
+{
+	const struct nbd_limits *l = &c->srv->lim;
+	uint64_t now = now_ms(), next = UINT64_MAX;
+	size_t avail = c->in_end - c->in_start;
+	bool waiting_in = reading && (c->rx_cmd || c->rx_skip ||
+				      (avail && avail < NBD_REQUEST_SIZE));
+	/* a request waiting for the pool is not idle: never evict it */
+	bool idle = !c->inflight && !waiting_in && !avail;
+
+	if (c->dead)
+		return -1; /* only waiting for what is in flight to end */
+	atomic_store_explicit(&c->busy, !idle, memory_order_relaxed);
+	if (!meter_ok(c, &c->m_in, waiting_in, now, l->stall_ms) ||
+	    !meter_ok(c, &c->m_out, want_out, now, out_window(c, now)))
+		goto expired;
+	if (c->m_in.on)
+		next = c->m_in.start + l->stall_ms;
+	if (c->m_out.on) /* look again after a short window: the pool may run short */
+		next = min_u64(next, c->m_out.start +
+			       min_u64(l->stall_ms, NBD_SHORT_WINDOW_MS * ((now - c->m_out.start) /
+									NBD_SHORT_WINDOW_MS + 1)));
+	if (idle)
+		next = min_u64(next, conn_idle(c, now));
+	else
+		c->trimmed = false;
+	if (c->dead)
+		goto expired;
+	if (c->stopping) {
+		if (now >= c->drain_deadline) {
+			c->dead = true; /* the client does not take its replies */
+			return 0;
+		}
+		next = min_u64(next, c->drain_deadline);
+	}
+	if (c->blocked && c->pool_wait)
+		next = min_u64(next, now + NBD_POOL_RETRY_MS);
+	if (next == UINT64_MAX)
+		return -1;
+	return next <= now ? 0 : (int)min_u64(next - now, INT_MAX);
+expired:
+	count(&c->srv->st_timeouts);
+	c->dead = true;
+	return 0;
+}
+
+/* Sleep in poll until the socket, a completion or a timer wants us. */
+static void conn_sleep(struct nbd_conn *c, bool reading, bool want_out, int timeout,
+		       bool *try_read)
+{
+	struct pollfd pfd[2];
+
+	/* a socket we neither read nor wait to write to stays out */
+	pfd[0].fd = reading || want_out ? c->fd : -1;
+	pfd[0].events = (reading ? POLLIN : 0) | (want_out ? POLLOUT : 0);
+	pfd[0].revents = 0;
+	pfd[1].fd = c->efd;
+	pfd[1].events = POLLIN;
+	pfd[1].revents = 0;
+	atomic_store(&c->sleeping, true);
+	if (atomic_load(&c->done)) {
+		atomic_store(&c->sleeping, false);
+		return;
+	}
+	poll(pfd, 2, timeout);
+	atomic_store(&c->sleeping, false);
+	if (pfd[1].revents & POLLIN) {
+		uint64_t v;
+		ssize_t r = read(c->efd, &v, sizeof(v));
+
+		(void)r;
+	}
+	if (pfd[0].revents & (POLLIN | POLLHUP | POLLERR))
+		*try_read = true;
+	if ((pfd[0].revents & (POLLERR | POLLNVAL)) ||
+	    ((pfd[0].revents & POLLHUP) && !reading))
+		c->dead = true; /* gone both ways: replies cannot go */
+}
+
+/*
+ * Try one read when the socket may hold more.  Return: true to go round
+ * the loop again at once.
+ */
+static bool conn_try_read(struct nbd_conn *c, bool *try_read)
+{
+	size_t asked = 0;
+	ssize_t r = conn_read(c, &asked);
+
+	if (r > 0) {
+		/* a short read drained the socket: poll before the next */
+		*try_read = (size_t)r == asked;
+		conn_parse_plugged(c);
+		return true;
+	}
+	if (r == 0)
+		c->eof = true;
+	else if (errno == EAGAIN || errno == EWOULDBLOCK)
+		*try_read = false;
+	else if (errno != EINTR)
+		c->dead = true;
+	return r == 0 || c->dead;
 }
 
 /**
@@ -1001,7 +1240,6 @@ static int conn_transmit_init(struct nbd_conn *c)
  */
 static void conn_transmit(struct nbd_conn *c)
 {
-	uint64_t deadline = 0;
 	bool try_read = true; /* the socket may hold more than we took */
 	int flags = fcntl(c->fd, F_GETFL);
 
@@ -1010,13 +1248,12 @@ static void conn_transmit(struct nbd_conn *c)
 		return;
 
 	for (;;) {
-		struct pollfd pfd[2];
 		bool reading, want_out = false;
-		int timeout = -1;
+		int timeout;
 
 		if (!c->stopping && atomic_load(&c->srv->stopping)) {
 			c->stopping = true;
-			deadline = now_ms() + NBD_DRAIN_TIMEOUT_MS;
+			c->drain_deadline = now_ms() + NBD_DRAIN_TIMEOUT_MS;
 		}
 		conn_collect(c);
 		if (!c->dead && c->out_head) {
@@ -1032,69 +1269,23 @@ static void conn_transmit(struct nbd_conn *c)
 			conn_parse_plugged(c); /* input held back by back-pressure */
 
 		reading = !c->dead && !c->eof && !c->disc && !c->stopping &&
-			  (c->rx_skip || c->rx_cmd || conn_can_take(c)) &&
+			  (c->rx_skip || c->rx_cmd || (c->free_cmds && !c->blocked)) &&
 			  c->in_end - c->in_start < NBD_IN_BUF;
 		if (!reading && c->rx_cmd) {
 			/* its payload will never arrive: it was never submitted */
 			cmd_put(c, c->rx_cmd);
 			c->rx_cmd = NULL;
 		}
-		if (!reading && !c->inflight)
+		if (!reading && !c->inflight && (!c->blocked || c->dead || c->stopping))
 			break; /* nothing in flight, nothing more to read */
-		if (reading && try_read) {
-			size_t asked = 0;
-			ssize_t r = conn_read(c, &asked);
-
-			if (r > 0) {
-				/* a short read drained the socket: poll before the next */
-				try_read = (size_t)r == asked;
-				conn_parse_plugged(c);
-				continue;
-			}
-			if (r == 0)
-				c->eof = true;
-			else if (errno == EAGAIN || errno == EWOULDBLOCK)
-				try_read = false;
-			else if (errno != EINTR)
-				c->dead = true;
-			if (r == 0 || c->dead)
-				continue;
-		}
+		if (reading && try_read && conn_try_read(c, &try_read))
+			continue;
 		if (atomic_load(&c->done))
 			continue;
-
-		if (c->stopping) {
-			uint64_t now = now_ms();
-
-			if (now >= deadline) {
-				c->dead = true; /* the client does not take its replies */
-				continue;
-			}
-			timeout = (int)(deadline - now);
-		}
-		/* a socket we neither read nor wait to write to stays out */
-		pfd[0].fd = reading || want_out ? c->fd : -1;
-		pfd[0].events = (reading ? POLLIN : 0) | (want_out ? POLLOUT : 0);
-		pfd[1].fd = c->efd;
-		pfd[1].events = POLLIN;
-		atomic_store(&c->sleeping, true);
-		if (atomic_load(&c->done)) {
-			atomic_store(&c->sleeping, false);
-			continue;
-		}
-		poll(pfd, 2, timeout);
-		atomic_store(&c->sleeping, false);
-		if (pfd[1].revents & POLLIN) {
-			uint64_t v;
-			ssize_t r = read(c->efd, &v, sizeof(v));
-
-			(void)r;
-		}
-		if (pfd[0].revents & (POLLIN | POLLHUP | POLLERR))
-			try_read = true;
-		if ((pfd[0].revents & (POLLERR | POLLNVAL)) ||
-		    ((pfd[0].revents & POLLHUP) && !reading))
-			c->dead = true; /* gone both ways: replies cannot go */
+		timeout = conn_timers(c, reading, want_out);
+		if (c->dead && timeout == 0)
+			continue; /* just expired */
+		conn_sleep(c, reading, want_out, timeout, &try_read);
 	}
 	/* an end_io may still be leaving after its push */
 	while (atomic_load_explicit(&c->cb_active, memory_order_acquire))
@@ -1105,11 +1296,16 @@ static void conn_transmit(struct nbd_conn *c)
 
 static void conn_free(struct nbd_conn *c)
 {
-	int i;
+	unsigned i;
 
-	for (i = 0; i < NBD_MAX_INFLIGHT; i++)
-		free(c->cmds[i].buf);
-	free(c->in);
+	if (c->cmds) {
+		for (i = 0; i < c->srv->lim.conn_requests; i++)
+			if (c->cmds[i].buf)
+				nbd_pool_put(c->srv->pool, c->cmds[i].buf, c->cmds[i].buf_len);
+		free(c->cmds);
+	}
+	if (c->in)
+		munmap(c->in, NBD_IN_BUF);
 	if (c->ioc)
 		rq_ioc_put(c->ioc);
 	if (c->efd >= 0)
@@ -1117,6 +1313,34 @@ static void conn_free(struct nbd_conn *c)
 	if (c->fd >= 0)
 		close(c->fd);
 	free(c);
+}
+
+/* Take @c off the server's list; give memory back as connections end. */
+static void conn_unlist(struct nbd_conn *c)
+{
+	struct nbd_server *srv = c->srv;
+	bool last;
+
+	pthread_mutex_lock(&srv->lock);
+	if (c->prev_conn)
+		c->prev_conn->next_conn = c->next_conn;
+	else
+		srv->conns = c->next_conn;
+	if (c->next_conn)
+		c->next_conn->prev_conn = c->prev_conn;
+	if (c->evicted)
+		srv->nevicting--;
+	last = !--srv->nconns;
+	pthread_mutex_unlock(&srv->lock);
+	conn_free(c);
+	/* the pool's cache, and whatever the malloc arenas kept */
+	nbd_pool_trim(srv->pool, last ? 0 : NBD_POOL_KEEP);
+	if (last)
+		malloc_trim(0);
+	pthread_mutex_lock(&srv->lock);
+	if (!--srv->nthreads)
+		pthread_cond_broadcast(&srv->cond);
+	pthread_mutex_unlock(&srv->lock);
 }
 
 /**
@@ -1130,17 +1354,14 @@ static void *conn_thread(void *arg)
 {
 	struct nbd_conn *c = arg;
 	struct nbd_server *srv = c->srv;
-	struct timeval tv = { NBD_HANDSHAKE_TIMEOUT_S, 0 };
 	int r;
 
-	setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	setsockopt(c->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 	r = conn_handshake(c);
-	if (r < 0)
+	if (r < 0 && !c->evicted)
 		count(&srv->st_dropped);
 	if (r > 0) {
 		pthread_mutex_lock(&srv->lock);
-		if (atomic_load(&srv->stopping))
+		if (atomic_load(&srv->stopping) || c->evicted)
 			r = 0;
 		else
 			c->state = CONN_TRANSMISSION;
@@ -1150,43 +1371,188 @@ static void *conn_thread(void *arg)
 		count(&srv->st_handshakes);
 		conn_transmit(c);
 	}
-
-	pthread_mutex_lock(&srv->lock);
-	if (c->prev_conn)
-		c->prev_conn->next_conn = c->next_conn;
-	else
-		srv->conns = c->next_conn;
-	if (c->next_conn)
-		c->next_conn->prev_conn = c->prev_conn;
-	if (!--srv->nconns)
-		pthread_cond_broadcast(&srv->cond);
-	pthread_mutex_unlock(&srv->lock);
-	conn_free(c);
+	conn_unlist(c);
 	return NULL;
 }
 
 /* ------------------------------------------------------------ server */
 
+void nbd_limits_default(struct nbd_limits *l)
+{
+	*l = (struct nbd_limits){
+		.max_conns = NBD_DEF_MAX_CONNS,
+		.max_per_client = NBD_DEF_MAX_PER_CLIENT,
+		.reserve = NBD_DEF_RESERVE,
+		.conn_requests = NBD_DEF_CONN_REQUESTS,
+		.conn_buffer = NBD_DEF_CONN_BUFFER,
+		.buffer_total = NBD_DEF_BUFFER_TOTAL,
+		.handshake_ms = NBD_DEF_HANDSHAKE_S * 1000,
+		.idle_ms = NBD_DEF_IDLE_S * 1000,
+		.stall_ms = NBD_DEF_STALL_S * 1000,
+		.min_rate = NBD_DEF_MIN_RATE,
+	};
+}
+
+static bool limits_ok(const struct nbd_export *exp, const struct nbd_limits *l)
+{
+	return l->max_conns && l->max_per_client && l->reserve < l->max_conns &&
+	       l->conn_requests && l->handshake_ms && l->handshake_ms <= INT_MAX &&
+	       exp->max_block <= l->conn_buffer &&
+	       nbd_pool_class_size(exp->max_block) <= l->buffer_total;
+}
+
 /**
  * nbd_server_create() - see nbd_server.h.
  * @exp: the export.
+ * @lim: the limits, or NULL.
  * @out: receives the server.
  * Return: 0 or a negative errno.
  */
-int nbd_server_create(const struct nbd_export *exp, struct nbd_server **out)
+int nbd_server_create(const struct nbd_export *exp, const struct nbd_limits *lim,
+		      struct nbd_server **out)
 {
 	struct nbd_server *srv;
+	struct nbd_limits def;
 
+	if (!lim) {
+		nbd_limits_default(&def);
+		lim = &def;
+	}
 	if (!exp || !exp->q || !exp->name || !out || exp->min_block < 512 ||
-	    (exp->min_block & (exp->min_block - 1)) || exp->max_block < exp->min_block)
+	    (exp->min_block & (exp->min_block - 1)) || exp->max_block < exp->min_block ||
+	    !limits_ok(exp, lim))
 		return -EINVAL;
 	srv = calloc(1, sizeof(*srv));
 	if (!srv)
 		return -ENOMEM;
+	if (nbd_pool_create(lim->buffer_total, &srv->pool)) {
+		free(srv);
+		return -ENOMEM;
+	}
 	srv->exp = *exp;
+	srv->lim = *lim;
 	pthread_mutex_init(&srv->lock, NULL);
 	pthread_cond_init(&srv->cond, NULL);
 	*out = srv;
+	return 0;
+}
+
+/* Who is at the other end of @fd: its IP address, or its uid on a unix socket. */
+static void peer_of(int fd, struct nbd_peer *p)
+{
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+
+	memset(p, 0, sizeof(*p));
+	if (getpeername(fd, (struct sockaddr *)&ss, &sl) < 0)
+		return;
+	p->family = ss.ss_family;
+	if (ss.ss_family == AF_INET) {
+		memcpy(p->addr, &((struct sockaddr_in *)&ss)->sin_addr, 4);
+	} else if (ss.ss_family == AF_INET6) {
+		memcpy(p->addr, &((struct sockaddr_in6 *)&ss)->sin6_addr, 16);
+	} else if (ss.ss_family == AF_UNIX) {
+		struct ucred cr;
+		socklen_t cl = sizeof(cr);
+
+		if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) == 0)
+			memcpy(p->addr, &cr.uid, sizeof(cr.uid));
+	}
+}
+
+void nbd_peer_name(int fd, char *buf, size_t n)
+{
+	struct nbd_peer p;
+	uint32_t uid;
+
+	peer_of(fd, &p);
+	if (p.family == AF_INET || p.family == AF_INET6) {
+		if (inet_ntop(p.family, p.addr, buf, (socklen_t)n))
+			return;
+	} else if (p.family == AF_UNIX) {
+		memcpy(&uid, p.addr, sizeof(uid));
+		snprintf(buf, n, "uid %u", uid);
+		return;
+	}
+	snprintf(buf, n, "unknown peer");
+}
+
+/*
+ * Shut down the connection idle longest (of client @key, or of anyone when
+ * NULL): not busy, a handshake before an established connection, then
+ * the one whose last byte is the oldest.  A client in the middle of
+ * its handshake has just moved, so a flood evicts itself first.  Context:
+ * under srv->lock.  Return: true if one was.
+ */
+static bool srv_evict(struct nbd_server *srv, const struct nbd_peer *key)
+{
+	uint64_t oldest = UINT64_MAX;
+	struct nbd_conn *c, *victim = NULL;
+
+	for (c = srv->conns; c; c = c->next_conn) {
+		uint64_t rank = atomic_load_explicit(&c->last_ms, memory_order_relaxed);
+
+		/* handshakes first: an established client is worth more */
+		if (c->state == CONN_TRANSMISSION)
+			rank += NBD_EVICT_ESTABLISHED;
+		if (atomic_load(&c->evicted) || atomic_load(&c->busy) ||
+		    (key && memcmp(&c->peer, key, sizeof(*key))) || rank >= oldest)
+			continue;
+		oldest = rank;
+		victim = c;
+	}
+	if (!victim)
+		return false;
+	atomic_store(&victim->evicted, true);
+	srv->nevicting++;
+	shutdown(victim->fd, SHUT_RDWR);
+	count(&srv->st_evicted);
+	return true;
+}
+
+/*
+ * Make room for a connection from @key.  Context: under srv->lock.
+ * Return: 0, -EMLINK (its client's limit), -EBUSY (the global one).
+ */
+static int srv_admit(struct nbd_server *srv, const struct nbd_peer *key)
+{
+	const struct nbd_limits *l = &srv->lim;
+	unsigned live = srv->nconns - srv->nevicting, same = 0;
+	struct nbd_conn *c;
+
+	for (c = srv->conns; c; c = c->next_conn)
+		same += !atomic_load(&c->evicted) && !memcmp(&c->peer, key, sizeof(*key));
+	if (same >= l->max_per_client)
+		return l->reserve && srv_evict(srv, key) ? 0 : -EMLINK;
+	if (live + l->reserve >= l->max_conns) {
+		if (l->reserve && srv_evict(srv, NULL))
+			return 0;
+		if (live >= l->max_conns)
+			return -EBUSY;
+	}
+	return 0;
+}
+
+/* Start @c's thread and put it on the list.  Context: under srv->lock. */
+static int srv_start(struct nbd_server *srv, struct nbd_conn *c)
+{
+	pthread_attr_t attr;
+	int ret;
+
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	pthread_attr_setstacksize(&attr, NBD_THREAD_STACK);
+	ret = pthread_create(&c->thread, &attr, conn_thread, c);
+	pthread_attr_destroy(&attr);
+	if (ret)
+		return -EAGAIN;
+	/* the thread takes the lock before it touches the list */
+	c->next_conn = srv->conns;
+	if (srv->conns)
+		srv->conns->prev_conn = c;
+	srv->conns = c;
+	srv->nconns++;
+	srv->nthreads++;
 	return 0;
 }
 
@@ -1199,48 +1565,37 @@ int nbd_server_create(const struct nbd_export *exp, struct nbd_server **out)
 int nbd_server_add(struct nbd_server *srv, int fd)
 {
 	struct nbd_conn *c;
-	pthread_attr_t attr;
 	int ret = -ENOMEM;
 
 	count(&srv->st_connections);
 	c = calloc(1, sizeof(*c));
-	if (!c)
-		goto fail_fd;
+	if (!c) {
+		close(fd);
+		goto out;
+	}
 	c->srv = srv;
 	c->fd = fd;
+	c->hs_deadline = now_ms() + srv->lim.handshake_ms;
+	atomic_init(&c->last_ms, now_ms());
+	peer_of(fd, &c->peer);
 	c->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (c->efd < 0)
+		ret = -errno;
 	c->ioc = rq_ioc_create(0);
 	if (c->efd < 0 || !c->ioc)
 		goto fail;
 
 	pthread_mutex_lock(&srv->lock);
-	if (atomic_load(&srv->stopping) || srv->nconns >= NBD_MAX_CONNS) {
-		pthread_mutex_unlock(&srv->lock);
-		ret = -EBUSY;
-		goto fail;
-	}
-	pthread_attr_init(&attr);
-	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	if (pthread_create(&c->thread, &attr, conn_thread, c)) {
-		pthread_attr_destroy(&attr);
-		pthread_mutex_unlock(&srv->lock);
-		ret = -EAGAIN;
-		goto fail;
-	}
-	pthread_attr_destroy(&attr);
-	/* the thread takes the lock before it touches the list */
-	c->next_conn = srv->conns;
-	if (srv->conns)
-		srv->conns->prev_conn = c;
-	srv->conns = c;
-	srv->nconns++;
+	ret = atomic_load(&srv->stopping) ? -EBUSY : srv_admit(srv, &c->peer);
+	if (!ret)
+		ret = srv_start(srv, c);
 	pthread_mutex_unlock(&srv->lock);
-	return 0;
+	if (!ret)
+		return 0;
 fail:
 	conn_free(c);
-	return ret;
-fail_fd:
-	close(fd);
+out:
+	count(&srv->st_refused);
 	return ret;
 }
 
@@ -1274,7 +1629,7 @@ void nbd_server_stop(struct nbd_server *srv)
 void nbd_server_wait(struct nbd_server *srv)
 {
 	pthread_mutex_lock(&srv->lock);
-	while (srv->nconns)
+	while (srv->nthreads)
 		pthread_cond_wait(&srv->cond, &srv->lock);
 	pthread_mutex_unlock(&srv->lock);
 }
@@ -1291,6 +1646,9 @@ void nbd_server_get_stats(struct nbd_server *srv, struct nbd_server_stats *st)
 	st->requests = atomic_load(&srv->st_requests);
 	st->errors = atomic_load(&srv->st_errors);
 	st->dropped = atomic_load(&srv->st_dropped);
+	st->refused = atomic_load(&srv->st_refused);
+	st->evicted = atomic_load(&srv->st_evicted);
+	st->timeouts = atomic_load(&srv->st_timeouts);
 }
 
 /**
@@ -1301,6 +1659,7 @@ void nbd_server_destroy(struct nbd_server *srv)
 {
 	if (!srv)
 		return;
+	nbd_pool_destroy(srv->pool);
 	pthread_mutex_destroy(&srv->lock);
 	pthread_cond_destroy(&srv->cond);
 	free(srv);

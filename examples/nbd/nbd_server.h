@@ -18,6 +18,7 @@
 #define NBD_SERVER_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include <librequest/queue.h>
@@ -34,6 +35,62 @@ struct nbd_export {
 	uint32_t max_block;        /* advertised maximum payload (32 MiB) */
 };
 
+/*
+ * Defaults of struct nbd_limits (rqnbd prints them in --help).  Each
+ * connection costs two descriptors (socket, eventfd) and a thread.
+ */
+#define NBD_DEF_MAX_CONNS 256
+#define NBD_DEF_MAX_PER_CLIENT 64
+#define NBD_DEF_RESERVE 16
+#define NBD_DEF_CONN_REQUESTS 64
+#define NBD_DEF_CONN_BUFFER (8u << 20)
+#define NBD_DEF_BUFFER_TOTAL (256u << 20)
+#define NBD_DEF_HANDSHAKE_S 10
+#define NBD_DEF_IDLE_S 0
+#define NBD_DEF_STALL_S 30
+#define NBD_DEF_MIN_RATE 4096
+
+/**
+ * struct nbd_limits - what one client, and all of them, may hold.
+ *
+ * Connections: at most @max_conns at once and @max_per_client from one
+ * client (one IP address; on a unix socket, one user id).  When fewer than
+ * @reserve places are left, or a client is at its own limit, a new
+ * connection is taken by closing the connection that has been idle longest
+ * (a handshake, or a connection with nothing in flight; oldest activity
+ * first); only when none is idle is it refused.  @reserve 0: never close
+ * one for another.
+ *
+ * Memory: a connection has at most @conn_requests requests in flight and
+ * @conn_buffer bytes of request data (read results not yet sent, write
+ * payloads being received; a single request larger than that is taken only
+ * alone); all connections together at most @buffer_total (a bounded pool).
+ * When a budget is spent the connection stops reading requests until
+ * replies have gone (back-pressure), it buffers nothing more.
+ *
+ * Time: the whole handshake must end within @handshake_ms of accept.  In
+ * transmission, while the server waits for the rest of a request or for
+ * the client to take its replies, the client must move at least @min_rate
+ * bytes/s, judged over windows of @stall_ms; a connection with nothing in
+ * flight is closed after @idle_ms (0: never).  0 for @stall_ms: no rate
+ * check.
+ */
+struct nbd_limits {
+	unsigned max_conns;
+	unsigned max_per_client;
+	unsigned reserve;
+	unsigned conn_requests;
+	uint64_t conn_buffer;
+	uint64_t buffer_total;
+	unsigned handshake_ms;
+	unsigned idle_ms;
+	unsigned stall_ms;
+	uint64_t min_rate;
+};
+
+/** nbd_limits_default() - fill @l with the NBD_DEF_* values. */
+void nbd_limits_default(struct nbd_limits *l);
+
 /** struct nbd_server_stats - counters over all connections so far. */
 struct nbd_server_stats {
 	uint64_t connections;  /* accepted */
@@ -41,6 +98,9 @@ struct nbd_server_stats {
 	uint64_t requests;     /* transmission requests parsed */
 	uint64_t errors;       /* replies with an error */
 	uint64_t dropped;      /* connections closed for a protocol violation */
+	uint64_t refused;      /* not taken: a connection limit, no descriptor */
+	uint64_t evicted;      /* idle ones closed to take a new one */
+	uint64_t timeouts;     /* closed: handshake deadline, too slow, idle */
 };
 
 struct nbd_server;
@@ -48,19 +108,30 @@ struct nbd_server;
 /**
  * nbd_server_create() - a server for @exp.
  * @exp: the export; copied (strings must outlive the server).
+ * @lim: the limits (NULL: the defaults); copied.  @exp->max_block must fit
+ *	in @lim->conn_buffer and @lim->buffer_total.
  * @out: receives the server.
  * Return: 0, -EINVAL, -ENOMEM.
  */
-int nbd_server_create(const struct nbd_export *exp, struct nbd_server **out);
+int nbd_server_create(const struct nbd_export *exp, const struct nbd_limits *lim,
+		      struct nbd_server **out);
 
 /**
  * nbd_server_add() - serve an accepted connection on a new thread.
  * @srv: the server.
  * @fd: the connected socket; the server owns it from now on (closes it on
  *	failure too).
- * Return: 0, -EBUSY (too many connections, or stopping), -EAGAIN.
+ * Return: 0, -EBUSY (max_conns reached, none idle, or stopping), -EMLINK
+ * (the client's own limit reached, none of its connections idle), -EAGAIN
+ * (no thread), -EMFILE/-ENFILE/-ENOMEM.
  */
 int nbd_server_add(struct nbd_server *srv, int fd);
+
+/**
+ * nbd_peer_name() - the client of socket @fd for messages: "ADDR" for TCP,
+ * "uid N" for a unix socket.
+ */
+void nbd_peer_name(int fd, char *buf, size_t n);
 
 /**
  * nbd_server_stop() - stop every connection: handshakes are cut, connections

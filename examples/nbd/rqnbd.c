@@ -19,20 +19,28 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
+#include <grp.h>
+#include <malloc.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
+#include <pwd.h>
 #include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <librequest/librequest.h>
@@ -48,6 +56,21 @@
 #define RQNBD_MAX_REQ_SECTORS 2048u   /* 1 MiB requests */
 #define RQNBD_DEFAULT_DEPTH 128
 #define RQNBD_MAX_QUEUES 64
+
+#define RQNBD_MAX_DEPTH 4096           /* tags per hardware queue */
+#define RQNBD_MAX_TAGS 16384           /* queues x depth */
+#define RQNBD_MAX_MEMORY (16ull << 40) /* --memory: 16 TiB (its page table) */
+#define RQNBD_MAX_CONNS 4096
+#define RQNBD_MAX_CONN_REQUESTS 1024
+#define RQNBD_MIN_CONN_BUFFER (64u << 10)
+#define RQNBD_MAX_CONN_BUFFER (1u << 30)
+#define RQNBD_MAX_BUFFER_TOTAL (64ull << 30)
+#define RQNBD_MAX_TIMEOUT_S 86400
+#define RQNBD_LOG_WINDOW_S 10          /* repeated lines: a summary per window */
+#define RQNBD_LOG_BURST 5              /* lines of one kind printed per window */
+#define RQNBD_ACCEPT_PAUSE_MS 100      /* no descriptor even after the spare */
+#define RQNBD_BACKLOG 1024             /* listen(): a burst waits, not refused */
+#define RQNBD_ACCEPT_BATCH 32          /* accepts per wakeup, then signals */
 
 /* Exit codes. */
 #define RQNBD_EXIT_FAIL 1       /* set-up failed (bad usage: PROG_EXIT_USAGE, 2) */
@@ -65,132 +88,287 @@ struct opts {
 	bool read_only;
 	const char *export_name;
 	bool list_scheds;
+	const char *lock;       /* auto, exclusive, shared, off */
+	const char *user;
+	const char *group;
+	struct nbd_limits lim;
 };
 
 /* ----------------------------------------------------------------- options */
 
+/*
+ * The options, one row each: name, value's name in --help (NULL: a flag),
+ * kind, the field it sets, the range, the help text (may hold one %s: the
+ * default, printed from the field itself) and, for OPT_CUSTOM, a setter.
+ * --help and the getopt table are made from these rows, so adding an
+ * option is adding a row (and, for a new kind of value, a setter).
+ */
+enum opt_kind {
+	OPT_STRING,     /* const char *: the value itself */
+	OPT_FLAG,       /* bool: true */
+	OPT_UINT,       /* unsigned: decimal (or 0x), within [lo, hi] */
+	OPT_SIZE,       /* uint64_t: bytes, with K, M, G, T, within [lo, hi] */
+	OPT_SECONDS,    /* unsigned, stored in ms: whole seconds in [lo, hi] */
+	OPT_CUSTOM,     /* set() does it */
+};
+
+struct rqnbd_option {
+	const char *name;
+	const char *arg;
+	enum opt_kind kind;
+	size_t field;           /* offsetof(struct opts, ...) */
+	uint64_t lo, hi;
+	const char *help;
+	void (*set)(struct opts *o, const char *flag, const char *v);
+};
+
+#define FIELD(f) offsetof(struct opts, f)
+
+static void set_port(struct opts *o, const char *f, const char *v)
+{
+	static char port[8];
+
+	/* getaddrinfo() wants it in decimal, as a service name */
+	snprintf(port, sizeof(port), "%u", (unsigned)opt_uint(f, v, 1, 65535));
+	o->port = port;
+}
+
+static void set_memory(struct opts *o, const char *f, const char *v)
+{
+	o->memory = opt_size(f, v, RQNBD_MIN_BLOCK, RQNBD_MAX_MEMORY);
+	if (o->memory % RQNBD_MIN_BLOCK)
+		prog_usage_error("%s: %s is not a multiple of %u bytes", f, v, RQNBD_MIN_BLOCK);
+}
+
+static void set_front(struct opts *o, const char *f, const char *v)
+{
+	static const char *const fronts[] = { "mq", "sq" };
+
+	o->front = fronts[opt_choice(f, v, fronts, 2)];
+}
+
+static void set_lock(struct opts *o, const char *f, const char *v)
+{
+	static const char *const modes[] = { "auto", "exclusive", "shared", "off" };
+
+	o->lock = modes[opt_choice(f, v, modes, 4)];
+}
+
+static void set_share(struct opts *o, const char *f, const char *v)
+{
+	(void)f;
+	(void)v;
+	o->lock = "shared";
+}
+
+static void set_name(struct opts *o, const char *f, const char *v)
+{
+	if (strlen(v) > 4096)
+		prog_usage_error("%s: longer than 4096 bytes", f);
+	o->export_name = v;
+}
+
+static const struct rqnbd_option rqnbd_options[] = {
+	{ "unix", "PATH", OPT_STRING, FIELD(unix_path), 0, 0,
+	  "listen on a unix socket (created; a stale one is\n"
+	  "replaced, one another server listens on is refused)", NULL },
+	{ "port", "N", OPT_CUSTOM, 0, 0, 0, "listen on TCP port N", set_port },
+	{ "bind", "ADDR", OPT_STRING, FIELD(bind_addr), 0, 0,
+	  "TCP address to bind (default 127.0.0.1)", NULL },
+	{ "memory", "SIZE", OPT_CUSTOM, 0, 0, 0,
+	  "serve SIZE bytes of memory (suffix K, M, G, T:\n"
+	  "powers of 1024; decimal, \"010M\" is 10 MiB; at most 16T)", set_memory },
+	{ "file", "PATH", OPT_STRING, FIELD(file), 0, 0, "serve a file or block device", NULL },
+	{ "lock", "MODE", OPT_CUSTOM, 0, 0, 0,
+	  "auto (default: exclusive when writable, shared when\n"
+	  "read-only), exclusive, shared, off: the file's OFD lock\n"
+	  "(and O_EXCL on a block device when exclusive)", set_lock },
+	{ "share", NULL, OPT_CUSTOM, 0, 0, 0, "the same as --lock shared", set_share },
+	{ "front", "mq|sq", OPT_CUSTOM, 0, 0, 0,
+	  "request-layer front end: multi-queue (default) or one\n"
+	  "request_fn under one queue lock", set_front },
+	{ "sched", "NAME", OPT_STRING, FIELD(sched), 0, 0,
+	  "I/O scheduler of the queue (default: the library's choice)", NULL },
+	{ "queues", "N", OPT_UINT, FIELD(queues), 1, RQNBD_MAX_QUEUES,
+	  "hardware queues, 1 to 64 (default: online CPUs, at most 8);\n"
+	  "--front sq --file: worker threads", NULL },
+	{ "depth", "N", OPT_UINT, FIELD(depth), 1, RQNBD_MAX_DEPTH,
+	  "tags per hardware queue, 1 to 4096, queues x depth at most\n"
+	  "16384 (default %s); --front sq: requests with the device", NULL },
+	{ "read-only", NULL, OPT_FLAG, FIELD(read_only), 0, 0,
+	  "refuse writes, trims and zeroing with EPERM", NULL },
+	{ "export-name", "NAME", OPT_CUSTOM, 0, 0, 0,
+	  "the export's name (default \"\"; \"\" always matches too)", set_name },
+	{ "max-connections", "N", OPT_UINT, FIELD(lim.max_conns), 1, RQNBD_MAX_CONNS,
+	  "connections at once, 1 to 4096 (default %s)", NULL },
+	{ "max-per-client", "N", OPT_UINT, FIELD(lim.max_per_client), 1, RQNBD_MAX_CONNS,
+	  "connections from one address (unix socket: one\n"
+	  "uid), 1 to 4096 (default %s)", NULL },
+	{ "reserve", "N", OPT_UINT, FIELD(lim.reserve), 0, RQNBD_MAX_CONNS - 1,
+	  "places kept for newcomers: below them, the connection\n"
+	  "idle longest is closed for a new one; 0: never (default %s)", NULL },
+	{ "conn-requests", "N", OPT_UINT, FIELD(lim.conn_requests), 1, RQNBD_MAX_CONN_REQUESTS,
+	  "requests in flight per connection, 1 to 1024\n(default %s)", NULL },
+	{ "conn-buffer", "SIZE", OPT_SIZE, FIELD(lim.conn_buffer), RQNBD_MIN_CONN_BUFFER,
+	  RQNBD_MAX_CONN_BUFFER, "data buffered per connection, 64K to 1G; also\n"
+	  "the largest request (at most 32M) (default %s)", NULL },
+	{ "buffer-total", "SIZE", OPT_SIZE, FIELD(lim.buffer_total), RQNBD_MIN_CONN_BUFFER,
+	  RQNBD_MAX_BUFFER_TOTAL, "data buffered by all connections, 64K to 64G\n"
+	  "(default %s)", NULL },
+	{ "handshake-timeout", "S", OPT_SECONDS, FIELD(lim.handshake_ms), 1, RQNBD_MAX_TIMEOUT_S,
+	  "seconds for the whole handshake, 1 to 86400\n(default %s)", NULL },
+	{ "idle-timeout", "S", OPT_SECONDS, FIELD(lim.idle_ms), 0, RQNBD_MAX_TIMEOUT_S,
+	  "close a connection idle this long; 0: never\n(default %s)", NULL },
+	{ "stall-timeout", "S", OPT_SECONDS, FIELD(lim.stall_ms), 0, RQNBD_MAX_TIMEOUT_S,
+	  "window of the --min-rate check; 0: no check\n(default %s)", NULL },
+	{ "min-rate", "BYTES", OPT_SIZE, FIELD(lim.min_rate), 1, 1u << 30,
+	  "bytes/s a client must move while a request is half\n"
+	  "sent or replies wait for it (default %s)", NULL },
+	{ "user", "USER", OPT_STRING, FIELD(user), 0, 0,
+	  "after binding and opening: become USER (name or uid)", NULL },
+	{ "group", "GROUP", OPT_STRING, FIELD(group), 0, 0,
+	  "... and GROUP (default: USER's group)", NULL },
+	{ "list-scheds", NULL, OPT_FLAG, FIELD(list_scheds), 0, 0,
+	  "print the schedulers the queue offers, one per line", NULL },
+};
+
+/* Apply option row @r with value @v (NULL for a flag) to @o. */
+static void option_set(const struct rqnbd_option *r, struct opts *o, const char *v)
+{
+	char *field = (char *)o + r->field, flag[40];
+
+	snprintf(flag, sizeof(flag), "--%s", r->name);
+	switch (r->kind) {
+	case OPT_STRING:
+		*(const char **)field = v;
+		break;
+	case OPT_FLAG:
+		*(bool *)field = true;
+		break;
+	case OPT_UINT:
+		*(unsigned *)field = (unsigned)opt_uint(flag, v, r->lo, r->hi);
+		break;
+	case OPT_SIZE:
+		*(uint64_t *)field = opt_size(flag, v, r->lo, r->hi);
+		break;
+	case OPT_SECONDS:
+		*(unsigned *)field = (unsigned)opt_uint(flag, v, r->lo, r->hi) * 1000;
+		break;
+	case OPT_CUSTOM:
+		r->set(o, flag, v);
+		break;
+	}
+}
+
+/* The default of row @r, from the field in the defaults @o, for --help. */
+static void option_default(const struct rqnbd_option *r, const struct opts *o, char *buf,
+			   size_t n)
+{
+	const char *field = (const char *)o + r->field;
+	uint64_t v = 0;
+
+	if (r->kind == OPT_UINT)
+		v = *(const unsigned *)field;
+	else if (r->kind == OPT_SECONDS)
+		v = *(const unsigned *)field / 1000;
+	else if (r->kind == OPT_SIZE)
+		v = *(const uint64_t *)field;
+	if (r->kind == OPT_SIZE && v >= (1u << 20) && !(v & ((1u << 20) - 1)))
+		snprintf(buf, n, "%lluM", (unsigned long long)(v >> 20));
+	else
+		snprintf(buf, n, "%llu", (unsigned long long)v);
+}
+
+#define RQNBD_NOPTS (sizeof(rqnbd_options) / sizeof(rqnbd_options[0]))
+
+static void opts_default(struct opts *o);
+
 static void usage(FILE *f)
 {
+	struct opts def;
+	unsigned i;
+
+	opts_default(&def);
 	fprintf(f,
 "usage: rqnbd (--unix PATH | --port N [--bind ADDR]) (--memory SIZE | --file PATH)\n"
 "             [--front mq|sq] [--sched NAME] [--queues N] [--depth N]\n"
-"             [--read-only] [--export-name NAME]\n"
+"             [--read-only] [--export-name NAME] [--lock MODE] [limits]\n"
+"             [--user USER] [--group GROUP]\n"
 "       rqnbd [--front mq|sq] --list-scheds\n"
-"       rqnbd -h|--help | --version\n"
-"\n"
-"  --unix PATH         listen on a unix socket (created; a stale one is replaced)\n"
-"  --port N            listen on TCP port N\n"
-"  --bind ADDR         TCP address to bind (default 127.0.0.1)\n"
-"  --memory SIZE       serve SIZE bytes of memory (suffix K, M, G, T: powers of 1024)\n"
-"  --file PATH         serve a file or block device\n"
-"  --front mq|sq       request-layer front end: multi-queue (default) or one\n"
-"                      request_fn under one queue lock\n"
-"  --sched NAME        I/O scheduler of the queue (default: the library's choice)\n"
-"  --queues N          hardware queues (default: online CPUs, at most 8);\n"
-"                      --front sq --file: worker threads\n"
-"  --depth N           tags per hardware queue (default %d); --front sq:\n"
-"                      requests with the device at most\n"
-"  --read-only         refuse writes, trims and zeroing with EPERM\n"
-"  --export-name NAME  the export's name (default \"\"; \"\" always matches too)\n"
-"  --list-scheds       print the schedulers the queue offers, one per line\n"
-"  -h, --help          this text\n"
-"  --version           the program's and the library's version\n",
-		RQNBD_DEFAULT_DEPTH);
-}
+"       rqnbd -h|--help | --version\n\n");
+	for (i = 0; i < RQNBD_NOPTS; i++) {
+		const struct rqnbd_option *r = &rqnbd_options[i];
+		char head[40], help[512], dflt[24], *line, *save = NULL;
 
-enum {
-	OPT_UNIX = 256, OPT_PORT, OPT_BIND, OPT_MEMORY, OPT_FILE, OPT_FRONT, OPT_SCHED,
-	OPT_QUEUES, OPT_DEPTH, OPT_RO, OPT_NAME, OPT_LIST,
-};
-
-static const struct option long_opts[] = {
-	{ "unix", required_argument, NULL, OPT_UNIX },
-	{ "port", required_argument, NULL, OPT_PORT },
-	{ "bind", required_argument, NULL, OPT_BIND },
-	{ "memory", required_argument, NULL, OPT_MEMORY },
-	{ "file", required_argument, NULL, OPT_FILE },
-	{ "front", required_argument, NULL, OPT_FRONT },
-	{ "sched", required_argument, NULL, OPT_SCHED },
-	{ "queues", required_argument, NULL, OPT_QUEUES },
-	{ "depth", required_argument, NULL, OPT_DEPTH },
-	{ "read-only", no_argument, NULL, OPT_RO },
-	{ "export-name", required_argument, NULL, OPT_NAME },
-	{ "list-scheds", no_argument, NULL, OPT_LIST },
-	PROG_STD_OPTIONS,
-	{ NULL, 0, NULL, 0 },
-};
-
-static void parse_args(int argc, char **argv, struct opts *o)
-{
-	static const char *const fronts[] = { "mq", "sq" };
-	static char port[8];
-	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-	int c;
-
-	memset(o, 0, sizeof(*o));
-	o->front = "mq";
-	o->export_name = "";
-	o->depth = RQNBD_DEFAULT_DEPTH;
-	o->queues = cpus < 1 ? 1 : cpus > 8 ? 8 : (unsigned)cpus;
-
-	prog_init("rqnbd", usage);
-	while ((c = prog_getopt(argc, argv, long_opts)) != -1) {
-		switch (c) {
-		case OPT_UNIX:
-			o->unix_path = optarg;
-			break;
-		case OPT_PORT:
-			/* getaddrinfo() wants it in decimal, as a service name */
-			snprintf(port, sizeof(port), "%u",
-				 (unsigned)opt_uint("--port", optarg, 1, 65535));
-			o->port = port;
-			break;
-		case OPT_BIND:
-			o->bind_addr = optarg;
-			break;
-		case OPT_MEMORY:
-			o->memory = opt_size("--memory", optarg, RQNBD_MIN_BLOCK, UINT64_MAX);
-			if (o->memory % RQNBD_MIN_BLOCK)
-				prog_usage_error("--memory: %s is not a multiple of %u bytes",
-						 optarg, RQNBD_MIN_BLOCK);
-			break;
-		case OPT_FILE:
-			o->file = optarg;
-			break;
-		case OPT_FRONT:
-			o->front = fronts[opt_choice("--front", optarg, fronts, 2)];
-			break;
-		case OPT_SCHED:
-			o->sched = optarg;
-			break;
-		case OPT_QUEUES:
-			o->queues = (unsigned)opt_uint("--queues", optarg, 1, RQNBD_MAX_QUEUES);
-			break;
-		case OPT_DEPTH:
-			o->depth = (unsigned)opt_uint("--depth", optarg, 1, 65536);
-			break;
-		case OPT_RO:
-			o->read_only = true;
-			break;
-		case OPT_NAME:
-			if (strlen(optarg) > 4096)
-				prog_usage_error("--export-name: longer than 4096 bytes");
-			o->export_name = optarg;
-			break;
-		case OPT_LIST:
-			o->list_scheds = true;
-			break;
+		snprintf(head, sizeof(head), "--%s%s%s", r->name, r->arg ? " " : "",
+			 r->arg ? r->arg : "");
+		option_default(r, &def, dflt, sizeof(dflt));
+		snprintf(help, sizeof(help), r->help, dflt);
+		for (line = strtok_r(help, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+			fprintf(f, "  %-24s%s\n", head, line);
+			head[0] = '\0';
 		}
 	}
-	prog_no_operands(argc, argv);
-	if (o->list_scheds)
-		return;
+	fprintf(f, "  %-24s%s\n  %-24s%s\n", "-h, --help", "this text", "--version",
+		"the program's and the library's version");
+}
+
+/* Cross-option checks, after every option is read. */
+static void check_args(struct opts *o)
+{
 	if (!!o->unix_path == !!o->port)
 		prog_usage_error("--unix, --port: give exactly one");
 	if (o->bind_addr && !o->port)
 		prog_usage_error("--bind: goes with --port");
 	if (!!o->memory == !!o->file)
 		prog_usage_error("--memory, --file: give exactly one");
+	if ((uint64_t)o->queues * o->depth > RQNBD_MAX_TAGS)
+		prog_usage_error("--queues %u x --depth %u: more than %u requests in all",
+				 o->queues, o->depth, RQNBD_MAX_TAGS);
+	if (o->lim.reserve >= o->lim.max_conns)
+		prog_usage_error("--reserve %u: must be below --max-connections %u",
+				 o->lim.reserve, o->lim.max_conns);
+	if (o->lim.buffer_total < o->lim.conn_buffer)
+		prog_usage_error("--buffer-total: below --conn-buffer (%llu bytes)",
+				 (unsigned long long)o->lim.conn_buffer);
+	if (!strcmp(o->lock, "exclusive") && o->read_only)
+		prog_usage_error("--lock exclusive: needs a writable export (a read-only "
+				 "one takes a shared lock)");
+}
+
+static void opts_default(struct opts *o)
+{
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+
+	memset(o, 0, sizeof(*o));
+	o->front = "mq";
+	o->export_name = "";
+	o->lock = "auto";
+	o->depth = RQNBD_DEFAULT_DEPTH;
+	o->queues = cpus < 1 ? 1 : cpus > 8 ? 8 : (unsigned)cpus;
+	nbd_limits_default(&o->lim);
+}
+
+static void parse_args(int argc, char **argv, struct opts *o)
+{
+	struct option long_opts[RQNBD_NOPTS + 3];
+	unsigned i;
+	int c;
+
+	opts_default(o);
+	for (i = 0; i < RQNBD_NOPTS; i++)
+		long_opts[i] = (struct option){ rqnbd_options[i].name,
+			rqnbd_options[i].arg ? required_argument : no_argument, NULL, 256 + (int)i };
+	long_opts[i++] = (struct option){ "help", no_argument, NULL, PROG_OPT_HELP };
+	long_opts[i++] = (struct option){ "version", no_argument, NULL, PROG_OPT_VERSION };
+	long_opts[i] = (struct option){ NULL, 0, NULL, 0 };
+
+	prog_init("rqnbd", usage);
+	while ((c = prog_getopt(argc, argv, long_opts)) != -1)
+		option_set(&rqnbd_options[c - 256], o, optarg);
+	prog_no_operands(argc, argv);
+	if (!o->list_scheds)
+		check_args(o);
 }
 
 /* ---------------------------------------------------------------- device */
@@ -240,6 +418,9 @@ static int device_open(const struct opts *o, struct device *dev)
 		struct nbd_file_config cfg = {
 			.path = o->file,
 			.read_only = o->read_only,
+			.lock = !strcmp(o->lock, "off") ? NBD_FILE_LOCK_OFF :
+				!strcmp(o->lock, "shared") || (o->read_only && !strcmp(o->lock, "auto"))
+				? NBD_FILE_LOCK_SHARED : NBD_FILE_LOCK_EXCLUSIVE,
 			.single_queue = !strcmp(o->front, "sq"),
 			.nr_hw_queues = o->queues,
 			.queue_depth = o->depth,
@@ -341,7 +522,28 @@ static int list_scheds(const char *front)
 
 /* --------------------------------------------------------------- socket */
 
-/* Listen on a unix socket; a stale socket at @path is replaced. */
+/*
+ * Is someone listening on the unix socket at @sa?  A connect that succeeds
+ * says yes; ECONNREFUSED (nobody bound) says it is stale.
+ */
+static bool unix_socket_live(const struct sockaddr_un *sa)
+{
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	bool live;
+
+	if (fd < 0)
+		return true; /* cannot tell: do not take it over */
+	live = connect(fd, (const struct sockaddr *)sa, sizeof(*sa)) == 0 ||
+	       errno != ECONNREFUSED;
+	close(fd);
+	return live;
+}
+
+/* The socket file we made, so that exit removes it only if it is still ours. */
+static struct stat unix_made;
+
+/* Listen on a unix socket; a stale socket at @path is replaced, a live one
+ * (a server listening on it) is refused. */
 static int listen_unix(const char *path)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
@@ -358,17 +560,31 @@ static int listen_unix(const char *path)
 			fprintf(stderr, "rqnbd: %s exists and is not a socket\n", path);
 			return -1;
 		}
+		if (unix_socket_live(&sa)) {
+			fprintf(stderr, "rqnbd: %s: a server is listening on it already\n", path);
+			return -1;
+		}
 		unlink(path);
 	}
-	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
-	    listen(fd, 128) < 0) {
+	    listen(fd, RQNBD_BACKLOG) < 0 || lstat(path, &unix_made) < 0) {
 		fprintf(stderr, "rqnbd: cannot listen on %s: %s\n", path, strerror(errno));
 		if (fd >= 0)
 			close(fd);
 		return -1;
 	}
 	return fd;
+}
+
+/* Remove our socket at exit, unless another server has put its own there. */
+static void unlink_unix(const char *path)
+{
+	struct stat st;
+
+	if (lstat(path, &st) == 0 && st.st_ino == unix_made.st_ino &&
+	    st.st_dev == unix_made.st_dev)
+		unlink(path);
 }
 
 /* Listen on TCP @addr:@port (IPv4 or IPv6). */
@@ -388,11 +604,12 @@ static int listen_tcp(const char *addr, const char *port)
 		return -1;
 	}
 	for (ai = res; ai; ai = ai->ai_next) {
-		fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+		fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
+			    ai->ai_protocol);
 		if (fd < 0)
 			continue;
 		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-		if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 128) == 0)
+		if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, RQNBD_BACKLOG) == 0)
 			break;
 		close(fd);
 		fd = -1;
@@ -404,45 +621,274 @@ static int listen_tcp(const char *addr, const char *port)
 	return fd;
 }
 
+/* ------------------------------------------------------------------ logging */
+
+/*
+ * One kind of repeated line: at most RQNBD_LOG_BURST of them per window of
+ * RQNBD_LOG_WINDOW_S seconds, then one summary "N more WHAT in the last S s"
+ * when the window ends (at the next line of the kind, or at exit).
+ */
+struct ratelog {
+	const char *what;       /* "refused connections" */
+	uint64_t start;         /* ms, window start */
+	unsigned printed;
+	unsigned long long suppressed;
+};
+
+static uint64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Print the summary of the window if lines were held back. */
+static void ratelog_flush(struct ratelog *rl, uint64_t now)
+{
+	if (rl->suppressed)
+		fprintf(stderr, "rqnbd: %llu more %s in the last %llu s\n", rl->suppressed,
+			rl->what, (unsigned long long)((now - rl->start + 999) / 1000));
+	rl->suppressed = 0;
+	rl->printed = 0;
+	rl->start = now;
+}
+
+static void __attribute__((format(printf, 2, 3)))
+ratelog(struct ratelog *rl, const char *fmt, ...)
+{
+	uint64_t now = mono_ms();
+	va_list ap;
+
+	if (now - rl->start >= RQNBD_LOG_WINDOW_S * 1000)
+		ratelog_flush(rl, now);
+	if (rl->printed >= RQNBD_LOG_BURST) {
+		rl->suppressed++;
+		return;
+	}
+	rl->printed++;
+	fputs("rqnbd: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+}
+
+/* ----------------------------------------------------------- privileges */
+
+/* A user or group given by name or number. */
+static int lookup_id(const char *what, const char *name, bool group, uid_t *id, gid_t *gid)
+{
+	char *end;
+	unsigned long v = strtoul(name, &end, 10);
+
+	if (group) {
+		struct group *gr = getgrnam(name);
+
+		if (gr || (*name && !*end)) {
+			*id = gr ? gr->gr_gid : (gid_t)v;
+			return 0;
+		}
+	} else {
+		struct passwd *pw = getpwnam(name);
+
+		if (!pw && *name && !*end)
+			pw = getpwuid((uid_t)v);
+		if (pw || (*name && !*end)) {
+			*id = pw ? pw->pw_uid : (uid_t)v;
+			*gid = pw ? pw->pw_gid : (gid_t)v;
+			return 0;
+		}
+	}
+	fprintf(stderr, "rqnbd: %s: no such %s\n", name, what);
+	return -1;
+}
+
+/*
+ * --user/--group: after the socket is bound and the file opened, give up
+ * root for good (supplementary groups, gid, then uid).  Return: 0 or -1.
+ */
+static int drop_privileges(const struct opts *o)
+{
+	uid_t uid = 0;
+	gid_t gid = 0, ugid = 0;
+
+	if (!o->user && !o->group)
+		return 0;
+	if (o->user && lookup_id("user", o->user, false, &uid, &ugid))
+		return -1;
+	gid = ugid;
+	if (o->group && lookup_id("group", o->group, true, &gid, NULL))
+		return -1;
+	/* the socket becomes the user's, so that exit can remove it */
+	if (o->unix_path && lchown(o->unix_path, o->user ? uid : (uid_t)-1, gid) == 0)
+		lstat(o->unix_path, &unix_made);
+	if (setgroups(0, NULL) < 0 || setgid(gid) < 0 || (o->user && setuid(uid) < 0)) {
+		fprintf(stderr, "rqnbd: cannot drop privileges: %s\n", strerror(errno));
+		return -1;
+	}
+	if (o->user && uid && setuid(0) == 0) {
+		fprintf(stderr, "rqnbd: could regain root after dropping it\n");
+		return -1;
+	}
+	return 0;
+}
+
+/* ------------------------------------------------------------------ accept */
+
+struct acceptor {
+	int lfd;
+	int spare;              /* a descriptor kept to give back at EMFILE */
+	bool tcp;
+	uint64_t paused_until;  /* ms: do not poll the listening socket before */
+	struct ratelog refused, nofd, evicted;
+	unsigned long long evicted_seen;
+};
+
+/*
+ * Out of descriptors with a client waiting: free the spare, take the
+ * client and close it at once (it learns it was refused rather than
+ * waiting in the backlog, and poll stops reporting it), take the spare
+ * again.  Without a spare, pause the listening socket a while.  Either
+ * way no busy loop.
+ */
+static void accept_no_fd(struct acceptor *a, int err)
+{
+	ratelog(&a->nofd, "out of file descriptors (%s): refusing connections",
+		strerror(err));
+	if (a->spare >= 0) {
+		int fd;
+
+		close(a->spare);
+		fd = accept4(a->lfd, NULL, NULL, SOCK_CLOEXEC);
+		if (fd >= 0)
+			close(fd);
+		a->spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	}
+	if (a->spare < 0)
+		a->paused_until = mono_ms() + RQNBD_ACCEPT_PAUSE_MS;
+}
+
+/* Accept one waiting client and hand it to the server.  Return: false
+ * when none was waiting (or accept failed). */
+static bool accept_one(struct acceptor *a, struct nbd_server *srv)
+{
+	struct nbd_server_stats st;
+	char peer[64];
+	int cfd, one = 1, ret;
+
+	cfd = accept4(a->lfd, NULL, NULL, SOCK_CLOEXEC);
+	if (cfd < 0) {
+		if (errno == EMFILE || errno == ENFILE)
+			accept_no_fd(a, errno);
+		else if (errno == ENOBUFS || errno == ENOMEM)
+			a->paused_until = mono_ms() + RQNBD_ACCEPT_PAUSE_MS;
+		return false; /* or none is waiting, or the client went away */
+	}
+	if (a->tcp)
+		setsockopt(cfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	nbd_peer_name(cfd, peer, sizeof(peer));
+	ret = nbd_server_add(srv, cfd);
+	if (ret < 0)
+		ratelog(&a->refused, "refused a connection from %s: %s", peer,
+			ret == -EMLINK ? "its connection limit reached" :
+			ret == -EBUSY ? "connection limit reached" : strerror(-ret));
+	nbd_server_get_stats(srv, &st);
+	if (st.evicted > a->evicted_seen)
+		ratelog(&a->evicted, "closed %llu idle connection(s) to take one from %s",
+			st.evicted - a->evicted_seen, peer);
+	a->evicted_seen = st.evicted;
+	return true;
+}
+
+/* Serve until SIGINT/SIGTERM arrive on @sfd. */
+static void accept_loop(struct acceptor *a, struct nbd_server *srv, int sfd)
+{
+	for (;;) {
+		struct pollfd pfd[2] = { { a->lfd, POLLIN, 0 }, { sfd, POLLIN, 0 } };
+		uint64_t now = mono_ms();
+		int timeout = -1;
+
+		if (now < a->paused_until) {
+			pfd[0].fd = -1;
+			timeout = (int)(a->paused_until - now);
+		}
+		if (poll(pfd, 2, timeout) < 0) {
+			if (errno == EINTR)
+				continue;
+			perror("rqnbd: poll");
+			return;
+		}
+		if (pfd[1].revents & POLLIN) {
+			struct signalfd_siginfo si;
+
+			if (read(sfd, &si, sizeof(si)) == sizeof(si))
+				fprintf(stderr, "rqnbd: %s: stopping\n", strsignal(si.ssi_signo));
+			return;
+		}
+		if (pfd[0].revents & POLLIN) {
+			int n = 0;
+
+			while (n++ < RQNBD_ACCEPT_BATCH && accept_one(a, srv))
+				;
+		}
+	}
+}
+
+/* Each connection holds two descriptors: say so when the limit is short. */
+static void check_fd_limit(const struct nbd_limits *lim)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+	    rl.rlim_cur < 2ull * lim->max_conns + 32)
+		fprintf(stderr, "rqnbd: warning: %llu file descriptors (ulimit -n) are fewer "
+			"than 2 per connection for --max-connections %u; beyond them, "
+			"connections are refused\n", (unsigned long long)rl.rlim_cur,
+			lim->max_conns);
+}
+
 /* ------------------------------------------------------------------ main */
 
-int main(int argc, char **argv)
+/*
+ * Signals: SIGINT/SIGTERM arrive through a signalfd (every thread blocks
+ * them); SIGPIPE and SIGXFSZ are ignored, so a write to a vanished client
+ * or past ulimit -f fails with EPIPE or EFBIG and is answered per request
+ * (EFBIG as NBD_ENOSPC) instead of killing the server.  Return: the
+ * signalfd, or -1.
+ */
+static int setup_signals(void)
 {
-	struct nbd_export exp = { 0 };
-	struct nbd_server *srv = NULL;
-	struct nbd_server_stats st;
-	struct device dev;
-	struct opts o;
 	sigset_t sigs;
-	int lfd, sfd, ret;
-	rq_status_t fs;
-	char sched[128] = "", shape[48];
 
-	parse_args(argc, argv, &o);
-	if (o.list_scheds)
-		return list_scheds(o.front);
-
-	/* SIGINT/SIGTERM arrive through a signalfd; every thread blocks them */
 	signal(SIGPIPE, SIG_IGN);
+	signal(SIGXFSZ, SIG_IGN);
 	sigemptyset(&sigs);
 	sigaddset(&sigs, SIGINT);
 	sigaddset(&sigs, SIGTERM);
 	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
-	sfd = signalfd(-1, &sigs, SFD_CLOEXEC);
-	if (sfd < 0) {
-		perror("rqnbd: signalfd");
-		return RQNBD_EXIT_FAIL;
-	}
+	return signalfd(-1, &sigs, SFD_CLOEXEC);
+}
 
-	ret = device_open(&o, &dev);
-	if (ret) {
+/* The device's failure, in words: a lock held elsewhere is the usual one. */
+static void device_error(const struct opts *o, int ret)
+{
+	if (ret == -EBUSY && o->file)
+		fprintf(stderr, "rqnbd: %s is in use (locked by another server, or a busy "
+			"block device); --lock off to serve it anyway\n", o->file);
+	else
 		fprintf(stderr, "rqnbd: cannot set up the %s device%s%s: %s\n",
-			o.memory ? "memory" : "file", o.sched ? " with scheduler " : "",
-			o.sched ? o.sched : "", strerror(-ret));
-		return RQNBD_EXIT_FAIL;
-	}
+			o->memory ? "memory" : "file", o->sched ? " with scheduler " : "",
+			o->sched ? o->sched : "", strerror(-ret));
+}
+
+/* The one line saying what is served where. */
+static void banner(const struct opts *o, struct device *dev)
+{
+	char sched[128] = "", shape[48];
+
 	/* the active scheduler is the bracketed name of the attribute */
-	if (rq_queue_attr_get(dev.q, "scheduler", sched, sizeof(sched)) > 0) {
+	if (rq_queue_attr_get(dev->q, "scheduler", sched, sizeof(sched)) > 0) {
 		char *open = strchr(sched, '['), *close = open ? strchr(open, ']') : NULL;
 
 		if (open && close) {
@@ -450,85 +896,125 @@ int main(int argc, char **argv)
 			memmove(sched, open + 1, strlen(open + 1) + 1);
 		}
 	}
+	if (!strcmp(o->front, "mq"))
+		snprintf(shape, sizeof(shape), "%u hw queues", o->queues);
+	else if (o->file)
+		snprintf(shape, sizeof(shape), "single queue, %u workers", o->queues);
+	else
+		snprintf(shape, sizeof(shape), "single queue");
+	fprintf(stderr, "rqnbd: serving %llu bytes (%s%s, %s, depth %u, "
+		"scheduler %s) on %s%s%s\n",
+		(unsigned long long)dev->size, o->memory ? "memory" : o->file,
+		o->read_only ? ", read-only" : "", shape, o->depth, sched,
+		o->unix_path ? o->unix_path : o->bind_addr ? o->bind_addr : "127.0.0.1",
+		o->port ? " port " : "", o->port ? o->port : "");
+}
 
-	exp.q = dev.q;
-	exp.size = dev.size;
-	exp.name = o.export_name;
-	exp.description = o.memory ? "rqnbd memory export" : "rqnbd file export";
-	exp.read_only = o.read_only;
-	exp.min_block = RQNBD_MIN_BLOCK;
-	exp.pref_block = RQNBD_PREF_BLOCK;
-	exp.max_block = RQNBD_MAX_BLOCK;
-	ret = nbd_server_create(&exp, &srv);
+/* The export of @dev: the largest request is a power of two that fits the
+ * connection's buffer budget, at most the protocol's 32 MiB. */
+static void make_export(const struct opts *o, const struct device *dev,
+			struct nbd_export *exp)
+{
+	uint32_t max_block = RQNBD_MAX_BLOCK;
+
+	while (max_block > o->lim.conn_buffer)
+		max_block >>= 1;
+	*exp = (struct nbd_export){
+		.q = dev->q,
+		.size = dev->size,
+		.name = o->export_name,
+		.description = o->memory ? "rqnbd memory export" : "rqnbd file export",
+		.read_only = o->read_only,
+		.min_block = RQNBD_MIN_BLOCK,
+		.pref_block = RQNBD_PREF_BLOCK,
+		.max_block = max_block,
+	};
+}
+
+/* Stop accepting, drain the connections, flush the device, say the counters. */
+static int shutdown_all(const struct opts *o, struct acceptor *a, struct nbd_server *srv,
+			struct device *dev)
+{
+	struct nbd_server_stats st;
+	uint64_t now = mono_ms();
+	rq_status_t fs;
+
+	close(a->lfd);
+	if (a->spare >= 0)
+		close(a->spare);
+	if (o->unix_path)
+		unlink_unix(o->unix_path);
+	nbd_server_stop(srv);
+	nbd_server_wait(srv);
+	fs = device_flush(dev);
+	ratelog_flush(&a->refused, now);
+	ratelog_flush(&a->nofd, now);
+	ratelog_flush(&a->evicted, now);
+	nbd_server_get_stats(srv, &st);
+	fprintf(stderr, "rqnbd: %llu connections, %llu requests, %llu error replies, "
+		"%llu dropped, %llu refused, %llu evicted, %llu timed out; final flush %s\n",
+		(unsigned long long)st.connections, (unsigned long long)st.requests,
+		(unsigned long long)st.errors, (unsigned long long)st.dropped,
+		(unsigned long long)st.refused, (unsigned long long)st.evicted,
+		(unsigned long long)st.timeouts, rq_status_name(fs));
+	return fs == RQ_STS_OK ? 0 : RQNBD_EXIT_FAIL;
+}
+
+int main(int argc, char **argv)
+{
+	struct acceptor a = {
+		.refused = { .what = "refused connections" },
+		.nofd = { .what = "connections refused for want of descriptors" },
+		.evicted = { .what = "idle connections closed for new ones" },
+	};
+	struct nbd_export exp;
+	struct nbd_server *srv = NULL;
+	struct device dev;
+	struct opts o;
+	int sfd, ret;
+
+	parse_args(argc, argv, &o);
+	if (o.list_scheds)
+		return list_scheds(o.front);
+	/* fixed: no malloc arena keeps large freed blocks (doc/nbd.md) */
+	mallopt(M_MMAP_THRESHOLD, 128 << 10);
+	sfd = setup_signals();
+	if (sfd < 0) {
+		perror("rqnbd: signalfd");
+		return RQNBD_EXIT_FAIL;
+	}
+	ret = device_open(&o, &dev);
+	if (ret) {
+		device_error(&o, ret);
+		return RQNBD_EXIT_FAIL;
+	}
+	make_export(&o, &dev, &exp);
+	ret = nbd_server_create(&exp, &o.lim, &srv);
 	if (ret) {
 		fprintf(stderr, "rqnbd: %s\n", strerror(-ret));
 		device_close(&dev);
 		return RQNBD_EXIT_FAIL;
 	}
-
-	lfd = o.unix_path ? listen_unix(o.unix_path)
-			  : listen_tcp(o.bind_addr ? o.bind_addr : "127.0.0.1", o.port);
-	if (lfd < 0) {
+	a.tcp = !!o.port;
+	a.lfd = o.unix_path ? listen_unix(o.unix_path)
+			    : listen_tcp(o.bind_addr ? o.bind_addr : "127.0.0.1", o.port);
+	a.spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	if (a.lfd < 0 || drop_privileges(&o)) {
+		if (a.lfd >= 0) {
+			close(a.lfd);
+			if (o.unix_path)
+				unlink_unix(o.unix_path);
+		}
 		nbd_server_destroy(srv);
 		device_close(&dev);
 		return RQNBD_EXIT_FAIL;
 	}
-	if (!strcmp(o.front, "mq"))
-		snprintf(shape, sizeof(shape), "%u hw queues", o.queues);
-	else if (o.file)
-		snprintf(shape, sizeof(shape), "single queue, %u workers", o.queues);
-	else
-		snprintf(shape, sizeof(shape), "single queue");
-	fprintf(stderr, "rqnbd: serving %llu bytes (%s%s, %s, depth %u, "
-		"scheduler %s) on %s%s%s\n",
-		(unsigned long long)exp.size, o.memory ? "memory" : o.file,
-		o.read_only ? ", read-only" : "", shape, o.depth, sched,
-		o.unix_path ? o.unix_path : o.bind_addr ? o.bind_addr : "127.0.0.1",
-		o.port ? " port " : "", o.port ? o.port : "");
-
-	for (;;) {
-		struct pollfd pfd[2] = { { lfd, POLLIN, 0 }, { sfd, POLLIN, 0 } };
-		int cfd, one = 1;
-
-		if (poll(pfd, 2, -1) < 0) {
-			if (errno == EINTR)
-				continue;
-			perror("rqnbd: poll");
-			break;
-		}
-		if (pfd[1].revents & POLLIN) {
-			struct signalfd_siginfo si;
-
-			if (read(sfd, &si, sizeof(si)) == sizeof(si))
-				fprintf(stderr, "rqnbd: %s: stopping\n", strsignal(si.ssi_signo));
-			break;
-		}
-		if (!(pfd[0].revents & POLLIN))
-			continue;
-		cfd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
-		if (cfd < 0)
-			continue; /* the client went away, or fds ran out */
-		if (o.port)
-			setsockopt(cfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-		if (nbd_server_add(srv, cfd) < 0)
-			fprintf(stderr, "rqnbd: refused a connection (limit reached)\n");
-	}
-
-	/* stop accepting, drain the connections, flush the device */
-	close(lfd);
-	if (o.unix_path)
-		unlink(o.unix_path);
-	nbd_server_stop(srv);
-	nbd_server_wait(srv);
-	fs = device_flush(&dev);
-	nbd_server_get_stats(srv, &st);
-	fprintf(stderr, "rqnbd: %llu connections, %llu requests, %llu error replies, "
-		"%llu dropped; final flush %s\n",
-		(unsigned long long)st.connections, (unsigned long long)st.requests,
-		(unsigned long long)st.errors, (unsigned long long)st.dropped,
-		rq_status_name(fs));
+	check_fd_limit(&o.lim);
+	banner(&o, &dev);
+	accept_loop(&a, srv, sfd);
+	ret = shutdown_all(&o, &a, srv, &dev);
 	nbd_server_destroy(srv);
 	device_close(&dev);
 	close(sfd);
-	return fs == RQ_STS_OK ? 0 : RQNBD_EXIT_FAIL;
+	return ret;
 }
