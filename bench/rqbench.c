@@ -46,6 +46,7 @@
 #endif
 
 #include <librequest/mq.h>
+#include <librequest/trace.h>
 
 #include "hist.h"
 #include "null_blk.h"
@@ -61,6 +62,7 @@ static const char *const pattern_names[] = {
 static const char *const completion_names[] = { "inline", "thread", "timer" };
 
 struct opts {
+	const char *trace_dir;     /* --trace: blktrace files DIR/rqbench.blktrace.CPU */
 	const char *front;
 	const char *sched;
 	const char *driver;
@@ -532,7 +534,8 @@ static void usage(FILE *f)
 "        --no-lat (no clock reads), --lat-sample N (time every Nth bio),\n"
 "        --bio-alloc (rq_bio_alloc/rq_bio_put per bio), --memory-backed,\n"
 "        --tcache (keep jemalloc's thread cache: allocs undercounts),\n"
-"        --list-scheds (print the schedulers the queue offers)\n");
+"        --list-scheds (print the schedulers the queue offers),\n"
+"        --trace DIR (blktrace files DIR/rqbench.blktrace.CPU: blkparse -i rqbench)\n");
 }
 
 enum {
@@ -540,7 +543,7 @@ enum {
 	OPT_BS, OPT_PATTERN, OPT_SECONDS, OPT_OPS, OPT_HWQ, OPT_COMPLETION,
 	OPT_MAXSECT, OPT_MAXSEG, OPT_NOMERGES, OPT_JSON, OPT_HWDEPTH, OPT_CNSEC,
 	OPT_CAPACITY, OPT_WARMUP, OPT_NOLAT, OPT_LATSAMPLE, OPT_BIOALLOC,
-	OPT_MEMORY, OPT_TCACHE, OPT_LIST, OPT_ALLOCSTATS,
+	OPT_MEMORY, OPT_TCACHE, OPT_LIST, OPT_ALLOCSTATS, OPT_TRACE,
 };
 
 /* Limits of the numeric options, for the parser and the usage errors. */
@@ -579,6 +582,7 @@ static const struct option long_opts[] = {
 	{ "tcache", no_argument, NULL, OPT_TCACHE },
 	{ "alloc-stats", no_argument, NULL, OPT_ALLOCSTATS },
 	{ "list-scheds", no_argument, NULL, OPT_LIST },
+	{ "trace", required_argument, NULL, OPT_TRACE },
 	PROG_STD_OPTIONS,
 	{ NULL, 0, NULL, 0 },
 };
@@ -668,6 +672,7 @@ static void parse_args(int argc, char **argv, struct opts *o)
 		case OPT_TCACHE: o->tcache = true; break;
 		case OPT_ALLOCSTATS: o->tcache = false; break;
 		case OPT_LIST: o->list_scheds = true; break;
+		case OPT_TRACE: o->trace_dir = optarg; break;
 		}
 	}
 	prog_no_operands(argc, argv);
@@ -794,6 +799,14 @@ int main(int argc, char **argv)
 	if (!b.o.tcache)
 		tcache_off();
 	bench_setup(&b);
+	if (b.o.trace_dir) {
+		int ret = rq_queue_trace_start(b.q, b.o.trace_dir, "rqbench");
+
+		if (ret) {
+			fprintf(stderr, "rqbench: --trace %s: %s\n", b.o.trace_dir, strerror(-ret));
+			exit(1);
+		}
+	}
 	if (b.o.list_scheds) {
 		int ret = list_scheds(&b);
 
@@ -912,6 +925,14 @@ int main(int argc, char **argv)
 		printf("\n");
 	}
 
+	if (b.o.trace_dir) {
+		struct rq_trace_info ti;
+
+		if (rq_queue_trace_stop(b.q, &ti, sizeof(ti)))
+			errors++;
+		fprintf(stderr, "rqbench: trace %s/rqbench: %" PRIu64 " events, %" PRIu64
+			" dropped\n", b.o.trace_dir, ti.events, ti.dropped);
+	}
 	null_destroy(b.dev);
 	for (i = 0; i < b.o.threads; i++) {
 		free(th[i].slots);
