@@ -169,6 +169,7 @@ struct trace_ring {
 struct rq_trace {
 	uint64_t id;                 /* never reused: the threads' cache key */
 	uint64_t start_ns;
+	uint64_t last_time;          /* writer: the last record's time */
 	uint32_t dev;
 	unsigned nr_cpus;
 	FILE **files;                /* per CPU */
@@ -320,6 +321,10 @@ static void write_event(struct rq_trace *t, const struct trace_ev *ev, const cha
 	};
 	unsigned char pdu[64];
 	size_t len = 0;
+
+	if (rec.time < t->last_time)
+		rec.time = t->last_time; /* a late note never goes back in time */
+	t->last_time = rec.time;
 
 	if (ev->pdu_kind == PDU_BE64) {
 		for (unsigned i = 0; i < 8; i++)
@@ -856,7 +861,9 @@ void obs_complete(struct rq_request *rq, rq_status_t status, unsigned bytes, uns
 		stat_add(q, ST_DS_SECTORS + grp, bytes >> RQ_SECTOR_SHIFT);
 	if ((flags & (OBS_C_DONE | OBS_C_STEP)) && rq_priv(rq)->obs_started)
 		iostat_left(rq);
-	if ((flags & OBS_C_DONE) || (rq->rq_flags & RQ_RQF_FLUSH_INTERNAL))
+	/* an RQ_OP_FLUSH bio's own request is not counted: its flush request is */
+	if ((rq->rq_flags & RQ_RQF_FLUSH_INTERNAL) ||
+	    ((flags & OBS_C_DONE) && grp != RQ_LAT_FLUSH))
 		iostat_done(rq, grp);
 }
 
