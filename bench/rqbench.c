@@ -926,12 +926,15 @@ int main(int argc, char **argv)
 	}
 
 	if (b.o.trace_dir) {
+		/* the trace saw the queue's whole life: its counters are the totals */
 		struct rq_trace_info ti;
+		char cnt[512] = "";
 
 		if (rq_queue_trace_stop(b.q, &ti, sizeof(ti)))
 			errors++;
+		rq_queue_attr_get(b.q, "counters", cnt, sizeof(cnt));
 		fprintf(stderr, "rqbench: trace %s/rqbench: %" PRIu64 " events, %" PRIu64
-			" dropped\n", b.o.trace_dir, ti.events, ti.dropped);
+			" dropped; queue %s", b.o.trace_dir, ti.events, ti.dropped, cnt);
 	}
 	null_destroy(b.dev);
 	for (i = 0; i < b.o.threads; i++) {

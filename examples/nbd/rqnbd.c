@@ -65,6 +65,7 @@ struct opts {
 	bool read_only;
 	const char *export_name;
 	bool list_scheds;
+	const char *trace_dir;     /* --trace: DIR/rqnbd.blktrace.CPU */
 };
 
 /* ----------------------------------------------------------------- options */
@@ -74,7 +75,7 @@ static void usage(FILE *f)
 	fprintf(f,
 "usage: rqnbd (--unix PATH | --port N [--bind ADDR]) (--memory SIZE | --file PATH)\n"
 "             [--front mq|sq] [--sched NAME] [--queues N] [--depth N]\n"
-"             [--read-only] [--export-name NAME]\n"
+"             [--read-only] [--export-name NAME] [--trace DIR]\n"
 "       rqnbd [--front mq|sq] --list-scheds\n"
 "       rqnbd -h|--help | --version\n"
 "\n"
@@ -93,6 +94,8 @@ static void usage(FILE *f)
 "  --read-only         refuse writes, trims and zeroing with EPERM\n"
 "  --export-name NAME  the export's name (default \"\"; \"\" always matches too)\n"
 "  --list-scheds       print the schedulers the queue offers, one per line\n"
+"  --trace DIR         write a blktrace trace of the queue to DIR/rqnbd.blktrace.CPU\n"
+"                      until the server stops (blkparse -D DIR -i rqnbd)\n"
 "  -h, --help          this text\n"
 "  --version           the program's and the library's version\n",
 		RQNBD_DEFAULT_DEPTH);
@@ -100,7 +103,7 @@ static void usage(FILE *f)
 
 enum {
 	OPT_UNIX = 256, OPT_PORT, OPT_BIND, OPT_MEMORY, OPT_FILE, OPT_FRONT, OPT_SCHED,
-	OPT_QUEUES, OPT_DEPTH, OPT_RO, OPT_NAME, OPT_LIST,
+	OPT_QUEUES, OPT_DEPTH, OPT_RO, OPT_NAME, OPT_LIST, OPT_TRACE,
 };
 
 static const struct option long_opts[] = {
@@ -116,6 +119,7 @@ static const struct option long_opts[] = {
 	{ "read-only", no_argument, NULL, OPT_RO },
 	{ "export-name", required_argument, NULL, OPT_NAME },
 	{ "list-scheds", no_argument, NULL, OPT_LIST },
+	{ "trace", required_argument, NULL, OPT_TRACE },
 	PROG_STD_OPTIONS,
 	{ NULL, 0, NULL, 0 },
 };
@@ -179,6 +183,9 @@ static void parse_args(int argc, char **argv, struct opts *o)
 			break;
 		case OPT_LIST:
 			o->list_scheds = true;
+			break;
+		case OPT_TRACE:
+			o->trace_dir = optarg;
 			break;
 		}
 	}
@@ -441,6 +448,11 @@ int main(int argc, char **argv)
 			o.sched ? o.sched : "", strerror(-ret));
 		return RQNBD_EXIT_FAIL;
 	}
+	if (o.trace_dir && (ret = rq_queue_trace_start(dev.q, o.trace_dir, "rqnbd"))) {
+		fprintf(stderr, "rqnbd: --trace %s: %s\n", o.trace_dir, strerror(-ret));
+		device_close(&dev);
+		return RQNBD_EXIT_FAIL;
+	}
 	/* the active scheduler is the bracketed name of the attribute */
 	if (rq_queue_attr_get(dev.q, "scheduler", sched, sizeof(sched)) > 0) {
 		char *open = strchr(sched, '['), *close = open ? strchr(open, ']') : NULL;
@@ -521,6 +533,14 @@ int main(int argc, char **argv)
 	nbd_server_stop(srv);
 	nbd_server_wait(srv);
 	fs = device_flush(&dev);
+	if (o.trace_dir) {
+		struct rq_trace_info ti = { .events = 0 };
+
+		ret = rq_queue_trace_stop(dev.q, &ti, sizeof(ti));
+		fprintf(stderr, "rqnbd: trace %s/rqnbd: %llu events, %llu dropped%s\n",
+			o.trace_dir, (unsigned long long)ti.events,
+			(unsigned long long)ti.dropped, ret ? " (write error)" : "");
+	}
 	nbd_server_get_stats(srv, &st);
 	fprintf(stderr, "rqnbd: %llu connections, %llu requests, %llu error replies, "
 		"%llu dropped; final flush %s\n",
