@@ -165,7 +165,6 @@ void rq_init_common(struct rq_request *rq, struct rq_queue *q, struct rq_hw_ctx 
 	rq->rq_flags = 0;
 	__atomic_store_n(&rq->state, RQ_STATE_IDLE, __ATOMIC_RELAXED);
 	rq_priv(rq)->core_busy = 0;
-	rq_priv(rq)->obs_started = 0;
 	rq_priv(rq)->deadline_ns = 0;
 	rq->fifo_time = 0;
 	rq->rq_next = NULL;

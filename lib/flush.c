@@ -23,6 +23,7 @@
 #include <errno.h>
 
 #include "internal/queue.h"
+#include "internal/trace.h"
 
 #define FSEQ_PREFLUSH (1u << 0)
 #define FSEQ_DATA (1u << 1)
@@ -102,6 +103,7 @@ static void kick_flush(struct rq_queue *q, struct rq_flush_queue *fq, struct flu
 	flush_rq->nr_segments = 0;
 	flush_rq->bio = flush_rq->biotail = NULL;
 	flush_rq->rq_flags = RQ_RQF_FLUSH_INTERNAL;
+	trace_flush_rq(flush_rq);
 	flush_rq->internal_tag = -1;
 	flush_rq->tag = -1;
 	rq_priv(flush_rq)->end_io = flush_end_io;

@@ -45,7 +45,7 @@
 #include <sys/sysinfo.h>
 #include <time.h>
 #include <unistd.h>
-#include <urcu-bp.h>
+#include <sched.h>
 
 #include "internal/alloc.h"
 #include "internal/queue.h"
@@ -114,25 +114,29 @@ static uint32_t act_category(unsigned act)
 	}
 }
 
-/* The direction and flag categories of an op with @opf (kernel's order). */
+/* Categories of each op: blktrace's direction is op_is_write() (a flush is neither). */
+static const uint32_t op_category[RQ_OP_LAST] = {
+	[RQ_OP_READ] = TC_ACT(TC_READ),
+	[RQ_OP_WRITE] = TC_ACT(TC_WRITE),
+	[RQ_OP_FLUSH] = TC_ACT(TC_READ | TC_FLUSH),
+	[RQ_OP_DISCARD] = TC_ACT(TC_WRITE | TC_DISCARD),
+	[RQ_OP_WRITE_ZEROES] = TC_ACT(TC_WRITE),
+};
+
+/* The direction and flag categories of an op with @opf, as blktrace sets them. */
 static uint32_t rw_category(unsigned op, uint32_t opf)
 {
-	uint32_t c = (op == RQ_OP_WRITE || op == RQ_OP_DISCARD || op == RQ_OP_WRITE_ZEROES) ?
-			     TC_WRITE : TC_READ;
+	uint32_t c = op < RQ_OP_LAST ? op_category[op] : TC_ACT(TC_READ);
 
-	if (op == RQ_OP_DISCARD)
-		c |= TC_DISCARD;
-	if (op == RQ_OP_FLUSH || (opf & RQ_BIO_PREFLUSH))
-		c |= TC_FLUSH;
-	if (opf & RQ_BIO_FUA)
-		c |= TC_FUA;
-	if (opf & RQ_BIO_SYNC)
-		c |= TC_SYNC;
-	if (opf & RQ_BIO_META)
-		c |= TC_META;
-	if (opf & RQ_BIO_RAHEAD)
-		c |= TC_AHEAD;
-	return TC_ACT(c);
+	if (unlikely(opf & (RQ_BIO_SYNC | RQ_BIO_META | RQ_BIO_FUA | RQ_BIO_PREFLUSH |
+			    RQ_BIO_RAHEAD))) {
+		c |= (opf & RQ_BIO_SYNC) ? TC_ACT(TC_SYNC) : 0;
+		c |= (opf & RQ_BIO_META) ? TC_ACT(TC_META) : 0;
+		c |= (opf & RQ_BIO_FUA) ? TC_ACT(TC_FUA) : 0;
+		c |= (opf & RQ_BIO_PREFLUSH) ? TC_ACT(TC_FLUSH) : 0;
+		c |= (opf & RQ_BIO_RAHEAD) ? TC_ACT(TC_AHEAD) : 0;
+	}
+	return c;
 }
 
 /* ------------------------------------------------------ rings, a trace */
@@ -152,14 +156,29 @@ struct trace_ev {
 	uint8_t pdu_kind;
 };
 
-#define RING_EVENTS 16384u      /* per thread and trace: 640 KiB */
+#define RING_EVENTS 16384u      /* per thread and trace: 768 KiB */
+#define RING_WAIT_YIELDS 64     /* a full ring waits this long for the writer */
+
+/*
+ * A thread that made events for some trace (never freed: one small record
+ * per thread, reused once its thread has exited).  @active is set while
+ * the thread is inside an event point of a traced queue: a trace stops
+ * only once no thread is (no RCU read lock per event), and the writer
+ * holds back what such a thread might still precede.
+ */
+struct obs_thread {
+	_Atomic unsigned active;
+	_Atomic uint32_t tid;        /* 0: free (its thread exited) */
+	char comm[COMM_LEN];
+	struct obs_thread *next;     /* the registry, prepend only */
+};
 
 struct trace_ring {
 	_Atomic uint64_t head;       /* owner: events committed */
 	_Atomic uint64_t tail;       /* writer: events taken */
-	_Atomic unsigned busy;       /* owner: between clock read and commit */
 	_Atomic uint64_t last_time;  /* owner: time of the last commit */
 	_Atomic uint64_t dropped;    /* owner: events that found the ring full */
+	struct obs_thread *_Atomic owner;
 	struct trace_ring *next;     /* the trace's list (prepend, under lock) */
 	uint32_t tid;
 	char comm[COMM_LEN];
@@ -172,7 +191,7 @@ struct rq_trace {
 	uint64_t last_time;          /* writer: the last record's time */
 	uint32_t dev;
 	unsigned nr_cpus;
-	FILE **files;                /* per CPU */
+	struct trace_out *out;       /* per CPU */
 	uint32_t *seq;               /* per CPU: last sequence written */
 	pthread_mutex_t lock;        /* ring list additions */
 	struct trace_ring *_Atomic rings;
@@ -191,35 +210,111 @@ struct rq_trace {
 
 static _Atomic uint64_t next_trace_id = 1;
 
+_Atomic unsigned obs_active;
+
+void obs_flags_change(struct rq_queue *q, unsigned bits, bool on)
+{
+	unsigned old = atomic_load(&q->obs_flags);
+	unsigned now = on ? old | bits : old & ~bits;
+
+	if (!old && now)
+		atomic_fetch_add(&obs_active, 1);
+	atomic_store(&q->obs_flags, now);
+	if (old && !now)
+		atomic_fetch_sub(&obs_active, 1);
+}
+
+/* ------------------------------------------------------ threads, rings */
+
+static struct obs_thread *_Atomic obs_threads;
+static pthread_mutex_t obs_threads_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_key_t obs_thread_key;
+static pthread_once_t obs_thread_once = PTHREAD_ONCE_INIT;
+static __thread struct obs_thread *tls_obs_thread __attribute__((tls_model("initial-exec")));
+
 #define RING_CACHE 4
 static __thread struct {
 	uint64_t id;
 	struct trace_ring *ring;
 } tls_ring[RING_CACHE] __attribute__((tls_model("initial-exec")));
 
-static uint32_t self_tid(void)
+/* The thread exits: its record may go to another thread. */
+static void obs_thread_exit(void *arg)
 {
-	return (uint32_t)gettid();
+	struct obs_thread *th = arg;
+
+	atomic_store(&th->tid, 0);
 }
 
-/* Commit one event to the calling thread's @r (its only writer). */
+static void obs_thread_key_init(void)
+{
+	pthread_key_create(&obs_thread_key, obs_thread_exit);
+}
+
+/* The calling thread's record, made (or a free one taken) on first use. */
+static struct obs_thread *obs_thread_self(void)
+{
+	struct obs_thread *th;
+	uint32_t tid = (uint32_t)gettid();
+
+	pthread_once(&obs_thread_once, obs_thread_key_init);
+	pthread_mutex_lock(&obs_threads_lock);
+	for (th = atomic_load(&obs_threads); th; th = th->next)
+		if (!atomic_load(&th->tid))
+			break;
+	if (!th) {
+		th = mem_zalloc(sizeof(*th));
+		if (th) {
+			th->next = atomic_load(&obs_threads);
+			atomic_store(&obs_threads, th);
+		}
+	}
+	if (th) {
+		atomic_store(&th->tid, tid);
+		if (prctl(PR_GET_NAME, th->comm) != 0)
+			snprintf(th->comm, sizeof(th->comm), "tid%u", tid);
+	}
+	pthread_mutex_unlock(&obs_threads_lock);
+	if (th) {
+		pthread_setspecific(obs_thread_key, th);
+		tls_obs_thread = th;
+	}
+	return th;
+}
+
+/* Wait until no thread is inside an event point (its trace is unpublished). */
+static void obs_threads_quiesce(void)
+{
+	atomic_thread_fence(memory_order_seq_cst);
+	for (struct obs_thread *th = atomic_load(&obs_threads); th; th = th->next)
+		while (atomic_load_explicit(&th->active, memory_order_seq_cst))
+			sched_yield();
+}
+
+/*
+ * Commit one event to the calling thread's @r (its only writer).  A full
+ * ring waits a little for the writer (it is behind), then drops the event
+ * and counts it.
+ */
 static void ring_push(struct rq_trace *t, struct trace_ring *r, const struct trace_ev *src)
 {
 	uint64_t h = atomic_load_explicit(&r->head, memory_order_relaxed);
 	uint64_t tl = atomic_load_explicit(&r->tail, memory_order_acquire);
 	uint64_t last = atomic_load_explicit(&r->last_time, memory_order_relaxed);
+	uint64_t now = rq_clock_ns();
 	struct trace_ev *ev;
-	uint64_t now;
 
-	atomic_store_explicit(&r->busy, 1, memory_order_seq_cst);
-	now = rq_clock_ns();
 	if (now <= last)
 		now = last + 1;
+	for (unsigned i = 0; h - tl >= RING_EVENTS && i < RING_WAIT_YIELDS; i++) {
+		sem_post(&t->wake);
+		sched_yield();
+		tl = atomic_load_explicit(&r->tail, memory_order_acquire);
+	}
 	if (h - tl >= RING_EVENTS) {
 		atomic_store_explicit(&r->dropped,
 				      atomic_load_explicit(&r->dropped, memory_order_relaxed) + 1,
 				      memory_order_relaxed);
-		atomic_store_explicit(&r->busy, 0, memory_order_release);
 		return;
 	}
 	ev = &r->ev[h % RING_EVENTS];
@@ -227,7 +322,6 @@ static void ring_push(struct rq_trace *t, struct trace_ring *r, const struct tra
 	ev->time = now;
 	atomic_store_explicit(&r->last_time, now, memory_order_relaxed);
 	atomic_store_explicit(&r->head, h + 1, memory_order_release);
-	atomic_store_explicit(&r->busy, 0, memory_order_release);
 	if (h + 1 - tl == RING_EVENTS / 2)
 		sem_post(&t->wake);
 }
@@ -248,8 +342,8 @@ static struct trace_ring *ring_find(struct rq_trace *t, uint32_t tid)
 	return r;
 }
 
-/* The calling thread's ring of @t, made (with its name note) on first use. */
-static struct trace_ring *ring_self(struct rq_trace *t)
+/* The ring of @th in @t, made (with its name note) on first use. */
+static struct trace_ring *ring_self(struct rq_trace *t, struct obs_thread *th)
 {
 	unsigned slot = (unsigned)(t->id % RING_CACHE);
 	struct trace_ring *r;
@@ -258,15 +352,14 @@ static struct trace_ring *ring_self(struct rq_trace *t)
 
 	if (likely(tls_ring[slot].id == t->id))
 		return tls_ring[slot].ring;
-	r = ring_find(t, self_tid());
+	r = ring_find(t, atomic_load(&th->tid));
 	if (r)
 		goto cache;
 	r = mem_zalloc(sizeof(*r));
 	if (!r)
 		return NULL;
-	r->tid = self_tid();
-	if (prctl(PR_GET_NAME, r->comm) != 0)
-		snprintf(r->comm, sizeof(r->comm), "tid%u", r->tid);
+	r->tid = atomic_load(&th->tid);
+	memcpy(r->comm, th->comm, sizeof(r->comm));
 	note.pid = r->tid;
 	note.cpu = (uint16_t)cur_cpu();
 	ring_push(t, r, &note);
@@ -276,21 +369,29 @@ static struct trace_ring *ring_self(struct rq_trace *t)
 	atomic_fetch_add(&t->nr_rings, 1);
 	pthread_mutex_unlock(&t->lock);
 cache:
+	atomic_store(&r->owner, th);
 	tls_ring[slot].id = t->id;
 	tls_ring[slot].ring = r;
 	return r;
 }
 
-/* Record one event of @q if a trace runs (the trace may be stopping). */
+/*
+ * Record one event of @q if a trace runs.  The thread is marked active
+ * before it looks for the trace (a stopper that unpublished it waits for
+ * the mark to go) and before it reads the clock (the writer's ordering).
+ */
 static void trace_emit(struct rq_queue *q, struct trace_ev *ev)
 {
+	struct obs_thread *th = tls_obs_thread;
 	struct rq_trace *t;
 	struct trace_ring *r;
 
-	urcu_bp_read_lock();
-	t = atomic_load_explicit(&q->obs->trace, memory_order_acquire);
+	if (unlikely(!th) && !(th = obs_thread_self()))
+		return;
+	atomic_store_explicit(&th->active, 1, memory_order_seq_cst);
+	t = atomic_load_explicit(&q->obs->trace, memory_order_seq_cst);
 	if (t) {
-		r = ring_self(t);
+		r = ring_self(t, th);
 		ev->pid = r ? r->tid : 0;
 		ev->cpu = (uint16_t)cur_cpu();
 		if (r)
@@ -298,10 +399,47 @@ static void trace_emit(struct rq_queue *q, struct trace_ev *ev)
 		else
 			atomic_fetch_add(&t->lost, 1);
 	}
-	urcu_bp_read_unlock();
+	atomic_store_explicit(&th->active, 0, memory_order_release);
 }
 
 /* ------------------------------------------------------------ the writer */
+
+/* A CPU's file and its buffer (the writer's alone). */
+struct trace_out {
+	int fd;
+	size_t len;
+	unsigned char buf[1u << 16];
+};
+
+/* Write out what @o holds; false on a write error. */
+static bool out_flush(struct trace_out *o)
+{
+	size_t off = 0;
+
+	while (off < o->len) {
+		ssize_t n = write(o->fd, o->buf + off, o->len - off);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return false;
+		off += (size_t)n;
+	}
+	o->len = 0;
+	return true;
+}
+
+/* Append @len bytes (at most the buffer) to @o. */
+static bool out_put(struct trace_out *o, const void *p, size_t len)
+{
+	bool ok = true;
+
+	if (o->len + len > sizeof(o->buf))
+		ok = out_flush(o);
+	memcpy(o->buf + o->len, p, len);
+	o->len += len;
+	return ok;
+}
 
 /* Encode @ev and append it to its CPU's file. */
 static void write_event(struct rq_trace *t, const struct trace_ev *ev, const char *comm)
@@ -338,8 +476,8 @@ static void write_event(struct rq_trace *t, const struct trace_ev *ev, const cha
 		memcpy(pdu, comm, strnlen(comm, len - 1));
 	}
 	rec.pdu_len = (uint16_t)len;
-	if (fwrite(&rec, sizeof(rec), 1, t->files[cpu]) != 1 ||
-	    (len && fwrite(pdu, len, 1, t->files[cpu]) != 1))
+	if (!out_put(&t->out[cpu], &rec, sizeof(rec)) ||
+	    (len && !out_put(&t->out[cpu], pdu, len)))
 		t->io_error = true;
 	atomic_store_explicit(&t->written, atomic_load_explicit(&t->written,
 								memory_order_relaxed) + 1,
@@ -380,7 +518,9 @@ static void trace_drain(struct rq_trace *t, bool final)
 		return;
 	for (struct trace_ring *r = atomic_load_explicit(&t->rings, memory_order_acquire);
 	     r && n < t->cur_cap; r = r->next) {
-		if (!final && atomic_load_explicit(&r->busy, memory_order_seq_cst)) {
+		struct obs_thread *th = atomic_load_explicit(&r->owner, memory_order_relaxed);
+
+		if (!final && th && atomic_load_explicit(&th->active, memory_order_seq_cst)) {
 			uint64_t last = atomic_load_explicit(&r->last_time, memory_order_relaxed);
 
 			if (last < limit)
@@ -414,7 +554,7 @@ static void trace_drain(struct rq_trace *t, bool final)
 	for (unsigned i = 0; i < n; i++)
 		atomic_store_explicit(&t->cur[i]->tail, t->pos[i], memory_order_release);
 	for (unsigned c = 0; c < t->nr_cpus; c++)
-		if (fflush(t->files[c]))
+		if (!out_flush(&t->out[c]))
 			t->io_error = true;
 }
 
@@ -450,10 +590,10 @@ static void trace_free(struct rq_trace *t)
 		mem_free(r, sizeof(*r));
 		r = next;
 	}
-	for (unsigned c = 0; t->files && c < t->nr_cpus; c++)
-		if (t->files[c])
-			fclose(t->files[c]);
-	mem_free(t->files, sizeof(*t->files) * t->nr_cpus);
+	for (unsigned c = 0; t->out && c < t->nr_cpus; c++)
+		if (t->out[c].fd >= 0)
+			close(t->out[c].fd);
+	mem_free(t->out, sizeof(*t->out) * t->nr_cpus);
 	mem_free(t->seq, sizeof(*t->seq) * t->nr_cpus);
 	mem_free(t->cur, sizeof(*t->cur) * t->cur_cap);
 	mem_free(t->pos, sizeof(*t->pos) * t->cur_cap);
@@ -473,10 +613,9 @@ static int trace_open_files(struct rq_trace *t, const char *dir, const char *nam
 
 		if (n < 0 || (size_t)n >= sizeof(path))
 			return -ENAMETOOLONG;
-		t->files[c] = fopen(path, "we");
-		if (!t->files[c])
+		t->out[c].fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+		if (t->out[c].fd < 0)
 			return -errno;
-		setvbuf(t->files[c], NULL, _IOFBF, 1u << 16);
 	}
 	return 0;
 }
@@ -493,12 +632,14 @@ static struct rq_trace *trace_alloc(struct rq_queue *q)
 		t->nr_cpus = q->nr_cpus;
 	pthread_mutex_init(&t->lock, NULL);
 	sem_init(&t->wake, 0, 0);
-	t->files = mem_calloc(t->nr_cpus, sizeof(*t->files));
+	t->out = mem_calloc(t->nr_cpus, sizeof(*t->out));
 	t->seq = mem_calloc(t->nr_cpus, sizeof(*t->seq));
-	if (!t->files || !t->seq) {
+	if (!t->out || !t->seq) {
 		trace_free(t);
 		return NULL;
 	}
+	for (unsigned c = 0; c < t->nr_cpus; c++)
+		t->out[c].fd = -1;
 	t->id = atomic_fetch_add(&next_trace_id, 1);
 	t->dev = rq_queue_trace_dev(q);
 	return t;
@@ -535,7 +676,7 @@ int trace_start_locked(struct rq_queue *q, const char *dir, const char *name)
 	}
 	snprintf(q->obs->trace_path, sizeof(q->obs->trace_path), "%s/%s", dir, name);
 	atomic_store_explicit(&q->obs->trace, t, memory_order_release);
-	atomic_fetch_or(&q->obs_flags, OBS_TRACE);
+	obs_flags_change(q, OBS_TRACE, true);
 	return 0;
 }
 
@@ -562,9 +703,9 @@ int trace_stop_locked(struct rq_queue *q, struct rq_trace_info *info)
 
 	if (!t)
 		return -ENOENT;
-	atomic_fetch_and(&q->obs_flags, ~(unsigned)OBS_TRACE);
+	obs_flags_change(q, OBS_TRACE, false);
 	atomic_store_explicit(&q->obs->trace, NULL, memory_order_release);
-	urcu_bp_synchronize_rcu(); /* no thread is inside trace_emit() any more */
+	obs_threads_quiesce(); /* no thread is inside trace_emit() any more */
 	atomic_store(&t->stop, true);
 	sem_post(&t->wake);
 	pthread_join(t->writer, NULL);
@@ -581,7 +722,7 @@ int trace_stop_locked(struct rq_queue *q, struct rq_trace_info *info)
 		own.events++;
 	}
 	for (unsigned c = 0; c < t->nr_cpus; c++)
-		if (fflush(t->files[c]))
+		if (!out_flush(&t->out[c]))
 			t->io_error = true;
 	ret = t->io_error ? -EIO : 0;
 	if (info)
@@ -792,10 +933,9 @@ void obs_rq(struct rq_request *rq, unsigned act)
 		return;
 	if (act == TA_ISSUE) {
 		rq->io_start_time_ns = rq_clock_ns();
-		if (!rq_priv(rq)->obs_started) {
-			rq_priv(rq)->obs_started = 1;
-			stat_inc(q, ST_DS_STARTED + data_dir(rq->op));
-		}
+		/* every issue follows a G, an R or a completed step, which cleared it */
+		rq_priv(rq)->obs_started = 1;
+		stat_inc(q, ST_DS_STARTED + data_dir(rq->op));
 	} else if (act == TA_REQUEUE) {
 		if (rq_priv(rq)->obs_started)
 			iostat_left(rq);
@@ -809,6 +949,7 @@ void obs_getrq(struct rq_request *rq, const struct rq_bio *bio)
 	struct rq_queue *q = rq->q;
 	unsigned f = atomic_load_explicit(&q->obs_flags, memory_order_relaxed);
 
+	rq->rq_flags |= RQ_RQF_IO_STAT; /* its later points test this bit */
 	if (f & OBS_TRACE)
 		obs_bio(q, bio, TA_GETRQ, 0);
 	if (f & OBS_IOSTAT) {
@@ -816,6 +957,7 @@ void obs_getrq(struct rq_request *rq, const struct rq_bio *bio)
 
 		if (!rq->start_time_ns)
 			rq->start_time_ns = now;
+		rq_priv(rq)->obs_started = 0; /* not cleared at every allocation */
 		io_ticks_update(q, now, false);
 	}
 }
@@ -876,9 +1018,9 @@ int iostat_set_locked(struct rq_queue *q, bool on)
 		return -ENOMEM;
 	if (on) {
 		atomic_store(&q->obs->stamp_ms, rq_clock_ns() / 1000000u);
-		atomic_fetch_or(&q->obs_flags, OBS_IOSTAT);
+		obs_flags_change(q, OBS_IOSTAT, true);
 	} else {
-		atomic_fetch_and(&q->obs_flags, ~(unsigned)OBS_IOSTAT);
+		obs_flags_change(q, OBS_IOSTAT, false);
 	}
 	return 0;
 }
@@ -894,6 +1036,7 @@ void obs_free(struct rq_queue *q)
 	if (!q->obs)
 		return;
 	trace_stop_locked(q, NULL);
+	obs_flags_change(q, OBS_IOSTAT, false);
 	mem_free(q->obs, sizeof(*q->obs));
 	q->obs = NULL;
 }

@@ -69,9 +69,18 @@ const char *trace_path(struct rq_queue *q);
 int trace_info_locked(struct rq_queue *q, struct rq_trace_info *info);
 int iostat_set_locked(struct rq_queue *q, bool on);
 
+/*
+ * Queues of the process with a trace running or iostats on (lib/trace.c).
+ * While it is 0 a point is a load of one global and a branch not taken,
+ * with no load through the queue or request; the queue's own flags are
+ * looked at only behind it.
+ */
+extern _Atomic unsigned obs_active;
+
 static inline bool obs_on(const struct rq_queue *q)
 {
-	return unlikely(atomic_load_explicit(&q->obs_flags, memory_order_relaxed) != 0);
+	return unlikely(atomic_load_explicit(&obs_active, memory_order_relaxed) != 0) &&
+	       atomic_load_explicit(&q->obs_flags, memory_order_relaxed) != 0;
 }
 
 static inline void trace_queue(struct rq_queue *q, const struct rq_bio *bio)
@@ -94,10 +103,21 @@ static inline void trace_merge(struct rq_queue *q, const struct rq_bio *bio, boo
 		obs_bio(q, bio, back ? TA_BACKMERGE : TA_FRONTMERGE, 0);
 }
 
+/*
+ * A request made while its queue was traced or counted carries
+ * RQ_RQF_IO_STAT (the kernel's RQF_IO_STAT: set when the request is made,
+ * obs_getrq()), so its later points test a bit of rq_flags, which the
+ * surrounding code has loaded anyway, instead of a global and the queue.
+ */
+static inline bool obs_rq_on(const struct rq_request *rq)
+{
+	return unlikely(rq->rq_flags & RQ_RQF_IO_STAT);
+}
+
 /* @next joined another request and goes away. */
 static inline void trace_rq_merge(struct rq_request *next)
 {
-	if (obs_on(next->q))
+	if (obs_rq_on(next))
 		obs_rq(next, TA_BACKMERGE);
 }
 
@@ -106,6 +126,9 @@ static inline void trace_getrq(struct rq_request *rq, const struct rq_bio *bio)
 	if (obs_on(rq->q))
 		obs_getrq(rq, bio);
 }
+
+/* Set or clear @bits of @q's flags, counting @q in obs_active.  Context: sysfs_lock. */
+void obs_flags_change(struct rq_queue *q, unsigned bits, bool on);
 
 static inline void trace_sleep(struct rq_queue *q)
 {
@@ -128,7 +151,7 @@ static inline void trace_unplug(struct rq_queue *q, const struct rq_list_node *l
 
 static inline void trace_insert(struct rq_request *rq)
 {
-	if (obs_on(rq->q))
+	if (obs_rq_on(rq))
 		obs_rq(rq, TA_INSERT);
 }
 
@@ -137,18 +160,18 @@ static inline void trace_insert_list(struct rq_queue *q, const struct rq_list_no
 {
 	if (obs_on(q))
 		for (const struct rq_list_node *n = list->next; n != list; n = n->next)
-			obs_rq(RQ_CONTAINER_OF(n, struct rq_request, queuelist), TA_INSERT);
+			trace_insert(RQ_CONTAINER_OF(n, struct rq_request, queuelist));
 }
 
 static inline void trace_issue(struct rq_request *rq)
 {
-	if (obs_on(rq->q))
+	if (obs_rq_on(rq))
 		obs_rq(rq, TA_ISSUE);
 }
 
 static inline void trace_requeue(struct rq_request *rq)
 {
-	if (obs_on(rq->q))
+	if (obs_rq_on(rq))
 		obs_rq(rq, TA_REQUEUE);
 }
 
@@ -156,8 +179,15 @@ static inline void trace_requeue(struct rq_request *rq)
 static inline void trace_complete(struct rq_request *rq, rq_status_t status, unsigned bytes,
 				  unsigned flags)
 {
-	if (obs_on(rq->q))
+	if (obs_rq_on(rq))
 		obs_complete(rq, status, bytes, flags);
+}
+
+/* The flush machinery made @flush_rq for a sequence: mark it as G does. */
+static inline void trace_flush_rq(struct rq_request *flush_rq)
+{
+	if (obs_on(flush_rq->q))
+		flush_rq->rq_flags |= RQ_RQF_IO_STAT;
 }
 
 #endif /* RQ_INTERNAL_TRACE_H */
