@@ -586,7 +586,7 @@ static void mq_end_request_inflight(struct rq_request *rq, rq_status_t status)
 
 	if (rq_priv(rq)->end_io) {
 		/* internal sequencing (flush): hold the queue across its steps */
-		trace_complete(rq, status, rq->bytes, OBS_C_STEP);
+		trace_complete_all(rq, status, OBS_C_STEP);
 		ctx = rq_priv(rq)->ctx;
 		atomic_fetch_add_explicit(&ctx->usage, 1, memory_order_seq_cst);
 		hctx_request_left_driver(hctx);
@@ -595,7 +595,7 @@ static void mq_end_request_inflight(struct rq_request *rq, rq_status_t status)
 		queue_exit_ctx(q, ctx);
 		return;
 	}
-	trace_complete(rq, status, rq->bytes, OBS_C_DONE);
+	trace_complete_all(rq, status, OBS_C_DONE);
 	if (status != RQ_STS_OK)
 		ctx_stat_add(rq_priv(rq)->ctx, ST_ERRORS, 1);
 	ctx_stat_add(rq_priv(rq)->ctx, ST_COMPLETED, 1);

@@ -745,7 +745,7 @@ static void sq_finish_request(struct rq_request *rq, rq_status_t status)
 	sqd->in_flight[rq_request_is_sync(rq)]--;
 	if (rq->tag >= 0)
 		rq_sq_end_tag(q, rq);
-	trace_complete(rq, status, 0, OBS_C_QUIET | (rq_priv(rq)->end_io ? OBS_C_STEP : OBS_C_DONE));
+	trace_complete_all(rq, status, OBS_C_QUIET | (rq_priv(rq)->end_io ? OBS_C_STEP : OBS_C_DONE));
 	if (rq_priv(rq)->end_io) {
 		/* flush sequencing decides what comes next */
 		__atomic_store_n(&rq->state, RQ_STATE_COMPLETE, __ATOMIC_RELEASE);

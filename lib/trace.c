@@ -197,7 +197,8 @@ struct rq_trace {
 	struct trace_ring *_Atomic rings;
 	_Atomic unsigned nr_rings;
 	_Atomic uint64_t lost;       /* events with no ring (no memory) */
-	_Atomic uint64_t written;    /* records written */
+	_Atomic uint64_t written;    /* records written, as of the last drain */
+	uint64_t nr_written;         /* writer: records written */
 	bool io_error;
 	/* the writer */
 	pthread_t writer;
@@ -441,47 +442,59 @@ static bool out_put(struct trace_out *o, const void *p, size_t len)
 	return ok;
 }
 
-/* Encode @ev and append it to its CPU's file. */
-static void write_event(struct rq_trace *t, const struct trace_ev *ev, const char *comm)
+/* A payload's bytes: a big-endian u64, a thread's name, or a text. */
+static size_t event_pdu(const struct trace_ev *ev, const char *comm, unsigned char *pdu,
+			size_t room)
 {
-	unsigned cpu = ev->cpu < t->nr_cpus ? ev->cpu : t->nr_cpus - 1;
-	struct bt_record rec = {
-		.magic = BT_MAGIC | BT_VERSION,
-		.sequence = ++t->seq[cpu],
-		.time = ev->time > t->start_ns ? ev->time - t->start_ns : 0,
-		.sector = ev->sector,
-		.bytes = ev->bytes,
-		.action = ev->action,
-		.pid = ev->pid,
-		.device = t->dev,
-		.cpu = cpu,
-		.error = ev->error,
-	};
-	unsigned char pdu[64];
-	size_t len = 0;
-
-	if (rec.time < t->last_time)
-		rec.time = t->last_time; /* a late note never goes back in time */
-	t->last_time = rec.time;
+	size_t len;
 
 	if (ev->pdu_kind == PDU_BE64) {
 		for (unsigned i = 0; i < 8; i++)
 			pdu[i] = (unsigned char)(ev->pdu >> (56 - 8 * i));
-		len = 8;
-	} else if (ev->pdu_kind == PDU_COMM || ev->pdu_kind == PDU_TEXT) {
-		len = ev->pdu_kind == PDU_COMM ? COMM_LEN : strlen(comm) + 1;
-		if (len > sizeof(pdu))
-			len = sizeof(pdu);
-		memset(pdu, 0, len);
-		memcpy(pdu, comm, strnlen(comm, len - 1));
+		return 8;
 	}
+	len = ev->pdu_kind == PDU_COMM ? COMM_LEN : strlen(comm) + 1;
+	if (len > room)
+		len = room;
+	memset(pdu, 0, len);
+	memcpy(pdu, comm, strnlen(comm, len - 1));
+	return len;
+}
+
+/* Encode @ev and append it to its CPU's buffer. */
+static void write_event(struct rq_trace *t, const struct trace_ev *ev, const char *comm)
+{
+	unsigned cpu = ev->cpu < t->nr_cpus ? ev->cpu : t->nr_cpus - 1;
+	uint64_t time = ev->time > t->start_ns ? ev->time - t->start_ns : 0;
+	struct trace_out *o = &t->out[cpu];
+	struct bt_record rec;
+	unsigned char pdu[64];
+	size_t len = 0;
+
+	if (time < t->last_time)
+		time = t->last_time; /* a late note never goes back in time */
+	t->last_time = time;
+	if (unlikely(ev->pdu_kind != PDU_NONE))
+		len = event_pdu(ev, comm, pdu, sizeof(pdu));
+	rec.magic = BT_MAGIC | BT_VERSION;
+	rec.sequence = ++t->seq[cpu];
+	rec.time = time;
+	rec.sector = ev->sector;
+	rec.bytes = ev->bytes;
+	rec.action = ev->action;
+	rec.pid = ev->pid;
+	rec.device = t->dev;
+	rec.cpu = cpu;
+	rec.error = ev->error;
 	rec.pdu_len = (uint16_t)len;
-	if (!out_put(&t->out[cpu], &rec, sizeof(rec)) ||
-	    (len && !out_put(&t->out[cpu], pdu, len)))
+	if (likely(o->len + sizeof(rec) + len <= sizeof(o->buf))) {
+		memcpy(o->buf + o->len, &rec, sizeof(rec));
+		memcpy(o->buf + o->len + sizeof(rec), pdu, len);
+		o->len += sizeof(rec) + len;
+	} else if (!out_put(o, &rec, sizeof(rec)) || (len && !out_put(o, pdu, len))) {
 		t->io_error = true;
-	atomic_store_explicit(&t->written, atomic_load_explicit(&t->written,
-								memory_order_relaxed) + 1,
-			      memory_order_relaxed);
+	}
+	t->nr_written++;
 }
 
 /* Room for @n rings in the drain scratch; false without memory. */
@@ -534,6 +547,7 @@ static void trace_drain(struct rq_trace *t, bool final)
 	}
 	for (;;) {
 		const struct trace_ev *best = NULL;
+		uint64_t next = limit; /* the earliest head among the other rings */
 		unsigned bi = 0;
 
 		for (unsigned i = 0; i < n; i++) {
@@ -542,20 +556,29 @@ static void trace_drain(struct rq_trace *t, bool final)
 			if (t->pos[i] == t->end[i] || ev->time > limit)
 				continue;
 			if (!best || ev->time < best->time) {
+				if (best && best->time < next)
+					next = best->time;
 				best = ev;
 				bi = i;
+			} else if (ev->time < next) {
+				next = ev->time;
 			}
 		}
 		if (!best)
 			break;
-		write_event(t, best, t->cur[bi]->comm);
-		t->pos[bi]++;
+		/* a run of the best ring up to where another ring comes first */
+		do {
+			write_event(t, best, t->cur[bi]->comm);
+			t->pos[bi]++;
+			best = &t->cur[bi]->ev[t->pos[bi] % RING_EVENTS];
+		} while (t->pos[bi] != t->end[bi] && best->time <= next);
 	}
 	for (unsigned i = 0; i < n; i++)
 		atomic_store_explicit(&t->cur[i]->tail, t->pos[i], memory_order_release);
 	for (unsigned c = 0; c < t->nr_cpus; c++)
 		if (!out_flush(&t->out[c]))
 			t->io_error = true;
+	atomic_store_explicit(&t->written, t->nr_written, memory_order_relaxed);
 }
 
 static void *trace_writer(void *arg)
@@ -1007,6 +1030,11 @@ void obs_complete(struct rq_request *rq, rq_status_t status, unsigned bytes, uns
 	if ((rq->rq_flags & RQ_RQF_FLUSH_INTERNAL) ||
 	    ((flags & OBS_C_DONE) && grp != RQ_LAT_FLUSH))
 		iostat_done(rq, grp);
+}
+
+void obs_complete_all(struct rq_request *rq, rq_status_t status, unsigned flags)
+{
+	obs_complete(rq, status, (flags & OBS_C_QUIET) ? 0 : rq->bytes, flags);
 }
 
 /* ------------------------------------------------------------- iostats */

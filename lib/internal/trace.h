@@ -55,12 +55,16 @@ struct rq_obs {
 	uint64_t hist_base[2][RQ_LAT_NR_OPS][RQ_LAT_BUCKETS];
 };
 
-void obs_bio(struct rq_queue *q, const struct rq_bio *bio, unsigned act, uint64_t pdu);
-void obs_rq(struct rq_request *rq, unsigned act);
-void obs_getrq(struct rq_request *rq, const struct rq_bio *bio);
-void obs_note(struct rq_queue *q, unsigned act, uint64_t depth);
-void obs_complete(struct rq_request *rq, rq_status_t status, unsigned bytes, unsigned flags);
-void obs_unplug(struct rq_queue *q, const struct rq_list_node *list);
+/* The out-of-line halves: cold, so the points' callers keep their fast paths tight. */
+#define OBS_COLD __attribute__((cold, noinline))
+OBS_COLD void obs_bio(struct rq_queue *q, const struct rq_bio *bio, unsigned act, uint64_t pdu);
+OBS_COLD void obs_rq(struct rq_request *rq, unsigned act);
+OBS_COLD void obs_getrq(struct rq_request *rq, const struct rq_bio *bio);
+OBS_COLD void obs_note(struct rq_queue *q, unsigned act, uint64_t depth);
+OBS_COLD void obs_complete(struct rq_request *rq, rq_status_t status, unsigned bytes,
+			   unsigned flags);
+OBS_COLD void obs_complete_all(struct rq_request *rq, rq_status_t status, unsigned flags);
+OBS_COLD void obs_unplug(struct rq_queue *q, const struct rq_list_node *list);
 void obs_init(struct rq_queue *q);
 void obs_free(struct rq_queue *q);
 int trace_start_locked(struct rq_queue *q, const char *dir, const char *name);
@@ -175,12 +179,20 @@ static inline void trace_requeue(struct rq_request *rq)
 		obs_rq(rq, TA_REQUEUE);
 }
 
-/* @bytes of @rq completed with @status; OBS_C_* @flags. */
+/* @bytes of @rq completed with @status (a partial completion). */
 static inline void trace_complete(struct rq_request *rq, rq_status_t status, unsigned bytes,
 				  unsigned flags)
 {
 	if (obs_rq_on(rq))
 		obs_complete(rq, status, bytes, flags);
+}
+
+/* The rest of @rq completed with @status; OBS_C_* @flags. */
+static inline void trace_complete_all(struct rq_request *rq, rq_status_t status,
+				      unsigned flags)
+{
+	if (obs_rq_on(rq))
+		obs_complete_all(rq, status, flags);
 }
 
 /* The flush machinery made @flush_rq for a sequence: mark it as G does. */
