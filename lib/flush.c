@@ -151,6 +151,7 @@ static void flush_end_io(struct rq_request *flush_rq, rq_status_t status)
 	struct flush_actions act;
 	struct rq_list_node *running;
 
+	trace_complete_all(flush_rq, status, OBS_C_STEP);
 	actions_init(&act);
 	rq_spin_lock(&fq->lock);
 	q->fe->flush_step_end(flush_rq);
@@ -176,6 +177,7 @@ static void flush_data_end_io(struct rq_request *rq, rq_status_t status)
 	struct rq_flush_queue *fq = &q->fq;
 	struct flush_actions act;
 
+	trace_complete_all(rq, status, OBS_C_STEP);
 	q->fe->flush_step_end(rq);
 	__atomic_store_n(&rq->state, RQ_STATE_IDLE, __ATOMIC_RELEASE);
 	actions_init(&act);

@@ -303,7 +303,7 @@ static struct rq_request *mq_get_request(struct rq_queue *q, struct rq_sw_ctx *c
 	if (unlikely(READ_ONCE(q->rq_affinity) == 2))
 		rq_priv(rq)->end_io_data = mbox_self();
 	ctx_stat_add(ctx, ST_REQUESTS, 1);
-	trace_getrq(rq, bio);
+	trace_getrq(q, rq, bio);
 
 	if (eq) {
 		if (!rq->ioc)
@@ -586,7 +586,6 @@ static void mq_end_request_inflight(struct rq_request *rq, rq_status_t status)
 
 	if (rq_priv(rq)->end_io) {
 		/* internal sequencing (flush): hold the queue across its steps */
-		trace_complete_all(rq, status, OBS_C_STEP);
 		ctx = rq_priv(rq)->ctx;
 		atomic_fetch_add_explicit(&ctx->usage, 1, memory_order_seq_cst);
 		hctx_request_left_driver(hctx);

@@ -745,13 +745,13 @@ static void sq_finish_request(struct rq_request *rq, rq_status_t status)
 	sqd->in_flight[rq_request_is_sync(rq)]--;
 	if (rq->tag >= 0)
 		rq_sq_end_tag(q, rq);
-	trace_complete_all(rq, status, OBS_C_QUIET | (rq_priv(rq)->end_io ? OBS_C_STEP : OBS_C_DONE));
 	if (rq_priv(rq)->end_io) {
 		/* flush sequencing decides what comes next */
 		__atomic_store_n(&rq->state, RQ_STATE_COMPLETE, __ATOMIC_RELEASE);
 		rq_priv(rq)->end_io(rq, status);
 		return;
 	}
+	trace_complete_all(rq, status, OBS_C_QUIET | OBS_C_DONE);
 	if (status != RQ_STS_OK)
 		stat_inc(q, ST_ERRORS);
 	stat_inc(q, ST_COMPLETED);
@@ -970,7 +970,7 @@ static void sq_submit(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_bio *
 	}
 	sq_rq_init(q, ctx, rq, bio, nr_segs);
 	stat_inc(q, ST_REQUESTS);
-	trace_getrq(rq, bio);
+	trace_getrq(q, rq, bio);
 	if (!flush_seq) {
 		rq->rq_flags |= RQ_RQF_ELVPRIV;
 		if (sqd->eops.set_request && sqd->eops.set_request(q, rq, bio))

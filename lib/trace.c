@@ -461,40 +461,62 @@ static size_t event_pdu(const struct trace_ev *ev, const char *comm, unsigned ch
 	return len;
 }
 
-/* Encode @ev and append it to its CPU's buffer. */
-static void write_event(struct rq_trace *t, const struct trace_ev *ev, const char *comm)
+/* The record of @ev, @pdu_len bytes of payload to follow. */
+static void event_record(struct rq_trace *t, const struct trace_ev *ev, unsigned cpu,
+			 size_t pdu_len, struct bt_record *rec)
 {
-	unsigned cpu = ev->cpu < t->nr_cpus ? ev->cpu : t->nr_cpus - 1;
 	uint64_t time = ev->time > t->start_ns ? ev->time - t->start_ns : 0;
-	struct trace_out *o = &t->out[cpu];
-	struct bt_record rec;
-	unsigned char pdu[64];
-	size_t len = 0;
 
 	if (time < t->last_time)
 		time = t->last_time; /* a late note never goes back in time */
 	t->last_time = time;
-	if (unlikely(ev->pdu_kind != PDU_NONE))
-		len = event_pdu(ev, comm, pdu, sizeof(pdu));
-	rec.magic = BT_MAGIC | BT_VERSION;
-	rec.sequence = ++t->seq[cpu];
-	rec.time = time;
-	rec.sector = ev->sector;
-	rec.bytes = ev->bytes;
-	rec.action = ev->action;
-	rec.pid = ev->pid;
-	rec.device = t->dev;
-	rec.cpu = cpu;
-	rec.error = ev->error;
-	rec.pdu_len = (uint16_t)len;
-	if (likely(o->len + sizeof(rec) + len <= sizeof(o->buf))) {
-		memcpy(o->buf + o->len, &rec, sizeof(rec));
-		memcpy(o->buf + o->len + sizeof(rec), pdu, len);
-		o->len += sizeof(rec) + len;
-	} else if (!out_put(o, &rec, sizeof(rec)) || (len && !out_put(o, pdu, len))) {
+	rec->magic = BT_MAGIC | BT_VERSION;
+	rec->sequence = ++t->seq[cpu];
+	rec->time = time;
+	rec->sector = ev->sector;
+	rec->bytes = ev->bytes;
+	rec->action = ev->action;
+	rec->pid = ev->pid;
+	rec->device = t->dev;
+	rec->cpu = cpu;
+	rec->error = ev->error;
+	rec->pdu_len = (uint16_t)pdu_len;
+}
+
+/* An event with a payload (notes, split, unplug): through a copy. */
+static void write_event_pdu(struct rq_trace *t, const struct trace_ev *ev, unsigned cpu,
+			    const char *comm)
+{
+	struct trace_out *o = &t->out[cpu];
+	unsigned char pdu[64];
+	size_t len = event_pdu(ev, comm, pdu, sizeof(pdu));
+	struct bt_record rec;
+
+	event_record(t, ev, cpu, len, &rec);
+	if (!out_put(o, &rec, sizeof(rec)) || !out_put(o, pdu, len))
 		t->io_error = true;
-	}
+}
+
+/* Encode @ev and append it to its CPU's buffer. */
+static void write_event(struct rq_trace *t, const struct trace_ev *ev, const char *comm)
+{
+	unsigned cpu = ev->cpu < t->nr_cpus ? ev->cpu : t->nr_cpus - 1;
+	struct trace_out *o = &t->out[cpu];
+
 	t->nr_written++;
+	if (unlikely(ev->pdu_kind != PDU_NONE)) {
+		write_event_pdu(t, ev, cpu, comm);
+		return;
+	}
+	if (unlikely(o->len + sizeof(struct bt_record) > sizeof(o->buf)) && !out_flush(o))
+		t->io_error = true;
+	if (o->len + sizeof(struct bt_record) <= sizeof(o->buf)) {
+		struct bt_record rec;
+
+		event_record(t, ev, cpu, 0, &rec);
+		memcpy(o->buf + o->len, &rec, sizeof(rec));
+		o->len += sizeof(rec);
+	}
 }
 
 /* Room for @n rings in the drain scratch; false without memory. */

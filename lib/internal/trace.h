@@ -18,7 +18,7 @@
  *   trace_insert   I          mq.c / sq.c, into the scheduler or a sw queue
  *   trace_issue    D          mq.c / sq.c, handed to the driver
  *   trace_requeue  R          mq.c / sq.c, back from the driver
- *   trace_complete C          complete.c / mq.c / sq.c, bytes completed
+ *   trace_complete C          complete.c / mq.c / sq.c / flush.c, bytes completed
  */
 #ifndef RQ_INTERNAL_TRACE_H
 #define RQ_INTERNAL_TRACE_H
@@ -125,9 +125,11 @@ static inline void trace_rq_merge(struct rq_request *next)
 		obs_rq(next, TA_BACKMERGE);
 }
 
-static inline void trace_getrq(struct rq_request *rq, const struct rq_bio *bio)
+/* @rq (of @q) was made for @bio. */
+static inline void trace_getrq(struct rq_queue *q, struct rq_request *rq,
+			       const struct rq_bio *bio)
 {
-	if (obs_on(rq->q))
+	if (obs_on(q))
 		obs_getrq(rq, bio);
 }
 
