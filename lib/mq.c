@@ -594,13 +594,13 @@ static void mq_end_request_inflight(struct rq_request *rq, rq_status_t status)
 		queue_exit_ctx(q, ctx);
 		return;
 	}
-	trace_complete_all(rq, status, OBS_C_DONE);
 	if (status != RQ_STS_OK)
 		ctx_stat_add(rq_priv(rq)->ctx, ST_ERRORS, 1);
 	ctx_stat_add(rq_priv(rq)->ctx, ST_COMPLETED, 1);
 	if (q->elevator && q->elevator->type->ops.completed_request &&
 	    (rq->rq_flags & RQ_RQF_ELVPRIV))
 		q->elevator->type->ops.completed_request(rq, core_clock_ns());
+	trace_complete_all(rq, status, OBS_C_DONE);
 	request_end_bios(rq, status);
 	hctx_request_left_driver(hctx);
 	ctx = mq_release_request(rq);

@@ -80,6 +80,10 @@ expect "I" "$(count I)" "$requests"
 run splits --sched none --pattern write --bs 8192 --max-sectors-kb 4
 [ "$splits" -gt 0 ] || { echo "FAIL: no split"; fail=1; }
 
+# the single-queue front end: deadline, plugged sequential writes
+run sq --front sq --sched deadline --pattern write --batch 8
+expect "I" "$(count I)" "$requests"
+
 # two threads, random reads, kyber
 run threads --sched kyber --threads 2 --pattern randread --depth 8
 
