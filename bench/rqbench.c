@@ -46,6 +46,7 @@
 #endif
 
 #include <librequest/mq.h>
+#include <librequest/trace.h>
 
 #include "hist.h"
 #include "null_blk.h"
@@ -61,6 +62,7 @@ static const char *const pattern_names[] = {
 static const char *const completion_names[] = { "inline", "thread", "timer" };
 
 struct opts {
+	const char *trace_dir;     /* --trace: blktrace files DIR/rqbench.blktrace.CPU */
 	const char *front;
 	const char *sched;
 	const char *driver;
@@ -534,7 +536,9 @@ static void usage(FILE *f)
 "        --bio-alloc (rq_bio_alloc/rq_bio_put per bio), --memory-backed,\n"
 "        --tcache (keep jemalloc's thread cache: allocs undercounts),\n"
 "        --list-scheds (print the schedulers the queue offers),\n"
-"        --cdf (with --json: the latency CDF as \"cdf\": [[ns, fraction], ...])\n");
+"        --cdf (with --json: the latency CDF as \"cdf\": [[ns, fraction], ...]),\n"
+
+"        --trace DIR (blktrace files DIR/rqbench.blktrace.CPU: blkparse -i rqbench)\n");
 }
 
 enum {
@@ -542,7 +546,7 @@ enum {
 	OPT_BS, OPT_PATTERN, OPT_SECONDS, OPT_OPS, OPT_HWQ, OPT_COMPLETION,
 	OPT_MAXSECT, OPT_MAXSEG, OPT_NOMERGES, OPT_JSON, OPT_HWDEPTH, OPT_CNSEC,
 	OPT_CAPACITY, OPT_WARMUP, OPT_NOLAT, OPT_LATSAMPLE, OPT_BIOALLOC,
-	OPT_MEMORY, OPT_TCACHE, OPT_LIST, OPT_ALLOCSTATS, OPT_CDF,
+	OPT_MEMORY, OPT_TCACHE, OPT_LIST, OPT_ALLOCSTATS, OPT_CDF, OPT_TRACE,
 };
 
 /* Limits of the numeric options, for the parser and the usage errors. */
@@ -582,6 +586,7 @@ static const struct option long_opts[] = {
 	{ "alloc-stats", no_argument, NULL, OPT_ALLOCSTATS },
 	{ "cdf", no_argument, NULL, OPT_CDF },
 	{ "list-scheds", no_argument, NULL, OPT_LIST },
+	{ "trace", required_argument, NULL, OPT_TRACE },
 	PROG_STD_OPTIONS,
 	{ NULL, 0, NULL, 0 },
 };
@@ -672,6 +677,7 @@ static void parse_args(int argc, char **argv, struct opts *o)
 		case OPT_ALLOCSTATS: o->tcache = false; break;
 		case OPT_LIST: o->list_scheds = true; break;
 		case OPT_CDF: o->cdf = true; break;
+		case OPT_TRACE: o->trace_dir = optarg; break;
 		}
 	}
 	prog_no_operands(argc, argv);
@@ -800,6 +806,14 @@ int main(int argc, char **argv)
 	if (!b.o.tcache)
 		tcache_off();
 	bench_setup(&b);
+	if (b.o.trace_dir) {
+		int ret = rq_queue_trace_start(b.q, b.o.trace_dir, "rqbench");
+
+		if (ret) {
+			fprintf(stderr, "rqbench: --trace %s: %s\n", b.o.trace_dir, strerror(-ret));
+			exit(1);
+		}
+	}
 	if (b.o.list_scheds) {
 		int ret = list_scheds(&b);
 
@@ -923,6 +937,17 @@ int main(int argc, char **argv)
 		printf("\n");
 	}
 
+	if (b.o.trace_dir) {
+		/* the trace saw the queue's whole life: its counters are the totals */
+		struct rq_trace_info ti;
+		char cnt[512] = "";
+
+		if (rq_queue_trace_stop(b.q, &ti, sizeof(ti)))
+			errors++;
+		rq_queue_attr_get(b.q, "counters", cnt, sizeof(cnt));
+		fprintf(stderr, "rqbench: trace %s/rqbench: %" PRIu64 " events, %" PRIu64
+			" dropped; queue %s", b.o.trace_dir, ti.events, ti.dropped, cnt);
+	}
 	null_destroy(b.dev);
 	for (i = 0; i < b.o.threads; i++) {
 		free(th[i].slots);

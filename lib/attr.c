@@ -17,6 +17,7 @@
 
 #include "internal/queue.h"
 #include "internal/elevator.h"
+#include "internal/trace.h"
 
 /* ------------------------------------------------------------ scheduler */
 
@@ -269,7 +270,7 @@ static int write_cache_store(struct rq_queue *q, const char *val)
 	return 0;
 }
 
-static int stat_show(struct rq_queue *q, char *buf, size_t len)
+static int counters_show(struct rq_queue *q, char *buf, size_t len)
 {
 	struct rq_queue_stats st;
 
@@ -287,6 +288,128 @@ static int stat_show(struct rq_queue *q, char *buf, size_t len)
 		    (unsigned long long)st.requeues, (unsigned long long)st.timeouts,
 		    (unsigned long long)st.flushes, (unsigned long long)st.errors,
 		    (unsigned long long)st.invalid);
+}
+
+/* /sys/block/X/stat: the 17 diskstats fields, as the kernel prints them. */
+static int stat_show(struct rq_queue *q, char *buf, size_t len)
+{
+	struct rq_diskstats d;
+
+	rq_queue_get_diskstats(q, &d, sizeof(d));
+	return emit(buf, len,
+		    "%8llu %8llu %8llu %8llu %8llu %8llu %8llu %8llu %8llu %8llu %8llu "
+		    "%8llu %8llu %8llu %8llu %8llu %8llu\n",
+		    (unsigned long long)d.read_ios, (unsigned long long)d.read_merges,
+		    (unsigned long long)d.read_sectors, (unsigned long long)d.read_ticks_ms,
+		    (unsigned long long)d.write_ios, (unsigned long long)d.write_merges,
+		    (unsigned long long)d.write_sectors, (unsigned long long)d.write_ticks_ms,
+		    (unsigned long long)d.in_flight, (unsigned long long)d.io_ticks_ms,
+		    (unsigned long long)d.time_in_queue_ms, (unsigned long long)d.discard_ios,
+		    (unsigned long long)d.discard_merges, (unsigned long long)d.discard_sectors,
+		    (unsigned long long)d.discard_ticks_ms, (unsigned long long)d.flush_ios,
+		    (unsigned long long)d.flush_ticks_ms);
+}
+
+/* /sys/block/X/inflight: requests with the driver, reads and writes. */
+static int inflight_show(struct rq_queue *q, char *buf, size_t len)
+{
+	struct rq_diskstats d;
+
+	rq_queue_get_diskstats(q, &d, sizeof(d));
+	return emit(buf, len, "%8llu %8llu\n", (unsigned long long)d.in_flight_read,
+		    (unsigned long long)d.in_flight_write);
+}
+
+static int iostats_show(struct rq_queue *q, char *buf, size_t len)
+{
+	return emit(buf, len, "%u\n", (atomic_load(&q->obs_flags) & OBS_IOSTAT) ? 1u : 0u);
+}
+
+static int iostats_store(struct rq_queue *q, const char *val)
+{
+	unsigned long v;
+
+	if (parse_ulong(val, 0, 1, &v))
+		return -EINVAL;
+	return iostat_set_locked(q, v);
+}
+
+static int trace_show(struct rq_queue *q, char *buf, size_t len)
+{
+	return emit(buf, len, "%s\n", trace_path(q));
+}
+
+/* "0": stop; a directory: start a trace named rq<minor> there. */
+static int trace_store(struct rq_queue *q, const char *val)
+{
+	char dir[4096], name[32];
+	size_t n = strcspn(val, "\n");
+
+	if (word_is(val, "0")) {
+		int ret = trace_stop_locked(q, NULL);
+
+		return ret == -ENOENT ? 0 : ret;
+	}
+	if (!n || n >= sizeof(dir) || val[n + (val[n] == '\n')])
+		return -EINVAL;
+	memcpy(dir, val, n);
+	dir[n] = '\0';
+	snprintf(name, sizeof(name), "rq%u",
+		 (unsigned)(rq_queue_trace_dev(q) & ((1u << RQ_TRACE_MINOR_BITS) - 1)));
+	return trace_start_locked(q, dir, name);
+}
+
+static int trace_dropped_show(struct rq_queue *q, char *buf, size_t len)
+{
+	struct rq_trace_info info = { .dropped = 0 };
+
+	trace_info_locked(q, &info);
+	return emit(buf, len, "%llu\n", (unsigned long long)info.dropped);
+}
+
+static const char *const lat_op_names[RQ_LAT_NR_OPS] = { "read", "write", "discard", "flush" };
+
+/*
+ * One line per op and kind: "read q2c" then, for every non-empty bucket,
+ * " UPPER:COUNT" (UPPER the bucket's end in ns, 2^b).
+ */
+static int latency_hist_show(struct rq_queue *q, char *buf, size_t len)
+{
+	struct rq_latency_hist h;
+	size_t off = 0;
+	int n;
+
+	rq_queue_get_latency_hist(q, &h, sizeof(h));
+	for (unsigned k = 0; k < 2; k++)
+		for (unsigned o = 0; o < RQ_LAT_NR_OPS; o++) {
+			const uint64_t *b = k ? h.d2c[o] : h.q2c[o];
+
+			n = emit(buf + off, len - off, "%s %s", lat_op_names[o], k ? "d2c" : "q2c");
+			if (n < 0)
+				return n;
+			off += (size_t)n;
+			for (unsigned i = 0; i < RQ_LAT_BUCKETS; i++) {
+				if (!b[i])
+					continue;
+				n = emit(buf + off, len - off, " %llu:%llu", 1ull << i,
+					 (unsigned long long)b[i]);
+				if (n < 0)
+					return n;
+				off += (size_t)n;
+			}
+			n = emit(buf + off, len - off, "\n");
+			if (n < 0)
+				return n;
+			off += (size_t)n;
+		}
+	return (int)off;
+}
+
+static int latency_hist_store(struct rq_queue *q, const char *val)
+{
+	if (!word_is(val, "0"))
+		return -EINVAL;
+	return rq_queue_reset_latency_hist(q);
 }
 
 static int nr_hw_queues_show(struct rq_queue *q, char *buf, size_t len)
@@ -312,6 +435,12 @@ static const struct queue_attr queue_attrs[] = {
 	{ "write_cache", write_cache_show, write_cache_store },
 	{ "stat", stat_show, NULL },
 	{ "nr_hw_queues", nr_hw_queues_show, NULL },
+	{ "counters", counters_show, NULL },
+	{ "inflight", inflight_show, NULL },
+	{ "iostats", iostats_show, iostats_store },
+	{ "latency_hist", latency_hist_show, latency_hist_store },
+	{ "trace", trace_show, trace_store },
+	{ "trace_dropped", trace_dropped_show, NULL },
 };
 
 static const struct queue_attr *find_attr(const char *name)

@@ -25,6 +25,7 @@
 
 #include "internal/alloc.h"
 #include "internal/queue.h"
+#include "internal/trace.h"
 
 /*
  * Complete @bytes of @rq from its start (partial completion, both front
@@ -78,6 +79,7 @@ void request_fail(struct rq_request *rq, rq_status_t status)
 	if (status != RQ_STS_OK)
 		stat_inc(rq->q, ST_ERRORS);
 	stat_inc(rq->q, ST_COMPLETED);
+	trace_complete_all(rq, status, OBS_C_DONE);
 	request_end_bios(rq, status);
 	request_free(rq);
 }

@@ -23,6 +23,7 @@
 
 #include "internal/alloc.h"
 #include "internal/queue.h"
+#include "internal/trace.h"
 
 /* ------------------------------------------------------- usage / freeze */
 
@@ -230,6 +231,7 @@ static void submit_bio_on(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_b
 			}
 		}
 	}
+	trace_queue(q, bio);
 	for (;;) {
 		unsigned nr_segs;
 		rq_status_t split_status = RQ_STS_OK;
@@ -250,6 +252,7 @@ static void submit_bio_on(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_b
 		/* the front piece carries the preflush; the rest need not */
 		bio->opf &= ~RQ_BIO_PREFLUSH;
 		stat_inc(q, ST_SPLITS);
+		trace_split(q, piece, bio->iter.sector);
 		atomic_fetch_add_explicit(&ctx->usage, 1, memory_order_seq_cst);
 		fe->submit(q, ctx, piece, nr_segs);
 	}
@@ -276,6 +279,7 @@ struct rq_queue *queue_alloc_common(const struct queue_common_config *cfg)
 		return NULL;
 	q->fe = cfg->fe;
 	stats_init(q);
+	obs_init(q);
 	q->rq_size = cfg->rq_size;
 	q->queuedata = cfg->queuedata;
 	q->limits = *cfg->limits;
@@ -318,6 +322,7 @@ void queue_free_common(struct rq_queue *q)
 	pthread_cond_destroy(&q->unfreeze_cond);
 	pthread_mutex_destroy(&q->sysfs_lock);
 	pthread_rwlock_destroy(&q->tsan_quiesce_lock);
+	obs_free(q);
 	stats_free(q);
 	mem_free(q, sizeof(*q));
 }

@@ -23,6 +23,7 @@
 #include <errno.h>
 
 #include "internal/queue.h"
+#include "internal/trace.h"
 
 #define FSEQ_PREFLUSH (1u << 0)
 #define FSEQ_DATA (1u << 1)
@@ -102,6 +103,7 @@ static void kick_flush(struct rq_queue *q, struct rq_flush_queue *fq, struct flu
 	flush_rq->nr_segments = 0;
 	flush_rq->bio = flush_rq->biotail = NULL;
 	flush_rq->rq_flags = RQ_RQF_FLUSH_INTERNAL;
+	trace_flush_rq(flush_rq);
 	flush_rq->internal_tag = -1;
 	flush_rq->tag = -1;
 	rq_priv(flush_rq)->end_io = flush_end_io;
@@ -149,6 +151,7 @@ static void flush_end_io(struct rq_request *flush_rq, rq_status_t status)
 	struct flush_actions act;
 	struct rq_list_node *running;
 
+	trace_complete_all(flush_rq, status, OBS_C_STEP);
 	actions_init(&act);
 	rq_spin_lock(&fq->lock);
 	q->fe->flush_step_end(flush_rq);
@@ -174,6 +177,7 @@ static void flush_data_end_io(struct rq_request *rq, rq_status_t status)
 	struct rq_flush_queue *fq = &q->fq;
 	struct flush_actions act;
 
+	trace_complete_all(rq, status, OBS_C_STEP);
 	q->fe->flush_step_end(rq);
 	__atomic_store_n(&rq->state, RQ_STATE_IDLE, __ATOMIC_RELEASE);
 	actions_init(&act);

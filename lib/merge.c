@@ -21,6 +21,7 @@
 #include "internal/queue.h"
 #include "internal/elevator.h"
 #include "internal/ioc.h"
+#include "internal/trace.h"
 
 /*
  * The submission's software queue, set by the core (rq_submit_bio()) for
@@ -79,6 +80,7 @@ bool bio_attempt_back_merge(struct rq_request *rq, struct rq_bio *bio, unsigned 
 		rq->nr_segments = (uint16_t)(rq->nr_segments + nr_segs);
 	rq->opf |= bio->opf & (RQ_BIO_SYNC | RQ_BIO_META | RQ_BIO_PRIO);
 	stat_inc(rq->q, ST_MERGES_BACK);
+	trace_merge(rq->q, bio, true);
 	return true;
 }
 
@@ -94,6 +96,7 @@ bool bio_attempt_front_merge(struct rq_request *rq, struct rq_bio *bio, unsigned
 		rq->nr_segments = (uint16_t)(rq->nr_segments + nr_segs);
 	rq->opf |= bio->opf & (RQ_BIO_SYNC | RQ_BIO_META | RQ_BIO_PRIO);
 	stat_inc(rq->q, ST_MERGES_FRONT);
+	trace_merge(rq->q, bio, false);
 	return true;
 }
 
@@ -339,6 +342,7 @@ static struct rq_request *attempt_merge(struct rq_queue *q, struct rq_request *r
 	if (!fits_limits(rq, rq_request_sectors(next), next->nr_segments) ||
 	    !sched_allows_rq(q, rq, next))
 		return NULL;
+	trace_rq_merge(next);
 	rq->biotail->next = next->bio;
 	rq->biotail = next->biotail;
 	rq->bytes += next->bytes;

@@ -39,6 +39,7 @@
 #include "internal/mq.h"
 #include "internal/elevator.h"
 #include "internal/ioc.h"
+#include "internal/trace.h"
 
 /*
  * Dispatch read-side sections.  liburcu-bp orders them against
@@ -133,6 +134,7 @@ static int get_tag(struct rq_queue *q, struct rq_tags *tags, unsigned cpu, unsig
 
 	if (likely(tag >= 0) || nowait)
 		return tag;
+	trace_sleep(q);
 	bit = sbq_wait_get(&tags->bitmap, cpu, shallow, flush_plug_cb, queue_dying_cb, q);
 	return bit < 0 ? -1 : (int)(tags->nr_reserved + (unsigned)bit);
 }
@@ -301,6 +303,7 @@ static struct rq_request *mq_get_request(struct rq_queue *q, struct rq_sw_ctx *c
 	if (unlikely(READ_ONCE(q->rq_affinity) == 2))
 		rq_priv(rq)->end_io_data = mbox_self();
 	ctx_stat_add(ctx, ST_REQUESTS, 1);
+	trace_getrq(q, rq, bio);
 
 	if (eq) {
 		if (!rq->ioc)
@@ -597,6 +600,7 @@ static void mq_end_request_inflight(struct rq_request *rq, rq_status_t status)
 	if (q->elevator && q->elevator->type->ops.completed_request &&
 	    (rq->rq_flags & RQ_RQF_ELVPRIV))
 		q->elevator->type->ops.completed_request(rq, core_clock_ns());
+	trace_complete_all(rq, status, OBS_C_DONE);
 	request_end_bios(rq, status);
 	hctx_request_left_driver(hctx);
 	ctx = mq_release_request(rq);
@@ -631,6 +635,7 @@ RQ_EXPORT bool rq_mq_update_request(struct rq_request *rq, rq_status_t status, u
 
 	if (st != RQ_STATE_IN_FLIGHT && st != RQ_STATE_COMPLETING)
 		return false;
+	trace_complete(rq, status, bytes < rq->bytes ? bytes : rq->bytes, 0);
 	return request_advance(rq, status, bytes, end_bio_now);
 }
 
@@ -745,6 +750,7 @@ static void ctx_stage(struct rq_sw_ctx *ctx, struct rq_list_node *list, bool at_
 {
 	struct rq_hw_ctx *hctx = ctx->hctx;
 
+	trace_insert_list(ctx->q, list);
 	rq_spin_lock(&ctx->lock);
 	if (at_head)
 		rq_list_splice_init(list, &ctx->rq_list);
@@ -791,12 +797,14 @@ static inline void rq_start(struct rq_hw_ctx *hctx, struct rq_request *rq)
 	rq_priv(rq)->deadline_ns = 0;
 	rq->rq_flags |= RQ_RQF_STARTED;
 	__atomic_store_n(&rq->state, RQ_STATE_IN_FLIGHT, __ATOMIC_RELEASE);
+	trace_issue(rq);
 }
 
 /* Undo rq_start() for a request the driver refused. */
 static inline void rq_unstart(struct rq_hw_ctx *hctx, struct rq_request *rq)
 {
 	__atomic_store_n(&rq->state, RQ_STATE_IDLE, __ATOMIC_RELEASE);
+	trace_requeue(rq);
 }
 
 /*
@@ -861,6 +869,7 @@ static bool dispatch_rq_list(struct rq_hw_ctx *hctx, struct rq_list_node *list)
 
 			__atomic_compare_exchange_n(&rq->state, &expected, RQ_STATE_IDLE, false,
 						    __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+			trace_requeue(rq);
 			if (ops->put_budget)
 				ops->put_budget(q);
 			if (rq->rq_flags & RQ_RQF_SCHED_TAGS)
@@ -1107,6 +1116,7 @@ static void mq_insert_request(struct rq_request *rq, bool at_head, bool run)
 	rq_list_add_tail(&rq->queuelist, &list);
 	if (q->elevator && (rq->rq_flags & RQ_RQF_ELVPRIV)) {
 		rq->rq_flags |= RQ_RQF_SORTED;
+		trace_insert(rq);
 		q->elevator->type->ops.insert_requests(hctx, &list, at_head ? RQ_INSERT_AT_HEAD : 0);
 	} else if (q->elevator) {
 		hctx_park(hctx, &list, at_head);
@@ -1140,6 +1150,7 @@ static void mq_plug_issue(struct rq_list_node *list, struct rq_request *first)
 		next = it->next;
 		if (rq->rq_flags & RQ_RQF_ELVPRIV) {
 			rq->rq_flags |= RQ_RQF_SORTED;
+			trace_insert(rq);
 		} else {
 			rq_list_del_init(&rq->queuelist);
 			rq_list_add_tail(&rq->queuelist, &bypass);
@@ -1313,6 +1324,7 @@ RQ_EXPORT void rq_mq_requeue_request(struct rq_request *rq, bool kick)
 	    (rq->rq_flags & RQ_RQF_ELVPRIV))
 		q->elevator->type->ops.requeue_request(rq);
 	stat_inc(q, ST_REQUEUES);
+	trace_requeue(rq);
 	rq_spin_lock(&q->requeue_lock);
 	rq_list_add_tail(&rq->queuelist, &q->requeue_list);
 	rq_spin_unlock(&q->requeue_lock);

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 
 #include "internal/queue.h"
+#include "internal/trace.h"
 
 __thread struct rq_plug *tls_plug __attribute__((tls_model("initial-exec")));
 
@@ -145,6 +146,7 @@ static void plug_flush_list(struct rq_plug *plug)
 			rq_list_add_tail(&rq->queuelist, &list);
 			rq = next;
 		} while (rq && rq->q == q && rq->hctx == hctx);
+		trace_unplug(q, &list);
 		q->fe->plug_issue(&list, first);
 	}
 }
@@ -199,6 +201,8 @@ void plug_add(struct rq_plug *plug, struct rq_request *rq)
 		plug_flush_list(plug);
 		last = NULL;
 	}
+	if (!last)
+		trace_plug(rq->q);
 	if (last && last->q != rq->q)
 		plug->multiple_queues = 1;
 	rq->rq_next = NULL;

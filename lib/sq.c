@@ -26,6 +26,7 @@
 
 #include "internal/alloc.h"
 #include "internal/queue.h"
+#include "internal/trace.h"
 #include "internal/elevator.h"
 #include "internal/ioc.h"
 
@@ -466,6 +467,7 @@ static struct rq_request *pool_get(struct rq_queue *q, struct rq_bio *bio)
 		sqd->wait_head = &w;
 	sqd->wait_tail = &w;
 	pool_serve_waiters(sqd);
+	trace_sleep(q);
 	sqd->lib_locked--; /* the wait drops the lock */
 	while (!w.rq && !w.abort)
 		pthread_cond_wait(&w.cond, sqd->lock);
@@ -540,6 +542,7 @@ static void sq_insert_sorted(struct rq_queue *q, struct rq_request *rq)
 	struct rq_sq_data *sqd = sqd_of(q);
 
 	rq->rq_flags |= RQ_RQF_SORTED;
+	trace_insert(rq);
 	sqd->nr_sorted++;
 	if (rq_mergeable(rq)) {
 		rq_sched_hash_add(q, rq);
@@ -691,6 +694,7 @@ RQ_EXPORT void rq_sq_start_request(struct rq_request *rq)
 	__atomic_store_n(&rq_priv(rq)->gen, rq_priv(rq)->gen + 1, __ATOMIC_RELAXED);
 	__atomic_store_n(&rq->state, RQ_STATE_IN_FLIGHT, __ATOMIC_RELEASE);
 	stat_inc(rq->q, ST_DISPATCHED);
+	trace_issue(rq);
 }
 
 RQ_EXPORT struct rq_request *rq_sq_fetch_request(struct rq_queue *q)
@@ -747,6 +751,7 @@ static void sq_finish_request(struct rq_request *rq, rq_status_t status)
 		rq_priv(rq)->end_io(rq, status);
 		return;
 	}
+	trace_complete_all(rq, status, OBS_C_QUIET | OBS_C_DONE);
 	if (status != RQ_STS_OK)
 		stat_inc(q, ST_ERRORS);
 	stat_inc(q, ST_COMPLETED);
@@ -770,6 +775,7 @@ RQ_EXPORT bool rq_sq_end_request_locked(struct rq_request *rq, rq_status_t statu
 {
 	if (__atomic_load_n(&rq->state, __ATOMIC_ACQUIRE) != RQ_STATE_IN_FLIGHT)
 		return false; /* never ends twice */
+	trace_complete(rq, status, bytes < rq->bytes ? bytes : rq->bytes, 0);
 	if (sq_update_request(rq, status, bytes))
 		return true;
 	sq_finish_request(rq, status);
@@ -812,6 +818,7 @@ RQ_EXPORT void rq_sq_requeue_request(struct rq_request *rq)
 		sqd->eops.deactivate(q, rq);
 	rq->rq_flags &= ~RQ_RQF_STARTED;
 	stat_inc(q, ST_REQUEUES);
+	trace_requeue(rq);
 	/* to the front of the dispatch queue, ahead of sorted work */
 	rq_list_add(&rq->queuelist, &sqd->queue_head);
 }
@@ -963,6 +970,7 @@ static void sq_submit(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_bio *
 	}
 	sq_rq_init(q, ctx, rq, bio, nr_segs);
 	stat_inc(q, ST_REQUESTS);
+	trace_getrq(q, rq, bio);
 	if (!flush_seq) {
 		rq->rq_flags |= RQ_RQF_ELVPRIV;
 		if (sqd->eops.set_request && sqd->eops.set_request(q, rq, bio))

@@ -46,6 +46,7 @@
 #include <librequest/librequest.h>
 
 #include "nbd_file.h"
+#include "nbd_iostat.h"
 #include "nbd_server.h"
 #include "null_blk.h"
 #include "progopt.h"
@@ -92,6 +93,9 @@ struct opts {
 	const char *user;
 	const char *group;
 	struct nbd_limits lim;
+	const char *trace_dir;  /* --trace: DIR/rqnbd.blktrace.CPU */
+	bool iostat;            /* --iostat given: diskstats counted */
+	unsigned iostat_ms;     /* a line every so often; 0: on SIGUSR1 only */
 };
 
 /* ----------------------------------------------------------------- options */
@@ -161,6 +165,12 @@ static void set_share(struct opts *o, const char *f, const char *v)
 	o->lock = "shared";
 }
 
+static void set_iostat(struct opts *o, const char *f, const char *v)
+{
+	o->iostat = true;
+	o->iostat_ms = (unsigned)opt_uint(f, v, 0, RQNBD_MAX_TIMEOUT_S) * 1000;
+}
+
 static void set_name(struct opts *o, const char *f, const char *v)
 {
 	if (strlen(v) > 4096)
@@ -228,6 +238,14 @@ static const struct rqnbd_option rqnbd_options[] = {
 	  "after binding and opening: become USER (name or uid)", NULL },
 	{ "group", "GROUP", OPT_STRING, FIELD(group), 0, 0,
 	  "... and GROUP (default: USER's group)", NULL },
+	{ "trace", "DIR", OPT_STRING, FIELD(trace_dir), 0, 0,
+	  "write a blktrace trace of the queue to\n"
+	  "DIR/rqnbd.blktrace.CPU until the server stops\n"
+	  "(blkparse -D DIR -i rqnbd)", NULL },
+	{ "iostat", "S", OPT_CUSTOM, 0, 0, 0,
+	  "count diskstats and latency histograms; every S\n"
+	  "seconds an iostat -x line on stderr (0: none);\n"
+	  "SIGUSR1 prints stat, inflight and latency_hist", set_iostat },
 	{ "list-scheds", NULL, OPT_FLAG, FIELD(list_scheds), 0, 0,
 	  "print the schedulers the queue offers, one per line", NULL },
 };
@@ -293,7 +311,7 @@ static void usage(FILE *f)
 "usage: rqnbd (--unix PATH | --port N [--bind ADDR]) (--memory SIZE | --file PATH)\n"
 "             [--front mq|sq] [--sched NAME] [--queues N] [--depth N]\n"
 "             [--read-only] [--export-name NAME] [--lock MODE] [limits]\n"
-"             [--user USER] [--group GROUP]\n"
+"             [--user USER] [--group GROUP] [--trace DIR] [--iostat S]\n"
 "       rqnbd [--front mq|sq] --list-scheds\n"
 "       rqnbd -h|--help | --version\n\n");
 	for (i = 0; i < RQNBD_NOPTS; i++) {
@@ -802,16 +820,36 @@ static bool accept_one(struct acceptor *a, struct nbd_server *srv)
 }
 
 /* Serve until SIGINT/SIGTERM arrive on @sfd. */
-static void accept_loop(struct acceptor *a, struct nbd_server *srv, int sfd)
+/* A signal arrived: SIGUSR1 prints the queue's counters; others stop (true). */
+static bool on_signal(int sfd, struct nbd_iostat *io)
+{
+	struct signalfd_siginfo si;
+
+	if (read(sfd, &si, sizeof(si)) != sizeof(si))
+		return false;
+	if (si.ssi_signo == SIGUSR1) {
+		if (io->q)
+			nbd_iostat_dump(io, stderr);
+		else
+			fprintf(stderr, "rqnbd: SIGUSR1: no counters (start with --iostat S)\n");
+		return false;
+	}
+	fprintf(stderr, "rqnbd: %s: stopping\n", strsignal(si.ssi_signo));
+	return true;
+}
+
+static void accept_loop(struct acceptor *a, struct nbd_server *srv, int sfd,
+			struct nbd_iostat *io)
 {
 	for (;;) {
 		struct pollfd pfd[2] = { { a->lfd, POLLIN, 0 }, { sfd, POLLIN, 0 } };
 		uint64_t now = mono_ms();
-		int timeout = -1;
+		int timeout = nbd_iostat_timeout(io, now);
 
 		if (now < a->paused_until) {
 			pfd[0].fd = -1;
-			timeout = (int)(a->paused_until - now);
+			if (timeout < 0 || (uint64_t)timeout > a->paused_until - now)
+				timeout = (int)(a->paused_until - now);
 		}
 		if (poll(pfd, 2, timeout) < 0) {
 			if (errno == EINTR)
@@ -819,13 +857,9 @@ static void accept_loop(struct acceptor *a, struct nbd_server *srv, int sfd)
 			perror("rqnbd: poll");
 			return;
 		}
-		if (pfd[1].revents & POLLIN) {
-			struct signalfd_siginfo si;
-
-			if (read(sfd, &si, sizeof(si)) == sizeof(si))
-				fprintf(stderr, "rqnbd: %s: stopping\n", strsignal(si.ssi_signo));
+		nbd_iostat_tick(io, mono_ms(), stderr);
+		if ((pfd[1].revents & POLLIN) && on_signal(sfd, io))
 			return;
-		}
 		if (pfd[0].revents & POLLIN) {
 			int n = 0;
 
@@ -866,6 +900,7 @@ static int setup_signals(void)
 	sigemptyset(&sigs);
 	sigaddset(&sigs, SIGINT);
 	sigaddset(&sigs, SIGTERM);
+	sigaddset(&sigs, SIGUSR1);
 	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 	return signalfd(-1, &sigs, SFD_CLOEXEC);
 }
@@ -931,6 +966,38 @@ static void make_export(const struct opts *o, const struct device *dev,
 	};
 }
 
+/* --trace and --iostat: start what the options ask for on the device's queue. */
+static int observe_start(const struct opts *o, struct device *dev, struct nbd_iostat *io)
+{
+	int ret;
+
+	if (o->trace_dir && (ret = rq_queue_trace_start(dev->q, o->trace_dir, "rqnbd"))) {
+		fprintf(stderr, "rqnbd: --trace %s: %s\n", o->trace_dir, strerror(-ret));
+		return ret;
+	}
+	if (o->iostat && (ret = nbd_iostat_start(io, dev->q, o->iostat_ms, mono_ms()))) {
+		fprintf(stderr, "rqnbd: --iostat: %s\n", strerror(-ret));
+		if (o->trace_dir)
+			rq_queue_trace_stop(dev->q, NULL, 0);
+		return ret;
+	}
+	return 0;
+}
+
+/* The trace's end: its files complete, its totals said. */
+static void observe_stop(const struct opts *o, struct device *dev)
+{
+	struct rq_trace_info ti = { .events = 0 };
+	int ret;
+
+	if (!o->trace_dir)
+		return;
+	ret = rq_queue_trace_stop(dev->q, &ti, sizeof(ti));
+	fprintf(stderr, "rqnbd: trace %s/rqnbd: %llu events, %llu dropped%s\n", o->trace_dir,
+		(unsigned long long)ti.events, (unsigned long long)ti.dropped,
+		ret ? " (write error)" : "");
+}
+
 /* Stop accepting, drain the connections, flush the device, say the counters. */
 static int shutdown_all(const struct opts *o, struct acceptor *a, struct nbd_server *srv,
 			struct device *dev)
@@ -947,6 +1014,7 @@ static int shutdown_all(const struct opts *o, struct acceptor *a, struct nbd_ser
 	nbd_server_stop(srv);
 	nbd_server_wait(srv);
 	fs = device_flush(dev);
+	observe_stop(o, dev);
 	ratelog_flush(&a->refused, now);
 	ratelog_flush(&a->nofd, now);
 	ratelog_flush(&a->evicted, now);
@@ -968,6 +1036,7 @@ int main(int argc, char **argv)
 		.evicted = { .what = "idle connections closed for new ones" },
 	};
 	struct nbd_export exp;
+	struct nbd_iostat io = { .q = NULL };
 	struct nbd_server *srv = NULL;
 	struct device dev;
 	struct opts o;
@@ -986,6 +1055,10 @@ int main(int argc, char **argv)
 	ret = device_open(&o, &dev);
 	if (ret) {
 		device_error(&o, ret);
+		return RQNBD_EXIT_FAIL;
+	}
+	if (observe_start(&o, &dev, &io)) {
+		device_close(&dev);
 		return RQNBD_EXIT_FAIL;
 	}
 	make_export(&o, &dev, &exp);
@@ -1011,7 +1084,7 @@ int main(int argc, char **argv)
 	}
 	check_fd_limit(&o.lim);
 	banner(&o, &dev);
-	accept_loop(&a, srv, sfd);
+	accept_loop(&a, srv, sfd, &io);
 	ret = shutdown_all(&o, &a, srv, &dev);
 	nbd_server_destroy(srv);
 	device_close(&dev);

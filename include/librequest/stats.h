@@ -112,6 +112,113 @@ struct rq_queue_stats {
  */
 int rq_queue_get_stats(struct rq_queue *q, struct rq_queue_stats *st, size_t size);
 
+/**
+ * struct rq_diskstats - one queue's line of /proc/diskstats.
+ *
+ * The 17 fields of the kernel's /proc/diskstats line (and of
+ * /sys/block/X/stat), with the kernel's definitions
+ * (Documentation/admin-guide/iostats.rst), counted while the queue
+ * attribute "iostats" is 1 (it is 0 when a queue is made: the clock reads
+ * it needs cost more than the rest of a request's accounting).  Times are
+ * the library's clock (rq_clock_ns()), in milliseconds.
+ *
+ *   *_ios        requests completed (reads, writes, discards; a write
+ *                zeroes counts as a write).  flush_ios: the flush
+ *                requests the flush machinery completed.
+ *   *_merges     pieces merged into a request (bio merges) and requests
+ *                merged into another request: so, once idle, ios + merges
+ *                = the pieces (bios after splits) of that kind.
+ *   *_sectors    512-byte sectors completed.
+ *   *_ticks_ms   the sum over completed requests of the time from
+ *                allocation (blktrace's G) to completion.
+ *   in_flight    requests with the driver (issued, not completed).
+ *   io_ticks_ms  time with requests in flight, in whole milliseconds, as
+ *                the kernel counts it (at each request start and end).
+ *   time_in_queue_ms  the sum of the four *_ticks_ms.
+ *   in_flight_read, in_flight_write   in_flight split as the "inflight"
+ *                attribute shows it (discards and flushes count as writes).
+ */
+struct rq_diskstats {
+	uint32_t size;           /* bytes rq_queue_get_diskstats() filled */
+	uint32_t reserved;
+	uint64_t read_ios, read_merges, read_sectors, read_ticks_ms;
+	uint64_t write_ios, write_merges, write_sectors, write_ticks_ms;
+	uint64_t in_flight, io_ticks_ms, time_in_queue_ms;
+	uint64_t discard_ios, discard_merges, discard_sectors, discard_ticks_ms;
+	uint64_t flush_ios, flush_ticks_ms;
+	uint64_t in_flight_read, in_flight_write;
+};
+
+/**
+ * rq_queue_get_diskstats() - the queue's diskstats fields.
+ * @q: the queue.
+ * @ds: receives the fields: the first @size bytes, size set to what was
+ *	filled.
+ * @size: sizeof(*@ds) as the caller knows it.
+ *
+ * Summed one counter at a time while I/O goes on, as rq_queue_get_stats().
+ *
+ * Context: any thread, not from a driver or scheduler hook; takes the
+ * queue's statistics mutex briefly.
+ * Return: 0, or -EINVAL when @size cannot hold the size field.
+ */
+int rq_queue_get_diskstats(struct rq_queue *q, struct rq_diskstats *ds, size_t size);
+
+/** Buckets of a latency histogram: bucket 0 holds 0 ns, bucket b [2^(b-1), 2^b) ns. */
+#define RQ_LAT_BUCKETS 40
+
+/** Operations a latency histogram tells apart (op groups, as diskstats). */
+enum rq_lat_op {
+	RQ_LAT_READ = 0,
+	RQ_LAT_WRITE = 1,      /* writes and write zeroes */
+	RQ_LAT_DISCARD = 2,
+	RQ_LAT_FLUSH = 3,      /* the flush machinery's flush requests */
+	RQ_LAT_NR_OPS = 4
+};
+
+/**
+ * struct rq_latency_hist - log2 latency histograms of completed requests.
+ *
+ * Counted while "iostats" is 1, per op: q2c, the time from allocation
+ * (blktrace's G) to completion, for every completed request; d2c, the time
+ * from the last issue to the driver (D) to completion, for the requests
+ * the driver had.  Bucket b counts latencies in [2^(b-1), 2^b) ns (bucket
+ * 0: 0 ns); the last bucket also holds everything longer.  Counts start
+ * at the last reset (rq_queue_reset_latency_hist()).
+ */
+struct rq_latency_hist {
+	uint32_t size;           /* bytes rq_queue_get_latency_hist() filled */
+	uint32_t nr_buckets;     /* RQ_LAT_BUCKETS */
+	uint64_t q2c[RQ_LAT_NR_OPS][RQ_LAT_BUCKETS];
+	uint64_t d2c[RQ_LAT_NR_OPS][RQ_LAT_BUCKETS];
+};
+
+/**
+ * rq_queue_get_latency_hist() - the queue's latency histograms.
+ * @q: the queue.
+ * @h: receives the histograms: the first @size bytes, size set to what
+ *	was filled.
+ * @size: sizeof(*@h) as the caller knows it.
+ *
+ * Context: any thread, not from a driver or scheduler hook; takes the
+ * queue's statistics mutex briefly.
+ * Return: 0, or -EINVAL when @size cannot hold the size field.
+ */
+int rq_queue_get_latency_hist(struct rq_queue *q, struct rq_latency_hist *h, size_t size);
+
+/**
+ * rq_queue_reset_latency_hist() - start the latency histograms again at 0.
+ * @q: the queue.
+ *
+ * What is counted from here on shows; the per-thread counters themselves
+ * are not written (the reset remembers the sums it saw).
+ *
+ * Context: any thread, not from a driver or scheduler hook; takes the
+ * queue's statistics mutex briefly.
+ * Return: 0, or -ENOMEM if the queue has no room for the base.
+ */
+int rq_queue_reset_latency_hist(struct rq_queue *q);
+
 #ifdef __cplusplus
 }
 #endif

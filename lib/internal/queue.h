@@ -61,12 +61,18 @@ struct rq_elevator_type;
 enum {
 	ST_BIOS, ST_SPLITS, ST_REQUESTS, ST_DISPATCHED, ST_COMPLETED, ST_MERGES_BACK,
 	ST_MERGES_FRONT, ST_MERGES_RQ, ST_PLUG_MERGES, ST_RESOURCE, ST_REQUEUES,
-	ST_TIMEOUTS, ST_FLUSHES, ST_ERRORS, ST_INVALID, ST_NR
+	ST_TIMEOUTS, ST_FLUSHES, ST_ERRORS, ST_INVALID,
+	/* diskstats (iostats on; lib/trace.c counts them): per op group R W D F */
+	ST_DS_IOS, ST_DS_MERGES = ST_DS_IOS + 4, ST_DS_SECTORS = ST_DS_MERGES + 4,
+	ST_DS_NSECS = ST_DS_SECTORS + 4, ST_DS_STARTED = ST_DS_NSECS + 4, /* R W */
+	ST_DS_LEFT = ST_DS_STARTED + 2, ST_DS_IO_TICKS = ST_DS_LEFT + 2,
+	ST_NR
 };
 
 /* One thread's counters for one queue (lib/stats.c). */
 struct rq_stats_block {
 	uint64_t v[ST_NR];
+	uint64_t hist[2][RQ_LAT_NR_OPS][RQ_LAT_BUCKETS]; /* q2c, d2c (iostats on) */
 	pthread_t owner;
 	struct rq_stats_block *next;   /* the queue's list, under stats_lock */
 } rq_cacheline_aligned;
@@ -217,6 +223,10 @@ struct rq_queue {
 	uint64_t id;                   /* unique, never reused */
 	pthread_mutex_t stats_lock;
 	struct rq_stats_block *stats_blocks;
+
+	/* observability (lib/trace.c): one test of obs_flags per event point */
+	_Atomic unsigned obs_flags;    /* OBS_TRACE | OBS_IOSTAT (internal/trace.h) */
+	struct rq_obs *obs;            /* trace, io_ticks stamp, histogram base */
 
 	/* service thread bookkeeping (lib/service.c) */
 	struct rq_queue *svc_next;

@@ -23,6 +23,7 @@ command -v nm >/dev/null 2>&1 || { echo "nm not found: skipped"; exit 77; }
 layers='alloc
 status clock rbtree tags
 bio limits stats ioc elevator
+trace
 split
 service
 complete

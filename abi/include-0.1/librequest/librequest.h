@@ -14,6 +14,7 @@
 #include <librequest/iocontext.h>
 #include <librequest/attr.h>
 #include <librequest/stats.h>
+#include <librequest/trace.h>
 #include <librequest/service.h>
 #include <librequest/queue.h>
 #include <librequest/mq.h>

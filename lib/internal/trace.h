@@ -1,0 +1,207 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * The event points of the request layer (lib/trace.c): blktrace records
+ * while a trace runs, diskstats and latency histograms while "iostats" is
+ * on.  Each point is one inline call that tests q->obs_flags once
+ * (unlikely: a predictable branch, not taken while both are off) and only
+ * then calls out of line.  Never installed.
+ *
+ *   point          blktrace   where
+ *   trace_queue    Q          core.c, a bio entered, before the split loop
+ *   trace_split    X          core.c, each front piece cut off
+ *   trace_merge    M / F      merge.c, a bio joined a request
+ *   trace_rq_merge M          merge.c, a request joined another
+ *   trace_getrq    G          mq.c / sq.c, a request made for a bio
+ *   trace_sleep    S          mq.c / sq.c, about to sleep for a tag
+ *   trace_plug     P          plug.c, first request on an empty plug
+ *   trace_unplug   U          plug.c, a run of requests leaves the plug
+ *   trace_insert   I          mq.c / sq.c, into the scheduler or a sw queue
+ *   trace_issue    D          mq.c / sq.c, handed to the driver
+ *   trace_requeue  R          mq.c / sq.c, back from the driver
+ *   trace_complete C          complete.c / mq.c / sq.c / flush.c, bytes completed
+ */
+#ifndef RQ_INTERNAL_TRACE_H
+#define RQ_INTERNAL_TRACE_H
+
+#include "queue.h"
+
+enum {
+	OBS_TRACE = 1u << 0,   /* a blktrace trace runs */
+	OBS_IOSTAT = 1u << 1,  /* diskstats and histograms are counted */
+};
+
+/* blktrace's actions (the low 16 bits of the action word) */
+enum {
+	TA_QUEUE = 1, TA_BACKMERGE, TA_FRONTMERGE, TA_GETRQ, TA_SLEEPRQ, TA_REQUEUE,
+	TA_ISSUE, TA_COMPLETE, TA_PLUG, TA_UNPLUG_IO, TA_UNPLUG_TIMER, TA_INSERT,
+	TA_SPLIT,
+};
+
+/* trace_complete() flags */
+enum {
+	OBS_C_DONE = 1u << 0,   /* the request ends (diskstats ios, histograms) */
+	OBS_C_STEP = 1u << 1,   /* a flush sequence's step: its sectors count at the end */
+	OBS_C_QUIET = 1u << 2,  /* no record (the bytes had theirs): counting only */
+};
+
+struct rq_trace;
+
+/* A queue's observability state (q->obs; NULL if it could not be had). */
+struct rq_obs {
+	struct rq_trace *_Atomic trace; /* the running trace (lib/trace.c) */
+	char trace_path[256];        /* what the "trace" attribute shows */
+	_Atomic uint64_t stamp_ms;   /* io_ticks: last accounted millisecond */
+	/* latency histograms' reset base (lib/stats.c, under q->stats_lock) */
+	uint64_t hist_base[2][RQ_LAT_NR_OPS][RQ_LAT_BUCKETS];
+};
+
+/* The out-of-line halves: cold, so the points' callers keep their fast paths tight. */
+#define OBS_COLD __attribute__((cold, noinline))
+OBS_COLD void obs_bio(struct rq_queue *q, const struct rq_bio *bio, unsigned act, uint64_t pdu);
+OBS_COLD void obs_rq(struct rq_request *rq, unsigned act);
+OBS_COLD void obs_getrq(struct rq_request *rq, const struct rq_bio *bio);
+OBS_COLD void obs_note(struct rq_queue *q, unsigned act, uint64_t depth);
+OBS_COLD void obs_complete(struct rq_request *rq, rq_status_t status, unsigned bytes,
+			   unsigned flags);
+OBS_COLD void obs_complete_all(struct rq_request *rq, rq_status_t status, unsigned flags);
+OBS_COLD void obs_unplug(struct rq_queue *q, const struct rq_list_node *list);
+void obs_init(struct rq_queue *q);
+void obs_free(struct rq_queue *q);
+int trace_start_locked(struct rq_queue *q, const char *dir, const char *name);
+int trace_stop_locked(struct rq_queue *q, struct rq_trace_info *info);
+const char *trace_path(struct rq_queue *q);
+int trace_info_locked(struct rq_queue *q, struct rq_trace_info *info);
+int iostat_set_locked(struct rq_queue *q, bool on);
+
+/*
+ * Queues of the process with a trace running or iostats on (lib/trace.c).
+ * While it is 0 a point is a load of one global and a branch not taken,
+ * with no load through the queue or request; the queue's own flags are
+ * looked at only behind it.
+ */
+extern _Atomic unsigned obs_active;
+
+static inline bool obs_on(const struct rq_queue *q)
+{
+	return unlikely(atomic_load_explicit(&obs_active, memory_order_relaxed) != 0) &&
+	       atomic_load_explicit(&q->obs_flags, memory_order_relaxed) != 0;
+}
+
+static inline void trace_queue(struct rq_queue *q, const struct rq_bio *bio)
+{
+	if (obs_on(q))
+		obs_bio(q, bio, TA_QUEUE, 0);
+}
+
+/* @piece was cut off the front; the rest starts at @rest_sector. */
+static inline void trace_split(struct rq_queue *q, const struct rq_bio *piece,
+			       uint64_t rest_sector)
+{
+	if (obs_on(q))
+		obs_bio(q, piece, TA_SPLIT, rest_sector);
+}
+
+static inline void trace_merge(struct rq_queue *q, const struct rq_bio *bio, bool back)
+{
+	if (obs_on(q))
+		obs_bio(q, bio, back ? TA_BACKMERGE : TA_FRONTMERGE, 0);
+}
+
+/*
+ * A request made while its queue was traced or counted carries
+ * RQ_RQF_IO_STAT (the kernel's RQF_IO_STAT: set when the request is made,
+ * obs_getrq()), so its later points test a bit of rq_flags, which the
+ * surrounding code has loaded anyway, instead of a global and the queue.
+ */
+static inline bool obs_rq_on(const struct rq_request *rq)
+{
+	return unlikely(rq->rq_flags & RQ_RQF_IO_STAT);
+}
+
+/* @next joined another request and goes away. */
+static inline void trace_rq_merge(struct rq_request *next)
+{
+	if (obs_rq_on(next))
+		obs_rq(next, TA_BACKMERGE);
+}
+
+/* @rq (of @q) was made for @bio. */
+static inline void trace_getrq(struct rq_queue *q, struct rq_request *rq,
+			       const struct rq_bio *bio)
+{
+	if (obs_on(q))
+		obs_getrq(rq, bio);
+}
+
+/* Set or clear @bits of @q's flags, counting @q in obs_active.  Context: sysfs_lock. */
+void obs_flags_change(struct rq_queue *q, unsigned bits, bool on);
+
+static inline void trace_sleep(struct rq_queue *q)
+{
+	if (obs_on(q))
+		obs_note(q, TA_SLEEPRQ, 0);
+}
+
+static inline void trace_plug(struct rq_queue *q)
+{
+	if (obs_on(q))
+		obs_note(q, TA_PLUG, 0);
+}
+
+/* @list (requests linked by queuelist) leaves a plug for @q's driver side. */
+static inline void trace_unplug(struct rq_queue *q, const struct rq_list_node *list)
+{
+	if (obs_on(q))
+		obs_unplug(q, list);
+}
+
+static inline void trace_insert(struct rq_request *rq)
+{
+	if (obs_rq_on(rq))
+		obs_rq(rq, TA_INSERT);
+}
+
+/* Every request of @list (linked by queuelist), all of @q, is inserted. */
+static inline void trace_insert_list(struct rq_queue *q, const struct rq_list_node *list)
+{
+	if (obs_on(q))
+		for (const struct rq_list_node *n = list->next; n != list; n = n->next)
+			trace_insert(RQ_CONTAINER_OF(n, struct rq_request, queuelist));
+}
+
+static inline void trace_issue(struct rq_request *rq)
+{
+	if (obs_rq_on(rq))
+		obs_rq(rq, TA_ISSUE);
+}
+
+static inline void trace_requeue(struct rq_request *rq)
+{
+	if (obs_rq_on(rq))
+		obs_rq(rq, TA_REQUEUE);
+}
+
+/* @bytes of @rq completed with @status (a partial completion). */
+static inline void trace_complete(struct rq_request *rq, rq_status_t status, unsigned bytes,
+				  unsigned flags)
+{
+	if (obs_rq_on(rq))
+		obs_complete(rq, status, bytes, flags);
+}
+
+/* The rest of @rq completed with @status; OBS_C_* @flags. */
+static inline void trace_complete_all(struct rq_request *rq, rq_status_t status,
+				      unsigned flags)
+{
+	if (obs_rq_on(rq))
+		obs_complete_all(rq, status, flags);
+}
+
+/* The flush machinery made @flush_rq for a sequence: mark it as G does. */
+static inline void trace_flush_rq(struct rq_request *flush_rq)
+{
+	if (obs_on(flush_rq->q))
+		flush_rq->rq_flags |= RQ_RQF_IO_STAT;
+}
+
+#endif /* RQ_INTERNAL_TRACE_H */
