@@ -2,7 +2,8 @@
 /*
  * rqnbd: an NBD block server whose I/O goes through librequest.
  *
- *   rqnbd (--unix PATH | --port N [--bind ADDR]) (--memory SIZE | --file PATH)
+ *   rqnbd (--unix PATH | --port N [--bind ADDR]) (--memory SIZE | --file PATH |
+ *          --rbd POOL/IMAGE [--ceph-conf FILE] [--ceph-id ID])
  *         [--front mq|sq] [--sched NAME] [--queues N] [--depth N]
  *         [--read-only] [--export-name NAME]
  *   rqnbd [--front mq|sq] --list-scheds
@@ -38,6 +39,7 @@
 #include <librequest/librequest.h>
 
 #include "nbd_file.h"
+#include "nbd_rbd.h"
 #include "nbd_server.h"
 #include "null_blk.h"
 #include "progopt.h"
@@ -58,6 +60,7 @@ struct opts {
 	const char *bind_addr;
 	uint64_t memory;
 	const char *file;
+	const char *rbd, *ceph_conf, *ceph_id;
 	const char *front;
 	const char *sched;
 	unsigned queues;
@@ -72,7 +75,8 @@ struct opts {
 static void usage(FILE *f)
 {
 	fprintf(f,
-"usage: rqnbd (--unix PATH | --port N [--bind ADDR]) (--memory SIZE | --file PATH)\n"
+"usage: rqnbd (--unix PATH | --port N [--bind ADDR])\n"
+"             (--memory SIZE | --file PATH | --rbd POOL/IMAGE [--ceph-conf FILE] [--ceph-id ID])\n"
 "             [--front mq|sq] [--sched NAME] [--queues N] [--depth N]\n"
 "             [--read-only] [--export-name NAME]\n"
 "       rqnbd [--front mq|sq] --list-scheds\n"
@@ -83,6 +87,9 @@ static void usage(FILE *f)
 "  --bind ADDR         TCP address to bind (default 127.0.0.1)\n"
 "  --memory SIZE       serve SIZE bytes of memory (suffix K, M, G, T: powers of 1024)\n"
 "  --file PATH         serve a file or block device\n"
+"  --rbd POOL/IMAGE    serve a Ceph RBD image (POOL/IMAGE@SNAP: read-only)\n"
+"  --ceph-conf FILE    ceph.conf for --rbd (default $CEPH_CONF, /etc/ceph)\n"
+"  --ceph-id ID        cephx client id for --rbd, without \"client.\" (admin)\n"
 "  --front mq|sq       request-layer front end: multi-queue (default) or one\n"
 "                      request_fn under one queue lock\n"
 "  --sched NAME        I/O scheduler of the queue (default: the library's choice)\n"
@@ -100,7 +107,7 @@ static void usage(FILE *f)
 
 enum {
 	OPT_UNIX = 256, OPT_PORT, OPT_BIND, OPT_MEMORY, OPT_FILE, OPT_FRONT, OPT_SCHED,
-	OPT_QUEUES, OPT_DEPTH, OPT_RO, OPT_NAME, OPT_LIST,
+	OPT_QUEUES, OPT_DEPTH, OPT_RO, OPT_NAME, OPT_LIST, OPT_RBD, OPT_CEPH_CONF, OPT_CEPH_ID,
 };
 
 static const struct option long_opts[] = {
@@ -109,6 +116,9 @@ static const struct option long_opts[] = {
 	{ "bind", required_argument, NULL, OPT_BIND },
 	{ "memory", required_argument, NULL, OPT_MEMORY },
 	{ "file", required_argument, NULL, OPT_FILE },
+	{ "rbd", required_argument, NULL, OPT_RBD },
+	{ "ceph-conf", required_argument, NULL, OPT_CEPH_CONF },
+	{ "ceph-id", required_argument, NULL, OPT_CEPH_ID },
 	{ "front", required_argument, NULL, OPT_FRONT },
 	{ "sched", required_argument, NULL, OPT_SCHED },
 	{ "queues", required_argument, NULL, OPT_QUEUES },
@@ -157,6 +167,15 @@ static void parse_args(int argc, char **argv, struct opts *o)
 		case OPT_FILE:
 			o->file = optarg;
 			break;
+		case OPT_RBD:
+			o->rbd = optarg;
+			break;
+		case OPT_CEPH_CONF:
+			o->ceph_conf = optarg;
+			break;
+		case OPT_CEPH_ID:
+			o->ceph_id = optarg;
+			break;
 		case OPT_FRONT:
 			o->front = fronts[opt_choice("--front", optarg, fronts, 2)];
 			break;
@@ -189,8 +208,12 @@ static void parse_args(int argc, char **argv, struct opts *o)
 		prog_usage_error("--unix, --port: give exactly one");
 	if (o->bind_addr && !o->port)
 		prog_usage_error("--bind: goes with --port");
-	if (!!o->memory == !!o->file)
-		prog_usage_error("--memory, --file: give exactly one");
+	if (!!o->memory + !!o->file + !!o->rbd != 1)
+		prog_usage_error("--memory, --file, --rbd: give exactly one");
+	if ((o->ceph_conf || o->ceph_id) && !o->rbd)
+		prog_usage_error("--ceph-conf, --ceph-id: go with --rbd");
+	if (o->rbd && strcmp(o->front, "mq"))
+		prog_usage_error("--rbd: needs --front mq");
 }
 
 /* ---------------------------------------------------------------- device */
@@ -198,6 +221,7 @@ static void parse_args(int argc, char **argv, struct opts *o)
 struct device {
 	struct null_dev *null;
 	struct nbd_file *file;
+	struct nbd_rbd *rbd;
 	struct rq_queue *q;
 	uint64_t size;
 };
@@ -236,6 +260,22 @@ static int device_open(const struct opts *o, struct device *dev)
 			return ret;
 		dev->q = null_queue(dev->null);
 		dev->size = o->memory;
+	} else if (o->rbd) {
+		struct nbd_rbd_config cfg = {
+			.spec = o->rbd,
+			.ceph_conf = o->ceph_conf,
+			.client_id = o->ceph_id,
+			.read_only = o->read_only,
+			.nr_hw_queues = o->queues,
+			.queue_depth = o->depth,
+			.sched = o->sched,
+		};
+
+		ret = nbd_rbd_create(&cfg, &dev->rbd);
+		if (ret)
+			return ret;
+		dev->q = nbd_rbd_queue(dev->rbd);
+		dev->size = nbd_rbd_size(dev->rbd);
 	} else {
 		struct nbd_file_config cfg = {
 			.path = o->file,
@@ -262,6 +302,7 @@ static void device_close(struct device *dev)
 {
 	null_destroy(dev->null);
 	nbd_file_destroy(dev->file);
+	nbd_rbd_destroy(dev->rbd);
 }
 
 /* A flush bio and someone waiting for it. */
@@ -437,7 +478,7 @@ int main(int argc, char **argv)
 	ret = device_open(&o, &dev);
 	if (ret) {
 		fprintf(stderr, "rqnbd: cannot set up the %s device%s%s: %s\n",
-			o.memory ? "memory" : "file", o.sched ? " with scheduler " : "",
+			o.memory ? "memory" : o.rbd ? "rbd" : "file", o.sched ? " with scheduler " : "",
 			o.sched ? o.sched : "", strerror(-ret));
 		return RQNBD_EXIT_FAIL;
 	}
@@ -454,7 +495,8 @@ int main(int argc, char **argv)
 	exp.q = dev.q;
 	exp.size = dev.size;
 	exp.name = o.export_name;
-	exp.description = o.memory ? "rqnbd memory export" : "rqnbd file export";
+	exp.description = o.memory ? "rqnbd memory export" :
+			  o.rbd ? "rqnbd rbd export" : "rqnbd file export";
 	exp.read_only = o.read_only;
 	exp.min_block = RQNBD_MIN_BLOCK;
 	exp.pref_block = RQNBD_PREF_BLOCK;
@@ -481,7 +523,7 @@ int main(int argc, char **argv)
 		snprintf(shape, sizeof(shape), "single queue");
 	fprintf(stderr, "rqnbd: serving %llu bytes (%s%s, %s, depth %u, "
 		"scheduler %s) on %s%s%s\n",
-		(unsigned long long)exp.size, o.memory ? "memory" : o.file,
+		(unsigned long long)exp.size, o.memory ? "memory" : o.rbd ? o.rbd : o.file,
 		o.read_only ? ", read-only" : "", shape, o.depth, sched,
 		o.unix_path ? o.unix_path : o.bind_addr ? o.bind_addr : "127.0.0.1",
 		o.port ? " port " : "", o.port ? o.port : "");

@@ -47,6 +47,7 @@ struct rqrbd_conn {
 	char *conf;          /* "" for librados' search */
 	char *id;            /* "" for the default */
 	unsigned timeout_s;
+	bool cache;          /* leave librbd's cache as configured */
 	unsigned refs;       /* devices (and reopened handles) using it */
 	bool dead;           /* blocklisted: new users make a new one */
 	rados_t cluster;
@@ -67,6 +68,9 @@ static int rqrbd_conn_connect(struct rqrbd_conn *c)
 	if (ret < 0)
 		goto fail;
 	rados_conf_parse_env(c->cluster, NULL); /* CEPH_ARGS */
+	/* the queue is the cache; librbd's would be one per handle, incoherent */
+	if (!c->cache && (ret = rados_conf_set(c->cluster, "rbd_cache", "false")) < 0)
+		goto fail;
 	/* never wait for ever for a cluster that does not answer */
 	snprintf(t, sizeof(t), "%u", c->timeout_s);
 	if ((ret = rados_conf_set(c->cluster, "rados_osd_op_timeout", t)) < 0 ||
@@ -84,7 +88,7 @@ fail:
 
 /* Take a reference on the live connection for @conf and @id (made if none). */
 static int rqrbd_conn_get(const char *conf, const char *id, unsigned timeout_s,
-			struct rqrbd_conn **out)
+			  bool cache, struct rqrbd_conn **out)
 {
 	struct rqrbd_conn *c;
 	int ret;
@@ -93,7 +97,8 @@ static int rqrbd_conn_get(const char *conf, const char *id, unsigned timeout_s,
 	id = id ? id : "";
 	pthread_mutex_lock(&rqrbd_conns_lock);
 	for (c = rqrbd_conns; c; c = c->next) {
-		if (!c->dead && !strcmp(c->conf, conf) && !strcmp(c->id, id)) {
+		if (!c->dead && c->cache == cache && !strcmp(c->conf, conf) &&
+		    !strcmp(c->id, id)) {
 			c->refs++;
 			*out = c;
 			pthread_mutex_unlock(&rqrbd_conns_lock);
@@ -105,6 +110,7 @@ static int rqrbd_conn_get(const char *conf, const char *id, unsigned timeout_s,
 	if (!c || !(c->conf = strdup(conf)) || !(c->id = strdup(id)))
 		goto fail;
 	c->timeout_s = timeout_s;
+	c->cache = cache;
 	ret = rqrbd_conn_connect(c);
 	if (ret < 0)
 		goto fail;
@@ -185,8 +191,15 @@ struct rqrbd_cmd {
 	atomic_int pending;  /* pieces out + 1 while queue_rq issues */
 	atomic_int err;      /* positive errno of the first failed piece */
 	uint16_t nr_iov;
+	uint16_t piece_used; /* slots of piece[] handed to librbd so far */
 	struct iovec iov[RQRBD_MAX_SEGMENTS];   /* the request's data */
-	struct iovec piece[RQRBD_MAX_SEGMENTS]; /* one piece's window of it */
+	/*
+	 * The pieces' windows of it, one after the other: librbd keeps a
+	 * read's iovec array until it calls back.  A request spans at most
+	 * two object pieces (its size is one at most), and the cut between
+	 * them splits at most one iovec in two.
+	 */
+	struct iovec piece[RQRBD_MAX_SEGMENTS + 1];
 };
 
 /* Counters shared by every hw queue (relaxed atomics). */
@@ -334,13 +347,20 @@ static void rqrbd_callback(rbd_completion_t c, void *arg)
 /* --------------------------------------------------------------- issuing */
 
 /*
- * Point cmd->piece at the request's bytes [@off, @off + @len) (offsets
- * within the request).  Return: the number of iovecs.
+ * Fill the next free slots of cmd->piece with the request's bytes [@off,
+ * @off + @len) (offsets within the request); *@iov receives the first.
+ * Return: the number of iovecs, or -EIO if the slots ran out (a request
+ * larger than the limits allow).
  */
-static int rqrbd_window(struct rqrbd_cmd *cmd, uint64_t off, uint64_t len)
+static int rqrbd_window(struct rqrbd_cmd *cmd, uint64_t off, uint64_t len,
+			struct iovec **iov)
 {
+	struct iovec *w = cmd->piece + cmd->piece_used;
+	unsigned room = RQRBD_MAX_SEGMENTS + 1 - cmd->piece_used;
 	uint64_t pos = 0;
 	int n = 0;
+
+	*iov = w;
 
 	for (unsigned i = 0; i < cmd->nr_iov && len; i++) {
 		uint64_t l = cmd->iov[i].iov_len, skip, take;
@@ -349,15 +369,18 @@ static int rqrbd_window(struct rqrbd_cmd *cmd, uint64_t off, uint64_t len)
 			pos += l;
 			continue;
 		}
+		if ((unsigned)n == room)
+			return -EIO;
 		skip = off > pos ? off - pos : 0;
 		take = l - skip < len ? l - skip : len;
-		cmd->piece[n].iov_base = (char *)cmd->iov[i].iov_base + skip;
-		cmd->piece[n].iov_len = take;
+		w[n].iov_base = (char *)cmd->iov[i].iov_base + skip;
+		w[n].iov_len = take;
 		n++;
 		len -= take;
 		off += take;
 		pos += l;
 	}
+	cmd->piece_used += n;
 	return n;
 }
 
@@ -366,22 +389,26 @@ static int rqrbd_issue(struct rqrbd_cmd *cmd, rbd_image_t image, unsigned op, ui
 		     uint64_t off, uint64_t len)
 {
 	struct rqrbd_counters *ctr = &cmd->hq->dev->c;
+	struct iovec *iov = NULL;
 	rbd_completion_t c;
-	int ret, n;
+	int ret, n = 0;
 
+	if (op == RQ_OP_READ || op == RQ_OP_WRITE) {
+		n = rqrbd_window(cmd, off, len, &iov);
+		if (n < 0)
+			return n;
+	}
 	ret = rbd_aio_create_completion(cmd, rqrbd_callback, &c);
 	if (ret < 0)
 		return ret;
 	atomic_fetch_add_explicit(&cmd->pending, 1, memory_order_relaxed);
 	switch (op) {
 	case RQ_OP_READ:
-		n = rqrbd_window(cmd, off, len);
-		ret = rbd_aio_readv(image, cmd->piece, n, pos, c);
+		ret = rbd_aio_readv(image, iov, n, pos, c);
 		rqrbd_count(&ctr->read_calls, 1);
 		break;
 	case RQ_OP_WRITE:
-		n = rqrbd_window(cmd, off, len);
-		ret = rbd_aio_writev(image, cmd->piece, n, pos, c);
+		ret = rbd_aio_writev(image, iov, n, pos, c);
 		rqrbd_count(&ctr->write_calls, 1);
 		break;
 	case RQ_OP_DISCARD:
@@ -499,6 +526,7 @@ static rq_status_t rqrbd_queue_rq(struct rq_hw_ctx *hctx, struct rq_request *rq,
 	pthread_mutex_lock(&hq->lock);
 	cmd->hq = hq;
 	cmd->nr_iov = 0;
+	cmd->piece_used = 0;
 	atomic_store_explicit(&cmd->err, 0, memory_order_relaxed);
 	atomic_store_explicit(&cmd->pending, 1, memory_order_relaxed);
 	if ((rq->op == RQ_OP_READ || rq->op == RQ_OP_WRITE) && !rqrbd_cmd_map(cmd, rq)) {
@@ -578,7 +606,8 @@ static int rqrbd_handle_open(struct rqrbd_dev *dev, struct rqrbd_handle *h)
 	int ret;
 
 	memset(h, 0, sizeof(*h));
-	ret = rqrbd_conn_get(dev->conf, dev->id, dev->cfg.op_timeout_s, &h->conn);
+	ret = rqrbd_conn_get(dev->conf, dev->id, dev->cfg.op_timeout_s, dev->cfg.rbd_cache,
+			     &h->conn);
 	if (ret < 0)
 		return ret;
 	ret = rados_ioctx_create(h->conn->cluster, dev->pool, &h->io);
@@ -673,7 +702,8 @@ static void rqrbd_limits(struct rqrbd_dev *dev, struct rq_queue_limits *lim)
 	lim->size = sizeof(*lim);
 	if (!lim->logical_block_size)
 		lim->logical_block_size = RQ_SECTOR_SIZE;
-	if (!lim->max_hw_sectors)
+	/* never more than one piece: rqrbd_cmd.piece has room for two */
+	if (!lim->max_hw_sectors || lim->max_hw_sectors > (max >> RQ_SECTOR_SHIFT))
 		lim->max_hw_sectors = (uint32_t)(max >> RQ_SECTOR_SHIFT);
 	if (!lim->max_sectors || lim->max_sectors > lim->max_hw_sectors)
 		lim->max_sectors = lim->max_hw_sectors;
@@ -682,12 +712,13 @@ static void rqrbd_limits(struct rqrbd_dev *dev, struct rq_queue_limits *lim)
 	if (!lim->max_segment_size)
 		lim->max_segment_size = lim->max_hw_sectors << RQ_SECTOR_SHIFT;
 	if (!dev->cfg.read_only && !dev->snap) {
-		if (!lim->max_discard_sectors)
+		if (!lim->max_discard_sectors || lim->max_discard_sectors > (max >> RQ_SECTOR_SHIFT))
 			lim->max_discard_sectors = (uint32_t)(max >> RQ_SECTOR_SHIFT);
-		if (!lim->max_write_zeroes_sectors)
+		if (!lim->max_write_zeroes_sectors ||
+		    lim->max_write_zeroes_sectors > (max >> RQ_SECTOR_SHIFT))
 			lim->max_write_zeroes_sectors = (uint32_t)(max >> RQ_SECTOR_SHIFT);
 	}
-	/* librbd's cache (rqrbd_cache) is volatile; FUA is a write + flush */
+	/* librbd's cache (rbd_cache) is volatile; FUA is a write + flush */
 	lim->features |= RQ_FEAT_WRITE_CACHE;
 }
 
@@ -703,8 +734,11 @@ static int rqrbd_open_handles(struct rqrbd_dev *dev)
 	ret = rqrbd_probe(dev);
 	if (ret < 0)
 		return ret;
-	/* one writer handle per process while the image passes a lock */
-	if (!dev->exclusive_lock || dev->cfg.read_only || dev->snap)
+	/*
+	 * One handle: while the image passes a lock between writers, or with
+	 * librbd's cache on (each handle would cache on its own).
+	 */
+	if ((!dev->exclusive_lock || dev->cfg.read_only || dev->snap) && !dev->cfg.rbd_cache)
 		dev->nr_handles = dev->cfg.nr_hw_queues;
 	for (i = 1; i < dev->nr_handles; i++) {
 		ret = rqrbd_handle_open(dev, &dev->handles[i]);
@@ -811,8 +845,9 @@ int rqrbd_create(const struct rqrbd_config *cfg, struct rqrbd_dev **out)
 			dev->cfg.span_objects ? " (requests may span them)" : "",
 			dev->nr_handles, dev->nr_handles == 1 ? "" : "s",
 			dev->cfg.nr_hw_queues, dev->cfg.nr_hw_queues == 1 ? "" : "s",
-			dev->exclusive_lock && dev->nr_handles == 1 && dev->cfg.nr_hw_queues > 1 ?
-			" (exclusive-lock: one shared handle)" : "");
+			dev->nr_handles == 1 && dev->cfg.nr_hw_queues > 1 ?
+			(dev->cfg.rbd_cache ? " (librbd cache: one shared handle)" :
+			 " (exclusive-lock: one shared handle)") : "");
 	*out = dev;
 	return 0;
 fail:

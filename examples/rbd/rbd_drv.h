@@ -17,6 +17,12 @@
  * objects.  rqrbd_config.span_objects lifts both: larger requests, one call
  * each, librbd splits them itself.
  *
+ * librbd's own cache (rbd_cache) is turned off unless asked for: every
+ * image handle would cache on its own, and handles of one image do not see
+ * each other's cached writes; the request layer in front already merges.
+ * A write has then reached the OSDs when it completes; flushes are still
+ * passed on (RQ_FEAT_WRITE_CACHE), as they cost a call and no RADOS op.
+ *
  * Failures: rados_osd_op_timeout and rados_mon_op_timeout are set (30 s by
  * default), so a cluster that does not answer makes librbd fail the call
  * with ETIMEDOUT instead of waiting for ever; the request then ends with
@@ -61,6 +67,10 @@ struct rqrbd_config {
 				       NULL: "admin" */
 	bool read_only;             /* open read-only (writes: RQ_STS_TARGET) */
 	bool span_objects;          /* requests may span objects (one call each) */
+	bool rbd_cache;             /* keep librbd's cache as ceph.conf says
+				       (then one handle for all hw queues);
+				       default: rbd_cache = false, the queue
+				       in front is the only cache */
 	unsigned nr_hw_queues;      /* [1] one image handle per queue */
 	unsigned hw_queue_depth;    /* [64] tags per hw queue */
 	unsigned op_timeout_s;      /* [30] rados osd/mon op timeout, seconds */
