@@ -56,6 +56,17 @@ struct rqrbd_conn {
 static pthread_mutex_t rqrbd_conns_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct rqrbd_conn *rqrbd_conns;
 
+/* Set @name to @value unless ceph.conf or CEPH_ARGS set it (not "0"). */
+static int rqrbd_conf_default(rados_t cluster, const char *name, const char *value)
+{
+	char cur[32];
+
+	if (rados_conf_get(cluster, name, cur, sizeof(cur)) == 0 && strcmp(cur, "0") &&
+	    strcmp(cur, "0.000000"))
+		return 0;
+	return rados_conf_set(cluster, name, value);
+}
+
 static int rqrbd_conn_connect(struct rqrbd_conn *c)
 {
 	char t[16];
@@ -73,8 +84,8 @@ static int rqrbd_conn_connect(struct rqrbd_conn *c)
 		goto fail;
 	/* never wait for ever for a cluster that does not answer */
 	snprintf(t, sizeof(t), "%u", c->timeout_s);
-	if ((ret = rados_conf_set(c->cluster, "rados_osd_op_timeout", t)) < 0 ||
-	    (ret = rados_conf_set(c->cluster, "rados_mon_op_timeout", t)) < 0 ||
+	if ((ret = rqrbd_conf_default(c->cluster, "rados_osd_op_timeout", t)) < 0 ||
+	    (ret = rqrbd_conf_default(c->cluster, "rados_mon_op_timeout", t)) < 0 ||
 	    (ret = rados_conf_set(c->cluster, "client_mount_timeout", t)) < 0)
 		goto fail;
 	ret = rados_connect(c->cluster);

@@ -23,8 +23,8 @@
  * A write has then reached the OSDs when it completes; flushes are still
  * passed on (RQ_FEAT_WRITE_CACHE), as they cost a call and no RADOS op.
  *
- * Failures: rados_osd_op_timeout and rados_mon_op_timeout are set (30 s by
- * default), so a cluster that does not answer makes librbd fail the call
+ * Failures: rados_osd_op_timeout and rados_mon_op_timeout are set to
+ * op_timeout_s (30 s by default) unless ceph.conf or CEPH_ARGS set them, so a cluster that does not answer makes librbd fail the call
  * with ETIMEDOUT instead of waiting for ever; the request then ends with
  * RQ_STS_TIMEOUT.  The library's request timeout (the op timeout plus a
  * margin) only counts: librbd owns the request's buffers until it calls
