@@ -17,13 +17,19 @@
 #            hold at most what the client has in flight (64 x 4 KiB); and
 #            rbdq, bios submitted in one process (256 KiB each, in one
 #            plug), where requests grow to one object (4 MiB).
+# librbd's own write merging (rbd_io_scheduler = simple, Pacific's default,
+# which holds and joins sequential writes to one object) is turned off for
+# every server (CEPH_ARGS; qemu-nbd: an option of its rbd: filename), so the RADOS counts show the request layer's
+# merging alone; --librbd-sched simple keeps it.
 # Prints two markdown tables.
 #
 # usage: bench/rbd-peers.sh [--runtime S] [--rounds N] [--build DIR]
+#                           [--librbd-sched none|simple]
 #   --runtime S   seconds per fio run (default 5)
 #   --rounds N    rounds of the IOPS runs; the table shows the median (default 3)
 #   --build DIR   meson build directory holding examples/nbd/rqnbd (default:
 #                 $RQNBD, else the first of build, build-* that has it)
+#   --librbd-sched S  librbd's rbd_io_scheduler for every server (default none)
 # Exit 77 when fio (with its nbd engine) is missing or Ceph cannot run here;
 # without qemu-nbd's rbd driver (Debian: qemu-block-extra) its rows are
 # left out, with the reason on stderr.
@@ -34,17 +40,20 @@ top=$(dirname "$here")
 runtime=5
 rounds=3
 build=""
+librbd_sched=none
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--runtime) runtime=${2:-}; shift ;;
 	--rounds) rounds=${2:-}; shift ;;
 	--build) build=${2:-}; shift ;;
-	-h|--help) sed -n '3,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	--librbd-sched) librbd_sched=${2:-}; shift ;;
+	-h|--help) sed -n '3,34p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "rbd-peers.sh: $1: unknown argument" >&2; exit 2 ;;
 	esac
 	shift
 done
 case $runtime in ''|*[!0-9]*|0) echo "rbd-peers.sh: --runtime: '$runtime' is not a positive whole number" >&2; exit 2 ;; esac
+case $librbd_sched in none|simple) ;; *) echo "rbd-peers.sh: --librbd-sched: '$librbd_sched' is not none or simple" >&2; exit 2 ;; esac
 case $rounds in ''|*[!0-9]*|0) echo "rbd-peers.sh: --rounds: '$rounds' is not a positive whole number" >&2; exit 2 ;; esac
 
 command -v fio >/dev/null || { echo "rbd-peers.sh: fio is missing" >&2; exit 77; }
@@ -79,6 +88,7 @@ echo "rbd-peers.sh: starting a one-node Ceph cluster" >&2
 envs=$(CEPH_FIXTURE_IMAGE_SIZE=${CEPH_FIXTURE_IMAGE_SIZE:-512M} \
 	"$top/scripts/ceph-fixture.sh" start "$tmp/ceph") || exit $?
 eval "$envs"
+export CEPH_ARGS="${CEPH_ARGS:-} --rbd_io_scheduler=$librbd_sched"
 
 wait_socket() {
 	for _ in $(seq 200); do
@@ -103,7 +113,7 @@ elif ! qemu-img --help 2>/dev/null | grep -q 'formats:.* rbd'; then
 	echo "rbd-peers.sh: qemu-img lists no rbd driver: no qemu-nbd rows" >&2
 else
 	qemu-nbd -f raw --persistent --shared=8 --cache=none --socket="$tmp/qemu-nbd.sock" \
-		"rbd:$RBD_SPEC:conf=$CEPH_CONF" 2>"$tmp/qemu-nbd.log" &
+		"rbd:$RBD_SPEC:conf=$CEPH_CONF:rbd_io_scheduler=$librbd_sched" 2>"$tmp/qemu-nbd.log" &
 	pids+=($!)
 	if wait_socket "$tmp/qemu-nbd.sock"; then
 		servers+=(qemu-nbd)
@@ -188,4 +198,4 @@ if [ -x "$rbdq" ]; then
 		"$n" $((32768 / n)) "$(python3 -c "print(f'{128 / $n:.1f}')")"
 fi
 echo
-echo "(one-node cluster: 1 memstore OSD, replication 1, 4 MiB objects, image features layering; $(nproc) CPUs shared)"
+echo "(one-node cluster: 1 memstore OSD, replication 1, 4 MiB objects, image features layering; librbd rbd_io_scheduler=$librbd_sched; $(nproc) CPUs shared)"
