@@ -88,7 +88,8 @@ echo "rbd-peers.sh: starting a one-node Ceph cluster" >&2
 envs=$(CEPH_FIXTURE_IMAGE_SIZE=${CEPH_FIXTURE_IMAGE_SIZE:-512M} \
 	"$top/scripts/ceph-fixture.sh" start "$tmp/ceph") || exit $?
 eval "$envs"
-export CEPH_ARGS="${CEPH_ARGS:-} --rbd_io_scheduler=$librbd_sched"
+# for the servers only: the ceph CLI would take CEPH_ARGS as its arguments
+server_args="${CEPH_ARGS:-} --rbd_io_scheduler=$librbd_sched"
 
 wait_socket() {
 	for _ in $(seq 200); do
@@ -101,7 +102,7 @@ wait_socket() {
 
 servers=()
 for s in none mq-deadline bfq; do
-	"$rqnbd" --unix "$tmp/$s.sock" --rbd "$RBD_SPEC" --ceph-conf "$CEPH_CONF" \
+	CEPH_ARGS=$server_args "$rqnbd" --unix "$tmp/$s.sock" --rbd "$RBD_SPEC" --ceph-conf "$CEPH_CONF" \
 		--queues 2 --sched "$s" 2>"$tmp/$s.log" &
 	pids+=($!)
 	wait_socket "$tmp/$s.sock" || { cat "$tmp/$s.log" >&2; exit 1; }
@@ -189,7 +190,7 @@ done
 rbdq=$(dirname "$(dirname "$rqnbd")")/rbd/rbdq
 if [ -x "$rbdq" ]; then
 	before=$(osd_w)
-	out=$("$rbdq" --ceph-conf "$CEPH_CONF" --json --write-only --offset $((off << 20)) \
+	out=$(CEPH_ARGS=$server_args "$rbdq" --ceph-conf "$CEPH_CONF" --json --write-only --offset $((off << 20)) \
 		"$RBD_SPEC" 32) || echo "rbd-peers.sh: rbdq failed: $out" >&2
 	after=$(osd_w)
 	n=$((after - before))

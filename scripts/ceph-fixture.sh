@@ -84,7 +84,6 @@ auth cluster required = none
 auth service required = none
 auth client required = none
 run dir = $dir/run
-admin socket = $dir/run/\$name.asok
 pid file = $dir/run/\$name.pid
 log file = $dir/log/\$name.log
 keyring = $dir/keyring
@@ -101,12 +100,14 @@ mon data avail crit = 0
 ms bind ipv6 = false
 [mon]
 mon data = $dir/mon.\$id
+admin socket = $dir/run/\$name.asok
 [mon.a]
 mon addr = 127.0.0.1:$port
 [osd]
 public addr = 127.0.0.1
 cluster addr = 127.0.0.1
 osd data = $dir/osd.\$id
+admin socket = $dir/run/\$name.asok
 osd objectstore = memstore
 memstore device bytes = $osd_bytes
 osd fast shutdown = false
