@@ -110,21 +110,13 @@ uint64_t nbd_rbd_size(struct nbd_rbd *r)
 void nbd_rbd_destroy(struct nbd_rbd *r)
 {
 	struct rqrbd_stats st;
+	char line[512];
 
 	if (!r)
 		return;
 	rqrbd_get_stats(r->dev, &st);
-	fprintf(stderr, "rbd: requests: %llu reads, %llu writes, %llu flushes, %llu discards, "
-		"%llu write-zeroes; librbd calls: %llu reads, %llu writes, %llu discards, "
-		"%llu write-zeroes; %llu split at object boundaries; %llu errors "
-		"(last errno %llu), %llu timeouts, %llu reopens\n",
-		(unsigned long long)st.reads, (unsigned long long)st.writes,
-		(unsigned long long)st.flushes, (unsigned long long)st.discards,
-		(unsigned long long)st.write_zeroes, (unsigned long long)st.read_calls,
-		(unsigned long long)st.write_calls, (unsigned long long)st.discard_calls,
-		(unsigned long long)st.zero_calls, (unsigned long long)st.split,
-		(unsigned long long)st.errors, (unsigned long long)st.last_errno,
-		(unsigned long long)st.timeouts, (unsigned long long)st.reopens);
+	rqrbd_stats_format(&st, line, sizeof(line));
+	fprintf(stderr, "rbd: %s\n", line);
 	rqrbd_destroy(r->dev);
 	free(r->pool);
 	free(r);

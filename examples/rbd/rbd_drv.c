@@ -912,6 +912,46 @@ void rqrbd_get_stats(struct rqrbd_dev *dev, struct rqrbd_stats *st)
 	st->last_errno = rqrbd_read_counter(&c->last_errno);
 }
 
+/** rqrbd_stats_format() - the counters in one line.  See rbd_drv.h. */
+void rqrbd_stats_format(const struct rqrbd_stats *st, char *buf, size_t len)
+{
+	snprintf(buf, len, "requests: %llu reads, %llu writes, %llu flushes, %llu discards, "
+		 "%llu write-zeroes; librbd calls: %llu reads, %llu writes, %llu discards, "
+		 "%llu write-zeroes; %llu split at object boundaries; %llu errors "
+		 "(last errno %llu), %llu timeouts, %llu reopens",
+		 (unsigned long long)st->reads, (unsigned long long)st->writes,
+		 (unsigned long long)st->flushes, (unsigned long long)st->discards,
+		 (unsigned long long)st->write_zeroes, (unsigned long long)st->read_calls,
+		 (unsigned long long)st->write_calls, (unsigned long long)st->discard_calls,
+		 (unsigned long long)st->zero_calls, (unsigned long long)st->split,
+		 (unsigned long long)st->errors, (unsigned long long)st->last_errno,
+		 (unsigned long long)st->timeouts, (unsigned long long)st->reopens);
+}
+
+/** rqrbd_stats_json() - the counters as JSON members.  See rbd_drv.h. */
+void rqrbd_stats_json(const struct rqrbd_stats *st, FILE *f)
+{
+	static const struct {
+		const char *name;
+		size_t off;
+	} fields[] = {
+#define RQRBD_FIELD(x) { #x, offsetof(struct rqrbd_stats, x) }
+		RQRBD_FIELD(reads), RQRBD_FIELD(writes), RQRBD_FIELD(flushes),
+		RQRBD_FIELD(discards), RQRBD_FIELD(write_zeroes), RQRBD_FIELD(read_calls),
+		RQRBD_FIELD(write_calls), RQRBD_FIELD(discard_calls), RQRBD_FIELD(zero_calls),
+		RQRBD_FIELD(split), RQRBD_FIELD(bytes), RQRBD_FIELD(errors),
+		RQRBD_FIELD(timeouts), RQRBD_FIELD(reopens), RQRBD_FIELD(last_errno),
+#undef RQRBD_FIELD
+	};
+
+	for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
+		uint64_t v;
+
+		memcpy(&v, (const char *)st + fields[i].off, sizeof(v));
+		fprintf(f, "%s\"%s\": %llu", i ? ", " : "", fields[i].name, (unsigned long long)v);
+	}
+}
+
 /**
  * rqrbd_destroy() - tear a device down.  See rbd_drv.h.
  * @dev: the device, or NULL.

@@ -45,7 +45,9 @@
 #define RBD_DRV_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include <librequest/mq.h>
 
@@ -144,6 +146,24 @@ unsigned rqrbd_nr_handles(struct rqrbd_dev *dev);
 
 /** rqrbd_get_stats() - read the counters (exact once the device is idle). */
 void rqrbd_get_stats(struct rqrbd_dev *dev, struct rqrbd_stats *st);
+
+/**
+ * rqrbd_stats_format() - @st as one line of text ("requests: 3 reads, ...;
+ * librbd calls: ...; 2 split at object boundaries; 0 errors (last errno 0),
+ * 0 timeouts, 0 reopens"), for logs.
+ * @st: the counters.
+ * @buf: receives the line, NUL-terminated (cut if @len is short).
+ * @len: bytes of @buf.
+ */
+void rqrbd_stats_format(const struct rqrbd_stats *st, char *buf, size_t len);
+
+/**
+ * rqrbd_stats_json() - @st as JSON members ("reads": 3, "writes": 4, ...,
+ * named as the fields), without braces, for a program's JSON object.
+ * @st: the counters.
+ * @f: where to print.
+ */
+void rqrbd_stats_json(const struct rqrbd_stats *st, FILE *f);
 
 /**
  * rqrbd_destroy() - tear the queue down (waiting for every request), close

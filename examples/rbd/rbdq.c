@@ -185,38 +185,24 @@ static void print_stats(const struct rbdq_opts *o, struct rqrbd_dev *dev, bool s
 			bool zeros)
 {
 	struct rqrbd_stats st;
+	char line[512];
 
 	rqrbd_get_stats(dev, &st);
 	if (o->json) {
 		printf("{\"object_size\": %llu, \"handles\": %u, \"read_back\": \"%s\", "
-		       "\"zeros\": %s, \"reads\": %llu, \"writes\": %llu, \"flushes\": %llu, "
-		       "\"discards\": %llu, \"write_zeroes\": %llu, \"read_calls\": %llu, "
-		       "\"write_calls\": %llu, \"discard_calls\": %llu, \"zero_calls\": %llu, "
-		       "\"split\": %llu, \"bytes\": %llu, \"errors\": %llu, "
-		       "\"failed_bios\": %d}\n",
+		       "\"zeros\": %s, \"failed_bios\": %d, ",
 		       (unsigned long long)rqrbd_object_size(dev), rqrbd_nr_handles(dev),
 		       same ? "same" : "MISMATCH", o->write_only ? "null" : zeros ? "true" : "false",
-		       (unsigned long long)st.reads, (unsigned long long)st.writes,
-		       (unsigned long long)st.flushes, (unsigned long long)st.discards,
-		       (unsigned long long)st.write_zeroes, (unsigned long long)st.read_calls,
-		       (unsigned long long)st.write_calls, (unsigned long long)st.discard_calls,
-		       (unsigned long long)st.zero_calls, (unsigned long long)st.split,
-		       (unsigned long long)st.bytes, (unsigned long long)st.errors,
 		       atomic_load(&failed));
+		rqrbd_stats_json(&st, stdout);
+		printf("}\n");
 		return;
 	}
 	printf("read back: %s\n", same ? "same" : "MISMATCH");
 	if (!o->write_only)
 		printf("after write-zeroes and discard: %s\n", zeros ? "zeros" : "NOT zeros");
-	printf("requests: %llu reads, %llu writes, %llu flushes, %llu discards, "
-	       "%llu write-zeroes; librbd calls: %llu reads, %llu writes, %llu discards, "
-	       "%llu write-zeroes; %llu split at object boundaries; %d failed bios\n",
-	       (unsigned long long)st.reads, (unsigned long long)st.writes,
-	       (unsigned long long)st.flushes, (unsigned long long)st.discards,
-	       (unsigned long long)st.write_zeroes, (unsigned long long)st.read_calls,
-	       (unsigned long long)st.write_calls, (unsigned long long)st.discard_calls,
-	       (unsigned long long)st.zero_calls, (unsigned long long)st.split,
-	       atomic_load(&failed));
+	rqrbd_stats_format(&st, line, sizeof(line));
+	printf("%s; %d failed bios\n", line, atomic_load(&failed));
 }
 
 int main(int argc, char **argv)
