@@ -212,6 +212,8 @@ static void parse_args(int argc, char **argv, struct opts *o)
 		prog_usage_error("--memory, --file, --rbd: give exactly one");
 	if ((o->ceph_conf || o->ceph_id) && !o->rbd)
 		prog_usage_error("--ceph-conf, --ceph-id: go with --rbd");
+	if (o->rbd && (!strchr(o->rbd, '/') || o->rbd[0] == '/'))
+		prog_usage_error("--rbd: '%s' is not POOL/IMAGE", o->rbd);
 	if (o->rbd && strcmp(o->front, "mq"))
 		prog_usage_error("--rbd: needs --front mq");
 }
@@ -497,7 +499,7 @@ int main(int argc, char **argv)
 	exp.name = o.export_name;
 	exp.description = o.memory ? "rqnbd memory export" :
 			  o.rbd ? "rqnbd rbd export" : "rqnbd file export";
-	exp.read_only = o.read_only;
+	exp.read_only = o.read_only || (o.rbd && strchr(o.rbd, '@')); /* a snapshot */
 	exp.min_block = RQNBD_MIN_BLOCK;
 	exp.pref_block = RQNBD_PREF_BLOCK;
 	exp.max_block = RQNBD_MAX_BLOCK;
