@@ -12,6 +12,10 @@
 #      every one of those writes.
 #   4. fio verify (nbd engine, crc32c) with mq-deadline.
 #   5. rqnbd's driver line (printed at exit) counts no errors.
+#   6. POOL/IMAGE@SNAP: exported read-only, reads the data as it was when
+#      the snapshot was taken, refuses writes.
+#   7. an image with exclusive-lock: one handle shared by two hw queues
+#      (said on stderr), nbdcopy round trip.
 #
 # usage: rbd_nbd.sh RQNBD FIXTURE   Skips (77) when the cluster cannot start
 # or a client is missing.
@@ -83,4 +87,29 @@ line=$(grep '^rbd: requests:' "$nbd_log" | head -n 1)
 [ -n "$line" ] || fail "rqnbd printed no driver line"
 echo "$line" | grep -q " 0 errors" || fail "the driver saw errors: $line"
 echo "driver: ${line#rbd: }"
+
+# 6. a snapshot: exported read-only, with the data of when it was taken
+timeout 60 rbd -c "$CEPH_CONF" snap create "$RBD_SPEC@snap1" >/dev/null 2>&1 || fail "rbd snap create failed"
+rbd_start --queues 2
+qio -c "write -P 0x99 40M 1M"            # the image moves on after the snapshot
+nbd_stop
+nbd_start --rbd "$RBD_SPEC@snap1" --ceph-conf "$CEPH_CONF"
+qio -r -c "read -P 0x11 40M 1M"
+timeout 30 qemu-io -f raw "$uri" -c "write -P 0x98 40M 4k" >qio.out 2>&1
+grep -qi "error\|fail\|read-only\|denied" qio.out || { cat qio.out; fail "a write to a snapshot export succeeded"; }
+nbd_stop
+grep -q "rbd/img@snap1" "$nbd_log" || fail "rqnbd did not name the snapshot"
+echo "snapshot export: read-only, data as of the snapshot: ok"
+
+# 7. an image with exclusive-lock (rbd create's default features): the hw
+#    queues share one handle, and data round-trips
+timeout 60 rbd -c "$CEPH_CONF" create --size 64M "$RBD_POOL/locked" >/dev/null 2>&1 || fail "rbd create failed"
+nbd_start --rbd "$RBD_POOL/locked" --ceph-conf "$CEPH_CONF" --queues 2
+head -c 32M in.bin >in32.bin
+timeout 60 nbdcopy in32.bin "$uri" && timeout 60 nbdcopy "$uri" out32.bin || fail "nbdcopy on the locked image failed"
+cmp -n 33554432 in32.bin out32.bin || fail "locked image: data differs"
+nbd_stop
+grep -q "1 handle for 2 hw queues (exclusive-lock: one shared handle)" "$nbd_log" ||
+	fail "an exclusive-lock image did not get one shared handle"
+echo "exclusive-lock image over 2 queues, one shared handle: ok"
 echo PASS
