@@ -16,11 +16,18 @@
 fixture=""
 bg_pids=""   # background clients a test started: killed on exit
 
+# Clients first, then the cluster (its pid files are under $tmp, which
+# nbd_cleanup removes: stopping it after that would leave the daemons).
 rbd_cleanup() {
 	local p
 	for p in $bg_pids; do kill -9 "$p" 2>/dev/null; done
-	nbd_cleanup
+	if [ -n "$nbd_pid" ]; then
+		kill -9 "$nbd_pid" 2>/dev/null
+		wait "$nbd_pid" 2>/dev/null
+		nbd_pid=""
+	fi
 	[ -n "${CEPH_FIXTURE_DIR:-}" ] && "$fixture" stop "$CEPH_FIXTURE_DIR" >/dev/null 2>&1
+	nbd_cleanup
 }
 
 rbd_init() {
