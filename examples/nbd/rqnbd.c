@@ -2,7 +2,8 @@
 /*
  * rqnbd: an NBD block server whose I/O goes through librequest.
  *
- *   rqnbd (--unix PATH | --port N [--bind ADDR]) (--memory SIZE | --file PATH)
+ *   rqnbd (--unix PATH | --port N [--bind ADDR]) (--memory SIZE | --file PATH |
+ *          --rbd POOL/IMAGE [--ceph-conf FILE] [--ceph-id ID])
  *         [--front mq|sq] [--sched NAME] [--queues N] [--depth N]
  *         [--read-only] [--export-name NAME]
  *   rqnbd [--front mq|sq] --list-scheds
@@ -47,6 +48,7 @@
 
 #include "nbd_file.h"
 #include "nbd_iostat.h"
+#include "nbd_rbd.h"
 #include "nbd_server.h"
 #include "null_blk.h"
 #include "progopt.h"
@@ -82,6 +84,7 @@ struct opts {
 	const char *bind_addr;
 	uint64_t memory;
 	const char *file;
+	const char *rbd, *ceph_conf, *ceph_id;   /* --rbd POOL/IMAGE[@SNAP] */
 	const char *front;
 	const char *sched;
 	unsigned queues;
@@ -189,6 +192,12 @@ static const struct rqnbd_option rqnbd_options[] = {
 	  "serve SIZE bytes of memory (suffix K, M, G, T:\n"
 	  "powers of 1024; decimal, \"010M\" is 10 MiB; at most 16T)", set_memory },
 	{ "file", "PATH", OPT_STRING, FIELD(file), 0, 0, "serve a file or block device", NULL },
+	{ "rbd", "POOL/IMAGE", OPT_STRING, FIELD(rbd), 0, 0,
+	  "serve a Ceph RBD image (POOL/IMAGE@SNAP: read-only)", NULL },
+	{ "ceph-conf", "FILE", OPT_STRING, FIELD(ceph_conf), 0, 0,
+	  "ceph.conf for --rbd (default $CEPH_CONF, /etc/ceph)", NULL },
+	{ "ceph-id", "ID", OPT_STRING, FIELD(ceph_id), 0, 0,
+	  "cephx client id for --rbd, without \"client.\" (admin)", NULL },
 	{ "lock", "MODE", OPT_CUSTOM, 0, 0, 0,
 	  "auto (default: exclusive when writable, shared when\n"
 	  "read-only), exclusive, shared, off: the file's OFD lock\n"
@@ -308,7 +317,8 @@ static void usage(FILE *f)
 
 	opts_default(&def);
 	fprintf(f,
-"usage: rqnbd (--unix PATH | --port N [--bind ADDR]) (--memory SIZE | --file PATH)\n"
+"usage: rqnbd (--unix PATH | --port N [--bind ADDR])\n"
+"             (--memory SIZE | --file PATH | --rbd POOL/IMAGE [--ceph-conf FILE] [--ceph-id ID])\n"
 "             [--front mq|sq] [--sched NAME] [--queues N] [--depth N]\n"
 "             [--read-only] [--export-name NAME] [--lock MODE] [limits]\n"
 "             [--user USER] [--group GROUP] [--trace DIR] [--iostat S]\n"
@@ -338,8 +348,14 @@ static void check_args(struct opts *o)
 		prog_usage_error("--unix, --port: give exactly one");
 	if (o->bind_addr && !o->port)
 		prog_usage_error("--bind: goes with --port");
-	if (!!o->memory == !!o->file)
-		prog_usage_error("--memory, --file: give exactly one");
+	if (!!o->memory + !!o->file + !!o->rbd != 1)
+		prog_usage_error("--memory, --file, --rbd: give exactly one");
+	if ((o->ceph_conf || o->ceph_id) && !o->rbd)
+		prog_usage_error("--ceph-conf, --ceph-id: go with --rbd");
+	if (o->rbd && (!strchr(o->rbd, '/') || o->rbd[0] == '/'))
+		prog_usage_error("--rbd: '%s' is not POOL/IMAGE", o->rbd);
+	if (o->rbd && strcmp(o->front, "mq"))
+		prog_usage_error("--rbd: needs --front mq");
 	if ((uint64_t)o->queues * o->depth > RQNBD_MAX_TAGS)
 		prog_usage_error("--queues %u x --depth %u: more than %u requests in all",
 				 o->queues, o->depth, RQNBD_MAX_TAGS);
@@ -394,6 +410,7 @@ static void parse_args(int argc, char **argv, struct opts *o)
 struct device {
 	struct null_dev *null;
 	struct nbd_file *file;
+	struct nbd_rbd *rbd;
 	struct rq_queue *q;
 	uint64_t size;
 };
@@ -432,6 +449,22 @@ static int device_open(const struct opts *o, struct device *dev)
 			return ret;
 		dev->q = null_queue(dev->null);
 		dev->size = o->memory;
+	} else if (o->rbd) {
+		struct nbd_rbd_config cfg = {
+			.spec = o->rbd,
+			.ceph_conf = o->ceph_conf,
+			.client_id = o->ceph_id,
+			.read_only = o->read_only,
+			.nr_hw_queues = o->queues,
+			.queue_depth = o->depth,
+			.sched = o->sched,
+		};
+
+		ret = nbd_rbd_create(&cfg, &dev->rbd);
+		if (ret)
+			return ret;
+		dev->q = nbd_rbd_queue(dev->rbd);
+		dev->size = nbd_rbd_size(dev->rbd);
 	} else {
 		struct nbd_file_config cfg = {
 			.path = o->file,
@@ -461,6 +494,7 @@ static void device_close(struct device *dev)
 {
 	null_destroy(dev->null);
 	nbd_file_destroy(dev->file);
+	nbd_rbd_destroy(dev->rbd);
 }
 
 /* A flush bio and someone waiting for it. */
@@ -913,7 +947,8 @@ static void device_error(const struct opts *o, int ret)
 			"block device); --lock off to serve it anyway\n", o->file);
 	else
 		fprintf(stderr, "rqnbd: cannot set up the %s device%s%s: %s\n",
-			o->memory ? "memory" : "file", o->sched ? " with scheduler " : "",
+			o->memory ? "memory" : o->rbd ? "rbd" : "file",
+			o->sched ? " with scheduler " : "",
 			o->sched ? o->sched : "", strerror(-ret));
 }
 
@@ -939,7 +974,7 @@ static void banner(const struct opts *o, struct device *dev)
 		snprintf(shape, sizeof(shape), "single queue");
 	fprintf(stderr, "rqnbd: serving %llu bytes (%s%s, %s, depth %u, "
 		"scheduler %s) on %s%s%s\n",
-		(unsigned long long)dev->size, o->memory ? "memory" : o->file,
+		(unsigned long long)dev->size, o->memory ? "memory" : o->rbd ? o->rbd : o->file,
 		o->read_only ? ", read-only" : "", shape, o->depth, sched,
 		o->unix_path ? o->unix_path : o->bind_addr ? o->bind_addr : "127.0.0.1",
 		o->port ? " port " : "", o->port ? o->port : "");
@@ -958,8 +993,9 @@ static void make_export(const struct opts *o, const struct device *dev,
 		.q = dev->q,
 		.size = dev->size,
 		.name = o->export_name,
-		.description = o->memory ? "rqnbd memory export" : "rqnbd file export",
-		.read_only = o->read_only,
+		.description = o->memory ? "rqnbd memory export" :
+			       o->rbd ? "rqnbd rbd export" : "rqnbd file export",
+		.read_only = o->read_only || (o->rbd && strchr(o->rbd, '@')), /* a snapshot */
 		.min_block = RQNBD_MIN_BLOCK,
 		.pref_block = RQNBD_PREF_BLOCK,
 		.max_block = max_block,
