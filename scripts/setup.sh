@@ -14,7 +14,7 @@ packages=(
 	meson ninja-build pkg-config gcc g++
 	liburcu-dev libjemalloc-dev libnuma-dev libcmocka-dev liburing-dev
 	# benchmarks and integration tests: peers and clients
-	qemu-utils fio libnbd-bin python3-libnbd nbdkit
+	qemu-utils qemu-block-extra fio libnbd-bin python3-libnbd nbdkit
 	# ABI: abidw/abidiff for the build test abi-baseline (scripts/abi-check.sh)
 	abigail-tools
 	# observability: blkparse/btt read the traces; gnuplot draws the plots
