@@ -208,9 +208,10 @@ static uint64_t discard_split_sectors(const struct rq_queue_limits *lim,
  *	covers only the rest.
  * @nr_segs: receives the number of data segments of the returned piece
  *	(1 for a discard, 0 for write zeroes and flush).
- * @status: on NULL, receives RQ_STS_RESOURCE (memory exhausted) or
+ * @status: on NULL, receives RQ_STS_RESOURCE (memory exhausted),
  *	RQ_STS_INVAL (no front piece of at least one logical block fits
- *	max_segments: the vectors are too fragmented for the block size).
+ *	max_segments: the vectors are too fragmented for the block size) or
+ *	RQ_STS_AGAIN (a RQ_BIO_NOWAIT read or write that would need a split).
  *
  * Context: the submitter, before the bio or its pieces are queued.
  * Return: @bio when it fits whole, else a new chained front piece, or NULL
@@ -251,6 +252,16 @@ struct rq_bio *bio_split_to_limits_status(const struct rq_queue_limits *lim,
 	if (likely(!bytes)) {
 		*nr_segs = segs;
 		return bio;
+	}
+	/*
+	 * As 6.x bio_split_rw_at(): a NOWAIT read or write is not split (a
+	 * piece could be issued and the rest refused, and whoever retries the
+	 * bio would issue that piece twice): it ends with AGAIN, nothing sent.
+	 */
+	if (unlikely((bio->opf & RQ_BIO_NOWAIT) &&
+		     (bio->op == RQ_OP_READ || bio->op == RQ_OP_WRITE))) {
+		*status = RQ_STS_AGAIN;
+		return NULL;
 	}
 	split = bio_split_front(bio, (uint32_t)bytes);
 	if (unlikely(!split)) {

@@ -490,6 +490,53 @@ static void test_property_random_layouts(void **state)
 	assert_true(refused < 200);
 }
 
+/*
+ * A NOWAIT read or write that does not fit is not split (6.x
+ * bio_split_rw_at()): NULL with RQ_STS_AGAIN and the bio untouched, so
+ * nothing of it is issued and a retry sends it whole; one that fits is
+ * returned whole; a NOWAIT discard still splits.
+ */
+static void test_nowait_not_split(void **state)
+{
+	struct rq_queue_limits lim;
+	struct end_record rec = { 0 };
+	struct rq_bio *bio, *piece, disc;
+	rq_status_t status = RQ_STS_OK;
+	unsigned nsegs = 0;
+
+	(void)state;
+	limits(&lim, 512, 128, 64 * KiB); /* 256 KiB requests */
+	bio = make_bio(16, 64 * KiB, 0x100000, 64 * KiB, &rec); /* 1 MiB, contiguous */
+	bio->opf |= RQ_BIO_NOWAIT;
+	piece = bio_split_to_limits_status(&lim, bio, &nsegs, &status);
+	assert_null(piece);
+	assert_int_equal(status, RQ_STS_AGAIN);
+	assert_int_equal(bio->iter.size, 1024 * KiB);
+	assert_int_equal(bio->iter.sector, 0);
+	assert_int_equal(rec.calls, 0);
+	rq_bio_put(bio);
+
+	bio = make_bio(4, 64 * KiB, 0x100000, 64 * KiB, &rec); /* 256 KiB: fits */
+	bio->opf |= RQ_BIO_NOWAIT;
+	assert_ptr_equal(bio_split_to_limits_status(&lim, bio, &nsegs, &status), bio);
+	rq_bio_put(bio);
+
+	memset(&lim, 0, sizeof(lim));
+	lim.size = sizeof(lim);
+	lim.max_discard_sectors = 8;
+	assert_int_equal(rq_queue_limits_validate(&lim), 0);
+	rq_bio_init(&disc, NULL, 0);
+	disc.op = RQ_OP_DISCARD;
+	disc.opf |= RQ_BIO_NOWAIT;
+	disc.iter.size = 16 * 512;
+	piece = bio_split_to_limits_status(&lim, &disc, &nsegs, &status);
+	assert_non_null(piece);
+	assert_ptr_not_equal(piece, &disc);
+	assert_int_equal(piece->iter.size, 8 * 512);
+	assert_int_equal(disc.iter.size, 8 * 512);
+	rq_bio_endio(piece);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -503,6 +550,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_discard_split, teardown_cache),
 		cmocka_unit_test_teardown(test_write_zeroes_and_flush, teardown_cache),
 		cmocka_unit_test_teardown(test_property_random_layouts, teardown_cache),
+		cmocka_unit_test_teardown(test_nowait_not_split, teardown_cache),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
