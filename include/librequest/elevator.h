@@ -392,6 +392,24 @@ void rq_sched_hash_add(struct rq_queue *q, struct rq_request *rq);
 void rq_sched_hash_del(struct rq_queue *q, struct rq_request *rq);
 
 /**
+ * rq_sched_last_merge_fill() - make @rq the one-hit merge cache (the
+ * kernel's q->last_merge) of its hardware queue if that cache is empty, as
+ * the kernel's mq-deadline and bfq do when they insert a mergeable request
+ * ("if (!q->last_merge) q->last_merge = rq").  The cache is tried before
+ * the hash for bio merges and insert merges, and with nomerges 1 it is the
+ * only one tried.  It forgets @rq by itself when @rq leaves the hash
+ * (rq_sched_hash_del()).
+ * @q: the queue.
+ * @rq: a request just inserted and hashed (rq_sched_hash_add()).
+ *
+ * Context: insert_requests, under the scheduler's lock (the one its
+ * rq_sched_hash_add() calls hold); never blocks.
+ * Return: true if @rq is now the cache; false if the cache already held a
+ * request, @rq may take no merges, or @q has no scheduler.
+ */
+bool rq_sched_last_merge_fill(struct rq_queue *q, struct rq_request *rq);
+
+/**
  * rq_sched_parse_uint() - parse a tunable as sysfs would hand it over: a whole
  * decimal number within [@min, @max], optionally followed by one newline.
  * @buf: the text.
