@@ -582,17 +582,18 @@ static bool dl_started_after(struct dl_data *dd, const struct rq_request *rq,
  * entered before @latest_start may go; the batch state changes anyway, as
  * in the kernel.  The caller removes the request.  Lock held.
  */
-static struct rq_request *dl_choose_in_prio(struct dl_data *dd, struct dl_hctx_queue *hq,
-					    enum dl_prio prio, struct dl_clock *clk, bool aged,
-					    int64_t latest_start)
+static inline __attribute__((always_inline)) struct rq_request *
+dl_choose_in_prio(struct dl_data *dd, struct dl_hctx_queue *hq, enum dl_prio prio,
+		  struct dl_clock *clk, bool aged, int64_t latest_start)
 {
 	struct dl_prio_queue *pq = &hq->prio[prio];
 	struct rq_request *rq, *head;
 	bool reads, writes;
 	enum dl_dir dir;
 
-	rq = dl_next_sorted(pq, hq->last_dir);
-	if (!rq || hq->batching >= READ_ONCE(dd->fifo_batch)) {
+	/* the kernel looks for the batch's next request first; only its presence matters */
+	rq = hq->batching < READ_ONCE(dd->fifo_batch) ? dl_next_sorted(pq, hq->last_dir) : NULL;
+	if (!rq) {
 		reads = !rq_list_empty(&pq->fifo[DL_READ]);
 		writes = !rq_list_empty(&pq->fifo[DL_WRITE]);
 		if (reads && (!writes || hq->starved++ < READ_ONCE(dd->writes_starved))) {
@@ -948,10 +949,16 @@ static struct rq_request *dl_dispatch_locked(struct dl_data *dd, struct dl_hctx_
 		return rq;
 	}
 	rq = dl_aged_request(dd, hq, clk);
+	/*
+	 * The first class with requests queued (the kernel asks each class
+	 * in turn; one with nothing queued answers nothing and changes
+	 * nothing, so it is passed over here without asking).
+	 */
 	for (unsigned p = DL_PRIO_RT; !rq && p < DL_NR_PRIOS; p++) {
-		rq = dl_choose_in_prio(dd, hq, p, clk, false, 0);
-		if (hq->prio[p].nr_queued)
+		if (hq->prio[p].nr_queued) {
+			rq = dl_choose_in_prio(dd, hq, p, clk, false, 0);
 			break;
+		}
 	}
 	if (!rq)
 		return NULL;
