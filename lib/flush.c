@@ -12,9 +12,10 @@
  * is in flight at a time, and every waiter that was pending when it was
  * issued moves on when it ends, so concurrent flushes coalesce while each
  * PREFLUSH is still served by a flush issued after its request arrived.
- * With a scheduler, a flush also waits while data steps of sequenced
- * requests are with the device (up to FLUSH_PENDING_TIMEOUT_NS), so FUA
- * writes sent together share one post-flush (the kernel's C2 and C3).
+ * A flush also waits while data steps of sequenced requests are with the
+ * device (up to FLUSH_PENDING_TIMEOUT_NS), so FUA writes sent together
+ * share one post-flush (the kernel's C2 and C3; 6.x asks this with or
+ * without a scheduler).
  *
  * Multi-queue, as Linux 6.x (blk_insert_flush): a FUA write that needs
  * only its data step and a post-flush (write cache, no FUA) is not held
@@ -100,9 +101,8 @@ static void kick_flush(struct rq_queue *q, struct rq_flush_queue *fq, struct flu
 
 	if (fq->flush_in_flight || rq_list_empty(pending))
 		return;
-	/* C2/C3: with a scheduler, let the data steps in flight join this flush */
-	if (fq->data_in_flight && q->elevator &&
-	    rq_clock_ns() < fq->pending_since + FLUSH_PENDING_TIMEOUT_NS)
+	/* C2/C3: let the data steps in flight join this flush */
+	if (fq->data_in_flight && rq_clock_ns() < fq->pending_since + FLUSH_PENDING_TIMEOUT_NS)
 		return;
 	first = &RQ_CONTAINER_OF(pending->next, struct rq_request_priv, flush.list)->rq;
 	hctx = first->hctx;

@@ -556,42 +556,46 @@ static void test_wc_nofua_fua_through_scheduler(void **state)
 }
 
 /*
- * With a scheduler, a post-flush waits while other sequenced data steps are
- * with the device (the kernel's C2): two FUA writes in flight together
- * share one flush, issued when the second completes.
+ * A post-flush waits while other sequenced data steps are with the device
+ * (the kernel's C2): two FUA writes in flight together share one flush,
+ * issued when the second completes; with a scheduler and without one.
  */
 static void test_fua_writes_share_postflush(void **state)
 {
-	struct mock_dev *m = flush_dev_sched(WC_NOFUA, "mq-deadline");
-	static char buf[2][4096];
-	struct mock_io io[2];
-	struct mock_event ev;
-	struct rq_plug plug;
+	static const char *const scheds[] = { "mq-deadline", "none" };
 
 	(void)state;
-	rq_start_plug(&plug);
-	for (unsigned i = 0; i < 2; i++) {
-		struct rq_bio *bio = mock_bio(&io[i], RQ_OP_WRITE, 100 + 8 * i, buf[i], 4096);
+	for (unsigned k = 0; k < 2; k++) {
+		struct mock_dev *m = flush_dev_sched(WC_NOFUA, scheds[k]);
+		static char buf[2][4096];
+		struct mock_io io[2];
+		struct mock_event ev;
+		struct rq_plug plug;
 
-		bio->opf = RQ_BIO_FUA;
-		rq_submit_bio(m->q, bio);
+		rq_start_plug(&plug);
+		for (unsigned i = 0; i < 2; i++) {
+			struct rq_bio *bio = mock_bio(&io[i], RQ_OP_WRITE, 100 + 8 * i, buf[i], 4096);
+
+			bio->opf = RQ_BIO_FUA;
+			rq_submit_bio(m->q, bio);
+		}
+		rq_finish_plug(&plug);
+		assert_true(mock_wait_held(m, 2, 10000)); /* not merged: two requests */
+		mock_complete_one(m, 0, RQ_STS_OK);
+		assert_int_equal(mock_count(m, MOCK_QUEUE_RQ), 2); /* no flush yet */
+		mock_complete_one(m, 0, RQ_STS_OK);
+		assert_true(mock_wait_held(m, 1, 10000));
+		assert_true(mock_find(m, MOCK_QUEUE_RQ, 2, &ev));
+		assert_int_equal(ev.op, RQ_OP_FLUSH);
+		mock_complete_one(m, 0, RQ_STS_OK);
+		for (unsigned i = 0; i < 2; i++) {
+			mock_wait(&io[i]);
+			assert_int_equal(io[i].status, RQ_STS_OK);
+		}
+		assert_int_equal(mock_count(m, MOCK_QUEUE_RQ), 3);
+		assert_int_equal(stat_flushes(m), 1);
+		mock_destroy(m);
 	}
-	rq_finish_plug(&plug);
-	assert_true(mock_wait_held(m, 2, 10000));  /* not merged: two requests */
-	mock_complete_one(m, 0, RQ_STS_OK);
-	assert_int_equal(mock_count(m, MOCK_QUEUE_RQ), 2); /* no flush yet */
-	mock_complete_one(m, 0, RQ_STS_OK);
-	assert_true(mock_wait_held(m, 1, 10000));
-	assert_true(mock_find(m, MOCK_QUEUE_RQ, 2, &ev));
-	assert_int_equal(ev.op, RQ_OP_FLUSH);
-	mock_complete_one(m, 0, RQ_STS_OK);
-	for (unsigned i = 0; i < 2; i++) {
-		mock_wait(&io[i]);
-		assert_int_equal(io[i].status, RQ_STS_OK);
-	}
-	assert_int_equal(mock_count(m, MOCK_QUEUE_RQ), 3);
-	assert_int_equal(stat_flushes(m), 1);
-	mock_destroy(m);
 }
 
 int main(void)
