@@ -135,51 +135,6 @@ static void expect_all_ok(struct fx_rec *rec, unsigned n)
 
 /* -------------------------------------------------------------- tests */
 
-/*
- * With a quiesced queue full of reads, writes, discards and write-zeroes,
- * dispatch serves 16 reads, 8 writes, 1 discard, 1 other, round robin,
- * passing over empty domains.
- */
-static void test_batches_round_robin(void **state)
-{
-	struct mock_dev *m = make_dev(256);
-	static struct fx_rec rec[86];
-	struct mock_event *evs;
-	char seq[256] = "", *p = seq;
-	unsigned n, k = 0;
-
-	rq_queue_quiesce(m->q);
-	for (; k < 40; k++)
-		submit(m, &rec[k], RQ_OP_READ, k, 0);
-	for (; k < 80; k++)
-		submit(m, &rec[k], RQ_OP_WRITE, k, RQ_BIO_SYNC);
-	for (; k < 83; k++)
-		submit(m, &rec[k], RQ_OP_DISCARD, k, 0);
-	for (; k < 86; k++)
-		submit(m, &rec[k], RQ_OP_WRITE_ZEROES, k, 0);
-	assert_int_equal(mock_count(m, MOCK_QUEUE_RQ), 0);
-	rq_queue_unquiesce(m->q);
-	assert_true(mock_wait_held(m, k, 10000));
-
-	n = mock_copy_events(m, MOCK_QUEUE_RQ, &evs);
-	assert_int_equal(n, k);
-	for (unsigned i = 0; i < n;) {
-		unsigned j = i;
-
-		while (j < n && evs[j].op == evs[i].op)
-			j++;
-		p += sprintf(p, "%s%c%u", p == seq ? "" : " ", "RWFDO"[evs[i].op], j - i);
-		i = j;
-	}
-	free(evs);
-	print_message("dispatch order: %s\n", seq);
-	/* the last writes come in back-to-back batches of 8 once the rest is gone */
-	assert_string_equal(seq, "R16 W8 D1 O1 R16 W8 D1 O1 R8 W8 D1 O1 W16");
-	drain(m);
-	expect_all_ok(rec, k);
-	mock_destroy(m);
-}
-
 /* The driver's queue_rq calls so far as runs of one op: "R16 W5 R8". */
 static void dispatch_runs(struct mock_dev *m, char *seq)
 {
@@ -197,6 +152,41 @@ static void dispatch_runs(struct mock_dev *m, char *seq)
 		i = j;
 	}
 	free(evs);
+}
+
+/*
+ * With a quiesced queue full of reads, writes, discards and write-zeroes,
+ * dispatch serves 16 reads, 8 writes, 1 discard, 1 other, round robin,
+ * passing over empty domains.
+ */
+static void test_batches_round_robin(void **state)
+{
+	struct mock_dev *m = make_dev(256);
+	static struct fx_rec rec[86];
+	char seq[256];
+	unsigned k = 0;
+
+	rq_queue_quiesce(m->q);
+	for (; k < 40; k++)
+		submit(m, &rec[k], RQ_OP_READ, k, 0);
+	for (; k < 80; k++)
+		submit(m, &rec[k], RQ_OP_WRITE, k, RQ_BIO_SYNC);
+	for (; k < 83; k++)
+		submit(m, &rec[k], RQ_OP_DISCARD, k, 0);
+	for (; k < 86; k++)
+		submit(m, &rec[k], RQ_OP_WRITE_ZEROES, k, 0);
+	assert_int_equal(mock_count(m, MOCK_QUEUE_RQ), 0);
+	rq_queue_unquiesce(m->q);
+	assert_true(mock_wait_held(m, k, 10000));
+
+	assert_int_equal(mock_count(m, MOCK_QUEUE_RQ), k);
+	dispatch_runs(m, seq);
+	print_message("dispatch order: %s\n", seq);
+	/* the last writes come in back-to-back batches of 8 once the rest is gone */
+	assert_string_equal(seq, "R16 W8 D1 O1 R16 W8 D1 O1 R8 W8 D1 O1 W16");
+	drain(m);
+	expect_all_ok(rec, k);
+	mock_destroy(m);
 }
 
 /*

@@ -26,7 +26,9 @@
 #define WC_FUA (RQ_FEAT_WRITE_CACHE | RQ_FEAT_FUA)
 #define WC_NOFUA RQ_FEAT_WRITE_CACHE
 
-static struct mock_dev *flush_dev(uint32_t features, enum mock_completion c)
+/* A mock over @features with scheduler @sched (NULL: the default), @c. */
+static struct mock_dev *flush_dev_sched_c(uint32_t features, const char *sched,
+					  enum mock_completion c)
 {
 	struct rq_queue_limits lim;
 	struct rq_queue_config qc;
@@ -40,26 +42,19 @@ static struct mock_dev *flush_dev(uint32_t features, enum mock_completion c)
 	rq_queue_limits_default(&lim);
 	lim.features = features;
 	qc.limits = &lim;
+	qc.scheduler = sched;
 	return mock_create(&cfg, &qc);
+}
+
+static struct mock_dev *flush_dev(uint32_t features, enum mock_completion c)
+{
+	return flush_dev_sched_c(features, NULL, c);
 }
 
 /* As flush_dev(), with scheduler @sched and requests held (DEFER). */
 static struct mock_dev *flush_dev_sched(uint32_t features, const char *sched)
 {
-	struct rq_queue_limits lim;
-	struct rq_queue_config qc;
-	struct mock_config cfg;
-
-	memset(&cfg, 0, sizeof(cfg));
-	cfg.completion = MOCK_COMPLETE_DEFER;
-	cfg.mem_bytes = MEM_BYTES;
-	memset(&qc, 0, sizeof(qc));
-	qc.size = sizeof(qc);
-	rq_queue_limits_default(&lim);
-	lim.features = features;
-	qc.limits = &lim;
-	qc.scheduler = sched;
-	return mock_create(&cfg, &qc);
+	return flush_dev_sched_c(features, sched, MOCK_COMPLETE_DEFER);
 }
 
 static int io_done(struct mock_io *io)
