@@ -466,6 +466,44 @@ static void test_sched_nomerges_2(void **state)
 	mock_destroy(m);
 }
 
+/*
+ * nomerges 1 leaves the one-hit cache as the only merge path with queued
+ * requests, and mq-deadline and bfq make an inserted request the cache when
+ * it is empty (rq_sched_last_merge_fill(), as the kernel's inserts do): of a
+ * plug holding A [0, 8), X [100, 108), B [8, 16) (B met only X, the plug's
+ * newest, so it stayed a request), A is inserted first and becomes the
+ * cache, and B joins it at insert: the driver sees [0, 16) and X.
+ */
+static void test_insert_merge_through_cache(void **state)
+{
+	static const char *const scheds[] = { "mq-deadline", "bfq" };
+	const uint64_t sec[] = { 0, 100, 8 };
+
+	(void)state;
+	for (unsigned k = 0; k < 2; k++) {
+		struct devopts o = { .completion = MOCK_COMPLETE_DEFER, .sched = scheds[k] };
+		struct mock_dev *m = make_dev(&o);
+		struct rq_queue_stats st;
+		struct fx_rec rec[3];
+
+		assert_int_equal(rq_queue_attr_set(m->q, "nomerges", "1"), 0);
+		rq_queue_quiesce(m->q);
+		plugged(m, rec, 3, RQ_OP_WRITE, sec, NULL);
+		rq_queue_get_stats(m->q, &st, sizeof(st));
+		assert_int_equal(st.merges_rq, 1);
+		rq_queue_unquiesce(m->q);
+		assert_true(mock_wait_held(m, 2, 10000));
+		assert_int_equal(mock_count(m, MOCK_QUEUE_RQ), 2);
+		for (unsigned i = 0; i < 2; i++) {
+			struct mock_event ev = issued(m, i);
+
+			assert_int_equal(ev.bytes, ev.sector == 0 ? 8192 : 4096);
+		}
+		end_all_ok(m, rec, 3);
+		mock_destroy(m);
+	}
+}
+
 /* Requests already issued to the driver never take more bios: with a
  * request held by the driver, a contiguous bio makes a new request. */
 static void test_no_merge_into_issued(void **state)
@@ -560,6 +598,7 @@ int main(void)
 		cmocka_unit_test(test_fidelity_64_per_plug),
 		cmocka_unit_test(test_sched_merges_queued),
 		cmocka_unit_test(test_sched_nomerges_2),
+		cmocka_unit_test(test_insert_merge_through_cache),
 		cmocka_unit_test(test_no_merge_into_issued),
 		cmocka_unit_test(test_merge_data_integrity),
 	};
