@@ -6,15 +6,18 @@
  * and a FIFO list in arrival order stamped with a deadline (rq->fifo_time).
  * There is one tree and one FIFO per direction (reads; writes, discards
  * and write-zeroes) and per priority class (RT, BE, IDLE; NONE counts as
- * BE).  The scheduler sends requests in batches: up to fifo_batch requests
- * of one class and direction in ascending sector order.  When a batch ends
- * it chooses again: the highest class with queued requests, reads before
- * writes unless writes have already waited through writes_starved read
- * batches, and within the direction the oldest request if its deadline has
- * passed (or nothing lies further up in sector order), else the next
- * request in sector order after the last one sent.  A request of a lower
- * class that has waited longer than prio_aging_expire goes before all of
- * that.  Requests inserted at the head (RQ_INSERT_AT_HEAD) skip the
+ * BE).  The scheduler sends requests in batches, as Linux 6.18's: up to
+ * fifo_batch requests of one direction in ascending sector order, each the
+ * first request starting at or after the START of the last one sent of its
+ * class and direction (latest_pos).  When a batch ends it chooses again:
+ * the highest class with queued requests, reads before writes unless
+ * writes have already waited through writes_starved read batches, and
+ * within the direction the oldest request if its deadline has passed (or
+ * nothing lies at or after the position), else the first request at or
+ * after it.  The batch belongs to no class and starts as a write batch
+ * with nothing sent; it and the positions survive the queue running
+ * empty.  A lower class whose requests waited longer than
+ * prio_aging_expire is offered the choice first, with two classes queued.  Requests inserted at the head (RQ_INSERT_AT_HEAD) skip the
  * sorting and go first.
  *
  * The scheduler ignores the core's per-CPU staging: insert_requests puts
