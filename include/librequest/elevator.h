@@ -28,10 +28,14 @@
  *   completed_request            any completing thread
  *   finish_request, requeue      any thread ending / requeueing the request
  *
- * Flushes and FUA writes never enter a scheduler (as in the kernel): only
- * requests with RQ_RQF_ELVPRIV in rq_flags are the scheduler's, and for
+ * Flushes and PREFLUSH writes never enter a scheduler (as in the kernel):
+ * only requests with RQ_RQF_ELVPRIV in rq_flags are the scheduler's, and for
  * them prepare_request, insert, dispatch, completed_request and
- * finish_request are called.  rq->io_start_time_ns is set when such a
+ * finish_request are called.  A FUA write is the scheduler's like any write
+ * (Linux 6.x); on a device with a write cache but no FUA it carries
+ * RQ_RQF_FLUSH_SEQ (it must not be merged or hashed), its completed_request
+ * and finish_request come when its data is done, before the post-flush,
+ * and outside a plug it goes to the dispatch list without an insert.  rq->io_start_time_ns is set when such a
  * request goes to the driver, rq->start_time_ns when it is made.
  *
  * A scheduler protects its own data; the core never holds a lock across a
