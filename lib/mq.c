@@ -237,6 +237,18 @@ static int driver_tag_get_wait(struct rq_queue *q, struct rq_hw_ctx *hctx, unsig
 	}
 }
 
+/* The scheduler's limit_depth() for @bio (0: no limit); flushes are not limited. */
+static unsigned sched_limit_depth(struct rq_queue *q, struct rq_elevator_queue *eq,
+				  struct rq_hw_ctx *hctx, const struct rq_bio *bio)
+{
+	struct rq_alloc_data data = { .q = q, .hctx = hctx, .op = bio->op, .opf = bio->opf };
+
+	if (!eq->type->ops.limit_depth || (bio->opf & RQ_BIO_PREFLUSH) || bio->op == RQ_OP_FLUSH)
+		return 0;
+	eq->type->ops.limit_depth(&data);
+	return data.shallow_depth;
+}
+
 /*
  * Allocate a request for @bio on @ctx: a scheduler tag with a scheduler,
  * else a driver tag.  Returns NULL when no tag could be had (nowait, dying).
@@ -248,20 +260,11 @@ static struct rq_request *mq_get_request(struct rq_queue *q, struct rq_sw_ctx *c
 	struct rq_hw_ctx *hctx = map_hctx(q, ctx->cpu, bio->opf);
 	bool nowait = bio->opf & RQ_BIO_NOWAIT;
 	struct rq_request *rq;
-	unsigned shallow = 0;
+	unsigned shallow;
 	int tag;
 
 	if (eq) {
-		const struct rq_elevator_type *e = eq->type;
-
-		if (e->ops.limit_depth && !(bio->opf & RQ_BIO_PREFLUSH) &&
-		    bio->op != RQ_OP_FLUSH) {
-			struct rq_alloc_data data = { .q = q, .hctx = hctx, .op = bio->op,
-						      .opf = bio->opf };
-
-			e->ops.limit_depth(&data);
-			shallow = data.shallow_depth;
-		}
+		shallow = sched_limit_depth(q, eq, hctx, bio);
 		tag = -1;
 		if (plug_current())
 			tag = plug_cached_tag(plug_current(), hctx->sched_tags, q, ctx, shallow);
