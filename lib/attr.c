@@ -191,6 +191,11 @@ static int max_hw_sectors_kb_show(struct rq_queue *q, char *buf, size_t len)
 	return emit(buf, len, "%u\n", q->limits.max_hw_sectors >> 1);
 }
 
+static int chunk_sectors_show(struct rq_queue *q, char *buf, size_t len)
+{
+	return emit(buf, len, "%u\n", q->limits.chunk_sectors);
+}
+
 static int max_segments_show(struct rq_queue *q, char *buf, size_t len)
 {
 	return emit(buf, len, "%u\n", q->limits.max_segments);
@@ -424,6 +429,7 @@ static const struct queue_attr queue_attrs[] = {
 	{ "max_sectors_kb", max_sectors_kb_show, max_sectors_kb_store },
 	{ "max_hw_sectors_kb", max_hw_sectors_kb_show, NULL },
 	{ "max_segments", max_segments_show, NULL },
+	{ "chunk_sectors", chunk_sectors_show, NULL },
 	{ "max_segment_size", max_segment_size_show, NULL },
 	{ "logical_block_size", logical_block_size_show, NULL },
 	{ "physical_block_size", physical_block_size_show, NULL },

@@ -148,6 +148,8 @@ RQ_EXPORT int rq_queue_limits_validate(struct rq_queue_limits *lim)
 	if (l.max_write_zeroes_sectors && l.max_write_zeroes_sectors < lbs_sectors)
 		return -EINVAL;
 
+	if (l.chunk_sectors % lbs_sectors)
+		return -EINVAL;
 	if (l.features & ~RQ_FEAT_ALL)
 		return -EINVAL;
 

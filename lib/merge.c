@@ -56,12 +56,23 @@ enum rq_elv_merge rq_try_merge_pos(const struct rq_request *rq, const struct rq_
 	return RQ_ELV_NO_MERGE;
 }
 
-/* Would @rq grown by @sectors and @nr_segs stay within the limits? */
-static bool fits_limits(const struct rq_request *rq, unsigned sectors, unsigned nr_segs)
+/*
+ * Would @rq grown by @sectors and @nr_segs stay within the limits, the
+ * grown request starting at @start?  As 6.x blk_rq_get_max_sectors(): the
+ * op's cap, and for everything but discards the room left before the next
+ * chunk boundary from @start (the request's sector for a back merge, the
+ * bio's for a front merge).
+ */
+static bool fits_limits(const struct rq_request *rq, unsigned sectors, unsigned nr_segs,
+			uint64_t start)
 {
 	const struct rq_queue_limits *lim = &rq->q->limits;
+	uint64_t max = limits_max_sectors_for_op(lim, rq->op);
 
-	if (rq_request_sectors(rq) + sectors > limits_max_sectors_for_op(lim, rq->op))
+	if (lim->chunk_sectors && rq->op != RQ_OP_DISCARD &&
+	    max > limits_chunk_left(lim, start))
+		max = limits_chunk_left(lim, start);
+	if (rq_request_sectors(rq) + sectors > max)
 		return false;
 	if (rq_op_has_data(rq->op) && rq->nr_segments + nr_segs > lim->max_segments)
 		return false;
@@ -70,7 +81,7 @@ static bool fits_limits(const struct rq_request *rq, unsigned sectors, unsigned 
 
 bool bio_attempt_back_merge(struct rq_request *rq, struct rq_bio *bio, unsigned nr_segs)
 {
-	if (!fits_limits(rq, rq_bio_sectors(bio), nr_segs))
+	if (!fits_limits(rq, rq_bio_sectors(bio), nr_segs, rq->sector))
 		return false;
 	bio->next = NULL;
 	rq->biotail->next = bio;
@@ -86,7 +97,7 @@ bool bio_attempt_back_merge(struct rq_request *rq, struct rq_bio *bio, unsigned 
 
 bool bio_attempt_front_merge(struct rq_request *rq, struct rq_bio *bio, unsigned nr_segs)
 {
-	if (!fits_limits(rq, rq_bio_sectors(bio), nr_segs))
+	if (!fits_limits(rq, rq_bio_sectors(bio), nr_segs, bio->iter.sector))
 		return false;
 	bio->next = rq->bio;
 	rq->bio = bio;
@@ -358,7 +369,7 @@ static struct rq_request *attempt_merge(struct rq_queue *q, struct rq_request *r
 	if (!rq_mergeable(rq) || !rq_mergeable(next) || rq->op != next->op ||
 	    rq->ioprio != next->ioprio || rq_request_end_sector(rq) != next->sector)
 		return NULL;
-	if (!fits_limits(rq, rq_request_sectors(next), next->nr_segments) ||
+	if (!fits_limits(rq, rq_request_sectors(next), next->nr_segments, rq->sector) ||
 	    !sched_allows_rq(q, rq, next))
 		return NULL;
 	trace_rq_merge(next);

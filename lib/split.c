@@ -128,8 +128,9 @@ static inline uint32_t lbs_sectors(const struct rq_queue_limits *lim)
 }
 
 /*
- * Sector cap of a read or write starting at @sector: the op's cap, ended on
- * a physical block boundary when that leaves something.  0 means no cap
+ * Sector cap of a read or write starting at @sector: the op's cap, not past
+ * the next chunk boundary (6.x get_max_io_size()), ended on a physical
+ * block boundary when that leaves something.  0 means no cap
  * (limits that were never validated).
  */
 static uint64_t rw_max_sectors(const struct rq_queue_limits *lim, uint64_t sector)
@@ -140,6 +141,8 @@ static uint64_t rw_max_sectors(const struct rq_queue_limits *lim, uint64_t secto
 
 	if (!max)
 		return UINT64_MAX >> RQ_SECTOR_SHIFT;
+	if (lim->chunk_sectors && max > limits_chunk_left(lim, sector))
+		max = (uint32_t)limits_chunk_left(lim, sector);
 	if (pbs > lbs_sectors(lim)) {
 		start = sector & (pbs - 1);
 		end = (start + max) & ~(uint64_t)(pbs - 1);

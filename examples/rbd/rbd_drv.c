@@ -729,6 +729,10 @@ static void rqrbd_limits(struct rqrbd_dev *dev, struct rq_queue_limits *lim)
 		    lim->max_write_zeroes_sectors > (max >> RQ_SECTOR_SHIFT))
 			lim->max_write_zeroes_sectors = (uint32_t)(max >> RQ_SECTOR_SHIFT);
 	}
+	/* the library cuts and stops merges at object boundaries, as the
+	 * kernel's rbd sets chunk_sectors; --span-objects lets them cross */
+	if (!dev->cfg.span_objects)
+		lim->chunk_sectors = (uint32_t)(dev->unit >> RQ_SECTOR_SHIFT);
 	/* librbd's cache (rbd_cache) is volatile; FUA is a write + flush */
 	lim->features |= RQ_FEAT_WRITE_CACHE;
 }

@@ -36,7 +36,9 @@ struct rq_queue_limits {
 	uint32_t max_sectors;         /* soft cap; min(max_hw_sectors, 2560) */
 	uint32_t max_segments;        /* data segments per request; 128 */
 	uint32_t max_segment_size;    /* bytes per segment; 65536 */
-	uint32_t reserved;            /* zero */
+	uint32_t chunk_sectors;       /* no read/write request crosses a multiple of
+					 it (a RAID chunk, an RBD object); a multiple
+					 of the logical block; 0: none */
 	uint64_t seg_boundary_mask;   /* a segment never crosses it; 0xffffffff */
 	uint32_t max_discard_sectors; /* 0: discard unsupported */
 	uint32_t discard_granularity; /* bytes; logical_block_size */
@@ -64,7 +66,8 @@ void rq_queue_limits_default(struct rq_queue_limits *lim);
  * is not smaller than the logical one, max_sectors <= max_hw_sectors, both
  * at least one logical block, max_segments <= 65535, max_segment_size >=
  * 4096, seg_boundary_mask of the form 2^n - 1 and >= 4095, discard
- * granularity a multiple of the logical block, no unknown features.  The
+ * granularity a multiple of the logical block, chunk_sectors 0 or a multiple
+ * of the logical block, no unknown features.  The
  * queue constructors call it; a driver may call it first to see what a
  * queue would get.
  *

@@ -71,6 +71,16 @@ unsigned bio_count_segments(const struct rq_queue_limits *lim, const struct rq_b
 
 int limits_copy_in(struct rq_queue_limits *dst, const struct rq_queue_limits *src);
 
+/** limits_chunk_left() - sectors from @sector to the next chunk boundary (chunk_sectors != 0). */
+static inline uint64_t limits_chunk_left(const struct rq_queue_limits *lim, uint64_t sector)
+{
+	uint32_t chunk = lim->chunk_sectors;
+
+	if (!(chunk & (chunk - 1)))
+		return chunk - (sector & (chunk - 1));
+	return chunk - sector % chunk;
+}
+
 /** limits_max_sectors_for_op() - the per-request sector cap for @op. */
 unsigned limits_max_sectors_for_op(const struct rq_queue_limits *lim, unsigned op);
 

@@ -23,6 +23,7 @@ struct devopts {
 	enum mock_completion completion;
 	uint32_t max_sectors, max_hw_sectors, max_segments;
 	uint32_t max_discard_sectors;
+	uint32_t chunk_sectors;
 	uint32_t features;
 	const char *sched;
 	uint64_t mem;
@@ -43,6 +44,7 @@ static struct mock_dev *make_dev(const struct devopts *o)
 	if (o->max_segments)
 		lim.max_segments = o->max_segments;
 	lim.max_discard_sectors = o->max_discard_sectors;
+	lim.chunk_sectors = o->chunk_sectors;
 	lim.features = o->features;
 	return mock_create(&cfg, &qc);
 }
@@ -151,6 +153,42 @@ static void test_no_merge_past_max_sectors(void **state)
 	assert_int_equal(issued(m, 1).sector, 16);
 	assert_int_equal(issued(m, 1).bytes, 4096);
 	end_all_ok(m, rec, 3);
+	mock_destroy(m);
+}
+
+/*
+ * chunk_sectors (6.x blk_rq_get_max_sectors()): no merge makes a request
+ * cross a chunk boundary.  Chunk 16 sectors (8 KiB); 4 KiB bios on one plug
+ * at sectors 24, 16 (front-merges: [16, 32) is one chunk), 8 (would make
+ * [8, 32), across 16: a new request), 32, 40 (back-merges: [32, 48)).
+ * The driver gets [16, 32), [8, 16) and [32, 48).
+ */
+static void test_no_merge_across_chunk(void **state)
+{
+	struct devopts o = { .completion = MOCK_COMPLETE_DEFER, .chunk_sectors = 16 };
+	struct mock_dev *m = make_dev(&o);
+	uint64_t sec[] = { 24, 16, 8, 32, 40 };
+	struct fx_rec rec[5];
+	unsigned seen = 0;
+	char buf[16];
+
+	(void)state;
+	assert_true(rq_queue_attr_get(m->q, "chunk_sectors", buf, sizeof(buf)) > 0);
+	assert_string_equal(buf, "16\n");
+	plugged(m, rec, 5, RQ_OP_WRITE, sec, NULL);
+	assert_int_equal(mock_count(m, MOCK_QUEUE_RQ), 3);
+	for (unsigned i = 0; i < 3; i++) {
+		struct mock_event ev = issued(m, i);
+
+		if (ev.sector == 16 && ev.bytes == 8192)
+			seen |= 1;
+		else if (ev.sector == 8 && ev.bytes == 4096)
+			seen |= 2;
+		else if (ev.sector == 32 && ev.bytes == 8192)
+			seen |= 4;
+	}
+	assert_int_equal(seen, 7);
+	end_all_ok(m, rec, 5);
 	mock_destroy(m);
 }
 
@@ -633,6 +671,7 @@ int main(void)
 		cmocka_unit_test(test_plug_front_merge),
 		cmocka_unit_test(test_no_merge_past_max_sectors),
 		cmocka_unit_test(test_no_merge_past_max_segments),
+		cmocka_unit_test(test_no_merge_across_chunk),
 		cmocka_unit_test(test_no_merge_different_op),
 		cmocka_unit_test(test_no_merge_nomerge_flag),
 		cmocka_unit_test(test_no_merge_fua_preflush),

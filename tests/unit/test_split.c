@@ -491,6 +491,51 @@ static void test_property_random_layouts(void **state)
 }
 
 /*
+ * chunk_sectors: a read or write is cut at each chunk boundary (6.x
+ * get_max_io_size()), 32 KiB chunks, a 96 KiB bio at sector 40 (20 KiB in):
+ * 12 KiB, 32, 32, 20; a chunk that is not a power of two (24 sectors)
+ * works too; validation refuses a chunk that is not a whole logical block.
+ */
+static void test_chunk_boundary(void **state)
+{
+	struct rq_queue_limits lim;
+	struct end_record rec = { 0 };
+	struct rq_bio *bio;
+	uint32_t bytes[8];
+	unsigned segs[8], n;
+
+	(void)state;
+	limits(&lim, 2560, 128, 64 * KiB);
+	lim.chunk_sectors = 64;
+	assert_int_equal(rq_queue_limits_validate(&lim), 0);
+	bio = make_bio(24, 4 * KiB, 0x100000, 4 * KiB, &rec);
+	bio->iter.sector = 40;
+	n = split_all(&lim, bio, bytes, segs, 8);
+	assert_int_equal(n, 4);
+	assert_int_equal(bytes[0], 12 * KiB);
+	assert_int_equal(bytes[1], 32 * KiB);
+	assert_int_equal(bytes[2], 32 * KiB);
+	assert_int_equal(bytes[3], 20 * KiB);
+	rq_bio_put(bio);
+
+	lim.chunk_sectors = 24; /* 12 KiB */
+	assert_int_equal(rq_queue_limits_validate(&lim), 0);
+	bio = make_bio(6, 4 * KiB, 0x100000, 4 * KiB, &rec);
+	bio->iter.sector = 8;
+	n = split_all(&lim, bio, bytes, segs, 8);
+	assert_int_equal(n, 3);
+	assert_int_equal(bytes[0], 8 * KiB);
+	assert_int_equal(bytes[1], 12 * KiB);
+	assert_int_equal(bytes[2], 4 * KiB);
+	rq_bio_put(bio);
+
+	limits(&lim, 2560, 128, 64 * KiB);
+	lim.logical_block_size = 4096;
+	lim.chunk_sectors = 12; /* 6 KiB: not whole 4 KiB blocks */
+	assert_int_equal(rq_queue_limits_validate(&lim), -EINVAL);
+}
+
+/*
  * A NOWAIT read or write that does not fit is not split (6.x
  * bio_split_rw_at()): NULL with RQ_STS_AGAIN and the bio untouched, so
  * nothing of it is issued and a retry sends it whole; one that fits is
@@ -551,6 +596,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_write_zeroes_and_flush, teardown_cache),
 		cmocka_unit_test_teardown(test_property_random_layouts, teardown_cache),
 		cmocka_unit_test_teardown(test_nowait_not_split, teardown_cache),
+		cmocka_unit_test_teardown(test_chunk_boundary, teardown_cache),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
