@@ -9,8 +9,12 @@
 #   aligned (offset 0)      4 requests, 4 calls, no split; the OSD's op_w
 #                           rises by the calls (plus whatever opening the
 #                           image costs: K, measured here)
-#   offset 4032 KiB         every request crosses a boundary: split, and
-#                           op_w still rises by exactly calls + K
+#   offset 4032 KiB         the bios cross boundaries: the library cuts them
+#                           there (chunk_sectors = the object size) and no
+#                           merge crosses one, so at least 5 requests (5
+#                           objects touched), one call each, none left for
+#                           the driver to split; op_w rises by exactly
+#                           calls + K
 #   same, --span-objects    fewer calls than objects touched: op_w rises by
 #                           more than calls + K (librbd cut them): the
 #                           check above would catch a driver that did not
@@ -50,7 +54,9 @@ k=$((delta - calls))
 [ $k -ge 0 ] || fail "the OSD counted fewer writes ($delta) than calls ($calls)"
 
 run unaligned --offset 4032K
-[ "$split" -gt 0 ] || fail "requests crossing object boundaries were not split"
+[ "$split" = 0 ] || fail "chunk_sectors: $split requests still crossed an object boundary"
+[ "$writes" -ge 5 ] || fail "16 MiB at 4032 KiB touches 5 objects: $writes requests"
+[ "$calls" = "$writes" ] || fail "$writes requests took $calls librbd calls"
 [ $((delta - calls)) = $k ] || fail "OSD op_w +$delta for $calls calls (+$k): a call spanned two objects"
 
 run spanning --offset 4032K --span-objects
