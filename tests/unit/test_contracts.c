@@ -607,7 +607,7 @@ static void test_shutdown_freeze_then_destroy_sq(void **state)
 /* The queue attributes, in rq_queue_attr_list()'s order (doc/attributes.md). */
 static const char *const queue_attr_names[] = {
 	"scheduler", "nr_requests", "nomerges", "max_sectors_kb", "max_hw_sectors_kb",
-	"max_segments", "max_segment_size", "logical_block_size", "physical_block_size",
+	"max_segments", "chunk_sectors", "max_segment_size", "logical_block_size", "physical_block_size",
 	"discard_max_bytes", "write_zeroes_max_bytes", "rotational", "rq_affinity",
 	"io_timeout", "write_cache", "stat", "nr_hw_queues", "counters", "inflight", "iostats",
 	"latency_hist", "trace", "trace_dropped",
