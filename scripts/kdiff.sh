@@ -149,7 +149,7 @@ lbs=$(lim logical_block_size)
 wc=0; [ "$(lim write_cache)" = "write back" ] && wc=1
 fua=$(lim fua)
 depth=$(cat /sys/block/$name/mq/0/nr_tags 2>/dev/null || lim nr_requests)
-cpu=$(cut -d- -f1 < /sys/fs/cgroup/cpuset.cpus.effective 2>/dev/null | cut -d, -f1)
+cpu=$(cat /sys/fs/cgroup/cpuset.cpus.effective 2>/dev/null | cut -d- -f1 | cut -d, -f1)
 case $cpu in ''|*[!0-9]*) cpu=0 ;; esac
 
 mkdir "$inst" || skip "cannot make a tracefs instance"
@@ -313,14 +313,14 @@ to_json() {
 		{
 			if (!($2 in seen)) { seen[$2] = 1; order[++n] = $2 }
 			if ($4 == 0) drop[$2]++; else { kept[$2]++; req[$2] += $7; ord[$2] += $8 }
-			printf "%s{\"pattern\":%s,\"scheduler\":%s,\"nomerges\":%d,\"stable\":%s,", NR > 1 ? "," : "", js($1), js($2), $3, $4 ? "true" : "false"
+			printf "%s{\"pattern\":%s,\"scheduler\":%s,\"nomerges\":%d,\"stable\":%s,", (NR > 1 ? "," : ""), js($1), js($2), $3, $4 ? "true" : "false"
 			printf "\"kernel_requests\":%d,\"librequest_requests\":%d,\"same_requests\":%s,\"same_order\":%s,", $5, $6, $7 ? "true" : "false", $8 ? "true" : "false"
 			printf "\"known\":%s}", $9 == "" ? "null" : js($9)
 		}
 		END {
 			printf "],\"scores\":{"
 			for (i = 1; i <= n; i++) { s = order[i]
-				printf "%s%s:{\"kept\":%d,\"same_requests\":%d,\"same_order\":%d,\"dropped\":%d}", i > 1 ? "," : "", js(s), kept[s], req[s], ord[s], drop[s]
+				printf "%s%s:{\"kept\":%d,\"same_requests\":%d,\"same_order\":%d,\"dropped\":%d}", (i > 1 ? "," : ""), js(s), kept[s], req[s], ord[s], drop[s]
 			}
 			printf "}}\n"
 		}' "$results"

@@ -39,6 +39,8 @@ struct drv {
 	struct rq_request **held;
 	unsigned nr_held, cap_held;
 	unsigned long bios_ended;
+	unsigned long progress;  /* bios submitted: moves while the submitter runs */
+	bool submitting, stop;
 	FILE *out;
 };
 
@@ -88,6 +90,19 @@ static void kd_end_io(struct rq_bio *bio)
 	pthread_mutex_unlock(&drv.lock);
 }
 
+/* End everything held; called with drv.lock held, drops it meanwhile. */
+static void end_held_locked(void)
+{
+	while (drv.nr_held) {
+		struct rq_request *rq = drv.held[0];
+
+		memmove(drv.held, drv.held + 1, --drv.nr_held * sizeof(*drv.held));
+		pthread_mutex_unlock(&drv.lock);
+		rq_mq_end_request(rq, RQ_STS_OK);
+		pthread_mutex_lock(&drv.lock);
+	}
+}
+
 /* End what the driver holds until @target bios have ended; 0 or -1 (stuck). */
 static int complete_until(unsigned long target)
 {
@@ -98,12 +113,7 @@ static int complete_until(unsigned long target)
 	pthread_mutex_lock(&drv.lock);
 	while (drv.bios_ended < target) {
 		if (drv.nr_held) {
-			struct rq_request *rq = drv.held[0];
-
-			memmove(drv.held, drv.held + 1, --drv.nr_held * sizeof(*drv.held));
-			pthread_mutex_unlock(&drv.lock);
-			rq_mq_end_request(rq, RQ_STS_OK);
-			pthread_mutex_lock(&drv.lock);
+			end_held_locked();
 			continue;
 		}
 		if (pthread_cond_timedwait(&drv.cond, &drv.lock, &dl)) {
@@ -115,6 +125,31 @@ static int complete_until(unsigned long target)
 	}
 	pthread_mutex_unlock(&drv.lock);
 	return 0;
+}
+
+/* The watchdog: ends held requests when the submitter is stuck mid-batch. */
+static void *unstick(void *arg)
+{
+	unsigned long seen = ~0ul;
+
+	(void)arg;
+	pthread_mutex_lock(&drv.lock);
+	while (!drv.stop) {
+		struct timespec dl;
+
+		clock_gettime(CLOCK_REALTIME, &dl);
+		dl.tv_nsec += 50 * 1000 * 1000;
+		if (dl.tv_nsec >= 1000000000) {
+			dl.tv_sec++;
+			dl.tv_nsec -= 1000000000;
+		}
+		pthread_cond_timedwait(&drv.cond, &drv.lock, &dl);
+		if (drv.submitting && drv.progress == seen && drv.nr_held)
+			end_held_locked();
+		seen = drv.progress;
+	}
+	pthread_mutex_unlock(&drv.lock);
+	return NULL;
 }
 
 struct opts {
@@ -151,6 +186,9 @@ static long submit_io(struct rq_queue *q, const struct kd_item *it, char **pos)
 		}
 		sector += rq_bio_sectors(bio);
 		rq_submit_bio(q, bio);
+		pthread_mutex_lock(&drv.lock);
+		drv.progress++;
+		pthread_mutex_unlock(&drv.lock);
 	}
 	return bios;
 }
@@ -181,6 +219,9 @@ static int run_pattern(struct rq_queue *q, struct kd_pattern *p, char *arena)
 		if (i < p->nr && p->items[i].kind == KD_IO)
 			continue;
 		plugged = i - from > 2;
+		pthread_mutex_lock(&drv.lock);
+		drv.submitting = true;
+		pthread_mutex_unlock(&drv.lock);
 		if (plugged)
 			rq_start_plug(&plug);
 		for (unsigned j = from; j < i; j++) {
@@ -194,6 +235,9 @@ static int run_pattern(struct rq_queue *q, struct kd_pattern *p, char *arena)
 		}
 		if (plugged)
 			rq_finish_plug(&plug);
+		pthread_mutex_lock(&drv.lock);
+		drv.submitting = false;
+		pthread_mutex_unlock(&drv.lock);
 		if (complete_until(bios))
 			return -1;
 		if (i < p->nr && p->items[i].kind == KD_FLUSH && flush_once(q, &bios))
@@ -321,6 +365,7 @@ int main(int argc, char **argv)
 			  .max_segments = 128, .max_segment_size = 65536, .lbs = 512,
 			  .depth = 128, .write_cache = true, .capacity = 1ull << 30 };
 	struct rq_io_context *ioc;
+	pthread_t watchdog;
 	struct rq_tag_set *set;
 	struct kd_pattern p;
 	struct rq_queue *q;
@@ -350,7 +395,14 @@ int main(int argc, char **argv)
 	if (!ioc)
 		return 1;
 	rq_ioc_set_current(ioc);
+	if (pthread_create(&watchdog, NULL, unstick, NULL))
+		return 1;
 	rc = run_pattern(q, &p, arena);
+	pthread_mutex_lock(&drv.lock);
+	drv.stop = true;
+	pthread_cond_broadcast(&drv.cond);
+	pthread_mutex_unlock(&drv.lock);
+	pthread_join(watchdog, NULL);
 	/* the "process" exits: its io context goes away */
 	rq_ioc_set_current(NULL);
 	rq_ioc_put(ioc);
