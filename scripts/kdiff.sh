@@ -174,7 +174,7 @@ parse_trace() {
 	}' "$1"
 }
 
-set_sched() {  # SCHED NOMERGES: a fresh scheduler instance, then nomerges
+set_sched() {  # SCHED NOMERGES: a scheduler, then nomerges
 	echo none > $qdir/scheduler
 	[ "$1" = none ] || echo "$1" > $qdir/scheduler || return 1
 	echo "$2" > $qdir/nomerges
@@ -190,31 +190,39 @@ known_reason() {  # PATTERN SCHED NM KIND -> the reason, or nothing
 		}' "$known"
 }
 
+# nr_requests of each scheduler, as the kernel sets it when attaching it
+declare -A nr_req
+for sched in "${sched_list[@]}"; do
+	set_sched "$sched" 0 || { echo "kdiff.sh: cannot set scheduler $sched" >&2; exit 1; }
+	nr_req[$sched]=$(lim nr_requests)
+done
+
 results=$work/results
 : > "$results"
 err=0
 for pat in "${pats[@]}"; do
 	pname=$(basename "$pat" .pat)
+	base=$work/$pname
+	# the kernel side of the whole matrix of this pattern, in one process
+	if ! "$submit" --cpu "$cpu" --queue "$qdir" --trace "$inst" --out "$base" \
+		--sched "$scheds" --nomerges "$nomerges" --runs "$runs" \
+		"$dev" "$pat" > "$base.res"; then
+		echo "kdiff.sh: kdiff-submit failed on $pname" >&2
+		exit 1
+	fi
 	for sched in "${sched_list[@]}"; do
 		for nm in "${nm_list[@]}"; do
-			c=$work/$pname.$sched.$nm
+			c=$base.$sched.$nm
 			stable=1
 			for r in $(seq 1 "$runs"); do
-				set_sched "$sched" "$nm" || { echo "kdiff.sh: cannot set $sched" >&2; exit 1; }
-				echo > "$inst/trace"
-				echo 1 > "$inst/tracing_on"
-				"$submit" --cpu "$cpu" "$dev" "$pat" > "$c.res.$r" ||
-					{ echo "kdiff.sh: kdiff-submit failed on $pname" >&2; exit 1; }
-				echo 0 > "$inst/tracing_on"
-				parse_trace "$inst/trace" > "$c.kernel.$r"
+				parse_trace "$c.trace.$r" > "$c.kernel.$r"
 				[ "$r" = 1 ] || cmp -s "$c.kernel.1" "$c.kernel.$r" || stable=0
 			done
-			nr_req=$(lim nr_requests)
 			if ! "$rqside" --sched "$sched" --nomerges "$nm" --max-sectors-kb "$max_sectors_kb" \
 				--max-hw-sectors-kb "$max_hw_sectors_kb" --max-segments "$max_segments" \
 				--max-segment-size "$max_segment_size" --logical-block-size "$lbs" \
-				--write-cache $wc --fua "$fua" --depth "$depth" --nr-requests "$nr_req" \
-				--capacity 64m "$c.res.1" > "$c.lib" 2> "$c.lib.err"; then
+				--write-cache $wc --fua "$fua" --depth "$depth" --nr-requests "${nr_req[$sched]}" \
+				--capacity 64m "$base.res" > "$c.lib" 2> "$c.lib.err"; then
 				echo "kdiff-rq failed on $pname $sched $nm: $(head -1 "$c.lib.err")" >&2
 				err=1
 			fi
@@ -232,12 +240,12 @@ for pat in "${pats[@]}"; do
 				echo "== $pname $sched nomerges=$nm: $kind differ (kernel | librequest)"
 				diff -y -W 60 "$c.kernel.1" "$c.lib" | head -60
 			fi
-			if [ -n "$keep" ]; then
-				mkdir -p "$keep"
-				cp "$c".* "$keep/"
-			fi
 		done
 	done
+	if [ -n "$keep" ]; then
+		mkdir -p "$keep"
+		cp "$base".* "$keep/"
+	fi
 done
 
 # ---------------------------------------------------------------- report

@@ -18,8 +18,17 @@
  * The process pins itself to one CPU (--cpu, default 0): one software
  * queue, one plug.
  *
- * usage: kdiff-submit [--cpu N] DEVICE PATTERN
- * Exit: 0, 1 on an I/O error, 2 on bad usage.
+ * With --queue, --trace and --out the tool runs the whole matrix of one
+ * pattern itself, which saves a process and an aio context per run (their
+ * teardown waits for an RCU grace period): for every scheduler of --sched
+ * and nomerges value of --nomerges, --runs times: a fresh scheduler
+ * instance (none, then the scheduler, through QUEUE/scheduler), nomerges,
+ * an empty trace in the tracefs instance TRACE, the pattern, and the trace
+ * copied to OUT.SCHED.NOMERGES.trace.RUN.  The layout is resolved once.
+ *
+ * usage: kdiff-submit [--cpu N] [--queue DIR --trace DIR --out PREFIX
+ *                     [--sched LIST] [--nomerges LIST] [--runs N]] DEVICE PATTERN
+ * Exit: 0, 1 on an I/O or set-up error, 2 on bad usage.
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -204,17 +213,162 @@ static int run_batch(int fd, aio_context_t ctx, struct kd_pattern *p, struct io_
 	return rc;
 }
 
+/* Write @val to @dir/@name; 0 or -1 with a message. */
+static int put(const char *dir, const char *name, const char *val)
+{
+	char path[512];
+	int fd;
+	ssize_t n;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	fd = open(path, O_WRONLY | O_TRUNC);
+	if (fd < 0) {
+		fprintf(stderr, "kdiff-submit: %s: %s\n", path, strerror(errno));
+		return -1;
+	}
+	n = write(fd, val, strlen(val));
+	close(fd);
+	if (n != (ssize_t)strlen(val)) {
+		fprintf(stderr, "kdiff-submit: %s <- %s: %s\n", path, val, strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+/* Copy @dir/trace to @path. */
+static int save_trace(const char *dir, const char *path)
+{
+	char src[512], buf[65536];
+	int in, out;
+	ssize_t n;
+
+	snprintf(src, sizeof(src), "%s/trace", dir);
+	in = open(src, O_RDONLY);
+	out = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	if (in < 0 || out < 0) {
+		fprintf(stderr, "kdiff-submit: cannot copy %s to %s\n", src, path);
+		return -1;
+	}
+	while ((n = read(in, buf, sizeof(buf))) > 0)
+		if (write(out, buf, (size_t)n) != n)
+			return -1;
+	close(in);
+	close(out);
+	return n < 0 ? -1 : 0;
+}
+
+/* Whether @dir/scheduler has @name selected (shown as "[name]"). */
+static bool sched_is(const char *dir, const char *name)
+{
+	char path[512], buf[256] = "", want[64];
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/scheduler", dir);
+	fd = open(path, O_RDONLY);
+	if (fd < 0)
+		return false;
+	if (read(fd, buf, sizeof(buf) - 1) < 0)
+		buf[0] = 0;
+	close(fd);
+	snprintf(want, sizeof(want), "[%s]", name);
+	return strstr(buf, want) != NULL;
+}
+
+/*
+ * A fresh instance of scheduler @s: one switch when another one is
+ * attached, else through none (each switch freezes the queue, an RCU grace
+ * period, which is most of a run's time).
+ */
+static int fresh_sched(const char *queue, const char *s)
+{
+	if (sched_is(queue, s) && strcmp(s, "none") && put(queue, "scheduler", "none"))
+		return -1;
+	if (sched_is(queue, s))
+		return 0;
+	return put(queue, "scheduler", s);
+}
+
+struct matrix {
+	const char *queue, *trace, *out, *scheds, *nomerges;
+	unsigned runs;
+};
+
+/* Every batch of @p, flushes between them; 0 or 1. */
+static int run_pattern(int fd, aio_context_t ctx, struct kd_pattern *p, struct io_buf *bufs)
+{
+	unsigned from = 0;
+	int rc = 0;
+
+	for (unsigned i = 0; i <= p->nr && !rc; i++) {
+		if (i < p->nr && p->items[i].kind == KD_IO)
+			continue;
+		if (i > from)
+			rc = run_batch(fd, ctx, p, bufs, from, i);
+		from = i + 1;
+		if (!rc && i < p->nr && p->items[i].kind == KD_FLUSH && fsync(fd)) {
+			perror("kdiff-submit: fsync");
+			rc = 1;
+		}
+	}
+	return rc;
+}
+
+/*
+ * The matrix of one pattern (see the file comment); 0 or 1.  Runs are the
+ * outer loop and schedulers the inner one, so that consecutive runs use
+ * different schedulers and a fresh instance takes one switch.
+ */
+static int run_matrix(const struct matrix *m, int fd, aio_context_t ctx, struct kd_pattern *p,
+		      struct io_buf *bufs)
+{
+	char scheds[256], path[512];
+
+	for (unsigned r = 1; r <= m->runs; r++) {
+		for (const char *n = m->nomerges; *n; n++) {
+			char nm[2] = { *n, 0 }, *save = NULL;
+
+			if (*n == ',')
+				continue;
+			snprintf(scheds, sizeof(scheds), "%s", m->scheds);
+			for (char *s = strtok_r(scheds, ",", &save); s; s = strtok_r(NULL, ",", &save)) {
+				if (fresh_sched(m->queue, s) || put(m->queue, "nomerges", nm) ||
+				    put(m->trace, "trace", "") || put(m->trace, "tracing_on", "1"))
+					return 1;
+				if (run_pattern(fd, ctx, p, bufs))
+					return 1;
+				if (put(m->trace, "tracing_on", "0"))
+					return 1;
+				snprintf(path, sizeof(path), "%s.%s.%s.trace.%u", m->out, s, nm, r);
+				if (save_trace(m->trace, path))
+					return 1;
+			}
+		}
+	}
+	return 0;
+}
+
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: kdiff-submit [--cpu N] DEVICE PATTERN\n"
+	fprintf(f, "usage: kdiff-submit [--cpu N] [--queue DIR --trace DIR --out PREFIX\n"
+		   "                    [--sched LIST] [--nomerges LIST] [--runs N]] DEVICE PATTERN\n"
 		   "Submit PATTERN (see tests/kdiff/pattern.h) to DEVICE with O_DIRECT, each\n"
-		   "batch as one io_submit; print the pattern back with its physical runs.\n");
+		   "batch as one io_submit; print the pattern back with its physical runs.\n"
+		   "With --queue (the device's sysfs queue directory), --trace (a tracefs\n"
+		   "instance with block_rq_issue enabled) and --out, run it under every\n"
+		   "scheduler and nomerges value, --runs times each, with a fresh scheduler\n"
+		   "each time, and save each run's trace as OUT.SCHED.NOMERGES.trace.RUN.\n");
 }
 
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
 		{ "cpu", required_argument, NULL, 'c' },
+		{ "queue", required_argument, NULL, 'q' },
+		{ "trace", required_argument, NULL, 't' },
+		{ "out", required_argument, NULL, 'o' },
+		{ "sched", required_argument, NULL, 's' },
+		{ "nomerges", required_argument, NULL, 'n' },
+		{ "runs", required_argument, NULL, 'r' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ 0 },
@@ -222,13 +376,20 @@ int main(int argc, char **argv)
 	struct kd_pattern p;
 	struct io_buf *bufs;
 	aio_context_t ctx = 0;
-	unsigned from = 0, maxb = 1, cur = 0;
+	struct matrix m = { .scheds = "none", .nomerges = "0", .runs = 1 };
+	unsigned maxb = 1, cur = 0;
 	int cpu = 0, c, fd, pm, rc = 0;
 	cpu_set_t set;
 
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'c': cpu = atoi(optarg); break;
+		case 'q': m.queue = optarg; break;
+		case 't': m.trace = optarg; break;
+		case 'o': m.out = optarg; break;
+		case 's': m.scheds = optarg; break;
+		case 'n': m.nomerges = optarg; break;
+		case 'r': m.runs = (unsigned)atoi(optarg); break;
 		case 'h': usage(stdout); return 0;
 		case 'V': puts("kdiff-submit 1"); return 0;
 		default: usage(stderr); return 2;
@@ -236,6 +397,10 @@ int main(int argc, char **argv)
 	}
 	if (argc - optind != 2) {
 		fprintf(stderr, "kdiff-submit: needs DEVICE and PATTERN\n");
+		return 2;
+	}
+	if ((m.queue || m.trace || m.out) && !(m.queue && m.trace && m.out && m.runs)) {
+		fprintf(stderr, "kdiff-submit: --queue, --trace and --out go together\n");
 		return 2;
 	}
 	CPU_ZERO(&set);
@@ -271,17 +436,7 @@ int main(int argc, char **argv)
 		perror("kdiff-submit: io_setup");
 		return 1;
 	}
-	for (unsigned i = 0; i <= p.nr && !rc; i++) {
-		if (i < p.nr && p.items[i].kind == KD_IO)
-			continue;
-		if (i > from)
-			rc = run_batch(fd, ctx, &p, bufs, from, i);
-		from = i + 1;
-		if (!rc && i < p.nr && p.items[i].kind == KD_FLUSH && fsync(fd)) {
-			perror("kdiff-submit: fsync");
-			rc = 1;
-		}
-	}
+	rc = m.queue ? run_matrix(&m, fd, ctx, &p, bufs) : run_pattern(fd, ctx, &p, bufs);
 	close(fd);
 	for (unsigned i = 0; i < p.nr; i++)
 		kd_print_item(stdout, &p.items[i]);
