@@ -334,10 +334,37 @@ to_json() {
 		}' "$results"
 }
 
+# entries of the known file that no kept difference matched (fixed since?)
+stale() {
+	[ -f "$known" ] || return 0
+	awk -F'\t' 'NR == FNR {
+			ran[$1] = 1; ran[$2] = 1
+			if ($4 == 1 && !($7 && $8)) { n++; p[n] = $1; s[n] = $2; m[n] = $3; k[n] = $7 ? "order" : "requests" }
+			next
+		}
+		/^[ \t]*(#|$)/ { next }
+		{
+			split($0, f, " ")
+			if ((f[1] != "*" && !(f[1] in ran)) || (f[2] != "*" && !(f[2] in ran)))
+				next
+			for (i = 1; i <= n; i++)
+				if ((f[1] == p[i] || f[1] == "*") && (f[2] == s[i] || f[2] == "*") &&
+				    (f[3] == m[i] || f[3] == "*") && (f[4] == k[i] || f[4] == "*"))
+					next
+			printf "  %s %s %s %s\n", f[1], f[2], f[3], f[4]
+		}' "$results" "$known"
+}
+
 if [ "$json" = - ]; then
 	to_json
 else
 	table
+	st=$(stale)
+	if [ -n "$st" ]; then
+		echo
+		echo "known differences that did not occur (fixed? remove them from $(basename "$known")):"
+		echo "$st"
+	fi
 	[ -n "$json" ] && to_json > "$json"
 fi
 unknown=$(awk -F'\t' '$4 == 1 && !($7 && $8) && $9 == "" { n++ } END { print n + 0 }' "$results")
