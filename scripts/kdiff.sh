@@ -254,7 +254,8 @@ table() {
 	for s in "${sched_list[@]}"; do for n in "${nm_list[@]}"; do cols+=("$s/$n"); done; done
 	echo "kernel $(uname -r), $dev over tmpfs (direct-io $dio): max_sectors_kb $max_sectors_kb," \
 		"max_segments $max_segments, max_segment_size $max_segment_size, lbs $lbs," \
-		"write_cache $wc, fua $fua, depth $depth; $runs kernel runs per case"
+		"write_cache $wc, fua $fua, depth $depth, nr_requests$(for s in "${sched_list[@]}"; do printf ' %s' "$s=${nr_req[$s]}"; done);" \
+		"$runs kernel runs per case"
 	echo "cell: = same requests and order, o same requests in another order," \
 		"X other requests, ~ kernel not repeatable (dropped); k: a known difference"
 	echo
@@ -345,6 +346,8 @@ stale() {
 		/^[ \t]*(#|$)/ { next }
 		{
 			split($0, f, " ")
+			if (f[5] == "timing:")
+				next
 			if ((f[1] != "*" && !(f[1] in ran)) || (f[2] != "*" && !(f[2] in ran)))
 				next
 			for (i = 1; i <= n; i++)
