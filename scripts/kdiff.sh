@@ -158,36 +158,83 @@ echo 4096 > "$inst/buffer_size_kb"
 echo "dev == $(( (major << 20) | minor ))" > "$inst/events/block/block_rq_issue/filter"
 echo 1 > "$inst/events/block/block_rq_issue/enable"
 
-# the kernel's requests, as kdiff-rq prints librequest's
-parse_trace() {
-	awk '{
-		for (i = 1; i <= NF; i++) if ($i == "block_rq_issue:") break
-		if (i > NF) next
-		rw = $(i + 2); pre = 0; op = substr(rw, 1, 1); rest = substr(rw, 2)
-		if (op == "F" && length(rw) > 1 && index("WRDEFN", substr(rw, 2, 1))) {
-			pre = 1; op = substr(rw, 2, 1); rest = substr(rw, 3)
-		}
-		if (op == "F") { print "F 0 0"; next }
-		for (j = i; j <= NF; j++) if ($j == "+") break
-		printf "%s %s %s%s%s\n", op, $(j - 1), $(j + 1),
-			substr(rest, 1, 1) == "F" ? " fua" : "", pre ? " preflush" : ""
-	}' "$1"
-}
-
 set_sched() {  # SCHED NOMERGES: a scheduler, then nomerges
 	echo none > $qdir/scheduler
 	[ "$1" = none ] || echo "$1" > $qdir/scheduler || return 1
 	echo "$2" > $qdir/nomerges
 }
 
-known_reason() {  # PATTERN SCHED NM KIND -> the reason, or nothing
-	[ -f "$known" ] || return 0
-	awk -v p="$1" -v s="$2" -v n="$3" -v k="$4" '
-		/^[ \t]*(#|$)/ { next }
-		($1 == p || $1 == "*") && ($2 == s || $2 == "*") && ($3 == n || $3 == "*") &&
-		($4 == k || $4 == "*") {
-			$1 = $2 = $3 = $4 = ""; sub(/^ +/, ""); print; exit
-		}' "$known"
+# One awk for a pattern's cases: decode each run's trace (kernel lists as
+# kdiff-rq prints them, kept as BASE.SCHED.NM.kernel.RUN), check the runs
+# agree, compare with librequest's list, look the difference up in the known
+# file; one result line per case:
+#   pattern sched nomerges stable kernel_n lib_n same_requests same_order reason
+compare() {  # PATTERN BASE
+	awk -v p="$1" -v base="$2" -v scheds="$scheds" -v nms="$nomerges" -v runs="$runs" \
+		-v known="$known" '
+	function decode(line,    f, n, i, j, rw, pre, op, rest) {
+		n = split(line, f, " ")
+		for (i = 1; i <= n; i++) if (f[i] == "block_rq_issue:") break
+		if (i > n) return ""
+		rw = f[i + 2]; pre = 0; op = substr(rw, 1, 1); rest = substr(rw, 2)
+		if (op == "F" && length(rw) > 1 && index("WRDEFN", substr(rw, 2, 1))) {
+			pre = 1; op = substr(rw, 2, 1); rest = substr(rw, 3)
+		}
+		if (op == "F") return "F 0 0"
+		for (j = i; j <= n; j++) if (f[j] == "+") break
+		return op " " f[j - 1] " " f[j + 1] (substr(rest, 1, 1) == "F" ? " fua" : "") (pre ? " preflush" : "")
+	}
+	function readlist(path, arr,    line, n) {
+		n = 0
+		while ((getline line < path) > 0) arr[++n] = line
+		close(path)
+		return n
+	}
+	function reason(s, nm, kind,    line, f, r) {
+		for (r = 1; r <= nk; r++) {
+			split(kl[r], f, " ")
+			if ((f[1] == p || f[1] == "*") && (f[2] == s || f[2] == "*") &&
+			    (f[3] == nm || f[3] == "*") && (f[4] == kind || f[4] == "*")) {
+				line = kl[r]
+				sub(/^[^ ]+ +[^ ]+ +[^ ]+ +[^ ]+ +/, "", line)
+				return line
+			}
+		}
+		return ""
+	}
+	BEGIN {
+		while ((getline line < known) > 0)
+			if (line !~ /^[ \t]*(#|$)/) kl[++nk] = line
+		ns = split(scheds, S, ","); nn = split(nms, N, ",")
+		for (a = 1; a <= ns; a++) for (b = 1; b <= nn; b++) {
+			c = base "." S[a] "." N[b]
+			stable = 1; delete first; nf = 0
+			for (r = 1; r <= runs; r++) {
+				out = c ".kernel." r; n = 0
+				while ((getline line < (c ".trace." r)) > 0) {
+					d = decode(line)
+					if (d == "") continue
+					print d > out; n++
+					if (r == 1) first[++nf] = d
+					else if (n > nf || first[n] != d) stable = 0
+				}
+				close(c ".trace." r); close(out)
+				printf "" >> out
+				if (r > 1 && n != nf) stable = 0
+			}
+			delete lib; nl = readlist(c ".lib", lib)
+			same_ord = (nl == nf)
+			for (i = 1; i <= nf && same_ord; i++) if (first[i] != lib[i]) same_ord = 0
+			delete cnt
+			for (i = 1; i <= nf; i++) cnt[first[i]]++
+			for (i = 1; i <= nl; i++) cnt[lib[i]]--
+			same_req = (nl == nf)
+			for (k in cnt) if (cnt[k]) same_req = 0
+			kind = !same_req ? "requests" : (!same_ord ? "order" : "")
+			printf "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\n", p, S[a], N[b], stable, nf, nl,
+				same_req, same_ord, kind != "" ? reason(S[a], N[b], kind) : ""
+		}
+	}'
 }
 
 # nr_requests of each scheduler, as the kernel sets it when attaching it
@@ -196,6 +243,8 @@ for sched in "${sched_list[@]}"; do
 	set_sched "$sched" 0 || { echo "kdiff.sh: cannot set scheduler $sched" >&2; exit 1; }
 	nr_req[$sched]=$(lim nr_requests)
 done
+nr_list=$(for s in "${sched_list[@]}"; do printf '%s,' "${nr_req[$s]}"; done)
+nr_list=${nr_list%,}
 
 results=$work/results
 : > "$results"
@@ -210,38 +259,23 @@ for pat in "${pats[@]}"; do
 		echo "kdiff.sh: kdiff-submit failed on $pname" >&2
 		exit 1
 	fi
-	for sched in "${sched_list[@]}"; do
-		for nm in "${nm_list[@]}"; do
-			c=$base.$sched.$nm
-			stable=1
-			for r in $(seq 1 "$runs"); do
-				parse_trace "$c.trace.$r" > "$c.kernel.$r"
-				[ "$r" = 1 ] || cmp -s "$c.kernel.1" "$c.kernel.$r" || stable=0
-			done
-			if ! "$rqside" --sched "$sched" --nomerges "$nm" --max-sectors-kb "$max_sectors_kb" \
-				--max-hw-sectors-kb "$max_hw_sectors_kb" --max-segments "$max_segments" \
-				--max-segment-size "$max_segment_size" --logical-block-size "$lbs" \
-				--write-cache $wc --fua "$fua" --depth "$depth" --nr-requests "${nr_req[$sched]}" \
-				--capacity 64m "$base.res" > "$c.lib" 2> "$c.lib.err"; then
-				echo "kdiff-rq failed on $pname $sched $nm: $(head -1 "$c.lib.err")" >&2
-				err=1
-			fi
-			cmp -s <(sort "$c.kernel.1") <(sort "$c.lib") && sreq=1 || sreq=0
-			cmp -s "$c.kernel.1" "$c.lib" && sord=1 || sord=0
-			kind=
-			[ $sord = 1 ] || kind=order
-			[ $sreq = 1 ] || kind=requests
-			reason=
-			[ -n "$kind" ] && reason=$(known_reason "$pname" "$sched" "$nm" "$kind")
-			printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$pname" "$sched" "$nm" "$stable" \
-				"$(grep -c . < "$c.kernel.1")" "$(grep -c . < "$c.lib")" "$sreq" "$sord" \
-				"$reason" >> "$results"
-			if [ $showdiff = 1 ] && [ -n "$kind" ] && [ $stable = 1 ]; then
-				echo "== $pname $sched nomerges=$nm: $kind differ (kernel | librequest)"
-				diff -y -W 60 "$c.kernel.1" "$c.lib" | head -60
-			fi
+	# the librequest side of the matrix, in one process (a new queue per case)
+	if ! "$rqside" --sched "$scheds" --nomerges "$nomerges" --nr-requests "$nr_list" \
+		--max-sectors-kb "$max_sectors_kb" --max-hw-sectors-kb "$max_hw_sectors_kb" \
+		--max-segments "$max_segments" --max-segment-size "$max_segment_size" \
+		--logical-block-size "$lbs" --write-cache $wc --fua "$fua" --depth "$depth" \
+		--capacity 64m --out "$base" "$base.res" 2> "$base.lib.err"; then
+		echo "kdiff-rq failed on $pname: $(head -1 "$base.lib.err")" >&2
+		err=1
+	fi
+	compare "$pname" "$base" >> "$results"
+	if [ $showdiff = 1 ]; then
+		awk -F'\t' -v p="$pname" '$1 == p && $4 == 1 && !($7 && $8) { print $2, $3, ($7 ? "order" : "requests") }' \
+			"$results" | while read -r sched nm kind; do
+			echo "== $pname $sched nomerges=$nm: $kind differ (kernel | librequest)"
+			diff -y -W 60 "$base.$sched.$nm.kernel.1" "$base.$sched.$nm.lib" | head -60
 		done
-	done
+	fi
 	if [ -n "$keep" ]; then
 		mkdir -p "$keep"
 		cp "$base".* "$keep/"

@@ -19,6 +19,10 @@
  * and the submitting thread ends it after the batch is submitted, as the
  * loop device's worker does after the plug's dispatch.
  *
+ * With lists for --sched, --nomerges and --nr-requests and --out PREFIX it
+ * runs every case in turn, each on a new tag set, queue and io context,
+ * into PREFIX.SCHED.NOMERGES.lib (one process per pattern, not per case).
+ *
  * usage: kdiff-rq [options] PATTERN      (--help lists them)
  */
 #define _GNU_SOURCE
@@ -153,8 +157,12 @@ static void *unstick(void *arg)
 }
 
 struct opts {
-	const char *sched;
+	const char *sched;      /* the case being run */
 	int nomerges;
+	const char *scheds;     /* the lists given */
+	const char *nomerges_list;
+	const char *nr_requests_list;
+	const char *out;        /* NULL: one case, to stdout */
 	unsigned max_sectors_kb, max_hw_sectors_kb, max_segments, max_segment_size;
 	unsigned lbs, depth, nr_requests;
 	bool write_cache, fua;
@@ -253,8 +261,10 @@ static void usage(FILE *f)
 		"usage: kdiff-rq [options] PATTERN\n"
 		"Run a resolved pattern through a librequest queue; print what its driver\n"
 		"is handed, in order.\n"
-		"  --sched NAME            none, mq-deadline, kyber, bfq (default none)\n"
-		"  --nomerges N            0, 1, 2 (default 0)\n"
+		"  --sched LIST            none, mq-deadline, kyber, bfq (default none)\n"
+		"  --nomerges LIST         0, 1, 2 (default 0)\n"
+		"  --out PREFIX            every case into PREFIX.SCHED.NOMERGES.lib\n"
+		"                          (needed with more than one case)\n"
 		"  --max-sectors-kb N      (default 1280)\n"
 		"  --max-hw-sectors-kb N   (default 1280)\n"
 		"  --max-segments N        (default 128)\n"
@@ -263,7 +273,8 @@ static void usage(FILE *f)
 		"  --write-cache 0|1       volatile write cache (default 1)\n"
 		"  --fua 0|1               the device does FUA itself (default 0)\n"
 		"  --depth N               driver tags, the loop device's hw_queue_depth (128)\n"
-		"  --nr-requests N         the queue's nr_requests once the scheduler is set\n"
+		"  --nr-requests LIST      the queue's nr_requests once the scheduler is set,\n"
+		"                          one per scheduler of --sched\n"
 		"  --capacity BYTES        device size (default 1 GiB)\n");
 }
 
@@ -287,14 +298,16 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 		{ "logical-block-size", 1, NULL, 'l' }, { "write-cache", 1, NULL, 'w' },
 		{ "fua", 1, NULL, 'f' }, { "depth", 1, NULL, 'd' },
 		{ "nr-requests", 1, NULL, 'r' }, { "capacity", 1, NULL, 'c' },
+		{ "out", 1, NULL, 'o' },
 		{ "help", 0, NULL, 'h' }, { "version", 0, NULL, 'V' }, { 0 },
 	};
 	int c;
 
 	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
 		switch (c) {
-		case 's': o->sched = optarg; break;
-		case 'n': o->nomerges = (int)num("--nomerges", optarg); break;
+		case 's': o->scheds = optarg; break;
+		case 'n': o->nomerges_list = optarg; break;
+		case 'o': o->out = optarg; break;
 		case 'm': o->max_sectors_kb = num("--max-sectors-kb", optarg); break;
 		case 'M': o->max_hw_sectors_kb = num("--max-hw-sectors-kb", optarg); break;
 		case 'g': o->max_segments = num("--max-segments", optarg); break;
@@ -303,7 +316,7 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 		case 'w': o->write_cache = num("--write-cache", optarg); break;
 		case 'f': o->fua = num("--fua", optarg); break;
 		case 'd': o->depth = num("--depth", optarg); break;
-		case 'r': o->nr_requests = num("--nr-requests", optarg); break;
+		case 'r': o->nr_requests_list = optarg; break;
 		case 'c': o->capacity = (uint64_t)kd_size(optarg); break;
 		case 'h': usage(stdout); exit(0);
 		case 'V': puts("kdiff-rq 1"); exit(0);
@@ -313,6 +326,16 @@ static void parse_opts(int argc, char **argv, struct opts *o)
 	if (argc - optind != 1) {
 		fprintf(stderr, "kdiff-rq: needs one PATTERN\n");
 		exit(2);
+	}
+	if (!o->out && (strchr(o->scheds, ',') || strchr(o->nomerges_list, ','))) {
+		fprintf(stderr, "kdiff-rq: several cases need --out\n");
+		exit(2);
+	}
+	for (const char *n = o->nomerges_list; *n; n++) {
+		if (!strchr("012,", *n)) {
+			fprintf(stderr, "kdiff-rq: --nomerges: 0, 1 or 2\n");
+			exit(2);
+		}
 	}
 }
 
@@ -359,19 +382,85 @@ static struct rq_queue *make_queue(const struct opts *o, struct rq_tag_set **set
 	return q;
 }
 
-int main(int argc, char **argv)
+/* One case: a new tag set, queue and io context; the pattern; teardown. */
+static int run_case(struct opts *o, struct kd_pattern *p, char *arena)
 {
-	struct opts o = { .sched = "none", .max_sectors_kb = 1280, .max_hw_sectors_kb = 1280,
-			  .max_segments = 128, .max_segment_size = 65536, .lbs = 512,
-			  .depth = 128, .write_cache = true, .capacity = 1ull << 30 };
 	struct rq_io_context *ioc;
 	pthread_t watchdog;
 	struct rq_tag_set *set;
-	struct kd_pattern p;
 	struct rq_queue *q;
+	int rc;
+
+	pthread_mutex_lock(&drv.lock);
+	drv.nr_held = 0;
+	drv.bios_ended = drv.progress = 0;
+	drv.submitting = drv.stop = false;
+	pthread_mutex_unlock(&drv.lock);
+	q = make_queue(o, &set);
+	if (!q)
+		return 1;
+	ioc = rq_ioc_create(RQ_IOPRIO_VALUE(RQ_IOPRIO_CLASS_BE, 4));
+	if (!ioc || pthread_create(&watchdog, NULL, unstick, NULL))
+		return 1;
+	rq_ioc_set_current(ioc);
+	rc = run_pattern(q, p, arena);
+	pthread_mutex_lock(&drv.lock);
+	drv.stop = true;
+	pthread_cond_broadcast(&drv.cond);
+	pthread_mutex_unlock(&drv.lock);
+	pthread_join(watchdog, NULL);
+	/* the "process" exits: its io context goes away */
+	rq_ioc_set_current(NULL);
+	rq_ioc_put(ioc);
+	fflush(drv.out);
+	rq_queue_destroy(q);
+	rq_tag_set_free(set);
+	return rc ? 1 : 0;
+}
+
+/* Every case of the lists in @o, each into its own file (or stdout). */
+static int run_cases(struct opts *o, struct kd_pattern *p, char *arena)
+{
+	char scheds[256], nrs[256], path[512];
+	char *ss = NULL, *sn = NULL, *nr;
+	int rc = 0;
+
+	snprintf(scheds, sizeof(scheds), "%s", o->scheds);
+	snprintf(nrs, sizeof(nrs), "%s", o->nr_requests_list ? o->nr_requests_list : "");
+	nr = strtok_r(nrs, ",", &sn);
+	for (char *s = strtok_r(scheds, ",", &ss); s && !rc; s = strtok_r(NULL, ",", &ss)) {
+		o->sched = s;
+		o->nr_requests = nr ? num("--nr-requests", nr) : 0;
+		nr = nr ? strtok_r(NULL, ",", &sn) : NULL;
+		for (const char *n = o->nomerges_list; *n && !rc; n++) {
+			if (*n == ',')
+				continue;
+			o->nomerges = *n - '0';
+			drv.out = stdout;
+			if (o->out) {
+				snprintf(path, sizeof(path), "%s.%s.%c.lib", o->out, s, *n);
+				drv.out = fopen(path, "w");
+				if (!drv.out) {
+					fprintf(stderr, "kdiff-rq: %s: %s\n", path, strerror(errno));
+					return 1;
+				}
+			}
+			rc = run_case(o, p, arena);
+			if (o->out)
+				fclose(drv.out);
+		}
+	}
+	return rc;
+}
+
+int main(int argc, char **argv)
+{
+	struct opts o = { .scheds = "none", .nomerges_list = "0", .max_sectors_kb = 1280, .max_hw_sectors_kb = 1280,
+			  .max_segments = 128, .max_segment_size = 65536, .lbs = 512,
+			  .depth = 128, .write_cache = true, .capacity = 1ull << 30 };
+	struct kd_pattern p;
 	uint64_t span = 0;
 	char *raw, *arena;
-	int rc;
 
 	parse_opts(argc, argv, &o);
 	if (kd_parse(argv[optind], &p))
@@ -387,27 +476,5 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	arena = (char *)(((uintptr_t)raw + (4ull << 30) - 1) & ~(uintptr_t)((4ull << 30) - 1));
-	drv.out = stdout;
-	q = make_queue(&o, &set);
-	if (!q)
-		return 1;
-	ioc = rq_ioc_create(RQ_IOPRIO_VALUE(RQ_IOPRIO_CLASS_BE, 4));
-	if (!ioc)
-		return 1;
-	rq_ioc_set_current(ioc);
-	if (pthread_create(&watchdog, NULL, unstick, NULL))
-		return 1;
-	rc = run_pattern(q, &p, arena);
-	pthread_mutex_lock(&drv.lock);
-	drv.stop = true;
-	pthread_cond_broadcast(&drv.cond);
-	pthread_mutex_unlock(&drv.lock);
-	pthread_join(watchdog, NULL);
-	/* the "process" exits: its io context goes away */
-	rq_ioc_set_current(NULL);
-	rq_ioc_put(ioc);
-	fflush(stdout);
-	rq_queue_destroy(q);
-	rq_tag_set_free(set);
-	return rc ? 1 : 0;
+	return run_cases(&o, &p, arena);
 }
