@@ -143,7 +143,13 @@ static bool resolve_runs(int pm, struct kd_item *it, const struct io_buf *b)
 
 			if (!pfn)
 				return false;
-			if (n && pfn == last + 1)
+			/*
+			 * Contiguous pages are one run, but not across a 4 GiB
+			 * physical boundary: the kernel's segments never cross
+			 * seg_boundary_mask (0xffffffff), so it counts two there,
+			 * as librequest does for two vectors.
+			 */
+			if (n && pfn == last + 1 && pfn % (1ull << 20))
 				it->runs[n - 1] += len;
 			else if (n == KD_MAX_RUNS)
 				return false;
