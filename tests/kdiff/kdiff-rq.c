@@ -461,6 +461,7 @@ int main(int argc, char **argv)
 	struct kd_pattern p;
 	uint64_t span = 0;
 	char *raw, *arena;
+	int rc;
 
 	parse_opts(argc, argv, &o);
 	if (kd_parse(argv[optind], &p))
@@ -476,5 +477,9 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	arena = (char *)(((uintptr_t)raw + (4ull << 30) - 1) & ~(uintptr_t)((4ull << 30) - 1));
-	return run_cases(&o, &p, arena);
+	rc = run_cases(&o, &p, arena);
+	kd_free(&p);
+	free(drv.held);
+	munmap(raw, span + (4ull << 30));
+	return rc;
 }

@@ -444,7 +444,11 @@ int main(int argc, char **argv)
 	}
 	rc = m.queue ? run_matrix(&m, fd, ctx, &p, bufs) : run_pattern(fd, ctx, &p, bufs);
 	close(fd);
-	for (unsigned i = 0; i < p.nr; i++)
+	for (unsigned i = 0; i < p.nr; i++) {
 		kd_print_item(stdout, &p.items[i]);
+		free(bufs[i].iov);
+	}
+	free(bufs);
+	kd_free(&p);
 	return rc;
 }

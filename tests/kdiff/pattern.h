@@ -186,6 +186,16 @@ bad:
 	return 0;
 }
 
+/* Free what kd_parse() allocated. */
+static inline void kd_free(struct kd_pattern *p)
+{
+	for (unsigned i = 0; i < p->nr; i++)
+		free(p->items[i].runs);
+	free(p->items);
+	p->items = NULL;
+	p->nr = 0;
+}
+
 /* Print @it in the resolved form (runs). */
 static inline void kd_print_item(FILE *f, const struct kd_item *it)
 {
