@@ -12,6 +12,18 @@
  * is in flight at a time, and every waiter that was pending when it was
  * issued moves on when it ends, so concurrent flushes coalesce while each
  * PREFLUSH is still served by a flush issued after its request arrived.
+ * A flush also waits while data steps of sequenced requests are with the
+ * device (up to FLUSH_PENDING_TIMEOUT_NS), so FUA writes sent together
+ * share one post-flush (the kernel's C2 and C3; 6.x asks this with or
+ * without a scheduler).
+ *
+ * Multi-queue, as Linux 6.x (blk_insert_flush): a FUA write that needs
+ * only its data step and a post-flush (write cache, no FUA) is not held
+ * here: flush_insert_mq() marks it and hands it back, and it goes through
+ * the plug and the scheduler like any write (never merged: it is
+ * RQ_RQF_FLUSH_SEQ); its completion starts the post-flush.  The
+ * single-queue front end keeps the 4.x way (flush_insert(): the machinery
+ * issues every step).
  * The flush request borrows the driver tag of its first waiter (which is
  * idle while it waits), or takes one at dispatch.  An error in any step
  * ends the request with that error.  Without a write cache the submit path
@@ -29,6 +41,9 @@
 #define FSEQ_POSTFLUSH (1u << 2)
 #define FSEQ_DONE (1u << 3)
 #define FSEQ_ACTIONS (FSEQ_PREFLUSH | FSEQ_DATA | FSEQ_POSTFLUSH)
+
+/* A flush waits for data steps in flight at most this long (kernel: 5 s). */
+#define FLUSH_PENDING_TIMEOUT_NS (5ull * 1000 * 1000 * 1000)
 
 /* What to do once fq->lock is dropped. */
 struct flush_actions {
@@ -67,6 +82,7 @@ static void complete_seq(struct rq_flush_queue *fq, struct rq_request *rq, uint3
 		rq_list_add_tail(&rq_priv(rq)->flush.list, &fq->pending[fq->pending_idx]);
 		break;
 	case FSEQ_DATA:
+		fq->data_in_flight++;
 		rq_list_add_tail(&rq->queuelist, &act->issue);
 		break;
 	default:
@@ -84,6 +100,9 @@ static void kick_flush(struct rq_queue *q, struct rq_flush_queue *fq, struct flu
 	struct rq_hw_ctx *hctx;
 
 	if (fq->flush_in_flight || rq_list_empty(pending))
+		return;
+	/* C2/C3: let the data steps in flight join this flush */
+	if (fq->data_in_flight && rq_clock_ns() < fq->pending_since + FLUSH_PENDING_TIMEOUT_NS)
 		return;
 	first = &RQ_CONTAINER_OF(pending->next, struct rq_request_priv, flush.list)->rq;
 	hctx = first->hctx;
@@ -178,18 +197,31 @@ static void flush_data_end_io(struct rq_request *rq, rq_status_t status)
 	__atomic_store_n(&rq->state, RQ_STATE_IDLE, __ATOMIC_RELEASE);
 	actions_init(&act);
 	rq_spin_lock(&fq->lock);
+	fq->data_in_flight--;
 	complete_seq(fq, rq, FSEQ_DATA, status, &act);
 	kick_flush(q, fq, &act);
 	rq_spin_unlock(&fq->lock);
 	run_actions(q, &act);
 }
 
+/* Mark @rq as sequenced: its data step ends in flush_data_end_io(). */
+static void flush_seq_init(struct rq_request *rq)
+{
+	rq->rq_flags |= RQ_RQF_FLUSH_SEQ;
+	rq_priv(rq)->flush.seq = 0;
+	rq_priv(rq)->complete_status = RQ_STS_OK;
+	rq_priv(rq)->end_io = flush_data_end_io;
+	rq_list_init(&rq_priv(rq)->flush.list);
+}
+
 /*
  * Take a request with PREFLUSH / FUA / op FLUSH.  Returns false when it only
  * needs its data step (issue it normally), true when the flush machinery
- * owns it now.
+ * owns it now.  With @pass_postflush (multi-queue, Linux 6.x), a request
+ * that needs its data step and a post-flush only is marked and handed back
+ * too (false): it is issued normally and its end starts the post-flush.
  */
-bool flush_insert(struct rq_request *rq)
+static bool flush_insert_common(struct rq_request *rq, bool pass_postflush)
 {
 	struct rq_queue *q = rq->q;
 	struct rq_flush_queue *fq = &q->fq;
@@ -208,6 +240,8 @@ bool flush_insert(struct rq_request *rq)
 	rq->opf &= ~RQ_BIO_PREFLUSH;
 	if (!(features & RQ_FEAT_FUA) || !(features & RQ_FEAT_WRITE_CACHE))
 		rq->opf &= ~RQ_BIO_FUA;
+	if (pass_postflush)
+		rq->opf |= RQ_BIO_SYNC; /* PREFLUSH/FUA implied it (kernel: REQ_SYNC) */
 
 	if (!policy) {
 		request_fail(rq, RQ_STS_OK);
@@ -216,11 +250,14 @@ bool flush_insert(struct rq_request *rq)
 	if (policy == FSEQ_DATA)
 		return false;
 
-	rq->rq_flags |= RQ_RQF_FLUSH_SEQ;
-	rq_priv(rq)->flush.seq = 0;
-	rq_priv(rq)->complete_status = RQ_STS_OK;
-	rq_priv(rq)->end_io = flush_data_end_io;
-	rq_list_init(&rq_priv(rq)->flush.list);
+	flush_seq_init(rq);
+	if (pass_postflush && policy == (FSEQ_DATA | FSEQ_POSTFLUSH)) {
+		rq_priv(rq)->flush.seq = FSEQ_PREFLUSH;
+		rq_spin_lock(&fq->lock);
+		fq->data_in_flight++;
+		rq_spin_unlock(&fq->lock);
+		return false;
+	}
 	actions_init(&act);
 	rq_spin_lock(&fq->lock);
 	complete_seq(fq, rq, FSEQ_ACTIONS & ~policy, RQ_STS_OK, &act);
@@ -228,6 +265,16 @@ bool flush_insert(struct rq_request *rq)
 	rq_spin_unlock(&fq->lock);
 	run_actions(q, &act);
 	return true;
+}
+
+bool flush_insert(struct rq_request *rq)
+{
+	return flush_insert_common(rq, false);
+}
+
+bool flush_insert_mq(struct rq_request *rq)
+{
+	return flush_insert_common(rq, true);
 }
 
 /* Teardown: waiters not yet served by an issued flush end with IOERR. */
@@ -257,6 +304,7 @@ int flush_queue_init(struct rq_queue *q, struct rq_hw_ctx *hctx)
 	rq_list_init(&fq->pending[1]);
 	fq->pending_idx = 0;
 	fq->flush_in_flight = false;
+	fq->data_in_flight = 0;
 	fq->flush_rq = queue_alloc_internal_request(q, hctx);
 	if (!fq->flush_rq)
 		return -ENOMEM;

@@ -224,6 +224,25 @@ RQ_EXPORT void rq_sched_hash_add(struct rq_queue *q, struct rq_request *rq)
 	rq->rq_flags |= RQ_RQF_HASHED;
 }
 
+/*
+ * The kernel's inserts (dd_insert_request, bfq_insert_request, and the
+ * legacy elevator's sorted insert) make a newly hashed request the one-hit
+ * cache when the cache is empty: with nomerges 1 it is then the only way a
+ * later bio or request can still join it.
+ */
+RQ_EXPORT bool rq_sched_last_merge_fill(struct rq_queue *q, struct rq_request *rq)
+{
+	struct elv_merge_state *ems;
+
+	if (!q->elevator || !rq_mergeable(rq))
+		return false;
+	ems = ems_of_rq(q, rq);
+	if (ems->last_merge)
+		return false;
+	ems->last_merge = rq;
+	return true;
+}
+
 static void rqhash_reposition(struct rq_queue *q, struct rq_request *rq)
 {
 	if (rq->rq_flags & RQ_RQF_HASHED) {

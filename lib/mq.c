@@ -252,7 +252,7 @@ static struct rq_request *mq_get_request(struct rq_queue *q, struct rq_sw_ctx *c
 	if (eq) {
 		const struct rq_elevator_type *e = eq->type;
 
-		if (e->ops.limit_depth && !(bio->opf & (RQ_BIO_PREFLUSH | RQ_BIO_FUA)) &&
+		if (e->ops.limit_depth && !(bio->opf & RQ_BIO_PREFLUSH) &&
 		    bio->op != RQ_OP_FLUSH) {
 			struct rq_alloc_data data = { .q = q, .hctx = hctx, .op = bio->op,
 						      .opf = bio->opf };
@@ -308,11 +308,12 @@ static struct rq_request *mq_get_request(struct rq_queue *q, struct rq_sw_ctx *c
 		if (!rq->ioprio && rq->ioc)
 			rq->ioprio = rq_ioc_prio(rq->ioc);
 		/*
-		 * As the kernel: flushes and FUA writes bypass the scheduler
-		 * (they go straight to the dispatch list); everything else is
-		 * the scheduler's, from prepare_request to finish_request.
+		 * As the kernel: flushes and PREFLUSH writes bypass the
+		 * scheduler (the flush machinery issues their steps); everything
+		 * else, FUA writes included (Linux 6.x), is the scheduler's, from
+		 * prepare_request to finish_request.
 		 */
-		if (!(rq->opf & (RQ_BIO_PREFLUSH | RQ_BIO_FUA)) && rq->op != RQ_OP_FLUSH) {
+		if (!(rq->opf & RQ_BIO_PREFLUSH) && rq->op != RQ_OP_FLUSH) {
 			rq->rq_flags |= RQ_RQF_ELVPRIV;
 			if (eq->type->ops.prepare_request)
 				eq->type->ops.prepare_request(rq);
@@ -1105,11 +1106,12 @@ static void mq_insert_request(struct rq_request *rq, bool at_head, bool run)
 
 	rq_list_init(&list);
 	rq_list_add_tail(&rq->queuelist, &list);
-	if (q->elevator && (rq->rq_flags & RQ_RQF_ELVPRIV)) {
+	if (q->elevator && (rq->rq_flags & (RQ_RQF_ELVPRIV | RQ_RQF_FLUSH_SEQ)) == RQ_RQF_ELVPRIV) {
 		rq->rq_flags |= RQ_RQF_SORTED;
 		q->elevator->type->ops.insert_requests(hctx, &list, at_head ? RQ_INSERT_AT_HEAD : 0);
 	} else if (q->elevator) {
-		hctx_park(hctx, &list, at_head);
+		/* a FUA write outside a plug goes first (blk_mq_insert_request) */
+		hctx_park(hctx, &list, at_head || (rq->rq_flags & RQ_RQF_FLUSH_SEQ));
 	} else {
 		ctx_stage(rq_priv(rq)->ctx, &list, at_head);
 	}
@@ -1198,7 +1200,7 @@ static void mq_submit(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_bio *
 		bio_end_with(bio, atomic_load(&q->dying) ? RQ_STS_IOERR : RQ_STS_AGAIN);
 		return;
 	}
-	if (unlikely(flush_seq) && flush_insert(rq))
+	if (unlikely(flush_seq) && flush_insert_mq(rq))
 		return;
 	if (plug) {
 		plug_add(plug, rq);
@@ -1909,6 +1911,16 @@ static void mq_flush_step_end(struct rq_request *rq)
 {
 	struct rq_hw_ctx *hctx = rq->hctx;
 
+	if (rq->rq_flags & RQ_RQF_ELVPRIV) {
+		/* a FUA write's data step: the scheduler is done with it (once) */
+		const struct rq_elevator_type *e = rq->q->elevator->type;
+
+		if (e->ops.completed_request)
+			e->ops.completed_request(rq, core_clock_ns());
+		if (e->ops.finish_request)
+			e->ops.finish_request(rq);
+		rq->rq_flags &= ~RQ_RQF_ELVPRIV;
+	}
 	if (rq->tag < 0)
 		return;
 	if (rq->rq_flags & RQ_RQF_FLUSH_INTERNAL) {

@@ -188,18 +188,23 @@ bool plug_merge_tail(struct rq_queue *q, struct rq_request *rq, struct rq_bio *b
 
 #define PLUG_FLUSH_BYTES (128u * 1024u) /* BLK_PLUG_FLUSH_SIZE */
 
-/* Queue @rq on @plug, flushing it first when it is full (both front ends). */
+/*
+ * Queue @rq on @plug, flushing it first when it is full (both front ends).
+ * As 6.12+ blk_add_rq_to_plug(): the size test and the queue comparison
+ * look at the plug's FIRST request (rq_list_peek() of a FIFO list), and
+ * with nomerges 2 the size does not flush.
+ */
 void plug_add(struct rq_plug *plug, struct rq_request *rq)
 {
-	struct rq_request *last = plug->tail;
+	struct rq_request *last = plug->tail, *first = plug->head;
 
-	if (last && (plug->count >= (plug->multiple_queues ? 2u * RQ_PLUG_MAX_REQUESTS :
-							      RQ_PLUG_MAX_REQUESTS) ||
-		     last->bytes >= PLUG_FLUSH_BYTES)) {
+	if (first && (plug->count >= (plug->multiple_queues ? 2u * RQ_PLUG_MAX_REQUESTS :
+							       RQ_PLUG_MAX_REQUESTS) ||
+		      (READ_ONCE(rq->q->nomerges) != 2 && first->bytes >= PLUG_FLUSH_BYTES))) {
 		plug_flush_list(plug);
-		last = NULL;
+		last = first = NULL;
 	}
-	if (last && last->q != rq->q)
+	if (first && first->q != rq->q)
 		plug->multiple_queues = 1;
 	rq->rq_next = NULL;
 	if (last)

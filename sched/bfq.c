@@ -168,6 +168,7 @@ struct bfq_queue {
 	bool seeky_known;        /* a first request was seen (seek history valid) */
 	bool ever_busy;
 	bool fifo_checked;       /* the FIFO was looked at in this turn */
+	struct rq_request *next_rq; /* the request it sends next (bfq_choose_req rules) */
 	unsigned ioc_gen;        /* ioc_group_gen() the group was taken at */
 	struct rq_rb_root sort;  /* queued requests by sector */
 	struct rq_list_node fifo; /* queued requests by arrival */
@@ -311,6 +312,39 @@ static bool bfqq_busy(const struct bfq_queue *bfqq)
 static bool bfqq_seeky(const struct bfq_queue *bfqq)
 {
 	return __builtin_popcount(bfqq->seek_history) > BFQ_SEEKY_MIN;
+}
+
+/*
+ * References bfq instances hold on an io context, counted in the context's
+ * scheduler slot BFQ_IOC_SLOT (lib/internal/ioc.h: slots are the
+ * schedulers').  A context whose references are all bfq's has been
+ * released by the application: its process, in the kernel's terms, has
+ * exited (bfqq_process_refs() is 0), and bfq no longer idles for it.
+ */
+#define BFQ_IOC_SLOT 1
+
+static void bfq_ioc_get(struct rq_io_context *ioc)
+{
+	rq_ioc_get(ioc);
+	__atomic_fetch_add((uintptr_t *)&ioc->sched_priv[BFQ_IOC_SLOT], 1, __ATOMIC_RELAXED);
+}
+
+static void bfq_ioc_put(struct rq_io_context *ioc)
+{
+	if (!ioc)
+		return;
+	__atomic_fetch_sub((uintptr_t *)&ioc->sched_priv[BFQ_IOC_SLOT], 1, __ATOMIC_RELAXED);
+	rq_ioc_put(ioc);
+}
+
+/* Has the application let go of @bfqq's context (only bfq holds it)? */
+static bool bfqq_ioc_gone(const struct bfq_queue *bfqq)
+{
+	const struct rq_io_context *ioc = bfqq->ioc;
+
+	return ioc && ioc_refs(ioc) <=
+		      __atomic_load_n((const uintptr_t *)&ioc->sched_priv[BFQ_IOC_SLOT],
+				      __ATOMIC_RELAXED);
 }
 
 static unsigned ioc_class(const struct rq_io_context *ioc)
@@ -575,7 +609,7 @@ static void bfqq_free(struct bfq_sched *bs, struct bfq_queue *bfqq)
 	if (bs->last_hit == bfqq)
 		bs->last_hit = NULL;
 	group_put_queue(bfqq->entity.parent);
-	rq_ioc_put(bfqq->ioc);
+	bfq_ioc_put(bfqq->ioc);
 	mem_free(bfqq, sizeof(*bfqq));
 }
 
@@ -584,7 +618,7 @@ static bool bfqq_reclaimable(struct bfq_sched *bs, struct bfq_queue *bfqq, uint6
 {
 	if (bfqq == &bs->oom_q || bfqq->ref || bfqq_busy(bfqq) || bs->in_service == bfqq)
 		return false;
-	return ioc_refs(bfqq->ioc) == 1 || now - bfqq->last_used > BFQ_RECLAIM_NS;
+	return bfqq_ioc_gone(bfqq) || now - bfqq->last_used > BFQ_RECLAIM_NS;
 }
 
 static void sched_reclaim(struct bfq_sched *bs, uint64_t now)
@@ -621,7 +655,7 @@ static struct bfq_queue *bfqq_lookup(struct bfq_sched *bs, struct rq_io_context 
 			bfqq = mem_zalloc(sizeof(*bfqq));
 			if (!bfqq)
 				return &bs->oom_q;
-			rq_ioc_get(ioc);
+			bfq_ioc_get(ioc);
 			bfqq_init(bs, bfqq, ioc, sync, now);
 			bfqq_attach_group(bs, bfqq);
 			bfqq->hash_next = bs->hash[h];
@@ -659,40 +693,82 @@ static struct rq_request *sort_ceiling(struct rq_rb_root *root, uint64_t sector)
 }
 
 /*
- * The request @bfqq should send next: its oldest if that one expired and
- * the FIFO was not yet looked at in this turn; else the nearest to the head
- * position going forward, or backward if that is no farther than
- * back_seek_max and, multiplied by back_seek_penalty, still nearer.
+ * Which of @a and @b to serve first from head position @last, as the
+ * kernel's bfq_choose_req(): a sync one before an async one, then a
+ * metadata one; else the nearer, a request behind @last counting
+ * back_seek_penalty times its distance if within back_seek_max, and
+ * "wrapped" (after everything not wrapped) if further back; on a tie the
+ * higher sector, and of two wrapped ones the lower.
  */
-static struct rq_request *bfqq_next_rq(struct bfq_data *bd, struct bfq_sched *bs,
-				       struct bfq_queue *bfqq, uint64_t now)
+static struct rq_request *bfq_choose_req(const struct bfq_data *bd, struct rq_request *a,
+					 struct rq_request *b, uint64_t last)
 {
-	struct rq_request *fwd, *back, *oldest = rq_list_first_rq(&bfqq->fifo);
-	uint64_t head = bs->head_pos, dback, dfwd;
+	uint64_t back_max = (uint64_t)bd->back_seek_max_kib * 2, d[2] = { 0, 0 };
+	struct rq_request *r[2] = { a, b };
+	bool wrap[2];
 
-	if (!oldest)
-		return NULL;
-	if (!bfqq->fifo_checked && oldest->fifo_time <= now)
-		return oldest;
-	fwd = sort_ceiling(&bfqq->sort, head);
-	if (fwd) {
-		back = rq_sched_rb_former(fwd);
-	} else {
-		struct rq_rb_node *last = rq_rb_last(&bfqq->sort);
+	if (!a || a == b)
+		return b;
+	if (!b)
+		return a;
+	if (rq_is_sync(a) != rq_is_sync(b))
+		return rq_is_sync(a) ? a : b;
+	if ((a->opf & RQ_BIO_META) != (b->opf & RQ_BIO_META))
+		return (a->opf & RQ_BIO_META) ? a : b;
+	for (unsigned i = 0; i < 2; i++) {
+		uint64_t s = r[i]->sector;
 
-		back = last ? RQ_CONTAINER_OF(last, struct rq_request, rb_node) : NULL;
+		wrap[i] = false;
+		if (s >= last)
+			d[i] = s - last;
+		else if (s + back_max >= last)
+			d[i] = (last - s) * bd->back_seek_penalty;
+		else
+			wrap[i] = true;
 	}
-	if (!back)
-		return fwd;
-	if (!fwd)
-		return back;
-	dfwd = fwd->sector - head;
-	dback = head - back->sector;
-	if (dback > (uint64_t)bd->back_seek_max_kib * 2)
-		return fwd;
-	return dback * bd->back_seek_penalty < dfwd ? back : fwd;
+	if (wrap[0] != wrap[1])
+		return wrap[0] ? b : a;
+	if (wrap[0])
+		return a->sector <= b->sector ? a : b;
+	if (d[0] != d[1])
+		return d[0] < d[1] ? a : b;
+	return a->sector >= b->sector ? a : b;
 }
 
+/*
+ * The request of @bfqq to send after @last, which is about to leave it, as
+ * the kernel's bfq_find_next_rq(): the oldest if it is overdue and the FIFO
+ * was not looked at yet in this turn (looking counts, overdue or not),
+ * else the better of @last's neighbours in sector order, measured from
+ * @last's START, the one after wrapping to the first.
+ */
+static struct rq_request *bfqq_find_next_rq(const struct bfq_data *bd, struct bfq_queue *bfqq,
+					    struct rq_request *last, uint64_t now)
+{
+	struct rq_request *next, *prev, *oldest;
+
+	if (!bfqq->fifo_checked) {
+		bfqq->fifo_checked = true;
+		oldest = rq_list_first_rq(&bfqq->fifo);
+		if (oldest && oldest != last && now >= oldest->fifo_time)
+			return oldest;
+	}
+	prev = rq_sched_rb_former(last);
+	next = rq_sched_rb_latter(last);
+	if (!next) {
+		struct rq_rb_node *first = rq_rb_first(&bfqq->sort);
+
+		if (first && first != &last->rb_node)
+			next = RQ_CONTAINER_OF(first, struct rq_request, rb_node);
+	}
+	return bfq_choose_req(bd, next, prev, last->sector);
+}
+
+/*
+ * Queue @rq in @bfqq; it becomes the next to send if it is better than the
+ * one chosen so far, measured from the END of the last dispatch (the
+ * kernel's bfq_add_request() and bfqd->last_position).
+ */
 static void bfqq_add_rq(struct bfq_queue *bfqq, struct rq_request *rq, bool at_head)
 {
 	if (at_head)
@@ -700,16 +776,26 @@ static void bfqq_add_rq(struct bfq_queue *bfqq, struct rq_request *rq, bool at_h
 	else
 		rq_list_add_tail(&rq->queuelist, &bfqq->fifo);
 	rq_sched_rb_add(&bfqq->sort, rq);
+	bfqq->next_rq = bfq_choose_req(bfqq->bs->bd, bfqq->next_rq, rq, bfqq->bs->head_pos);
 	rq_set_bits(rq, rq_bits(rq) | BFQ_RQ_QUEUED);
 	bfqq->queued++;
 	WRITE_ONCE(bfqq->bs->queued, bfqq->bs->queued + 1);
 }
 
-/* Take @rq out of its queue (and the hash); @bfqq may empty (the caller decides). */
-static void bfqq_del_rq(struct rq_queue *q, struct bfq_queue *bfqq, struct rq_request *rq)
+/*
+ * Take @rq out of its queue (and the hash); @bfqq may empty (the caller
+ * decides).  If @rq was the next to send, the next one is chosen from it
+ * (bfqq_find_next_rq(), FIFO looked at @now).
+ */
+static void bfqq_del_rq(struct rq_queue *q, struct bfq_queue *bfqq, struct rq_request *rq,
+			uint64_t now)
 {
+	if (bfqq->next_rq == rq)
+		bfqq->next_rq = bfqq_find_next_rq(bfqq->bs->bd, bfqq, rq, now);
 	rq_list_del_init(&rq->queuelist);
 	rq_sched_rb_del(&bfqq->sort, rq);
+	if (!bfqq->sort.node)
+		bfqq->next_rq = NULL;
 	rq_set_bits(rq, rq_bits(rq) & ~BFQ_RQ_QUEUED);
 	if (rq->rq_flags & RQ_RQF_HASHED)
 		rq_sched_hash_del(q, rq);
@@ -819,7 +905,7 @@ static void sched_expire(struct bfq_sched *bs, enum bfq_expire why, uint64_t now
 	bs->in_service = NULL;
 	sched_set_idle(bs, false, 0);
 	if (bfqq->queued) {
-		next = rq_list_first_rq(&bfqq->fifo);
+		next = bfqq->next_rq;
 		entity_requeue(e, b > rq_request_sectors(next) ? b : rq_request_sectors(next),
 			       bfqq_weight(bd, bfqq, now));
 	} else {
@@ -834,7 +920,8 @@ static void sched_expire(struct bfq_sched *bs, enum bfq_expire why, uint64_t now
 
 static bool bfqq_should_idle(struct bfq_data *bd, const struct bfq_queue *bfqq)
 {
-	if (!bfqq->sync || !bfqq->ioc || !bd->slice_idle_us || queue_frozen(bd))
+	if (!bfqq->sync || !bfqq->ioc || !bd->slice_idle_us || queue_frozen(bd) ||
+	    bfqq_ioc_gone(bfqq))
 		return false;
 	return bd->strict_guarantees || !bfqq_seeky(bfqq);
 }
@@ -881,7 +968,7 @@ static struct bfq_queue *sched_ready(struct bfq_sched *bs, uint64_t now,
 		}
 		if (!bfqq->queued) {
 			if (bs->idling) {
-				if (now >= bs->idle_end || queue_frozen(bd)) {
+				if (now >= bs->idle_end || queue_frozen(bd) || bfqq_ioc_gone(bfqq)) {
 					sched_expire(bs, BFQ_EXP_EMPTY, now);
 					continue;
 				}
@@ -899,7 +986,7 @@ static struct bfq_queue *sched_ready(struct bfq_sched *bs, uint64_t now,
 			sched_expire(bs, BFQ_EXP_EMPTY, now);
 			continue;
 		}
-		rq = bfqq_next_rq(bd, bs, bfqq, now);
+		rq = bfqq->next_rq;
 		if (bfqq->entity.service &&
 		    bfqq->entity.service + rq_request_sectors(rq) > bfqq->entity.budget) {
 			sched_expire(bs, BFQ_EXP_EXHAUSTED, now);
@@ -918,9 +1005,7 @@ static void sched_dispatch_rq(struct rq_queue *q, struct bfq_sched *bs, struct b
 	struct bfq_data *bd = bs->bd;
 	unsigned sectors = rq_request_sectors(rq);
 
-	if (rq == rq_list_first_rq(&bfqq->fifo) && rq->fifo_time <= now)
-		bfqq->fifo_checked = true;
-	bfqq_del_rq(q, bfqq, rq);
+	bfqq_del_rq(q, bfqq, rq, now);
 	entity_charge(&bfqq->entity, sectors);
 	bfqq->burst_sectors += sectors;
 	bfqq->dispatched++;
@@ -1091,7 +1176,7 @@ static void bfq_finish_request(struct rq_request *rq)
 	bs = bfqq->bs;
 	pthread_mutex_lock(&bs->lock);
 	if (rq_bits(rq) & BFQ_RQ_QUEUED) {
-		bfqq_del_rq(rq->q, bfqq, rq);
+		bfqq_del_rq(rq->q, bfqq, rq, rq_clock_ns());
 		if (!bfqq->queued && bs->in_service != bfqq)
 			entity_deactivate(&bfqq->entity);
 	}
@@ -1110,7 +1195,7 @@ static void bfq_finish_request(struct rq_request *rq)
 	rq_set_bits(rq, 0);
 	/* the context is gone (our reference is the last): so is its queue */
 	if (!--bfqq->ref && bfqq != &bs->oom_q && !bfqq_busy(bfqq) && bs->in_service != bfqq &&
-	    ioc_refs(bfqq->ioc) == 1)
+	    bfqq_ioc_gone(bfqq))
 		bfqq_free(bs, bfqq);
 	pthread_mutex_unlock(&bs->lock);
 	if (kick && bs->queued)
@@ -1179,8 +1264,10 @@ static void bfq_insert_requests(struct rq_hw_ctx *hctx, struct rq_list_node *lis
 					      NSEC_PER_MSEC;
 		bfqq_update_seek(bfqq, rq);
 		bfqq_add_rq(bfqq, rq, false);
-		if (bfq_mergeable(rq))
+		if (bfq_mergeable(rq)) {
 			rq_sched_hash_add(q, rq);
+			rq_sched_last_merge_fill(q, rq);
+		}
 		cur = bs->in_service;
 		if (cur == bfqq) {
 			sched_set_idle(bs, false, 0); /* what it was waiting for */
@@ -1365,14 +1452,24 @@ static bool bfq_allow_merge(struct rq_queue *q, struct rq_request *rq, struct rq
 	return bfqq && bfqq->ioc == ioc_of_bio(bio) && bfqq->sync == bio_is_sync(bio);
 }
 
+/*
+ * request_merged: after a front merge that moved @rq before its neighbour,
+ * re-sort it and see whether it is now the better next request (the
+ * kernel's bfq_request_merged()); lock held.
+ */
 static void bfq_request_merged(struct rq_queue *q, struct rq_request *rq, enum rq_elv_merge type)
 {
 	struct bfq_queue *bfqq = rq_bfqq(rq);
+	struct rq_request *prev;
 
-	if (type == RQ_ELV_FRONT_MERGE && bfqq && (rq_bits(rq) & BFQ_RQ_QUEUED)) {
-		rq_sched_rb_del(&bfqq->sort, rq);
-		rq_sched_rb_add(&bfqq->sort, rq);
-	}
+	if (type != RQ_ELV_FRONT_MERGE || !bfqq || !(rq_bits(rq) & BFQ_RQ_QUEUED))
+		return;
+	prev = rq_sched_rb_former(rq);
+	if (!prev || rq->sector >= prev->sector)
+		return;
+	rq_sched_rb_del(&bfqq->sort, rq);
+	rq_sched_rb_add(&bfqq->sort, rq);
+	bfqq->next_rq = bfq_choose_req(bfqq->bs->bd, bfqq->next_rq, rq, bfqq->bs->head_pos);
 }
 
 /* requests_merged: @next joined @rq; it leaves its queue (maybe another context's). */
@@ -1388,7 +1485,9 @@ static void bfq_requests_merged(struct rq_queue *q, struct rq_request *rq, struc
 		rq_list_insert(&rq->queuelist, next->queuelist.prev, &next->queuelist);
 		rq->fifo_time = next->fifo_time;
 	}
-	bfqq_del_rq(q, nq, next);
+	if (bfqq && bfqq->next_rq == next)
+		bfqq->next_rq = rq;
+	bfqq_del_rq(q, nq, next, rq_clock_ns());
 	if (!nq->queued && nq->bs->in_service != nq)
 		entity_deactivate(&nq->entity);
 }

@@ -776,6 +776,8 @@ static void kyber_insert_requests(struct rq_hw_ctx *hctx, struct rq_list_node *l
 		rq_spin_unlock(&locked->lock);
 }
 
+static bool kyber_has_work(struct rq_hw_ctx *hctx);
+
 /*
  * Up to @max requests for @hctx onto the tail of @list, in the order @max
  * kyber_dispatch_request() calls would give them (see there), a run of the
@@ -802,6 +804,13 @@ static unsigned kyber_dispatch_requests(struct rq_hw_ctx *hctx, struct rq_list_n
 			if (got == want)
 				continue;
 		}
+		/*
+		 * Nothing queued anywhere: the kernel's core asks has_work before
+		 * each dispatch_request and does not call it, so the batch in
+		 * progress (cur_domain, batching) carries over to the next burst.
+		 */
+		if (!kyber_has_work(hctx))
+			break;
 		/*
 		 * Its batch is done or it has no more to give: the next ones in
 		 * turn.  Those with nothing queued anywhere (most of them, most

@@ -6,15 +6,18 @@
  * and a FIFO list in arrival order stamped with a deadline (rq->fifo_time).
  * There is one tree and one FIFO per direction (reads; writes, discards
  * and write-zeroes) and per priority class (RT, BE, IDLE; NONE counts as
- * BE).  The scheduler sends requests in batches: up to fifo_batch requests
- * of one class and direction in ascending sector order.  When a batch ends
- * it chooses again: the highest class with queued requests, reads before
- * writes unless writes have already waited through writes_starved read
- * batches, and within the direction the oldest request if its deadline has
- * passed (or nothing lies further up in sector order), else the next
- * request in sector order after the last one sent.  A request of a lower
- * class that has waited longer than prio_aging_expire goes before all of
- * that.  Requests inserted at the head (RQ_INSERT_AT_HEAD) skip the
+ * BE).  The scheduler sends requests in batches, as Linux 6.18's: up to
+ * fifo_batch requests of one direction in ascending sector order, each the
+ * first request starting at or after the START of the last one sent of its
+ * class and direction (latest_pos).  When a batch ends it chooses again:
+ * the highest class with queued requests, reads before writes unless
+ * writes have already waited through writes_starved read batches, and
+ * within the direction the oldest request if its deadline has passed (or
+ * nothing lies at or after the position), else the first request at or
+ * after it.  The batch belongs to no class and starts as a write batch
+ * with nothing sent; it and the positions survive the queue running
+ * empty.  A lower class whose requests waited longer than
+ * prio_aging_expire is offered the choice first, with two classes queued.  Requests inserted at the head (RQ_INSERT_AT_HEAD) skip the
  * sorting and go first.
  *
  * The scheduler ignores the core's per-CPU staging: insert_requests puts
@@ -139,11 +142,12 @@ struct dl_run {
  * struct dl_prio_queue - the requests of one priority class on one hw queue.
  * @sort: per direction, the requests sorted by start sector.
  * @fifo: per direction, the requests in arrival order (by queuelist).
- * @latest_pos: per direction, the end sector of the request sent last:
- *	sector order continues from here.
- * @next_hint: per direction, the tree successor of the request sent last,
- *	while the tree has not changed otherwise (NULL: unknown); saves a
- *	search from the root on every dispatch of a batch.
+ * @latest_pos: per direction, the start sector of the request of this
+ *	class sent last (the kernel's per_prio->latest_pos): sector order
+ *	continues with the first request starting at or after it.
+ * @next_hint: per direction, that first request, while the tree has not
+ *	changed otherwise (NULL: unknown); saves a search from the root on
+ *	every dispatch of a batch.
  * @nr_queued: requests in @sort (or @run) / @fifo.
  * @hq: the hardware queue's state this belongs to.
  * @run: per direction, the sorted run that stands in for @sort while its
@@ -175,21 +179,26 @@ struct dl_clock {
  * @prio: the sorted requests, by priority class.
  * @nr_queued: requests on @dispatch and in @prio (written under the lock,
  *	read without it by has_work).
- * @batch_prio: class of the batch in progress, or DL_NR_PRIOS for none.
- * @batch_dir: its direction.
- * @batching: requests sent in it so far.
+ * @last_dir: direction of the batch in progress (the kernel's
+ *	dd->last_dir): DL_WRITE before the first one, as in the kernel.
+ * @batching: requests sent in it so far.  Like the kernel's, the batch
+ *	belongs to no class: whichever class is served next continues it, and
+ *	it survives the queue running empty (the next burst continues it).
  * @starved: read batches started while writes were waiting.
  * @nr_runs: class queues and directions using a run instead of the tree.
+ * @run_first: the first mergeable request of the list the runs were made
+ *	from, while it is still in a run: the one the kernel, inserting one by
+ *	one, would have made the one-hit merge cache.
  */
 struct dl_hctx_queue {
 	pthread_mutex_t lock;
 	struct rq_list_node dispatch;
 	unsigned nr_queued;
-	enum dl_prio batch_prio;
-	enum dl_dir batch_dir;
+	enum dl_dir last_dir;
 	unsigned batching;
 	unsigned starved;
 	unsigned nr_runs;
+	struct rq_request *run_first;
 	struct dl_prio_queue prio[DL_NR_PRIOS];
 } rq_cacheline_aligned;
 
@@ -277,11 +286,16 @@ static inline unsigned dl_run_index(const struct rq_request *rq)
 	return (unsigned)((uintptr_t)rq->elv_priv[0] - 2);
 }
 
-/* Only reads, writes and discards without NOMERGE go on the merge hash. */
+/*
+ * Only reads, writes and discards without NOMERGE go on the merge hash; not
+ * a FUA write whose post-flush the flush machinery sequences (RQ_RQF_FLUSH_SEQ:
+ * the kernel's RQF_NOMERGE_FLAGS).
+ */
 static inline bool dl_mergeable(const struct rq_request *rq)
 {
 	return (rq->op == RQ_OP_READ || rq->op == RQ_OP_WRITE || rq->op == RQ_OP_DISCARD) &&
-	       !(rq->opf & (RQ_BIO_NOMERGE | RQ_BIO_FUA | RQ_BIO_PREFLUSH));
+	       !(rq->opf & (RQ_BIO_NOMERGE | RQ_BIO_FUA | RQ_BIO_PREFLUSH)) &&
+	       !(rq->rq_flags & (RQ_RQF_FLUSH_SEQ | RQ_RQF_FLUSH_INTERNAL));
 }
 
 /* Add @delta to the hctx queue's counter; lock held. */
@@ -308,8 +322,10 @@ static void dl_add(struct dl_data *dd, struct rq_request *rq, uint64_t now)
 	pq->next_hint[dir] = NULL;
 	rq->fifo_time = now + expire_ms * NSEC_PER_MSEC;
 	rq_list_add_tail(&rq->queuelist, &pq->fifo[dir]);
-	if (dl_mergeable(rq))
+	if (dl_mergeable(rq)) {
 		rq_sched_hash_add(dd->q, rq);
+		rq_sched_last_merge_fill(dd->q, rq);
+	}
 	rq->elv_priv[0] = DL_RQ_QUEUED;
 	pq->nr_queued++;
 	dl_count(hq, 1);
@@ -337,6 +353,8 @@ static void dl_remove(struct dl_data *dd, struct rq_request *rq)
 
 	if (pq->next_hint[dir] == rq)
 		pq->next_hint[dir] = NULL;
+	if (hq->run_first == rq)
+		hq->run_first = NULL;
 	if (dl_in_run(rq)) {
 		dl_run_del(hq, &pq->run[dir], dl_run_index(rq));
 	} else {
@@ -395,6 +413,9 @@ static void dl_materialise(struct dl_data *dd, struct dl_hctx_queue *hq)
 			hq->nr_runs--;
 		}
 	}
+	if (hq->run_first)
+		rq_sched_last_merge_fill(dd->q, hq->run_first);
+	hq->run_first = NULL;
 }
 
 /*
@@ -462,10 +483,13 @@ static bool dl_insert_runs(struct dl_data *dd, struct dl_hctx_queue *hq,
 	/* the FIFOs in arrival order */
 	expire_ms[DL_READ] = READ_ONCE(dd->read_expire_ms);
 	expire_ms[DL_WRITE] = READ_ONCE(dd->write_expire_ms);
+	hq->run_first = NULL;
 	while ((rq = rq_list_first_rq(list))) {
 		struct dl_prio_queue *pq = dl_pq(rq);
 		enum dl_dir dir = dl_dir_of(rq->op);
 
+		if (!hq->run_first && dl_mergeable(rq))
+			hq->run_first = rq;
 		rq_list_del_init(&rq->queuelist);
 		rq->fifo_time = now + expire_ms[dir] * NSEC_PER_MSEC;
 		rq_list_add_tail(&rq->queuelist, &pq->fifo[dir]);
@@ -493,8 +517,10 @@ static inline uint64_t dl_now(struct dl_clock *clk)
 
 /*
  * The next request in sector order: the lowest-sector request starting at
- * or after the end of the one sent last in @dir (in the tree or the run),
- * or NULL.
+ * or after the start of the one of this class sent last in @dir (in the
+ * tree or the run), or NULL.  The kernel's deadline_from_pos(): a request
+ * overlapping the one sent last, or starting where it started, comes
+ * before one starting at its end.
  */
 static struct rq_request *dl_next_sorted(struct dl_prio_queue *pq, enum dl_dir dir)
 {
@@ -502,7 +528,7 @@ static struct rq_request *dl_next_sorted(struct dl_prio_queue *pq, enum dl_dir d
 	uint64_t pos = pq->latest_pos[dir];
 	struct rq_request *best = pq->next_hint[dir];
 
-	/* the successor of the last one sent is the answer unless it overlaps */
+	/* the first one at or after the last one sent, unless the tree changed */
 	if (best && best->sector >= pos)
 		return best;
 	best = NULL;
@@ -537,67 +563,86 @@ static struct rq_request *dl_next_sorted(struct dl_prio_queue *pq, enum dl_dir d
 }
 
 /*
- * Choose the next request of class @prio: continue the batch, else pick a
- * direction (writes_starved) and a starting point (FIFO if overdue).
- * Updates the batch state; the caller removes the request.  Lock held.
+ * Did @rq enter the scheduler after @latest_start (ns, may be negative)?
+ * Its entry time is its deadline less its direction's expiry, as the
+ * kernel's started_after() works it out.
  */
-static struct rq_request *dl_choose_in_prio(struct dl_data *dd, struct dl_hctx_queue *hq,
-					    enum dl_prio prio, struct dl_clock *clk)
+static bool dl_started_after(struct dl_data *dd, const struct rq_request *rq,
+			     int64_t latest_start)
+{
+	unsigned expire_ms = dl_dir_of(rq->op) == DL_READ ? READ_ONCE(dd->read_expire_ms) :
+							    READ_ONCE(dd->write_expire_ms);
+
+	return (int64_t)(rq->fifo_time - expire_ms * NSEC_PER_MSEC) > latest_start;
+}
+
+/*
+ * Choose the next request of class @prio as the kernel's
+ * __dd_dispatch_request() does: continue the batch (in the direction of
+ * the last one, whatever its class) while it has a next request in sector
+ * order, else pick a direction (writes_starved) and a starting point (FIFO
+ * if overdue or nothing lies further up).  With @aged, only a request that
+ * entered before @latest_start may go; the batch state changes anyway, as
+ * in the kernel.  The caller removes the request.  Lock held.
+ */
+static inline __attribute__((always_inline)) struct rq_request *
+dl_choose_in_prio(struct dl_data *dd, struct dl_hctx_queue *hq, enum dl_prio prio,
+		  struct dl_clock *clk, bool aged, int64_t latest_start)
 {
 	struct dl_prio_queue *pq = &hq->prio[prio];
 	struct rq_request *rq, *head;
 	bool reads, writes;
 	enum dl_dir dir;
 
-	if (hq->batch_prio == prio && hq->batching < READ_ONCE(dd->fifo_batch)) {
-		rq = dl_next_sorted(pq, hq->batch_dir);
-		if (rq) {
-			hq->batching++;
-			return rq;
+	/* the kernel looks for the batch's next request first; only its presence matters */
+	rq = hq->batching < READ_ONCE(dd->fifo_batch) ? dl_next_sorted(pq, hq->last_dir) : NULL;
+	if (!rq) {
+		reads = !rq_list_empty(&pq->fifo[DL_READ]);
+		writes = !rq_list_empty(&pq->fifo[DL_WRITE]);
+		if (reads && (!writes || hq->starved++ < READ_ONCE(dd->writes_starved))) {
+			dir = DL_READ;
+		} else if (writes) {
+			hq->starved = 0;
+			dir = DL_WRITE;
+		} else {
+			return NULL;
 		}
+		head = dl_fifo_head(pq, dir);
+		rq = dl_next_sorted(pq, dir);
+		if (!rq || dl_now(clk) >= head->fifo_time)
+			rq = head;
+		hq->last_dir = dir;
+		hq->batching = 0;
 	}
-
-	reads = !rq_list_empty(&pq->fifo[DL_READ]);
-	writes = !rq_list_empty(&pq->fifo[DL_WRITE]);
-	if (reads && (!writes || hq->starved++ < READ_ONCE(dd->writes_starved))) {
-		dir = DL_READ;
-	} else if (writes) {
-		hq->starved = 0;
-		dir = DL_WRITE;
-	} else {
+	if (aged && dl_started_after(dd, rq, latest_start))
 		return NULL;
-	}
-
-	head = dl_fifo_head(pq, dir);
-	rq = dl_next_sorted(pq, dir);
-	if (!rq || dl_now(clk) >= head->fifo_time)
-		rq = head;
-	hq->batch_prio = prio;
-	hq->batch_dir = dir;
-	hq->batching = 1;
+	hq->batching++;
 	return rq;
 }
 
 /*
- * The oldest request of a class below @top that has waited longer than
- * prio_aging_expire, or NULL.  Lock held.
+ * A request of a class below RT that has waited longer than
+ * prio_aging_expire, chosen as the kernel's dd_dispatch_prio_aged_requests()
+ * does (only with two or more classes queued; BE before IDLE), or NULL.
+ * Lock held.
  */
 static struct rq_request *dl_aged_request(struct dl_data *dd, struct dl_hctx_queue *hq,
-					  enum dl_prio top, struct dl_clock *clk)
+					  struct dl_clock *clk)
 {
-	uint64_t aging_ns = READ_ONCE(dd->prio_aging_expire_ms) * NSEC_PER_MSEC;
+	int64_t latest_start;
+	unsigned classes = 0;
 
-	for (unsigned p = top + 1; p < DL_NR_PRIOS; p++) {
-		struct dl_prio_queue *pq = &hq->prio[p];
-		struct rq_request *r, *w, *oldest;
+	for (unsigned p = 0; p < DL_NR_PRIOS; p++)
+		classes += hq->prio[p].nr_queued != 0;
+	if (classes < 2)
+		return NULL;
+	latest_start = (int64_t)dl_now(clk) -
+		       (int64_t)(READ_ONCE(dd->prio_aging_expire_ms) * NSEC_PER_MSEC);
+	for (unsigned p = DL_PRIO_BE; p < DL_NR_PRIOS; p++) {
+		struct rq_request *rq = dl_choose_in_prio(dd, hq, p, clk, true, latest_start);
 
-		if (!pq->nr_queued)
-			continue;
-		r = dl_fifo_head(pq, DL_READ);
-		w = dl_fifo_head(pq, DL_WRITE);
-		oldest = !r ? w : !w ? r : w->start_time_ns < r->start_time_ns ? w : r;
-		if (oldest->start_time_ns + aging_ns <= dl_now(clk))
-			return oldest;
+		if (rq)
+			return rq;
 	}
 	return NULL;
 }
@@ -643,8 +688,7 @@ static int dl_init_sched(struct rq_queue *q, void **data)
 			hq->prio[p].nr_queued = 0;
 		}
 		hq->nr_queued = 0;
-		hq->batch_prio = DL_NR_PRIOS;
-		hq->batch_dir = DL_READ;
+		hq->last_dir = DL_WRITE; /* as the kernel's dd_init_sched() */
 		hq->batching = 0;
 		hq->starved = 0;
 	}
@@ -886,39 +930,54 @@ static void dl_insert_requests(struct rq_hw_ctx *hctx, struct rq_list_node *list
  * The next request for @hq: the head-inserted ones first, then an aged
  * lower-class request, then the highest class with work (batch,
  * direction, deadline: see the top of the file); out of all our
- * structures.  NULL when none is queued.  hq->lock held.
+ * structures.  Sector order goes on from the start of the request sent,
+ * per class and direction (head-inserted ones included, as the kernel's
+ * latest_pos).  NULL when none is queued.  hq->lock held.
  */
 static struct rq_request *dl_dispatch_locked(struct dl_data *dd, struct dl_hctx_queue *hq,
 					     struct dl_clock *clk)
 {
-	struct rq_request *rq, *next;
+	struct rq_request *rq, *next = NULL;
 	struct dl_prio_queue *pq;
-	enum dl_prio top;
 	enum dl_dir dir;
 
 	rq = rq_list_first_rq(&hq->dispatch);
 	if (rq) {
 		rq_list_del_init(&rq->queuelist);
 		dl_count(hq, -1);
+		pq = &hq->prio[dl_prio_of(rq->ioprio)];
+		dir = dl_dir_of(rq->op);
+		pq->latest_pos[dir] = rq->sector;
+		pq->next_hint[dir] = NULL;
 		return rq;
 	}
-	for (top = DL_PRIO_RT; top < DL_NR_PRIOS; top++)
-		if (hq->prio[top].nr_queued)
+	rq = dl_aged_request(dd, hq, clk);
+	/*
+	 * The first class with requests queued (the kernel asks each class
+	 * in turn; one with nothing queued answers nothing and changes
+	 * nothing, so it is passed over here without asking).
+	 */
+	for (unsigned p = DL_PRIO_RT; !rq && p < DL_NR_PRIOS; p++) {
+		if (hq->prio[p].nr_queued) {
+			rq = dl_choose_in_prio(dd, hq, p, clk, false, 0);
 			break;
-	if (top == DL_NR_PRIOS)
-		return NULL;
-	rq = dl_aged_request(dd, hq, top, clk);
-	if (rq)
-		hq->batch_prio = DL_NR_PRIOS; /* an aged request is a batch of its own */
-	else
-		rq = dl_choose_in_prio(dd, hq, top, clk);
+		}
+	}
 	if (!rq)
 		return NULL;
 	pq = dl_pq(rq);
 	dir = dl_dir_of(rq->op);
-	next = dl_sorted_latter(rq);
+	/* the first request at or after rq's start once rq is gone */
+	if (dl_in_run(rq)) {
+		next = dl_sorted_latter(rq);
+	} else {
+		struct rq_request *prev = rq_sched_rb_former(rq);
+
+		if (!prev || prev->sector < rq->sector)
+			next = rq_sched_rb_latter(rq);
+	}
 	dl_remove(dd, rq);
-	pq->latest_pos[dir] = rq_request_end_sector(rq);
+	pq->latest_pos[dir] = rq->sector;
 	pq->next_hint[dir] = next;
 	return rq;
 }

@@ -28,10 +28,14 @@
  *   completed_request            any completing thread
  *   finish_request, requeue      any thread ending / requeueing the request
  *
- * Flushes and FUA writes never enter a scheduler (as in the kernel): only
- * requests with RQ_RQF_ELVPRIV in rq_flags are the scheduler's, and for
+ * Flushes and PREFLUSH writes never enter a scheduler (as in the kernel):
+ * only requests with RQ_RQF_ELVPRIV in rq_flags are the scheduler's, and for
  * them prepare_request, insert, dispatch, completed_request and
- * finish_request are called.  rq->io_start_time_ns is set when such a
+ * finish_request are called.  A FUA write is the scheduler's like any write
+ * (Linux 6.x); on a device with a write cache but no FUA it carries
+ * RQ_RQF_FLUSH_SEQ (it must not be merged or hashed), its completed_request
+ * and finish_request come when its data is done, before the post-flush,
+ * and outside a plug it goes to the dispatch list without an insert.  rq->io_start_time_ns is set when such a
  * request goes to the driver, rq->start_time_ns when it is made.
  *
  * A scheduler protects its own data; the core never holds a lock across a
@@ -390,6 +394,24 @@ void rq_sched_free_request(struct rq_request *rq);
  */
 void rq_sched_hash_add(struct rq_queue *q, struct rq_request *rq);
 void rq_sched_hash_del(struct rq_queue *q, struct rq_request *rq);
+
+/**
+ * rq_sched_last_merge_fill() - make @rq the one-hit merge cache (the
+ * kernel's q->last_merge) of its hardware queue if that cache is empty, as
+ * the kernel's mq-deadline and bfq do when they insert a mergeable request
+ * ("if (!q->last_merge) q->last_merge = rq").  The cache is tried before
+ * the hash for bio merges and insert merges, and with nomerges 1 it is the
+ * only one tried.  It forgets @rq by itself when @rq leaves the hash
+ * (rq_sched_hash_del()).
+ * @q: the queue.
+ * @rq: a request just inserted and hashed (rq_sched_hash_add()).
+ *
+ * Context: insert_requests, under the scheduler's lock (the one its
+ * rq_sched_hash_add() calls hold); never blocks.
+ * Return: true if @rq is now the cache; false if the cache already held a
+ * request, @rq may take no merges, or @q has no scheduler.
+ */
+bool rq_sched_last_merge_fill(struct rq_queue *q, struct rq_request *rq);
 
 /**
  * rq_sched_parse_uint() - parse a tunable as sysfs would hand it over: a whole

@@ -162,6 +162,7 @@ struct rq_flush_queue {
 	rq_spinlock_t lock;
 	unsigned pending_idx;          /* which pending list collects new waiters */
 	bool flush_in_flight;
+	unsigned data_in_flight;       /* data steps of sequenced requests with the device */
 	uint64_t pending_since;
 	struct rq_list_node pending[2];
 	struct rq_request *flush_rq;   /* the queue's own flush request */
@@ -605,6 +606,12 @@ static inline const struct sched_view *sched_view_of(const struct rq_queue *q)
 /* ---- lib/flush.c ---- */
 /* Return true if the flush machinery took @rq (with a write cache). */
 bool flush_insert(struct rq_request *rq);
+/*
+ * As flush_insert(), but a write that needs its data step and a post-flush
+ * only is marked RQ_RQF_FLUSH_SEQ and handed back (false) to go through the
+ * plug and the scheduler; its end starts the post-flush (Linux 6.x).
+ */
+bool flush_insert_mq(struct rq_request *rq);
 int flush_queue_init(struct rq_queue *q, struct rq_hw_ctx *hctx);
 void flush_queue_exit(struct rq_queue *q);
 void flush_fail_pending(struct rq_queue *q);

@@ -462,6 +462,116 @@ static void test_strict_one_in_flight(void **state)
 	rq_ioc_put(a);
 }
 
+/* Submit a 4 KiB read of @ioc at @sector with @opf, counted in @rec. */
+static void submit_read(struct mock_dev *m, struct fx_rec *rec, struct rq_io_context *ioc,
+			uint64_t sector, uint32_t opf)
+{
+	struct rq_bio *bio = fx_bio(rec, RQ_OP_READ, sector, databuf, BS);
+
+	bio->opf |= opf;
+	bio->ioc = ioc;
+	rq_submit_bio(m->q, bio);
+}
+
+/* Complete the oldest held request @n times, checking the sectors @want. */
+static void complete_in_order(struct mock_dev *m, const uint64_t *want, unsigned n)
+{
+	for (unsigned i = 0; i < n; i++) {
+		assert_true(mock_nr_held(m) >= 1);
+		assert_int_equal(mock_held(m, 0)->sector, want[i]);
+		mock_complete_one(m, 0, RQ_STS_OK);
+	}
+}
+
+/*
+ * The next request of a queue is chosen, when the last one leaves, from
+ * the START of that one (the kernel's bfq_find_next_rq()): after 1000
+ * [1000, 1008), 996 is 4 sectors behind (8 with back_seek_penalty 2) and
+ * 1020 20 ahead, so 996 goes next.  Measured from the end (1008) 1020
+ * would be nearer (12 against 24).  The head starts at 1000: a first
+ * request [992, 1000) went alone.
+ */
+static void test_next_from_start(void **state)
+{
+	static const uint64_t want[] = { 1000, 996, 1020 };
+	struct rq_io_context *a = rq_ioc_create(0);
+	struct mock_dev *m = make_dev();
+	static struct fx_rec rec[4];
+
+	(void)state;
+	submit_read(m, &rec[0], a, 992, RQ_BIO_NOMERGE);
+	complete_in_order(m, (const uint64_t[]){ 992 }, 1);
+	rq_queue_quiesce(m->q);
+	submit_read(m, &rec[1], a, 1000, RQ_BIO_NOMERGE);
+	submit_read(m, &rec[2], a, 1020, RQ_BIO_NOMERGE);
+	submit_read(m, &rec[3], a, 996, RQ_BIO_NOMERGE);
+	rq_queue_unquiesce(m->q);
+	complete_in_order(m, want, 3);
+	assert_true(fx_wait(rec, 4, 10000));
+	fx_put(rec, 4);
+	mock_destroy(m);
+	rq_ioc_put(a);
+}
+
+/*
+ * With nomerges 1 the one-hit cache is the only merge path, and bfq's
+ * insert makes the new request the cache when it is empty (the kernel's
+ * bfq_insert_request): a contiguous bio of the same context joins it.
+ */
+static void test_insert_fills_merge_cache(void **state)
+{
+	struct rq_io_context *a = rq_ioc_create(0);
+	struct mock_dev *m = make_dev();
+	static struct fx_rec rec[2];
+
+	(void)state;
+	assert_int_equal(rq_queue_attr_set(m->q, "nomerges", "1"), 0);
+	rq_queue_quiesce(m->q);
+	submit_read(m, &rec[0], a, 100, 0);
+	submit_read(m, &rec[1], a, 108, 0);
+	rq_queue_unquiesce(m->q);
+	assert_int_equal(mock_nr_held(m), 1);
+	assert_int_equal(mock_held(m, 0)->bytes, 2 * BS);
+	mock_complete_one(m, 0, RQ_STS_OK);
+	assert_true(fx_wait(rec, 2, 10000));
+	fx_put(rec, 2);
+	mock_destroy(m);
+	rq_ioc_put(a);
+}
+
+/*
+ * bfq idles for a sync queue whose last request completed, waiting for its
+ * context's next one; once the application releases the context (as a
+ * process exits in the kernel: bfq_exit_icq -> bfq_exit_bfqq expires it),
+ * the idling ends: another context's request goes at once, not after
+ * slice_idle.  While the context lives, it waits.
+ */
+static void test_released_context_ends_idling(void **state)
+{
+	(void)state;
+	for (unsigned release = 0; release < 2; release++) {
+		struct rq_io_context *a = rq_ioc_create(0), *b = rq_ioc_create(0);
+		struct mock_dev *m = make_dev();
+		static struct fx_rec rec[2];
+
+		submit_read(m, &rec[0], a, 1000, 0);
+		complete_in_order(m, (const uint64_t[]){ 1000 }, 1); /* idling on a now */
+		if (release)
+			rq_ioc_put(a);
+		submit_read(m, &rec[1], b, 500000, 0);
+		assert_int_equal(mock_nr_held(m), release ? 1 : 0);
+		vclock_advance(20 * 1000 * 1000ull); /* past slice_idle (8 ms) either way */
+		assert_int_equal(mock_nr_held(m), 1);
+		mock_complete_one(m, 0, RQ_STS_OK);
+		assert_true(fx_wait(rec, 2, 10000));
+		fx_put(rec, 2);
+		mock_destroy(m);
+		if (!release)
+			rq_ioc_put(a);
+		rq_ioc_put(b);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -472,6 +582,9 @@ int main(void)
 		cmocka_unit_test(test_idling_keeps_sequential),
 		cmocka_unit_test(test_weight_raising),
 		cmocka_unit_test(test_strict_one_in_flight),
+		cmocka_unit_test(test_next_from_start),
+		cmocka_unit_test(test_insert_fills_merge_cache),
+		cmocka_unit_test(test_released_context_ends_idling),
 	};
 
 	/* before any queue: no service thread (see the top) */

@@ -135,6 +135,25 @@ static void expect_all_ok(struct fx_rec *rec, unsigned n)
 
 /* -------------------------------------------------------------- tests */
 
+/* The driver's queue_rq calls so far as runs of one op: "R16 W5 R8". */
+static void dispatch_runs(struct mock_dev *m, char *seq)
+{
+	struct mock_event *evs;
+	char *p = seq;
+	unsigned n = mock_copy_events(m, MOCK_QUEUE_RQ, &evs);
+
+	*p = 0;
+	for (unsigned i = 0; i < n;) {
+		unsigned j = i;
+
+		while (j < n && evs[j].op == evs[i].op)
+			j++;
+		p += sprintf(p, "%s%c%u", p == seq ? "" : " ", "RWFDO"[evs[i].op], j - i);
+		i = j;
+	}
+	free(evs);
+}
+
 /*
  * With a quiesced queue full of reads, writes, discards and write-zeroes,
  * dispatch serves 16 reads, 8 writes, 1 discard, 1 other, round robin,
@@ -144,9 +163,8 @@ static void test_batches_round_robin(void **state)
 {
 	struct mock_dev *m = make_dev(256);
 	static struct fx_rec rec[86];
-	struct mock_event *evs;
-	char seq[256] = "", *p = seq;
-	unsigned n, k = 0;
+	char seq[256];
+	unsigned k = 0;
 
 	rq_queue_quiesce(m->q);
 	for (; k < 40; k++)
@@ -161,20 +179,44 @@ static void test_batches_round_robin(void **state)
 	rq_queue_unquiesce(m->q);
 	assert_true(mock_wait_held(m, k, 10000));
 
-	n = mock_copy_events(m, MOCK_QUEUE_RQ, &evs);
-	assert_int_equal(n, k);
-	for (unsigned i = 0; i < n;) {
-		unsigned j = i;
-
-		while (j < n && evs[j].op == evs[i].op)
-			j++;
-		p += sprintf(p, "%s%c%u", p == seq ? "" : " ", "RWFDO"[evs[i].op], j - i);
-		i = j;
-	}
-	free(evs);
+	assert_int_equal(mock_count(m, MOCK_QUEUE_RQ), k);
+	dispatch_runs(m, seq);
 	print_message("dispatch order: %s\n", seq);
 	/* the last writes come in back-to-back batches of 8 once the rest is gone */
 	assert_string_equal(seq, "R16 W8 D1 O1 R16 W8 D1 O1 R8 W8 D1 O1 W16");
+	drain(m);
+	expect_all_ok(rec, k);
+	mock_destroy(m);
+}
+
+/*
+ * A batch partly used when the queue ran empty carries over to the next
+ * burst, as the kernel's khd->batching does (its core does not call
+ * dispatch_request while has_work says nothing is queued): 4 reads, then
+ * a burst of 20 reads and 5 writes serves 12 more reads (16 in the
+ * batch), the writes, then the other 8 reads.  Dropping the batch would
+ * serve 16 reads of the burst first.
+ */
+static void test_batch_carries_over(void **state)
+{
+	struct mock_dev *m = make_dev(256);
+	static struct fx_rec rec[29];
+	char seq[128];
+	unsigned k = 0;
+
+	for (; k < 4; k++)
+		submit(m, &rec[k], RQ_OP_READ, k, 0);
+	assert_true(mock_wait_held(m, 4, 10000));
+	rq_queue_quiesce(m->q);
+	for (; k < 24; k++)
+		submit(m, &rec[k], RQ_OP_READ, k, 0);
+	for (; k < 29; k++)
+		submit(m, &rec[k], RQ_OP_WRITE, k, RQ_BIO_SYNC);
+	rq_queue_unquiesce(m->q);
+	assert_true(mock_wait_held(m, k, 10000));
+	dispatch_runs(m, seq);
+	print_message("dispatch order: %s\n", seq);
+	assert_string_equal(seq, "R16 W5 R8");
 	drain(m);
 	expect_all_ok(rec, k);
 	mock_destroy(m);
@@ -432,6 +474,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_batches_round_robin),
 		cmocka_unit_test(test_token_depth),
+		cmocka_unit_test(test_batch_carries_over),
 		cmocka_unit_test(test_latency_feedback),
 		cmocka_unit_test(test_write_own_latency),
 		cmocka_unit_test(test_tunables),

@@ -178,11 +178,13 @@ static void test_expired_read_first(void **state)
 
 /*
  * writes_starved: reads are preferred, but a waiting write is served after
- * writes_starved read batches (batches of one request here).
+ * writes_starved read batches (batches of one request here).  A fresh
+ * scheduler is, as the kernel's (dd->last_dir = DD_WRITE, batching 0), in
+ * a write batch that has sent nothing: the lowest write goes first.
  */
 static void test_writes_starved(void **state)
 {
-	static const uint64_t want[] = { 100, 200, 300, 5000, 400, 500, 600, 6000, 700, 800 };
+	static const uint64_t want[] = { 5000, 100, 200, 300, 6000, 400, 500, 600, 700, 800 };
 	struct dl_dev *d = dev_create(64);
 
 	(void)state;
@@ -201,12 +203,13 @@ static void test_writes_starved(void **state)
 
 /*
  * fifo_batch bounds a batch: with fifo_batch 3 and writes_starved 1, reads
- * and writes alternate in runs of three sorted requests.
+ * and writes alternate in runs of three sorted requests (writes first: the
+ * initial write batch, see test_writes_starved).
  */
 static void test_fifo_batch_bounds_batch(void **state)
 {
-	static const uint64_t want[] = { 100, 200, 300, 5000, 5100, 5200,
-					 400, 500, 600, 5300, 5400, 5500 };
+	static const uint64_t want[] = { 5000, 5100, 5200, 100, 200, 300,
+					 5300, 5400, 5500, 400, 500, 600 };
 	struct dl_dev *d = dev_create(64);
 
 	(void)state;
@@ -225,15 +228,19 @@ static void test_fifo_batch_bounds_batch(void **state)
 
 /*
  * A write's deadline (write_expire) also brings its FIFO head forward:
- * once expired the oldest write goes first within the write batch.
+ * once expired the oldest write starts the next write batch.  A read sent
+ * first ends the initial write batch (as in the kernel, a batch in
+ * progress is continued without looking at deadlines).
  */
 static void test_expired_write_first(void **state)
 {
-	static const uint64_t want[] = { 9000, 100, 200 };
+	static const uint64_t want[] = { 50000, 9000, 100, 200 };
 	struct dl_dev *d = dev_create(64);
 
 	(void)state;
 	dev_set(d, "iosched/write_expire", "1000");
+	submit(d, RQ_OP_READ, 50000);
+	assert_true(mock_wait_count(d->m, MOCK_QUEUE_RQ, 1, 10000));
 	rq_queue_quiesce(d->m->q);
 	submit(d, RQ_OP_WRITE, 9000);   /* deadline 1 s */
 	vclock_set_ms(500);
@@ -241,7 +248,7 @@ static void test_expired_write_first(void **state)
 	submit(d, RQ_OP_WRITE, 200);
 	vclock_set_ms(1200);
 	rq_queue_unquiesce(d->m->q);
-	expect_order(d, want, 3);
+	expect_order(d, want, 4);
 	dev_destroy(d);
 }
 
@@ -249,7 +256,10 @@ static void test_expired_write_first(void **state)
  * front_merges: a bio ending where a queued request starts joins it (found
  * through the sorted tree, and the grown request is re-sorted) when
  * front_merges is 1; with 0 it becomes a request of its own.  A bio that
- * fills the gap between two queued requests merges all three.
+ * fills the gap between two queued requests merges all three.  The first
+ * request inserted (1000) is the one-hit cache, which the kernel tries
+ * whatever front_merges says: the front-merge candidate (108) comes second
+ * so only the tree can find it.
  */
 static void test_front_merges(void **state)
 {
@@ -264,9 +274,9 @@ static void test_front_merges(void **state)
 
 		dev_set(d, "iosched/front_merges", fm ? "1" : "0");
 		rq_queue_quiesce(d->m->q);
+		submit(d, RQ_OP_READ, 1000);
 		submit(d, RQ_OP_READ, 108);
 		submit(d, RQ_OP_READ, 100);     /* ends at 108: a front merge */
-		submit(d, RQ_OP_READ, 1000);
 		submit(d, RQ_OP_READ, 1016);
 		submit(d, RQ_OP_READ, 1008);    /* back merge, then 1016 joins */
 		vclock_set_ms(1);
@@ -541,14 +551,16 @@ static void test_tunables(void **state)
 
 /*
  * RQ_INSERT_AT_HEAD: such requests skip sorting and go first, in the order
- * given.  The core inserts nothing at the head today (requeues go to the
+ * given.  Sector order then goes on from the start of the last of them
+ * (800, the kernel's latest_pos): nothing lies above it, so the oldest
+ * sorted request (300) starts the next batch, then 100 and 200.  The core inserts nothing at the head today (requeues go to the
  * hctx's dispatch list), so the hooks are driven directly with requests
  * made by hand on a quiesced queue.
  */
 static void test_at_head_first(void **state)
 {
 	static const uint64_t sectors[] = { 300, 100, 200, 900, 800 };
-	static const uint64_t want[] = { 900, 800, 100, 200, 300 };
+	static const uint64_t want[] = { 900, 800, 300, 100, 200 };
 	const struct rq_elevator_type *e = elevator_get("mq-deadline", RQ_ELV_F_MQ);
 	struct dl_dev *d = dev_create(64);
 	struct rq_hw_ctx *hctx = rq_queue_hctx(d->m->q, 0);
@@ -597,6 +609,103 @@ static void test_at_head_first(void **state)
 	dev_destroy(d);
 }
 
+/*
+ * Sector order goes on from the START of the request sent last (the
+ * kernel's latest_pos / deadline_from_pos), not its end: a request that
+ * arrives after 100 [100, 108) was sent and starts inside it (104) goes
+ * before one further up (200).  Measured from the end (108), 200 would go
+ * first and 104 only when the sweep wrapped to the FIFO.
+ */
+static void test_sweep_from_start(void **state)
+{
+	static const uint64_t want[] = { 100, 104, 200 };
+	struct dl_dev *d = dev_create(64);
+
+	(void)state;
+	submit(d, RQ_OP_READ, 100);
+	assert_true(mock_wait_count(d->m, MOCK_QUEUE_RQ, 1, 10000));
+	rq_queue_quiesce(d->m->q);
+	submit(d, RQ_OP_READ, 200);
+	submit(d, RQ_OP_READ, 104);
+	vclock_set_ms(1);
+	rq_queue_unquiesce(d->m->q);
+	expect_order(d, want, 3);
+	dev_destroy(d);
+}
+
+/*
+ * The batch and the position survive the queue running empty, as the
+ * kernel's dd->batching and latest_pos do: with fifo_batch 2, a burst of
+ * one read leaves a batch with one request to go; the next burst (reads
+ * and an older write queued together) continues it with the read at or
+ * after the last position (300), then the write batch starts (writes had
+ * waited writes_starved 0 batches), then the read below (50).
+ */
+static void test_batch_carries_over(void **state)
+{
+	static const uint64_t want[] = { 100, 300, 9000, 50 };
+	struct dl_dev *d = dev_create(64);
+
+	(void)state;
+	dev_set(d, "iosched/fifo_batch", "2");
+	dev_set(d, "iosched/writes_starved", "0");
+	submit(d, RQ_OP_READ, 50000);  /* ends the initial write batch */
+	assert_true(mock_wait_count(d->m, MOCK_QUEUE_RQ, 1, 10000));
+	mock_complete_one(d->m, 0, RQ_STS_OK);
+	rq_queue_quiesce(d->m->q);
+	submit(d, RQ_OP_READ, 100);
+	vclock_set_ms(1);
+	rq_queue_unquiesce(d->m->q);
+	assert_true(mock_wait_count(d->m, MOCK_QUEUE_RQ, 2, 10000));
+	rq_queue_quiesce(d->m->q);
+	submit(d, RQ_OP_WRITE, 9000);
+	submit(d, RQ_OP_READ, 50);
+	submit(d, RQ_OP_READ, 300);
+	vclock_set_ms(2);
+	rq_queue_unquiesce(d->m->q);
+	assert_true(mock_wait_count(d->m, MOCK_QUEUE_RQ, 5, 10000));
+	{
+		struct mock_event *ev;
+		unsigned got = mock_copy_events(d->m, MOCK_QUEUE_RQ, &ev);
+
+		assert_int_equal(got, 5);
+		for (unsigned i = 0; i < 4; i++)
+			assert_int_equal(ev[i + 1].sector, want[i]);
+		free(ev);
+	}
+	dev_destroy(d);
+}
+
+/*
+ * nomerges 1 leaves the one-hit cache as the only merge path, and an
+ * insert makes the new request the cache when it is empty (the kernel's
+ * dd_insert_request: "if (!q->last_merge) q->last_merge = rq"): a bio
+ * contiguous with the one queued request joins it.
+ */
+static void test_insert_fills_merge_cache(void **state)
+{
+	struct rq_queue_stats st;
+	struct mock_event ev;
+	struct dl_dev *d = dev_create(64);
+
+	(void)state;
+	dev_set(d, "nomerges", "1");
+	rq_queue_quiesce(d->m->q);
+	submit(d, RQ_OP_WRITE, 100);
+	submit(d, RQ_OP_WRITE, 108);   /* back merge through the cache */
+	submit(d, RQ_OP_WRITE, 92);    /* front merge through the cache */
+	vclock_set_ms(1);
+	rq_queue_unquiesce(d->m->q);
+	assert_true(mock_wait_count(d->m, MOCK_QUEUE_RQ, 1, 10000));
+	rq_queue_get_stats(d->m->q, &st, sizeof(st));
+	assert_int_equal(st.merges_back, 1);
+	assert_int_equal(st.merges_front, 1);
+	assert_true(mock_find(d->m, MOCK_QUEUE_RQ, 0, &ev));
+	assert_int_equal(ev.sector, 92);
+	assert_int_equal(ev.bytes, 3 * 4096);
+	dev_destroy(d);
+}
+
 /* Reads and writes keep their own deadlines, and the queue drains fully
  * when requests complete one by one through a depth-1 device. */
 static void test_drain_one_by_one(void **state)
@@ -638,6 +747,9 @@ int main(void)
 		cmocka_unit_test(test_tunables),
 		cmocka_unit_test(test_at_head_first),
 		cmocka_unit_test(test_drain_one_by_one),
+		cmocka_unit_test(test_sweep_from_start),
+		cmocka_unit_test(test_batch_carries_over),
+		cmocka_unit_test(test_insert_fills_merge_cache),
 	};
 
 	rq_clock_set_source(vclock, NULL);

@@ -26,7 +26,9 @@
 #define WC_FUA (RQ_FEAT_WRITE_CACHE | RQ_FEAT_FUA)
 #define WC_NOFUA RQ_FEAT_WRITE_CACHE
 
-static struct mock_dev *flush_dev(uint32_t features, enum mock_completion c)
+/* A mock over @features with scheduler @sched (NULL: the default), @c. */
+static struct mock_dev *flush_dev_sched_c(uint32_t features, const char *sched,
+					  enum mock_completion c)
 {
 	struct rq_queue_limits lim;
 	struct rq_queue_config qc;
@@ -40,7 +42,19 @@ static struct mock_dev *flush_dev(uint32_t features, enum mock_completion c)
 	rq_queue_limits_default(&lim);
 	lim.features = features;
 	qc.limits = &lim;
+	qc.scheduler = sched;
 	return mock_create(&cfg, &qc);
+}
+
+static struct mock_dev *flush_dev(uint32_t features, enum mock_completion c)
+{
+	return flush_dev_sched_c(features, NULL, c);
+}
+
+/* As flush_dev(), with scheduler @sched and requests held (DEFER). */
+static struct mock_dev *flush_dev_sched(uint32_t features, const char *sched)
+{
+	return flush_dev_sched_c(features, sched, MOCK_COMPLETE_DEFER);
 }
 
 static int io_done(struct mock_io *io)
@@ -484,6 +498,101 @@ static void test_concurrent_preflush(void **state)
 	free(c);
 }
 
+/*
+ * Write cache without FUA, with a scheduler, as Linux 6.x (blk_insert_flush
+ * hands a DATA|POSTFLUSH write back to blk_mq_submit_bio): a FUA write goes
+ * through the plug and the scheduler like any write (mq-deadline sorts it
+ * after the two plain writes below it), reaches the driver without FUA and
+ * with SYNC, and its completion issues the post-flush; the bio ends only
+ * after the flush.
+ */
+static void test_wc_nofua_fua_through_scheduler(void **state)
+{
+	static const uint64_t want[] = { 100, 200, 500 };
+	struct mock_dev *m = flush_dev_sched(WC_NOFUA, "mq-deadline");
+	static char buf[3][4096];
+	struct mock_io io[3];
+	struct mock_event ev;
+	struct rq_plug plug;
+
+	(void)state;
+	rq_start_plug(&plug);
+	rq_submit_bio(m->q, mock_bio(&io[0], RQ_OP_WRITE, 100, buf[0], 4096));
+	{
+		struct rq_bio *bio = mock_bio(&io[1], RQ_OP_WRITE, 500, buf[1], 4096);
+
+		bio->opf = RQ_BIO_FUA;
+		rq_submit_bio(m->q, bio);
+	}
+	assert_int_equal(mock_count(m, MOCK_QUEUE_RQ), 0); /* held in the plug */
+	rq_submit_bio(m->q, mock_bio(&io[2], RQ_OP_WRITE, 200, buf[2], 4096));
+	rq_finish_plug(&plug);
+	assert_true(mock_wait_held(m, 3, 10000));
+	for (unsigned i = 0; i < 3; i++) {
+		assert_true(mock_find(m, MOCK_QUEUE_RQ, i, &ev));
+		assert_int_equal(ev.op, RQ_OP_WRITE);
+		assert_int_equal(ev.sector, want[i]);
+	}
+	assert_int_equal(ev.opf & (RQ_BIO_FUA | RQ_BIO_PREFLUSH), 0);
+	assert_int_equal(ev.opf & RQ_BIO_SYNC, RQ_BIO_SYNC);
+	for (unsigned i = 0; i < 3; i++)
+		mock_complete_one(m, 0, RQ_STS_OK);
+	assert_true(mock_wait_held(m, 1, 10000));
+	assert_true(mock_find(m, MOCK_QUEUE_RQ, 3, &ev));
+	assert_int_equal(ev.op, RQ_OP_FLUSH);
+	assert_int_equal(io_done(&io[1]), 0); /* ends with the post-flush */
+	mock_complete_one(m, 0, RQ_STS_OK);
+	for (unsigned i = 0; i < 3; i++) {
+		mock_wait(&io[i]);
+		assert_int_equal(io[i].status, RQ_STS_OK);
+	}
+	assert_int_equal(stat_flushes(m), 1);
+	mock_destroy(m);
+}
+
+/*
+ * A post-flush waits while other sequenced data steps are with the device
+ * (the kernel's C2): two FUA writes in flight together share one flush,
+ * issued when the second completes; with a scheduler and without one.
+ */
+static void test_fua_writes_share_postflush(void **state)
+{
+	static const char *const scheds[] = { "mq-deadline", "none" };
+
+	(void)state;
+	for (unsigned k = 0; k < 2; k++) {
+		struct mock_dev *m = flush_dev_sched(WC_NOFUA, scheds[k]);
+		static char buf[2][4096];
+		struct mock_io io[2];
+		struct mock_event ev;
+		struct rq_plug plug;
+
+		rq_start_plug(&plug);
+		for (unsigned i = 0; i < 2; i++) {
+			struct rq_bio *bio = mock_bio(&io[i], RQ_OP_WRITE, 100 + 8 * i, buf[i], 4096);
+
+			bio->opf = RQ_BIO_FUA;
+			rq_submit_bio(m->q, bio);
+		}
+		rq_finish_plug(&plug);
+		assert_true(mock_wait_held(m, 2, 10000)); /* not merged: two requests */
+		mock_complete_one(m, 0, RQ_STS_OK);
+		assert_int_equal(mock_count(m, MOCK_QUEUE_RQ), 2); /* no flush yet */
+		mock_complete_one(m, 0, RQ_STS_OK);
+		assert_true(mock_wait_held(m, 1, 10000));
+		assert_true(mock_find(m, MOCK_QUEUE_RQ, 2, &ev));
+		assert_int_equal(ev.op, RQ_OP_FLUSH);
+		mock_complete_one(m, 0, RQ_STS_OK);
+		for (unsigned i = 0; i < 2; i++) {
+			mock_wait(&io[i]);
+			assert_int_equal(io[i].status, RQ_STS_OK);
+		}
+		assert_int_equal(mock_count(m, MOCK_QUEUE_RQ), 3);
+		assert_int_equal(stat_flushes(m), 1);
+		mock_destroy(m);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -498,6 +607,8 @@ int main(void)
 		cmocka_unit_test(test_flush_step_errors),
 		cmocka_unit_test(test_preflush_not_served_by_older_flush),
 		cmocka_unit_test(test_concurrent_preflush),
+		cmocka_unit_test(test_wc_nofua_fua_through_scheduler),
+		cmocka_unit_test(test_fua_writes_share_postflush),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -466,6 +466,90 @@ static void test_sched_nomerges_2(void **state)
 	mock_destroy(m);
 }
 
+/*
+ * nomerges 1 leaves the one-hit cache as the only merge path with queued
+ * requests, and mq-deadline and bfq make an inserted request the cache when
+ * it is empty (rq_sched_last_merge_fill(), as the kernel's inserts do): of a
+ * plug holding A [0, 8), X [100, 108), B [8, 16) (B met only X, the plug's
+ * newest, so it stayed a request), A is inserted first and becomes the
+ * cache, and B joins it at insert: the driver sees [0, 16) and X.
+ */
+static void test_insert_merge_through_cache(void **state)
+{
+	static const char *const scheds[] = { "mq-deadline", "bfq" };
+	const uint64_t sec[] = { 0, 100, 8 };
+
+	(void)state;
+	for (unsigned k = 0; k < 2; k++) {
+		struct devopts o = { .completion = MOCK_COMPLETE_DEFER, .sched = scheds[k] };
+		struct mock_dev *m = make_dev(&o);
+		struct rq_queue_stats st;
+		struct fx_rec rec[3];
+
+		assert_int_equal(rq_queue_attr_set(m->q, "nomerges", "1"), 0);
+		rq_queue_quiesce(m->q);
+		plugged(m, rec, 3, RQ_OP_WRITE, sec, NULL);
+		rq_queue_get_stats(m->q, &st, sizeof(st));
+		assert_int_equal(st.merges_rq, 1);
+		rq_queue_unquiesce(m->q);
+		assert_true(mock_wait_held(m, 2, 10000));
+		assert_int_equal(mock_count(m, MOCK_QUEUE_RQ), 2);
+		for (unsigned i = 0; i < 2; i++) {
+			struct mock_event ev = issued(m, i);
+
+			assert_int_equal(ev.bytes, ev.sector == 0 ? 8192 : 4096);
+		}
+		end_all_ok(m, rec, 3);
+		mock_destroy(m);
+	}
+}
+
+/*
+ * The plug flushes early on size only when its FIRST request is 128 KiB or
+ * more (6.12+ blk_add_rq_to_plug() peeks the head of its FIFO list), and
+ * not at all for size with nomerges 2: a large request in the middle of
+ * the batch keeps the plug going, so later requests still meet earlier
+ * ones at the flush.
+ */
+static void test_plug_size_flush_looks_at_first(void **state)
+{
+	static uint8_t big[256 * 1024];
+	static const struct {
+		uint32_t first_len;
+		const char *nomerges;
+		unsigned before_finish;
+	} cases[] = {
+		{ 4096, "0", 0 },       /* large second request: no early flush */
+		{ sizeof(big), "0", 1 }, /* large first request: flushed before the second */
+		{ sizeof(big), "2", 0 }, /* nomerges 2: no size flush */
+	};
+
+	(void)state;
+	for (unsigned c = 0; c < 3; c++) {
+		struct devopts o = { .completion = MOCK_COMPLETE_DEFER, .max_hw_sectors = 2560,
+				     .max_sectors = 2560 };
+		struct mock_dev *m = make_dev(&o);
+		const uint32_t len[3] = { cases[c].first_len,
+					  cases[c].first_len == 4096 ? sizeof(big) : 4096, 4096 };
+		const uint64_t sec[3] = { 0, 4096, 8192 };
+		struct fx_rec rec[3];
+		struct rq_plug plug;
+		unsigned before;
+
+		assert_int_equal(rq_queue_attr_set(m->q, "nomerges", cases[c].nomerges), 0);
+		rq_start_plug(&plug);
+		for (unsigned i = 0; i < 3; i++)
+			rq_submit_bio(m->q, fx_bio(&rec[i], RQ_OP_WRITE, sec[i],
+						   len[i] == 4096 ? bufs[i] : big, len[i]));
+		before = mock_count(m, MOCK_QUEUE_RQ);
+		rq_finish_plug(&plug); /* before any assertion: no plug left behind */
+		assert_int_equal(before, cases[c].before_finish);
+		assert_true(mock_wait_held(m, 3, 10000));
+		end_all_ok(m, rec, 3);
+		mock_destroy(m);
+	}
+}
+
 /* Requests already issued to the driver never take more bios: with a
  * request held by the driver, a contiguous bio makes a new request. */
 static void test_no_merge_into_issued(void **state)
@@ -560,6 +644,8 @@ int main(void)
 		cmocka_unit_test(test_fidelity_64_per_plug),
 		cmocka_unit_test(test_sched_merges_queued),
 		cmocka_unit_test(test_sched_nomerges_2),
+		cmocka_unit_test(test_insert_merge_through_cache),
+		cmocka_unit_test(test_plug_size_flush_looks_at_first),
 		cmocka_unit_test(test_no_merge_into_issued),
 		cmocka_unit_test(test_merge_data_integrity),
 	};
