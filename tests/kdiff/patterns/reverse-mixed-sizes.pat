@@ -1,0 +1,13 @@
+# descending writes of mixed sizes: front merges up to max_sectors
+W 1064960 8192 c
+W 1060864 4096 c
+W 995328 65536 c
+W 978944 16384 c
+W 847872 131072 c
+W 843776 4096 c
+W 811008 32768 c
+W 548864 262144 c
+W 536576 12288 c
+W 528384 8192 c
+W 4096 524288 c
+W 0 4096 c
