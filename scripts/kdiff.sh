@@ -107,8 +107,17 @@ inst=$TR/instances/kdiff-$$
 dev=
 img=
 shm=
+qdir=
+orig_sched= orig_nomerges= orig_wbt=
 cleanup() {
 	[ -d "$inst" ] && { echo 0 > "$inst/tracing_on"; rmdir "$inst"; }
+	# a loop device keeps its queue settings after losetup -d: leave them
+	# as found, for whoever attaches it next
+	if [ -n "$qdir" ] && [ -d "$qdir" ]; then
+		[ -n "$orig_sched" ] && echo "$orig_sched" > $qdir/scheduler 2>/dev/null
+		[ -n "$orig_nomerges" ] && echo "$orig_nomerges" > $qdir/nomerges 2>/dev/null
+		[ -n "$orig_wbt" ] && echo "$orig_wbt" > $qdir/wbt_lat_usec 2>/dev/null
+	fi
 	[ -n "$dev" ] && losetup -d "$dev"
 	[ -n "$img" ] && rm -f "$img"
 	[ -n "$shm" ] && { umount "$shm"; rmdir "$shm"; }
@@ -137,6 +146,9 @@ command -v udevadm >/dev/null && udevadm settle 2>/dev/null
 name=$(basename "$dev")
 qdir=/sys/block/$name/queue
 IFS=: read -r major minor < /sys/block/$name/dev
+orig_sched=$(sed -n 's/.*\[\(.*\)\].*/\1/p' $qdir/scheduler 2>/dev/null)
+orig_nomerges=$(cat $qdir/nomerges 2>/dev/null)
+orig_wbt=$(cat $qdir/wbt_lat_usec 2>/dev/null)
 # writeback throttling never holds O_DIRECT writes (REQ_SYNC|REQ_IDLE), but off is certain
 [ -w $qdir/wbt_lat_usec ] && echo 0 > $qdir/wbt_lat_usec 2>/dev/null
 
