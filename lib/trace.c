@@ -283,10 +283,26 @@ static struct obs_thread *obs_thread_self(void)
 	return th;
 }
 
+/*
+ * A full fence.  GCC refuses atomic_thread_fence() under ThreadSanitizer,
+ * which does not model fences; a TSan build orders through a seq_cst
+ * read-modify-write of one word instead, which it does model.
+ */
+static inline void obs_fence(void)
+{
+#if defined(__SANITIZE_THREAD__)
+	static _Atomic unsigned fence_word;
+
+	atomic_fetch_add_explicit(&fence_word, 0, memory_order_seq_cst);
+#else
+	atomic_thread_fence(memory_order_seq_cst);
+#endif
+}
+
 /* Wait until no thread is inside an event point (its trace is unpublished). */
 static void obs_threads_quiesce(void)
 {
-	atomic_thread_fence(memory_order_seq_cst);
+	obs_fence();
 	for (struct obs_thread *th = atomic_load(&obs_threads); th; th = th->next)
 		while (atomic_load_explicit(&th->active, memory_order_seq_cst))
 			sched_yield();
@@ -548,7 +564,7 @@ static void trace_drain(struct rq_trace *t, bool final)
 	uint64_t limit = final ? UINT64_MAX : rq_clock_ns();
 	unsigned n = 0;
 
-	atomic_thread_fence(memory_order_seq_cst);
+	obs_fence();
 	if (!drain_room(t, atomic_load(&t->nr_rings)))
 		return;
 	for (struct trace_ring *r = atomic_load_explicit(&t->rings, memory_order_acquire);
