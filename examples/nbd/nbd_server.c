@@ -91,6 +91,7 @@
 #define NBD_MAX_OPT_SKIP (1u << 20)     /* longer options: disconnect */
 #define NBD_DRAIN_TIMEOUT_MS 5000       /* at stop: time to send the last replies */
 #define NBD_IOV_MAX 64                  /* iovecs per sendmsg */
+#define NBD_MAX_STRING 4096             /* names and descriptions we send or take */
 
 enum conn_state {
 	CONN_HANDSHAKE = 0,
@@ -139,6 +140,10 @@ struct nbd_conn {
 	atomic_bool evicted;        /* shut down to make room (set under srv->lock) */
 	struct nbd_peer peer;
 	struct rq_io_context *ioc;  /* this client's io context */
+	const struct nbd_export *exp; /* the export chosen (or last asked about) */
+	unsigned exp_idx;
+	bool exp_counted;           /* counted in srv->exp_conns[exp_idx] */
+	char *name;                 /* the export name it was served by */
 	bool structured;            /* structured replies negotiated */
 	bool no_zeroes;             /* NBD_FLAG_C_NO_ZEROES */
 	uint64_t hs_deadline;       /* ms: the handshake must end before */
@@ -172,7 +177,10 @@ struct nbd_conn {
 };
 
 struct nbd_server {
-	struct nbd_export exp;
+	struct nbd_export exps[NBD_MAX_EXPORTS];
+	unsigned nexps;
+	unsigned exp_conns[NBD_MAX_EXPORTS]; /* under lock: served each export */
+	struct nbd_policy policy;
 	struct nbd_limits lim;
 	struct nbd_pool *pool;      /* request data buffers */
 	pthread_mutex_t lock;
@@ -213,7 +221,7 @@ static uint16_t conn_tflags(const struct nbd_conn *c)
 		     NBD_FLAG_SEND_TRIM | NBD_FLAG_SEND_WRITE_ZEROES |
 		     NBD_FLAG_CAN_MULTI_CONN;
 
-	if (c->srv->exp.read_only)
+	if (c->exp->read_only)
 		f |= NBD_FLAG_READ_ONLY;
 	if (c->structured)
 		f |= NBD_FLAG_SEND_DF; /* a read is always one data chunk */
@@ -333,17 +341,90 @@ static int hs_reply(struct nbd_conn *c, uint32_t opt, uint32_t type,
 	return hs_writev(c, iov, len ? 2 : 1);
 }
 
-/* Does @name (of @len bytes) name our export?  The empty name does. */
-static bool hs_name_ok(const struct nbd_conn *c, const unsigned char *name, uint32_t len)
+/*
+ * The TLS identity of @c (certificate DN or PSK username) for the policy:
+ * NULL until the TLS side (nbdproto) is merged; it will return what the
+ * session negotiated, as nbd_server.h documents there.
+ */
+static const char *conn_tls_identity(const struct nbd_conn *c)
 {
-	return nbd_name_match(c->srv->exp.name, name, len);
+	(void)c;
+	return NULL;
+}
+
+/*
+ * The export @name (of @len bytes) selects: an export's own name, "" for
+ * the first, else what the policy resolves it to.  Sets c->exp to it.
+ * Return: its index, or -1 (unknown).
+ */
+static int hs_find_export(struct nbd_conn *c, const unsigned char *name, uint32_t len)
+{
+	struct nbd_server *srv = c->srv;
+	char buf[NBD_MAX_STRING + 1];
+	int i = len ? -1 : 0;
+
+	for (unsigned k = 0; len && k < srv->nexps && i < 0; k++)
+		if (strlen(srv->exps[k].name) == len && !memcmp(srv->exps[k].name, name, len))
+			i = (int)k;
+	if (i < 0 && srv->policy.resolve && len <= NBD_MAX_STRING &&
+	    !memchr(name, '\0', len)) {
+		memcpy(buf, name, len);
+		buf[len] = '\0';
+		i = srv->policy.resolve(srv->policy.arg, buf);
+		if (i >= (int)srv->nexps)
+			i = -1;
+	}
+	if (i >= 0) {
+		c->exp = &srv->exps[i];
+		c->exp_idx = (unsigned)i;
+	}
+	return i;
+}
+
+/*
+ * Connection @c is to be served the export hs_find_export() chose, by
+ * @name (@len bytes): take a place under the export's connection limit,
+ * ask the policy.  Return: 0, or the NBD_REP_ERR_* to refuse with.
+ */
+static uint32_t hs_admit(struct nbd_conn *c, const unsigned char *name, uint32_t len)
+{
+	struct nbd_server *srv = c->srv;
+	struct nbd_client_info ci;
+	char peer[64];
+	bool full;
+
+	free(c->name);
+	c->name = strndup((const char *)name, len);
+	if (!c->name)
+		return NBD_REP_ERR_SHUTDOWN;
+	pthread_mutex_lock(&srv->lock);
+	full = c->exp->max_conns && srv->exp_conns[c->exp_idx] >= c->exp->max_conns;
+	if (!full) {
+		srv->exp_conns[c->exp_idx]++;
+		c->exp_counted = true;
+	}
+	pthread_mutex_unlock(&srv->lock);
+	if (full)
+		return NBD_REP_ERR_POLICY;
+	if (!srv->policy.admit)
+		return 0;
+	nbd_peer_name(c->fd, peer, sizeof(peer));
+	ci = (struct nbd_client_info){ .name = c->name, .export = c->exp_idx, .peer = peer,
+				       .tls_identity = conn_tls_identity(c) };
+	if (!srv->policy.admit(srv->policy.arg, &ci, c->ioc, false))
+		return 0;
+	pthread_mutex_lock(&srv->lock);
+	srv->exp_conns[c->exp_idx]--;
+	c->exp_counted = false;
+	pthread_mutex_unlock(&srv->lock);
+	return NBD_REP_ERR_POLICY;
 }
 
 /* NBD_OPT_INFO / NBD_OPT_GO.  Return: 1 to enter transmission, 0 to go on,
  * -1 to close. */
 static int hs_info(struct nbd_conn *c, uint32_t opt, const unsigned char *d, uint32_t len)
 {
-	const struct nbd_export *exp = &c->srv->exp;
+	const struct nbd_export *exp;
 	struct nbd_info_req ir;
 	bool want_name, want_desc;
 	unsigned char info[14];
@@ -351,8 +432,11 @@ static int hs_info(struct nbd_conn *c, uint32_t opt, const unsigned char *d, uin
 
 	if (err)
 		return hs_reply(c, opt, err, NULL, 0);
-	if (!hs_name_ok(c, ir.name, ir.namelen))
+	if (hs_find_export(c, ir.name, ir.namelen) < 0)
 		return hs_reply(c, opt, NBD_REP_ERR_UNKNOWN, NULL, 0);
+	exp = c->exp;
+	if (opt == NBD_OPT_GO && (err = hs_admit(c, ir.name, ir.namelen)))
+		return hs_reply(c, opt, err, NULL, 0);
 	want_name = ir.want_name;
 	want_desc = ir.want_desc;
 
@@ -400,28 +484,34 @@ static int hs_export_name(struct nbd_conn *c, const unsigned char *name, uint32_
 	unsigned char r10[10], zeros[124] = { 0 };
 	struct iovec iov[2] = { { r10, 10 }, { zeros, 124 } };
 
-	if (!hs_name_ok(c, name, len))
+	if (hs_find_export(c, name, len) < 0 || hs_admit(c, name, len))
 		return -1; /* no way to say no but to hang up */
-	nbd_put64(r10, c->srv->exp.size);
+	nbd_put64(r10, c->exp->size);
 	nbd_put16(r10 + 8, conn_tflags(c));
 	return hs_writev(c, iov, c->no_zeroes ? 1 : 2) ? -1 : 1;
 }
 
-/* NBD_OPT_LIST: our one export.  Return: 0 or -1. */
+/* NBD_OPT_LIST: every export, its description as the reply's text (aliases
+ * are not listed).  Return: 0 or -1. */
 static int hs_list(struct nbd_conn *c, uint32_t opt, uint32_t len)
 {
-	const char *name = c->srv->exp.name;
-	unsigned char srv[4 + 4096];
-	size_t n = strlen(name);
+	unsigned char rep[4 + 2 * NBD_MAX_STRING];
+	unsigned i;
 
 	if (len)
 		return hs_reply(c, opt, NBD_REP_ERR_INVALID, NULL, 0);
-	if (n > 4096)
-		n = 4096;
-	nbd_put32(srv, n);
-	memcpy(srv + 4, name, n);
-	if (hs_reply(c, opt, NBD_REP_SERVER, srv, 4 + n))
-		return -1;
+	for (i = 0; i < c->srv->nexps; i++) {
+		const struct nbd_export *e = &c->srv->exps[i];
+		size_t n = strnlen(e->name, NBD_MAX_STRING);
+		size_t dn = e->description ? strnlen(e->description, NBD_MAX_STRING) : 0;
+
+		nbd_put32(rep, n);
+		memcpy(rep + 4, e->name, n);
+		if (dn)
+			memcpy(rep + 4 + n, e->description, dn);
+		if (hs_reply(c, opt, NBD_REP_SERVER, rep, 4 + n + dn))
+			return -1;
+	}
 	return hs_reply(c, opt, NBD_REP_ACK, NULL, 0);
 }
 
@@ -730,7 +820,7 @@ static void conn_submit(struct nbd_conn *c, struct nbd_cmd *cmd)
 		return;
 	}
 	bio->iter.sector = start >> RQ_SECTOR_SHIFT;
-	rq_submit_bio(c->srv->exp.q, bio);
+	rq_submit_bio(c->exp->q, bio);
 }
 
 /*
@@ -1038,10 +1128,10 @@ static int conn_transmit_init(struct nbd_conn *c)
 		c->free_cmds = &c->cmds[i];
 	}
 	c->rlim = (struct nbd_req_limits){
-		.size = c->srv->exp.size,
-		.min_block = c->srv->exp.min_block,
-		.max_block = c->srv->exp.max_block,
-		.read_only = c->srv->exp.read_only,
+		.size = c->exp->size,
+		.min_block = c->exp->min_block,
+		.max_block = c->exp->max_block,
+		.read_only = c->exp->read_only,
 		.structured = c->structured,
 	};
 	return 0;
@@ -1308,6 +1398,7 @@ static void conn_free(struct nbd_conn *c)
 		munmap(c->in, NBD_IN_BUF);
 	if (c->ioc)
 		rq_ioc_put(c->ioc);
+	free(c->name);
 	if (c->efd >= 0)
 		close(c->efd);
 	if (c->fd >= 0)
@@ -1330,6 +1421,8 @@ static void conn_unlist(struct nbd_conn *c)
 		c->next_conn->prev_conn = c->prev_conn;
 	if (c->evicted)
 		srv->nevicting--;
+	if (c->exp_counted)
+		srv->exp_conns[c->exp_idx]--;
 	last = !--srv->nconns;
 	pthread_mutex_unlock(&srv->lock);
 	conn_free(c);
@@ -1393,12 +1486,27 @@ void nbd_limits_default(struct nbd_limits *l)
 	};
 }
 
-static bool limits_ok(const struct nbd_export *exp, const struct nbd_limits *l)
+static bool limits_ok(const struct nbd_limits *l)
 {
 	return l->max_conns && l->max_per_client && l->reserve < l->max_conns &&
-	       l->conn_requests && l->handshake_ms && l->handshake_ms <= INT_MAX &&
-	       exp->max_block <= l->conn_buffer &&
-	       nbd_pool_class_size(exp->max_block) <= l->buffer_total;
+	       l->conn_requests && l->handshake_ms && l->handshake_ms <= INT_MAX;
+}
+
+/* One export: sane blocks that fit the buffers, a name no other has. */
+static bool export_ok(const struct nbd_export *exps, unsigned i, const struct nbd_limits *l)
+{
+	const struct nbd_export *exp = &exps[i];
+	unsigned k;
+
+	if (!exp->q || !exp->name || exp->min_block < 512 ||
+	    (exp->min_block & (exp->min_block - 1)) || exp->max_block < exp->min_block ||
+	    exp->max_block > l->conn_buffer ||
+	    nbd_pool_class_size(exp->max_block) > l->buffer_total)
+		return false;
+	for (k = 0; k < i; k++)
+		if (!strcmp(exps[k].name, exp->name))
+			return false;
+	return true;
 }
 
 /**
@@ -1408,20 +1516,22 @@ static bool limits_ok(const struct nbd_export *exp, const struct nbd_limits *l)
  * @out: receives the server.
  * Return: 0 or a negative errno.
  */
-int nbd_server_create(const struct nbd_export *exp, const struct nbd_limits *lim,
-		      struct nbd_server **out)
+int nbd_server_create(const struct nbd_export *exps, unsigned nexps,
+		      const struct nbd_limits *lim, struct nbd_server **out)
 {
 	struct nbd_server *srv;
 	struct nbd_limits def;
+	unsigned i;
 
 	if (!lim) {
 		nbd_limits_default(&def);
 		lim = &def;
 	}
-	if (!exp || !exp->q || !exp->name || !out || exp->min_block < 512 ||
-	    (exp->min_block & (exp->min_block - 1)) || exp->max_block < exp->min_block ||
-	    !limits_ok(exp, lim))
+	if (!exps || !nexps || nexps > NBD_MAX_EXPORTS || !out || !limits_ok(lim))
 		return -EINVAL;
+	for (i = 0; i < nexps; i++)
+		if (!export_ok(exps, i, lim))
+			return -EINVAL;
 	srv = calloc(1, sizeof(*srv));
 	if (!srv)
 		return -ENOMEM;
@@ -1429,7 +1539,8 @@ int nbd_server_create(const struct nbd_export *exp, const struct nbd_limits *lim
 		free(srv);
 		return -ENOMEM;
 	}
-	srv->exp = *exp;
+	memcpy(srv->exps, exps, nexps * sizeof(*exps));
+	srv->nexps = nexps;
 	srv->lim = *lim;
 	pthread_mutex_init(&srv->lock, NULL);
 	pthread_cond_init(&srv->cond, NULL);
@@ -1575,6 +1686,7 @@ int nbd_server_add(struct nbd_server *srv, int fd)
 	}
 	c->srv = srv;
 	c->fd = fd;
+	c->exp = &srv->exps[0];
 	c->hs_deadline = now_ms() + srv->lim.handshake_ms;
 	atomic_init(&c->last_ms, now_ms());
 	peer_of(fd, &c->peer);
@@ -1597,6 +1709,61 @@ fail:
 out:
 	count(&srv->st_refused);
 	return ret;
+}
+
+/**
+ * nbd_server_set_policy() - see nbd_server.h.
+ * @srv: the server.
+ * @p: the policy, copied.
+ */
+void nbd_server_set_policy(struct nbd_server *srv, const struct nbd_policy *p)
+{
+	srv->policy = *p;
+}
+
+/**
+ * nbd_server_reapply() - see nbd_server.h.
+ * @srv: the server.
+ * Return: connections the policy was asked about.
+ */
+unsigned nbd_server_reapply(struct nbd_server *srv)
+{
+	struct nbd_conn *c;
+	unsigned n = 0;
+
+	if (!srv->policy.admit)
+		return 0;
+	pthread_mutex_lock(&srv->lock);
+	for (c = srv->conns; c; c = c->next_conn) {
+		struct nbd_client_info ci;
+		char peer[64];
+
+		if (c->state != CONN_TRANSMISSION || !c->exp_counted || atomic_load(&c->evicted))
+			continue;
+		nbd_peer_name(c->fd, peer, sizeof(peer));
+		ci = (struct nbd_client_info){ .name = c->name, .export = c->exp_idx,
+					       .peer = peer, .tls_identity = conn_tls_identity(c) };
+		srv->policy.admit(srv->policy.arg, &ci, c->ioc, true);
+		n++;
+	}
+	pthread_mutex_unlock(&srv->lock);
+	return n;
+}
+
+/**
+ * nbd_server_export_conns() - see nbd_server.h.
+ * @srv: the server.
+ * @idx: the export's index.
+ * Return: its connections.
+ */
+unsigned nbd_server_export_conns(struct nbd_server *srv, unsigned idx)
+{
+	unsigned n;
+
+	pthread_mutex_lock(&srv->lock);
+	n = idx < srv->nexps ? srv->exp_conns[idx] : 0;
+	pthread_mutex_unlock(&srv->lock);
+	return n;
 }
 
 /**

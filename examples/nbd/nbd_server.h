@@ -1,15 +1,25 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /*
- * nbd_server: the NBD protocol side of rqnbd.  One export, any number of
- * connections, a thread per connection.  Each connection does the fixed
- * newstyle handshake, then turns every request into a bio on the export's
- * queue and sends the replies as the bios end.
+ * nbd_server: the NBD protocol side of rqnbd.  One or more exports, any
+ * number of connections, a thread per connection.  Each connection does
+ * the fixed newstyle handshake, picks its export by name (NBD_OPT_GO,
+ * NBD_OPT_EXPORT_NAME; "" is the first export), then turns every request
+ * into a bio on that export's queue and sends the replies as the bios end.
+ *
+ * Tenants: a policy (nbd_server_set_policy) may turn export names that are
+ * not exports into exports (aliases naming a client), and is asked, when a
+ * connection has chosen its export, to admit it and to set up its io
+ * context (io group, weight, priority class); nbd_server_reapply() asks it
+ * again for every connection being served (a reload).
  *
  * What may run at the same time:
  *
  *   operation              concurrent with
  *   nbd_server_create      anything
  *   nbd_server_add         itself (from one accept loop), nbd_server_stop
+ *   nbd_server_set_policy  nothing: before the first nbd_server_add
+ *   nbd_server_reapply     everything but nbd_server_destroy
+ *   nbd_server_export_conns everything but nbd_server_destroy
  *   nbd_server_stop        everything but nbd_server_destroy
  *   nbd_server_wait        nbd_server_stop
  *   nbd_server_destroy     nothing: after nbd_server_wait
@@ -21,15 +31,21 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <librequest/iocontext.h>
 #include <librequest/queue.h>
 
 /** struct nbd_export - what is served. */
 struct nbd_export {
 	struct rq_queue *q;        /* the queue bios go to */
 	uint64_t size;             /* bytes, a multiple of min_block */
-	const char *name;          /* export name ("" matches it too) */
-	const char *description;   /* NBD_INFO_DESCRIPTION, may be NULL */
+	const char *name;          /* export name (for the first export, ""
+				      matches it too) */
+	const char *description;   /* NBD_INFO_DESCRIPTION and NBD_OPT_LIST's
+				      text, may be NULL */
 	bool read_only;            /* writes, trims and zeroes fail with EPERM */
+	unsigned max_conns;        /* connections served this export at once;
+				      more get NBD_REP_ERR_POLICY (0: no limit
+				      of its own) */
 	uint32_t min_block;        /* advertised and enforced alignment (512) */
 	uint32_t pref_block;       /* advertised preferred size (4096) */
 	uint32_t max_block;        /* advertised maximum payload (32 MiB) */
@@ -105,16 +121,62 @@ struct nbd_server_stats {
 
 struct nbd_server;
 
+#define NBD_MAX_EXPORTS 64
+
 /**
- * nbd_server_create() - a server for @exp.
- * @exp: the export; copied (strings must outlive the server).
- * @lim: the limits (NULL: the defaults); copied.  @exp->max_block must fit
- *	in @lim->conn_buffer and @lim->buffer_total.
+ * nbd_server_create() - a server for @nexps exports.
+ * @exps: the exports, listed by NBD_OPT_LIST in this order; @exps[0] is the
+ *	one the empty name selects.  Copied (strings must outlive the
+ *	server).  Names must differ.
+ * @nexps: 1 to NBD_MAX_EXPORTS.
+ * @lim: the limits (NULL: the defaults); copied.  Each export's max_block
+ *	must fit in @lim->conn_buffer and @lim->buffer_total.
  * @out: receives the server.
  * Return: 0, -EINVAL, -ENOMEM.
  */
-int nbd_server_create(const struct nbd_export *exp, const struct nbd_limits *lim,
-		      struct nbd_server **out);
+int nbd_server_create(const struct nbd_export *exps, unsigned nexps,
+		      const struct nbd_limits *lim, struct nbd_server **out);
+
+/** struct nbd_client_info - a connection that has chosen its export. */
+struct nbd_client_info {
+	const char *name;          /* the export name it asked for */
+	unsigned export;           /* index of the export it is served */
+	const char *peer;          /* nbd_peer_name() of its socket */
+	const char *tls_identity;  /* NULL until TLS identities are wired in */
+};
+
+/**
+ * struct nbd_policy - who gets what (rqnbd's tenants).  Both hooks may be
+ * NULL; they run on connection threads (admit also in nbd_server_reapply's
+ * caller), under no lock of the server's but the one said.
+ * @resolve: an export name that is no export's (and not ""): the index of
+ *	the export it stands for, or -1 for NBD_REP_ERR_UNKNOWN.
+ * @admit: @ci is about to be served (NBD_OPT_GO, NBD_OPT_EXPORT_NAME) or
+ *	is being served (nbd_server_reapply, @reapply true; then under the
+ *	server's lock, so it must not block): set up @ioc (rq_ioc_set_group,
+ *	rq_ioc_set_prio, rq_ioc_set_weight).  Return 0, or -EACCES to refuse
+ *	(NBD_REP_ERR_POLICY; ignored on reapply).
+ * @arg: passed to both.
+ */
+struct nbd_policy {
+	int (*resolve)(void *arg, const char *name);
+	int (*admit)(void *arg, const struct nbd_client_info *ci, struct rq_io_context *ioc,
+		     bool reapply);
+	void *arg;
+};
+
+/** nbd_server_set_policy() - install @p (copied) before serving. */
+void nbd_server_set_policy(struct nbd_server *srv, const struct nbd_policy *p);
+
+/**
+ * nbd_server_reapply() - call the policy's admit hook again for every
+ * connection in transmission (after the policy's rules changed).
+ * Return: the number of connections it was called for.
+ */
+unsigned nbd_server_reapply(struct nbd_server *srv);
+
+/** nbd_server_export_conns() - connections served export @idx now. */
+unsigned nbd_server_export_conns(struct nbd_server *srv, unsigned idx);
 
 /**
  * nbd_server_add() - serve an accepted connection on a new thread.

@@ -6,14 +6,20 @@
  *          --rbd POOL/IMAGE [--ceph-conf FILE] [--ceph-id ID])
  *         [--front mq|sq] [--sched NAME] [--queues N] [--depth N]
  *         [--read-only] [--export-name NAME]
+ *   rqnbd --config FILE [--unix PATH | --port N [--bind ADDR]] [--check-config]
  *   rqnbd [--front mq|sq] --list-scheds
  *   rqnbd -h|--help | --version
  *
- * One export, served in the foreground to any number of clients at once.
- * The device under the queue is the null driver of examples/null keeping
- * its data in memory (--memory) or the small file driver of this folder
- * (--file).  SIGINT or SIGTERM stop accepting, let every connection finish
- * what it has in flight, flush the device and exit 0.
+ * One export from the command line, or several from a configuration file
+ * (nbd_config.h) with tenants: clients named by export-name alias put in
+ * io groups with weights and priority classes.  Served in the foreground
+ * to any number of clients at once.  The device under each queue is the
+ * null driver of examples/null keeping its data in memory (--memory;
+ * "paced": one request at a time at a set rate) or the small file driver
+ * of this folder (--file).  SIGHUP re-reads the configuration file and
+ * applies weights, classes, schedulers and tunables live.  SIGINT or
+ * SIGTERM stop accepting, let every connection finish what it has in
+ * flight, flush the devices and exit 0.
  *
  * Reading order: options, the device, the listening socket, main.
  * See README.md in this folder and doc/nbd.md.
@@ -46,6 +52,7 @@
 
 #include <librequest/librequest.h>
 
+#include "nbd_config.h"
 #include "nbd_file.h"
 #include "nbd_iostat.h"
 #include "nbd_rbd.h"
@@ -99,6 +106,9 @@ struct opts {
 	const char *trace_dir;  /* --trace: DIR/rqnbd.blktrace.CPU */
 	bool iostat;            /* --iostat given: diskstats counted */
 	unsigned iostat_ms;     /* a line every so often; 0: on SIGUSR1 only */
+	const char *config;     /* --config FILE */
+	bool check_config;      /* --check-config: parse, say, exit */
+	bool export_opts;       /* an option of the one-export command line given */
 };
 
 /* ----------------------------------------------------------------- options */
@@ -142,6 +152,7 @@ static void set_port(struct opts *o, const char *f, const char *v)
 
 static void set_memory(struct opts *o, const char *f, const char *v)
 {
+	o->export_opts = true;
 	o->memory = opt_size(f, v, RQNBD_MIN_BLOCK, RQNBD_MAX_MEMORY);
 	if (o->memory % RQNBD_MIN_BLOCK)
 		prog_usage_error("%s: %s is not a multiple of %u bytes", f, v, RQNBD_MIN_BLOCK);
@@ -149,6 +160,7 @@ static void set_memory(struct opts *o, const char *f, const char *v)
 
 static void set_front(struct opts *o, const char *f, const char *v)
 {
+	o->export_opts = true;
 	static const char *const fronts[] = { "mq", "sq" };
 
 	o->front = fronts[opt_choice(f, v, fronts, 2)];
@@ -176,6 +188,7 @@ static void set_iostat(struct opts *o, const char *f, const char *v)
 
 static void set_name(struct opts *o, const char *f, const char *v)
 {
+	o->export_opts = true;
 	if (strlen(v) > 4096)
 		prog_usage_error("%s: longer than 4096 bytes", f);
 	o->export_name = v;
@@ -257,6 +270,12 @@ static const struct rqnbd_option rqnbd_options[] = {
 	  "SIGUSR1 prints stat, inflight and latency_hist", set_iostat },
 	{ "list-scheds", NULL, OPT_FLAG, FIELD(list_scheds), 0, 0,
 	  "print the schedulers the queue offers, one per line", NULL },
+	{ "config", "FILE", OPT_STRING, FIELD(config), 0, 0,
+	  "serve the exports and tenants of FILE (doc/nbd.md,\n"
+	  "rqnbd(1)); SIGHUP re-reads it; --unix/--port\n"
+	  "override its [server] listening", NULL },
+	{ "check-config", NULL, OPT_FLAG, FIELD(check_config), 0, 0,
+	  "with --config: check FILE, print what it serves, exit", NULL },
 };
 
 /* Apply option row @r with value @v (NULL for a flag) to @o. */
@@ -322,6 +341,7 @@ static void usage(FILE *f)
 "             [--front mq|sq] [--sched NAME] [--queues N] [--depth N]\n"
 "             [--read-only] [--export-name NAME] [--lock MODE] [limits]\n"
 "             [--user USER] [--group GROUP] [--trace DIR] [--iostat S]\n"
+"       rqnbd --config FILE [--unix PATH | --port N [--bind ADDR]] [--check-config]\n"
 "       rqnbd [--front mq|sq] --list-scheds\n"
 "       rqnbd -h|--help | --version\n\n");
 	for (i = 0; i < RQNBD_NOPTS; i++) {
@@ -344,6 +364,19 @@ static void usage(FILE *f)
 /* Cross-option checks, after every option is read. */
 static void check_args(struct opts *o)
 {
+	if (o->check_config && !o->config)
+		prog_usage_error("--check-config: goes with --config");
+	if (o->config) {
+		if (o->export_opts || o->file || o->rbd || o->sched || o->read_only)
+			prog_usage_error("--config: exports come from the file (no --memory, "
+					 "--file, --rbd, --front, --sched, --read-only, "
+					 "--export-name)");
+		if (o->unix_path && o->port)
+			prog_usage_error("--unix, --port: give at most one");
+		if (o->bind_addr && !o->port)
+			prog_usage_error("--bind: goes with --port");
+		return; /* the listening socket is checked once the file is read */
+	}
 	if (!!o->unix_path == !!o->port)
 		prog_usage_error("--unix, --port: give exactly one");
 	if (o->bind_addr && !o->port)
@@ -413,6 +446,7 @@ struct device {
 	struct nbd_rbd *rbd;
 	struct rq_queue *q;
 	uint64_t size;
+	bool paced;             /* one request at a time: scheduler tags set up */
 };
 
 static void device_limits(struct rq_queue_limits *lim)
@@ -426,29 +460,63 @@ static void device_limits(struct rq_queue_limits *lim)
 	lim->max_segment_size = RQNBD_MAX_REQ_SECTORS << RQ_SECTOR_SHIFT;
 }
 
-static int device_open(const struct opts *o, struct device *dev)
+/* The defaults the command line gives a file's exports. */
+static unsigned export_queues(const struct opts *o, const struct nbd_conf_export *e)
+{
+	return e->queues ? e->queues : o->queues;
+}
+
+static unsigned export_depth(const struct opts *o, const struct nbd_conf_export *e)
+{
+	return e->depth ? e->depth : o->depth;
+}
+
+/*
+ * A memory export (null driver, data kept), or a paced one: the same, but
+ * one request at a time, each ending 1/iops s after it started, so the
+ * device is the bottleneck whatever the machine (fairness runs).
+ */
+static int device_open_null(const struct opts *o, const struct nbd_conf_export *e,
+			    struct device *dev)
+{
+	struct null_config cfg;
+	int ret;
+
+	null_config_default(&cfg);
+	cfg.nr_hw_queues = export_queues(o, e);
+	cfg.hw_queue_depth = export_depth(o, e);
+	cfg.completion = NULL_COMPLETE_INLINE;
+	if (e->backend == NBD_BACKEND_PACED) {
+		cfg.nr_hw_queues = 1;
+		cfg.hw_queue_depth = 1;
+		cfg.completion = NULL_COMPLETE_TIMER;
+		cfg.completion_nsec = 1000000000ull / e->iops;
+	}
+	cfg.memory_backed = true;
+	cfg.size_bytes = e->size;
+	cfg.sched = e->sched[0] ? e->sched : NULL;
+	if (e->sq)
+		cfg.queue_mode = NULL_Q_RQ; /* one request_fn under one lock */
+	device_limits(&cfg.limits);
+	ret = null_create(&cfg, &dev->null);
+	if (ret)
+		return ret;
+	dev->q = null_queue(dev->null);
+	dev->size = e->size;
+	dev->paced = e->backend == NBD_BACKEND_PACED;
+	return 0;
+}
+
+static int device_open(const struct opts *o, const struct nbd_conf_export *e,
+		       struct device *dev)
 {
 	int ret;
 
 	memset(dev, 0, sizeof(*dev));
-	if (o->memory) {
-		struct null_config cfg;
-
-		null_config_default(&cfg);
-		cfg.nr_hw_queues = o->queues;
-		cfg.hw_queue_depth = o->depth;
-		cfg.completion = NULL_COMPLETE_INLINE;
-		cfg.memory_backed = true;
-		cfg.size_bytes = o->memory;
-		cfg.sched = o->sched;
-		if (!strcmp(o->front, "sq"))
-			cfg.queue_mode = NULL_Q_RQ; /* one request_fn under one lock */
-		device_limits(&cfg.limits);
-		ret = null_create(&cfg, &dev->null);
+	if (e->backend == NBD_BACKEND_MEMORY || e->backend == NBD_BACKEND_PACED) {
+		ret = device_open_null(o, e, dev);
 		if (ret)
 			return ret;
-		dev->q = null_queue(dev->null);
-		dev->size = o->memory;
 	} else if (o->rbd) {
 		struct nbd_rbd_config cfg = {
 			.spec = o->rbd,
@@ -467,15 +535,15 @@ static int device_open(const struct opts *o, struct device *dev)
 		dev->size = nbd_rbd_size(dev->rbd);
 	} else {
 		struct nbd_file_config cfg = {
-			.path = o->file,
-			.read_only = o->read_only,
+			.path = e->path,
+			.read_only = e->read_only,
 			.lock = !strcmp(o->lock, "off") ? NBD_FILE_LOCK_OFF :
-				!strcmp(o->lock, "shared") || (o->read_only && !strcmp(o->lock, "auto"))
+				!strcmp(o->lock, "shared") || (e->read_only && !strcmp(o->lock, "auto"))
 				? NBD_FILE_LOCK_SHARED : NBD_FILE_LOCK_EXCLUSIVE,
-			.single_queue = !strcmp(o->front, "sq"),
-			.nr_hw_queues = o->queues,
-			.queue_depth = o->depth,
-			.sched = o->sched,
+			.single_queue = e->sq,
+			.nr_hw_queues = export_queues(o, e),
+			.queue_depth = export_depth(o, e),
+			.sched = e->sched[0] ? e->sched : NULL,
 		};
 		struct rq_queue_limits lim;
 
@@ -853,56 +921,6 @@ static bool accept_one(struct acceptor *a, struct nbd_server *srv)
 	return true;
 }
 
-/* Serve until SIGINT/SIGTERM arrive on @sfd. */
-/* A signal arrived: SIGUSR1 prints the queue's counters; others stop (true). */
-static bool on_signal(int sfd, struct nbd_iostat *io)
-{
-	struct signalfd_siginfo si;
-
-	if (read(sfd, &si, sizeof(si)) != sizeof(si))
-		return false;
-	if (si.ssi_signo == SIGUSR1) {
-		if (io->q)
-			nbd_iostat_dump(io, stderr);
-		else
-			fprintf(stderr, "rqnbd: SIGUSR1: no counters (start with --iostat S)\n");
-		return false;
-	}
-	fprintf(stderr, "rqnbd: %s: stopping\n", strsignal(si.ssi_signo));
-	return true;
-}
-
-static void accept_loop(struct acceptor *a, struct nbd_server *srv, int sfd,
-			struct nbd_iostat *io)
-{
-	for (;;) {
-		struct pollfd pfd[2] = { { a->lfd, POLLIN, 0 }, { sfd, POLLIN, 0 } };
-		uint64_t now = mono_ms();
-		int timeout = nbd_iostat_timeout(io, now);
-
-		if (now < a->paused_until) {
-			pfd[0].fd = -1;
-			if (timeout < 0 || (uint64_t)timeout > a->paused_until - now)
-				timeout = (int)(a->paused_until - now);
-		}
-		if (poll(pfd, 2, timeout) < 0) {
-			if (errno == EINTR)
-				continue;
-			perror("rqnbd: poll");
-			return;
-		}
-		nbd_iostat_tick(io, mono_ms(), stderr);
-		if ((pfd[1].revents & POLLIN) && on_signal(sfd, io))
-			return;
-		if (pfd[0].revents & POLLIN) {
-			int n = 0;
-
-			while (n++ < RQNBD_ACCEPT_BATCH && accept_one(a, srv))
-				;
-		}
-	}
-}
-
 /* Each connection holds two descriptors: say so when the limit is short. */
 static void check_fd_limit(const struct nbd_limits *lim)
 {
@@ -935,55 +953,72 @@ static int setup_signals(void)
 	sigaddset(&sigs, SIGINT);
 	sigaddset(&sigs, SIGTERM);
 	sigaddset(&sigs, SIGUSR1);
+	sigaddset(&sigs, SIGHUP);
 	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 	return signalfd(-1, &sigs, SFD_CLOEXEC);
 }
 
 /* The device's failure, in words: a lock held elsewhere is the usual one. */
-static void device_error(const struct opts *o, int ret)
+static void device_error(const struct opts *o, const struct nbd_conf_export *e, int ret)
 {
-	if (ret == -EBUSY && o->file)
+	if (ret == -EBUSY && e->backend == NBD_BACKEND_FILE)
 		fprintf(stderr, "rqnbd: %s is in use (locked by another server, or a busy "
-			"block device); --lock off to serve it anyway\n", o->file);
+			"block device); --lock off to serve it anyway\n", e->path);
 	else
-		fprintf(stderr, "rqnbd: cannot set up the %s device%s%s: %s\n",
-			o->memory ? "memory" : o->rbd ? "rbd" : "file",
-			o->sched ? " with scheduler " : "",
-			o->sched ? o->sched : "", strerror(-ret));
+		fprintf(stderr, "rqnbd: cannot set up the %s device%s%s%s%s: %s\n",
+			e->backend == NBD_BACKEND_MEMORY ? "memory" :
+			e->backend == NBD_BACKEND_PACED ? "paced" : o->rbd ? "rbd" : "file",
+			o->config ? " of export " : "", o->config ? e->name : "",
+			e->sched[0] ? " with scheduler " : "", e->sched, strerror(-ret));
 }
 
-/* The one line saying what is served where. */
-static void banner(const struct opts *o, struct device *dev)
+/* The active scheduler of @q: the bracketed name of the attribute. */
+static void queue_sched(struct rq_queue *q, char *buf, size_t n)
 {
-	char sched[128] = "", shape[48];
+	char *open, *close;
 
-	/* the active scheduler is the bracketed name of the attribute */
-	if (rq_queue_attr_get(dev->q, "scheduler", sched, sizeof(sched)) > 0) {
-		char *open = strchr(sched, '['), *close = open ? strchr(open, ']') : NULL;
-
-		if (open && close) {
-			*close = '\0';
-			memmove(sched, open + 1, strlen(open + 1) + 1);
-		}
+	buf[0] = '\0';
+	if (rq_queue_attr_get(q, "scheduler", buf, n) <= 0)
+		return;
+	open = strchr(buf, '[');
+	close = open ? strchr(open, ']') : NULL;
+	if (open && close) {
+		*close = '\0';
+		memmove(buf, open + 1, strlen(open + 1) + 1);
 	}
-	if (!strcmp(o->front, "mq"))
-		snprintf(shape, sizeof(shape), "%u hw queues", o->queues);
-	else if (o->file)
-		snprintf(shape, sizeof(shape), "single queue, %u workers", o->queues);
+}
+
+/* The one line saying what an export is and where it is served. */
+static void banner(const struct opts *o, const struct nbd_conf_export *e, struct device *dev)
+{
+	char sched[128], shape[48], what[64];
+
+	queue_sched(dev->q, sched, sizeof(sched));
+	if (e->backend == NBD_BACKEND_PACED)
+		snprintf(shape, sizeof(shape), "paced at %u IOPS, one at a time", e->iops);
+	else if (!e->sq)
+		snprintf(shape, sizeof(shape), "%u hw queues", export_queues(o, e));
+	else if (e->backend == NBD_BACKEND_FILE)
+		snprintf(shape, sizeof(shape), "single queue, %u workers", export_queues(o, e));
 	else
 		snprintf(shape, sizeof(shape), "single queue");
-	fprintf(stderr, "rqnbd: serving %llu bytes (%s%s, %s, depth %u, "
-		"scheduler %s) on %s%s%s\n",
-		(unsigned long long)dev->size, o->memory ? "memory" : o->rbd ? o->rbd : o->file,
-		o->read_only ? ", read-only" : "", shape, o->depth, sched,
+	if (o->config)
+		snprintf(what, sizeof(what), "export '%.40s': ", e->name);
+	else
+		what[0] = '\0';
+	fprintf(stderr, "rqnbd: %sserving %llu bytes (%s%s, %s, depth %u, "
+		"scheduler %s) on %s%s%s\n", what,
+		(unsigned long long)dev->size,
+		e->backend == NBD_BACKEND_FILE ? e->path : o->rbd ? o->rbd : "memory",
+		e->read_only ? ", read-only" : "", shape, export_depth(o, e), sched,
 		o->unix_path ? o->unix_path : o->bind_addr ? o->bind_addr : "127.0.0.1",
 		o->port ? " port " : "", o->port ? o->port : "");
 }
 
 /* The export of @dev: the largest request is a power of two that fits the
  * connection's buffer budget, at most the protocol's 32 MiB. */
-static void make_export(const struct opts *o, const struct device *dev,
-			struct nbd_export *exp)
+static void make_export(const struct opts *o, const struct nbd_conf_export *e,
+			const struct device *dev, struct nbd_export *exp)
 {
 	uint32_t max_block = RQNBD_MAX_BLOCK;
 
@@ -992,10 +1027,13 @@ static void make_export(const struct opts *o, const struct device *dev,
 	*exp = (struct nbd_export){
 		.q = dev->q,
 		.size = dev->size,
-		.name = o->export_name,
-		.description = o->memory ? "rqnbd memory export" :
+		.name = e->name,
+		.description = e->description[0] ? e->description :
+			       e->backend == NBD_BACKEND_MEMORY ? "rqnbd memory export" :
+			       e->backend == NBD_BACKEND_PACED ? "rqnbd paced memory export" :
 			       o->rbd ? "rqnbd rbd export" : "rqnbd file export",
-		.read_only = o->read_only || (o->rbd && strchr(o->rbd, '@')), /* a snapshot */
+		.read_only = e->read_only || (o->rbd && strchr(o->rbd, '@')), /* a snapshot */
+		.max_conns = e->max_conns,
 		.min_block = RQNBD_MIN_BLOCK,
 		.pref_block = RQNBD_PREF_BLOCK,
 		.max_block = max_block,
@@ -1034,27 +1072,444 @@ static void observe_stop(const struct opts *o, struct device *dev)
 		ret ? " (write error)" : "");
 }
 
-/* Stop accepting, drain the connections, flush the device, say the counters. */
-static int shutdown_all(const struct opts *o, struct acceptor *a, struct nbd_server *srv,
-			struct device *dev)
+/* ---------------------------------------------------------------- tenants */
+
+#define RQNBD_PACED_NR_REQUESTS "128"  /* scheduler requests of a paced export */
+#define RQNBD_MAX_LIVE_GROUPS 256       /* io groups made over all reloads */
+
+/* An io group by its name in the file; kept until exit (contexts in it
+ * hold their own references, a reload may name it again). */
+struct live_group {
+	char name[NBD_CONF_NAME_MAX + 1];
+	struct rq_io_group *g;
+};
+
+/* Everything served, and the rules clients are placed by. */
+struct rqnbd {
+	struct opts *o;
+	pthread_rwlock_t lock;          /* cfg, groups: read by the policy hooks */
+	struct nbd_config *cfg;         /* what is served now (exports: as started) */
+	struct live_group groups[RQNBD_MAX_LIVE_GROUPS];
+	unsigned ngroups;
+	struct device dev[NBD_MAX_EXPORTS];
+	struct nbd_export exps[NBD_MAX_EXPORTS];
+	struct nbd_server *srv;
+};
+
+/* The live group named @name, or NULL.  Context: under r->lock. */
+static struct rq_io_group *live_group(struct rqnbd *r, const char *name)
 {
+	unsigned i;
+
+	for (i = 0; i < r->ngroups; i++)
+		if (!strcmp(r->groups[i].name, name))
+			return r->groups[i].g;
+	return NULL;
+}
+
+/* Make the groups of @cfg that do not exist yet (weights are set under
+ * the lock, at the switch).  Return: 0, or -ENOMEM / -ENOSPC. */
+static int live_groups_make(struct rqnbd *r, const struct nbd_config *cfg)
+{
+	unsigned i;
+
+	for (i = 0; i < cfg->ngroups; i++) {
+		const struct nbd_conf_group *cg = &cfg->groups[i];
+		struct live_group *lg;
+
+		if (live_group(r, cg->name))
+			continue;
+		if (r->ngroups == RQNBD_MAX_LIVE_GROUPS)
+			return -ENOSPC;
+		lg = &r->groups[r->ngroups];
+		lg->g = rq_iog_create(cg->weight);
+		if (!lg->g)
+			return -ENOMEM;
+		strcpy(lg->name, cg->name);
+		r->ngroups++;
+	}
+	return 0;
+}
+
+/* nbd_policy.resolve: an alias of a [client] names its export. */
+static int tenant_resolve(void *arg, const char *name)
+{
+	struct rqnbd *r = arg;
+	int i;
+
+	pthread_rwlock_rdlock(&r->lock);
+	i = nbd_config_resolve_alias(r->cfg, name);
+	pthread_rwlock_unlock(&r->lock);
+	return i;
+}
+
+/*
+ * nbd_policy.admit: a named client goes into its group with its class,
+ * level and weight; one not named by the [server] unnamed policy.  A
+ * client named by TLS identity may use its own export only.
+ */
+static int tenant_admit(void *arg, const struct nbd_client_info *ci, struct rq_io_context *ioc,
+			bool reapply)
+{
+	struct rqnbd *r = arg;
+	const struct nbd_config *cfg;
+	struct rq_io_group *g = NULL;
+	uint16_t prio = 0;
+	unsigned weight = 0;
+	int k, ret = 0;
+
+	(void)reapply;
+	pthread_rwlock_rdlock(&r->lock);
+	cfg = r->cfg;
+	k = nbd_config_match_client(cfg, ci->name, ci->tls_identity);
+	if (k >= 0) {
+		const struct nbd_conf_client *cl = &cfg->clients[k];
+
+		if (nbd_config_find_export(cfg, cl->export) != (int)ci->export)
+			ret = -EACCES;
+		if (cl->group >= 0)
+			g = live_group(r, cfg->groups[cl->group].name);
+		if (cl->ioclass)
+			prio = RQ_IOPRIO_VALUE(cl->ioclass, cl->level);
+		weight = cl->weight;
+	} else if (cfg->unnamed == NBD_UNNAMED_REFUSE) {
+		ret = -EACCES;
+	} else if (cfg->unnamed == NBD_UNNAMED_GROUP) {
+		g = live_group(r, cfg->groups[cfg->unnamed_group].name);
+	}
+	if (!ret) {
+		rq_ioc_set_group(ioc, g);
+		rq_ioc_set_prio(ioc, prio);
+		rq_ioc_set_weight(ioc, weight);
+	}
+	pthread_rwlock_unlock(&r->lock);
+	return ret;
+}
+
+/*
+ * Write export @e's tunables to @q (a paced export on mq first gets room
+ * for its scheduler: RQNBD_PACED_NR_REQUESTS).  Return: 0, or -errno with
+ * *@bad the tunable refused (NULL: the nr_requests of a paced export).
+ */
+static int tunables_apply(struct rq_queue *q, const struct nbd_conf_export *e, bool paced,
+			  const struct nbd_conf_tunable **bad)
+{
+	char sched[256];
+	unsigned i;
+	int ret;
+
+	*bad = NULL;
+	queue_sched(q, sched, sizeof(sched));
+	if (paced && !e->sq && strcmp(sched, "none") &&
+	    (ret = rq_queue_attr_set(q, "nr_requests", RQNBD_PACED_NR_REQUESTS)))
+		return ret;
+	for (i = 0; i < e->ntunables; i++) {
+		ret = rq_queue_attr_set(q, e->tunables[i].name, e->tunables[i].value);
+		if (ret) {
+			*bad = &e->tunables[i];
+			return ret;
+		}
+	}
+	return 0;
+}
+
+/* "FILE:LINE: attr.NAME = VALUE: the queue refuses it (reason)" into @err. */
+static void tunable_error(const char *file, const struct nbd_conf_tunable *t, int ret,
+			  char *err, size_t n)
+{
+	if (t)
+		snprintf(err, n, "%s:%u: %s = %s: the queue refuses it (%s)", file, t->line,
+			 t->name, t->value, strerror(-ret));
+	else
+		snprintf(err, n, "%s: nr_requests %s: %s", file, RQNBD_PACED_NR_REQUESTS,
+			 strerror(-ret));
+}
+
+/*
+ * Would export @e's scheduler and tunables be taken?  Tried on a scratch
+ * null queue of the same front end and shape, so that a reload with a
+ * bad name changes nothing.  Return: 0, or -EINVAL with @err said.
+ */
+static int tunables_check(const char *file, const struct opts *o,
+			  const struct nbd_conf_export *e, const char *sched, char *err,
+			  size_t n)
+{
+	struct nbd_conf_export scratch = *e;
+	const struct nbd_conf_tunable *bad;
+	struct device dev;
+	int ret;
+
+	scratch.backend = e->backend == NBD_BACKEND_PACED ? NBD_BACKEND_PACED
+							  : NBD_BACKEND_MEMORY;
+	scratch.size = 1 << 20;
+	snprintf(scratch.sched, sizeof(scratch.sched), "%.63s", sched);
+	scratch.iops = 1000000;
+	ret = device_open_null(o, &scratch, &dev);
+	if (ret) {
+		snprintf(err, n, "%s:%u: [export %s]: scheduler '%s' is not one of the %s front "
+			 "end (rqnbd --front %s --list-scheds)", file, e->line, e->name, sched,
+			 e->sq ? "sq" : "mq", e->sq ? "sq" : "mq");
+		return -EINVAL;
+	}
+	ret = tunables_apply(dev.q, e, dev.paced, &bad);
+	null_destroy(dev.null);
+	if (ret)
+		tunable_error(file, bad, ret, err, n);
+	return ret ? -EINVAL : 0;
+}
+
+/* What cannot change on a running export: its device and what clients saw. */
+static bool export_same_shape(const struct nbd_conf_export *a, const struct nbd_conf_export *b)
+{
+	return a->backend == b->backend && !strcmp(a->path, b->path) && a->size == b->size &&
+	       a->iops == b->iops && a->sq == b->sq && a->read_only == b->read_only &&
+	       a->queues == b->queues && a->depth == b->depth &&
+	       a->max_conns == b->max_conns && !strcmp(a->description, b->description) &&
+	       a->is_default == b->is_default;
+}
+
+/*
+ * The configuration a reload switches to: @n's groups, clients and policy
+ * for unnamed clients; the running exports, with @n's scheduler and
+ * tunables where @n still has them.  What cannot be taken is said.
+ * Return: 0, or -EINVAL with @err (a scheduler or tunable refused).
+ */
+static int reload_merge(struct rqnbd *r, const char *file, struct nbd_config *n,
+			struct nbd_config *m, char *err, size_t errn)
+{
+	const struct nbd_config *cur = r->cfg;
+	unsigned i, k;
+
+	*m = *n;
+	m->nexports = cur->nexports;
+	memcpy(m->exports, cur->exports, sizeof(cur->exports[0]) * cur->nexports);
+	for (i = 0; i < cur->nexports; i++) {
+		struct nbd_conf_export *e = &m->exports[i];
+		int j = nbd_config_find_export(n, e->name);
+		char sched[256];
+
+		if (j < 0) {
+			fprintf(stderr, "rqnbd: reload: export '%s' is not in the file: still "
+				"served (%u clients; removing an export needs a restart)\n",
+				e->name, nbd_server_export_conns(r->srv, i));
+			continue;
+		}
+		if (!export_same_shape(e, &n->exports[j]))
+			fprintf(stderr, "rqnbd: reload: export '%s': backend, size, front, "
+				"queues, depth, read-only, description, default and "
+				"max-connections cannot change live: kept\n", e->name);
+		queue_sched(r->dev[i].q, sched, sizeof(sched));
+		if (n->exports[j].sched[0])
+			snprintf(e->sched, sizeof(e->sched), "%s", n->exports[j].sched);
+		else
+			snprintf(e->sched, sizeof(e->sched), "%.63s", sched);
+		e->ntunables = n->exports[j].ntunables;
+		memcpy(e->tunables, n->exports[j].tunables, sizeof(e->tunables));
+		if (tunables_check(file, r->o, e, e->sched, err, errn))
+			return -EINVAL;
+	}
+	for (i = 0; i < n->nexports; i++)
+		if (nbd_config_find_export(cur, n->exports[i].name) < 0)
+			fprintf(stderr, "rqnbd: reload: export '%s' is new: not served (adding "
+				"an export needs a restart)\n", n->exports[i].name);
+	for (i = k = 0; i < n->nclients; i++) {
+		if (nbd_config_find_export(m, n->clients[i].export) < 0) {
+			fprintf(stderr, "rqnbd: reload: client '%s': export '%s' is not served: "
+				"skipped\n", n->clients[i].name, n->clients[i].export);
+			continue;
+		}
+		m->clients[k++] = n->clients[i];
+	}
+	m->nclients = k;
+	return 0;
+}
+
+/* Switch export @i to the scheduler and tunables of @e (a reload).
+ * Return: true if something failed (said). */
+static bool reload_export(struct rqnbd *r, unsigned i, const struct nbd_conf_export *e)
+{
+	const struct nbd_conf_tunable *bad;
+	char sched[256], err[NBD_CONF_ERR_MAX];
+	int ret;
+
+	queue_sched(r->dev[i].q, sched, sizeof(sched));
+	if (strcmp(sched, e->sched)) {
+		ret = rq_queue_attr_set(r->dev[i].q, "scheduler", e->sched);
+		if (ret) {
+			fprintf(stderr, "rqnbd: reload: export '%s': scheduler %s: %s\n",
+				e->name, e->sched, strerror(-ret));
+			return true;
+		}
+		fprintf(stderr, "rqnbd: reload: export '%s': scheduler %s -> %s\n", e->name,
+			sched, e->sched);
+	}
+	ret = tunables_apply(r->dev[i].q, e, r->dev[i].paced, &bad);
+	if (ret) {
+		tunable_error(r->o->config, bad, ret, err, sizeof(err));
+		fprintf(stderr, "rqnbd: reload: %s\n", err);
+	}
+	return ret != 0;
+}
+
+/*
+ * SIGHUP: read the file again; a bad file changes nothing.  Otherwise the
+ * new groups, weights, clients and policy take over (and are applied to
+ * every connection being served), then each export's scheduler and
+ * tunables.  Connections stay; a scheduler switch only holds their
+ * requests while the queue is frozen.
+ */
+static void reload(struct rqnbd *r)
+{
+	struct nbd_config *n = malloc(sizeof(*n)), *m = malloc(sizeof(*m)), *old;
+	char err[NBD_CONF_ERR_MAX];
+	unsigned i, moved, failed = 0;
+
+	if (!n || !m) {
+		fprintf(stderr, "rqnbd: reload: out of memory; nothing changed\n");
+		goto out;
+	}
+	if (nbd_config_load(r->o->config, n, err) || reload_merge(r, r->o->config, n, m, err,
+								  sizeof(err)) ||
+	    live_groups_make(r, m)) {
+		fprintf(stderr, "rqnbd: reload: %s; nothing changed\n",
+			err[0] ? err : "too many io groups");
+		goto out;
+	}
+	pthread_rwlock_wrlock(&r->lock);
+	for (i = 0; i < m->ngroups; i++)
+		rq_iog_set_weight(live_group(r, m->groups[i].name), m->groups[i].weight);
+	old = r->cfg;
+	r->cfg = m;
+	m = old;
+	pthread_rwlock_unlock(&r->lock);
+	for (i = 0; i < r->cfg->nexports; i++)
+		failed += reload_export(r, i, &r->cfg->exports[i]);
+	moved = nbd_server_reapply(r->srv);
+	fprintf(stderr, "rqnbd: reloaded %s: %u groups, %u clients, %u connections placed "
+		"again%s\n", r->o->config, r->cfg->ngroups, r->cfg->nclients, moved,
+		failed ? " (some exports kept settings, see above)" : "");
+out:
+	free(n);
+	free(m);
+}
+
+/* ------------------------------------------------------------- the file */
+
+/* The command line's one export, as a file would give it. */
+static void config_from_opts(const struct opts *o, struct nbd_config *cfg)
+{
+	struct nbd_conf_export *e = &cfg->exports[0];
+
+	memset(cfg, 0, sizeof(*cfg));
+	cfg->size = sizeof(*cfg);
+	cfg->unnamed_group = -1;
+	cfg->nexports = 1;
+	snprintf(e->name, sizeof(e->name), "%s", o->export_name);
+	e->backend = o->memory ? NBD_BACKEND_MEMORY : o->file ? NBD_BACKEND_FILE
+							      : NBD_BACKEND_NONE;
+	e->size = o->memory;
+	if (o->file)
+		snprintf(e->path, sizeof(e->path), "%s", o->file);
+	e->read_only = o->read_only;
+	e->sq = !strcmp(o->front, "sq");
+	snprintf(e->sched, sizeof(e->sched), "%s", o->sched ? o->sched : "");
+}
+
+/* --config FILE: read it, take its listening and limits unless the
+ * command line gave them.  Bad file: exit 2 with FILE:LINE: reason. */
+static void config_read(struct opts *o, struct nbd_config *cfg)
+{
+	char err[NBD_CONF_ERR_MAX];
+
+	if (nbd_config_load(o->config, cfg, err)) {
+		fprintf(stderr, "rqnbd: %s\n", err);
+		exit(PROG_EXIT_USAGE);
+	}
+	nbd_config_default_first(cfg);
+	if (!o->unix_path && !o->port) {
+		o->unix_path = cfg->unix_path[0] ? cfg->unix_path : NULL;
+		o->port = cfg->port[0] ? cfg->port : NULL;
+		if (!o->bind_addr && cfg->bind_addr[0])
+			o->bind_addr = cfg->bind_addr;
+	}
+	if (!!o->unix_path == !!o->port)
+		prog_usage_error("%s: [server] needs exactly one of unix and port (or give "
+				 "--unix or --port)", o->config);
+	if (o->bind_addr && !o->port)
+		prog_usage_error("%s: bind goes with port", o->config);
+	if (cfg->max_conns)
+		o->lim.max_conns = cfg->max_conns;
+	if (cfg->max_per_client)
+		o->lim.max_per_client = cfg->max_per_client;
+	if (cfg->conn_requests)
+		o->lim.conn_requests = cfg->conn_requests;
+	if (o->lim.reserve >= o->lim.max_conns)
+		o->lim.reserve = o->lim.max_conns - 1;
+}
+
+/* --check-config: what the file serves, one line each. */
+static int config_print(const struct nbd_config *cfg)
+{
+	static const char *const backends[] = { "?", "memory", "file", "paced" };
+	static const char *const unnamed[] = { "own", "group", "refuse" };
+	unsigned i;
+
+	for (i = 0; i < cfg->nexports; i++) {
+		const struct nbd_conf_export *e = &cfg->exports[i];
+
+		printf("export %s: %s %s%llu bytes%s, front %s, scheduler %s, %u tunables%s\n",
+		       e->name, backends[e->backend], e->backend == NBD_BACKEND_FILE ? e->path : "",
+		       (unsigned long long)e->size, e->read_only ? ", read-only" : "",
+		       e->sq ? "sq" : "mq", e->sched[0] ? e->sched : "default", e->ntunables,
+		       i == 0 ? ", default" : "");
+	}
+	for (i = 0; i < cfg->ngroups; i++)
+		printf("group %s: weight %u\n", cfg->groups[i].name, cfg->groups[i].weight);
+	for (i = 0; i < cfg->nclients; i++) {
+		const struct nbd_conf_client *cl = &cfg->clients[i];
+
+		printf("client %s: alias %s, tls-identity %s, export %s, group %s, class %s/%u, "
+		       "weight %u\n", cl->name, cl->alias[0] ? cl->alias : "-",
+		       cl->tls_identity[0] ? cl->tls_identity : "-", cl->export,
+		       cl->group >= 0 ? cfg->groups[cl->group].name : "-",
+		       cl->ioclass ? nbd_config_class_name(cl->ioclass) : "be",
+		       cl->ioclass ? cl->level : 4, cl->weight);
+	}
+	printf("unnamed clients: %s%s%s\n", unnamed[cfg->unnamed],
+	       cfg->unnamed == NBD_UNNAMED_GROUP ? " " : "",
+	       cfg->unnamed == NBD_UNNAMED_GROUP ? cfg->unnamed_group_name : "");
+	return 0;
+}
+
+/* ------------------------------------------------------------- main */
+
+/* Stop accepting, drain the connections, flush the devices, say the counters. */
+static int shutdown_all(struct rqnbd *r, struct acceptor *a)
+{
+	const struct opts *o = r->o;
 	struct nbd_server_stats st;
 	uint64_t now = mono_ms();
-	rq_status_t fs;
+	rq_status_t fs = RQ_STS_OK;
+	unsigned i;
 
 	close(a->lfd);
 	if (a->spare >= 0)
 		close(a->spare);
 	if (o->unix_path)
 		unlink_unix(o->unix_path);
-	nbd_server_stop(srv);
-	nbd_server_wait(srv);
-	fs = device_flush(dev);
-	observe_stop(o, dev);
+	nbd_server_stop(r->srv);
+	nbd_server_wait(r->srv);
+	for (i = 0; i < r->cfg->nexports; i++) {
+		rq_status_t s = device_flush(&r->dev[i]);
+
+		if (s != RQ_STS_OK)
+			fs = s;
+	}
+	observe_stop(o, &r->dev[0]);
 	ratelog_flush(&a->refused, now);
 	ratelog_flush(&a->nofd, now);
 	ratelog_flush(&a->evicted, now);
-	nbd_server_get_stats(srv, &st);
+	nbd_server_get_stats(r->srv, &st);
 	fprintf(stderr, "rqnbd: %llu connections, %llu requests, %llu error replies, "
 		"%llu dropped, %llu refused, %llu evicted, %llu timed out; final flush %s\n",
 		(unsigned long long)st.connections, (unsigned long long)st.requests,
@@ -1064,23 +1519,182 @@ static int shutdown_all(const struct opts *o, struct acceptor *a, struct nbd_ser
 	return fs == RQ_STS_OK ? 0 : RQNBD_EXIT_FAIL;
 }
 
-int main(int argc, char **argv)
+static void devices_close(struct rqnbd *r, unsigned n)
+{
+	while (n--)
+		device_close(&r->dev[n]);
+}
+
+/*
+ * Open every export's device, write its tunables, make its nbd_export.
+ * Return: 0, or the exit status (devices opened are closed).
+ */
+static int devices_open(struct rqnbd *r)
+{
+	const struct nbd_conf_tunable *bad;
+	char err[NBD_CONF_ERR_MAX];
+	unsigned i;
+	int ret;
+
+	for (i = 0; i < r->cfg->nexports; i++) {
+		const struct nbd_conf_export *e = &r->cfg->exports[i];
+
+		ret = device_open(r->o, e, &r->dev[i]);
+		if (ret) {
+			device_error(r->o, e, ret);
+			devices_close(r, i);
+			return RQNBD_EXIT_FAIL;
+		}
+		ret = tunables_apply(r->dev[i].q, e, r->dev[i].paced, &bad);
+		if (ret) {
+			tunable_error(r->o->config ? r->o->config : "rqnbd", bad, ret, err,
+				      sizeof(err));
+			fprintf(stderr, "rqnbd: %s\n", err);
+			devices_close(r, i + 1);
+			return PROG_EXIT_USAGE;
+		}
+		make_export(r->o, e, &r->dev[i], &r->exps[i]);
+	}
+	return 0;
+}
+
+/* Signals: SIGUSR1 prints the first queue's counters, SIGHUP reloads;
+ * SIGINT and SIGTERM stop (true). */
+static bool on_signal(int sfd, struct nbd_iostat *io, struct rqnbd *r)
+{
+	struct signalfd_siginfo si;
+
+	if (read(sfd, &si, sizeof(si)) != sizeof(si))
+		return false;
+	if (si.ssi_signo == SIGUSR1) {
+		if (io->q)
+			nbd_iostat_dump(io, stderr);
+		else
+			fprintf(stderr, "rqnbd: SIGUSR1: no counters (start with --iostat S)\n");
+		return false;
+	}
+	if (si.ssi_signo == SIGHUP) {
+		if (r->o->config)
+			reload(r);
+		else
+			fprintf(stderr, "rqnbd: SIGHUP: no --config file to read again\n");
+		return false;
+	}
+	fprintf(stderr, "rqnbd: %s: stopping\n", strsignal(si.ssi_signo));
+	return true;
+}
+
+static void accept_loop(struct acceptor *a, struct rqnbd *r, int sfd, struct nbd_iostat *io)
+{
+	for (;;) {
+		struct pollfd pfd[2] = { { a->lfd, POLLIN, 0 }, { sfd, POLLIN, 0 } };
+		uint64_t now = mono_ms();
+		int timeout = nbd_iostat_timeout(io, now);
+
+		if (now < a->paused_until) {
+			pfd[0].fd = -1;
+			if (timeout < 0 || (uint64_t)timeout > a->paused_until - now)
+				timeout = (int)(a->paused_until - now);
+		}
+		if (poll(pfd, 2, timeout) < 0) {
+			if (errno == EINTR)
+				continue;
+			perror("rqnbd: poll");
+			return;
+		}
+		nbd_iostat_tick(io, mono_ms(), stderr);
+		if ((pfd[1].revents & POLLIN) && on_signal(sfd, io, r))
+			return;
+		if (pfd[0].revents & POLLIN) {
+			int n = 0;
+
+			while (n++ < RQNBD_ACCEPT_BATCH && accept_one(a, r->srv))
+				;
+		}
+	}
+}
+
+/* The server over the devices, with the tenants' policy when a file gave
+ * them.  Return: 0 or the exit status. */
+static int server_start(struct rqnbd *r)
+{
+	struct nbd_policy pol = { tenant_resolve, tenant_admit, r };
+	int ret = nbd_server_create(r->exps, r->cfg->nexports, &r->o->lim, &r->srv);
+
+	if (ret) {
+		fprintf(stderr, "rqnbd: %s\n", strerror(-ret));
+		return RQNBD_EXIT_FAIL;
+	}
+	if (r->o->config) {
+		ret = live_groups_make(r, r->cfg);
+		if (ret) {
+			fprintf(stderr, "rqnbd: io groups: %s\n", strerror(-ret));
+			return RQNBD_EXIT_FAIL;
+		}
+		nbd_server_set_policy(r->srv, &pol);
+	}
+	return 0;
+}
+
+static int serve(struct rqnbd *r, int sfd)
 {
 	struct acceptor a = {
 		.refused = { .what = "refused connections" },
 		.nofd = { .what = "connections refused for want of descriptors" },
 		.evicted = { .what = "idle connections closed for new ones" },
 	};
-	struct nbd_export exp;
 	struct nbd_iostat io = { .q = NULL };
-	struct nbd_server *srv = NULL;
-	struct device dev;
+	struct opts *o = r->o;
+	unsigned i;
+	int ret;
+
+	ret = observe_start(o, &r->dev[0], &io);
+	if (!ret)
+		ret = server_start(r);
+	if (ret)
+		return RQNBD_EXIT_FAIL;
+	a.tcp = !!o->port;
+	a.lfd = o->unix_path ? listen_unix(o->unix_path)
+			     : listen_tcp(o->bind_addr ? o->bind_addr : "127.0.0.1", o->port);
+	a.spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	if (a.lfd < 0 || drop_privileges(o)) {
+		if (a.lfd >= 0) {
+			close(a.lfd);
+			if (o->unix_path)
+				unlink_unix(o->unix_path);
+		}
+		return RQNBD_EXIT_FAIL;
+	}
+	check_fd_limit(&o->lim);
+	for (i = 0; i < r->cfg->nexports; i++)
+		banner(o, &r->cfg->exports[i], &r->dev[i]);
+	accept_loop(&a, r, sfd, &io);
+	return shutdown_all(r, &a);
+}
+
+int main(int argc, char **argv)
+{
+	static struct rqnbd r;
 	struct opts o;
+	unsigned i;
 	int sfd, ret;
 
 	parse_args(argc, argv, &o);
 	if (o.list_scheds)
 		return list_scheds(o.front);
+	r.o = &o;
+	r.cfg = malloc(sizeof(*r.cfg));
+	if (!r.cfg) {
+		perror("rqnbd");
+		return RQNBD_EXIT_FAIL;
+	}
+	if (o.config)
+		config_read(&o, r.cfg);
+	else
+		config_from_opts(&o, r.cfg);
+	if (o.check_config)
+		return config_print(r.cfg);
+	pthread_rwlock_init(&r.lock, NULL);
 	/* fixed: no malloc arena keeps large freed blocks (doc/nbd.md) */
 	mallopt(M_MMAP_THRESHOLD, 128 << 10);
 	sfd = setup_signals();
@@ -1088,42 +1702,15 @@ int main(int argc, char **argv)
 		perror("rqnbd: signalfd");
 		return RQNBD_EXIT_FAIL;
 	}
-	ret = device_open(&o, &dev);
-	if (ret) {
-		device_error(&o, ret);
-		return RQNBD_EXIT_FAIL;
-	}
-	if (observe_start(&o, &dev, &io)) {
-		device_close(&dev);
-		return RQNBD_EXIT_FAIL;
-	}
-	make_export(&o, &dev, &exp);
-	ret = nbd_server_create(&exp, &o.lim, &srv);
-	if (ret) {
-		fprintf(stderr, "rqnbd: %s\n", strerror(-ret));
-		device_close(&dev);
-		return RQNBD_EXIT_FAIL;
-	}
-	a.tcp = !!o.port;
-	a.lfd = o.unix_path ? listen_unix(o.unix_path)
-			    : listen_tcp(o.bind_addr ? o.bind_addr : "127.0.0.1", o.port);
-	a.spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
-	if (a.lfd < 0 || drop_privileges(&o)) {
-		if (a.lfd >= 0) {
-			close(a.lfd);
-			if (o.unix_path)
-				unlink_unix(o.unix_path);
-		}
-		nbd_server_destroy(srv);
-		device_close(&dev);
-		return RQNBD_EXIT_FAIL;
-	}
-	check_fd_limit(&o.lim);
-	banner(&o, &dev);
-	accept_loop(&a, srv, sfd, &io);
-	ret = shutdown_all(&o, &a, srv, &dev);
-	nbd_server_destroy(srv);
-	device_close(&dev);
+	ret = devices_open(&r);
+	if (ret)
+		return ret;
+	ret = serve(&r, sfd);
+	nbd_server_destroy(r.srv);
+	devices_close(&r, r.cfg->nexports);
+	for (i = 0; i < r.ngroups; i++)
+		rq_iog_put(r.groups[i].g);
 	close(sfd);
+	free(r.cfg);
 	return ret;
 }
