@@ -65,6 +65,7 @@
 #define RQNBD_MAX_BLOCK (32u << 20)   /* the protocol's portable maximum */
 #define RQNBD_MAX_REQ_SECTORS 2048u   /* 1 MiB requests */
 #define RQNBD_DEFAULT_DEPTH 128
+#define RQNBD_PACED_BLOCK 4096u        /* paced exports: requests of one block */
 #define RQNBD_MAX_QUEUES 64
 
 #define RQNBD_MAX_DEPTH 4096           /* tags per hardware queue */
@@ -498,6 +499,12 @@ static int device_open_null(const struct opts *o, const struct nbd_conf_export *
 	if (e->sq)
 		cfg.queue_mode = NULL_Q_RQ; /* one request_fn under one lock */
 	device_limits(&cfg.limits);
+	if (e->backend == NBD_BACKEND_PACED) {
+		/* every request one 4 KiB block: cost follows size, merging gains nothing */
+		cfg.limits.max_hw_sectors = RQNBD_PACED_BLOCK >> RQ_SECTOR_SHIFT;
+		cfg.limits.max_sectors = RQNBD_PACED_BLOCK >> RQ_SECTOR_SHIFT;
+		cfg.limits.max_segment_size = RQNBD_PACED_BLOCK;
+	}
 	ret = null_create(&cfg, &dev->null);
 	if (ret)
 		return ret;
