@@ -1095,6 +1095,8 @@ struct live_group {
 struct rqnbd {
 	struct opts *o;
 	pthread_rwlock_t lock;          /* cfg, groups: read by the policy hooks */
+	struct nbd_config *boot;        /* as started: the exports' names and
+					   descriptions the server points to */
 	struct nbd_config *cfg;         /* what is served now (exports: as started) */
 	struct live_group groups[RQNBD_MAX_LIVE_GROUPS];
 	unsigned ngroups;
@@ -1543,8 +1545,8 @@ static int devices_open(struct rqnbd *r)
 	unsigned i;
 	int ret;
 
-	for (i = 0; i < r->cfg->nexports; i++) {
-		const struct nbd_conf_export *e = &r->cfg->exports[i];
+	for (i = 0; i < r->boot->nexports; i++) {
+		const struct nbd_conf_export *e = &r->boot->exports[i];
 
 		ret = device_open(r->o, e, &r->dev[i]);
 		if (ret) {
@@ -1690,17 +1692,19 @@ int main(int argc, char **argv)
 	if (o.list_scheds)
 		return list_scheds(o.front);
 	r.o = &o;
+	r.boot = malloc(sizeof(*r.boot));
 	r.cfg = malloc(sizeof(*r.cfg));
-	if (!r.cfg) {
+	if (!r.boot || !r.cfg) {
 		perror("rqnbd");
 		return RQNBD_EXIT_FAIL;
 	}
 	if (o.config)
-		config_read(&o, r.cfg);
+		config_read(&o, r.boot);
 	else
-		config_from_opts(&o, r.cfg);
+		config_from_opts(&o, r.boot);
 	if (o.check_config)
-		return config_print(r.cfg);
+		return config_print(r.boot);
+	*r.cfg = *r.boot;
 	pthread_rwlock_init(&r.lock, NULL);
 	/* fixed: no malloc arena keeps large freed blocks (doc/nbd.md) */
 	mallopt(M_MMAP_THRESHOLD, 128 << 10);
@@ -1719,5 +1723,6 @@ int main(int argc, char **argv)
 		rq_iog_put(r.groups[i].g);
 	close(sfd);
 	free(r.cfg);
+	free(r.boot);
 	return ret;
 }
