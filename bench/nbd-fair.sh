@@ -12,14 +12,16 @@
 #   qemu-nbd  null-co behind a throttle group of IOPS (a token bucket:
 #             requests overlap, bursts pass)
 # Two scenarios per server:
-#   fair  two clients at once, 4 KiB random reads, iodepth 16 each; on rqnbd
+#   fair  two clients at once (two jobs of one fio), 4 KiB random reads,
+#         iodepth 16 each, counted while both run (per-request logs); on rqnbd
 #         client "gold" is in an io group of weight 1000 and "bronze" in one
 #         of weight 100 (bfq on the mq front end, cfq on the sq front end):
 #         the throughput ratio should be 10:1, accepted within 20 %
 #         (8 .. 12).  nbdkit and qemu-nbd cannot weight: their split is shown.
 #   lat   a latency-sensitive reader (4 KiB random reads, iodepth 1): its
 #         p99 alone, then with a bulk writer (64 KiB sequential writes,
-#         iodepth 32) on the same export; rqnbd under none, mq-deadline,
+#         iodepth 4: 64 requests of the paced disk) on the same export;
+#         rqnbd under none, mq-deadline,
 #         kyber, bfq (mq) and cfq (sq), and bfq with the reader in class rt.
 #
 # usage: bench/nbd-fair.sh [--quick] [--runtime S] [--iops N] [--build DIR]
@@ -53,7 +55,7 @@ while [ $# -gt 0 ]; do
 	--build) build="${2:-}"; shift ;;
 	--md) md="${2:-}"; [ -n "$md" ] || { echo "nbd-fair.sh: --md needs a file name" >&2; exit 2; }; shift ;;
 	--json|--csv) results_arg "$1" "${2:-}"; shift ;;
-	-h|--help) sed -n '3,36p' "$0"; exit 0 ;;
+	-h|--help) sed -n '3,/^set -u/{/^set -u/d;p}' "$0"; exit 0 ;;
 	*) echo "nbd-fair.sh: unknown argument $1" >&2; exit 2 ;;
 	esac
 	shift
@@ -139,24 +141,34 @@ class = rt
 level = 4
 EOF
 
-# fio_run OUT URI RW BS DEPTH: one client, JSON to OUT (in the background)
+# fio_run OUT URI RW BS DEPTH [URI RW BS DEPTH]: one client, or two as two
+# jobs of one fio (they start and stop together); JSON to OUT, every
+# completion logged with its time in OUT_clat.N.log
 fio_run() {
-	fio --name=c --ioengine=nbd --uri="$2" --rw="$3" --bs="$4" --iodepth="$5" \
-	    --time_based --runtime="$runtime" --size=256m --norandommap --randrepeat=0 \
-	    --output-format=json --output="$1" >/dev/null 2>"$1.err"
+	local out=$1 jobs=()
+	shift
+	while [ $# -ge 4 ]; do
+		jobs+=(--name="c${#jobs[@]}" --uri="$1" --rw="$2" --bs="$3" --iodepth="$4")
+		shift 4
+	done
+	rm -f "$out"_*.log
+	fio --ioengine=nbd --time_based --runtime="$runtime" --size=256m --norandommap \
+	    --randrepeat=0 --write_lat_log="$out" --log_unix_epoch=1 \
+	    --output-format=json --output="$out" "${jobs[@]}" >/dev/null 2>"$out.err" ||
+		sed "s/^/fio: /" "$out.err" | head -5 >&2
 }
 
-# fio_get FILE FIELD: iops or p99 (ms) of the client's reads+writes
+# fio_get FILE JOB FIELD: iops or p99 (ms) of job JOB (0, 1) of a run
 fio_get() {
-	python3 - "$1" "$2" <<'EOF'
+	python3 - "$@" <<'EOF'
 import json, sys
 try:
     t = open(sys.argv[1]).read()
-    j = json.loads(t[t.index("{"):])["jobs"][0]
+    j = json.loads(t[t.index("{"):])["jobs"][int(sys.argv[2])]
 except (OSError, ValueError, KeyError, IndexError):
     print("-"); sys.exit(0)
 d = j["read"] if j["read"]["total_ios"] else j["write"]
-if sys.argv[2] == "iops":
+if sys.argv[3] == "iops":
     print("%.1f" % (j["read"]["iops"] + j["write"]["iops"]))
 else:
     p = d["clat_ns"].get("percentile", {}).get("99.000000")
@@ -164,24 +176,32 @@ else:
 EOF
 }
 
+# window FILE: "A_IOPS B_IOPS A/B" over the time both clients of a run were
+# running (from 1 s after the later first completion to the earlier last)
+window() {
+	python3 - "$1_clat.1.log" "$1_clat.2.log" <<'EOF'
+import sys
+try:
+    ts = [[int(l.split(",")[0]) for l in open(f)] for f in sys.argv[1:3]]
+    lo, hi = max(min(t) for t in ts) + 1000, min(max(t) for t in ts)
+    a, b = (sum(1 for x in t if lo <= x <= hi) for t in ts)
+    s = (hi - lo) / 1000
+    print("%.1f %.1f %s" % (a / s, b / s, "%.2f" % (a / b) if b else "-"))
+except (OSError, ValueError, ZeroDivisionError):
+    print("- - -")
+EOF
+}
+
 uri() { # SOCK NAME
 	echo "nbd+unix:///$2?socket=$1"
 }
 
-# fair SERVER SCHED SOCK NAME_A NAME_B: two clients at once
+# fair SERVER SCHED SOCK NAME_A NAME_B WEIGHTS: two clients at once
 fair() {
-	local a="$tmp/fair-a.json" b="$tmp/fair-b.json" ia ib ratio ok
+	local f="$tmp/fair" ia ib ratio ok=-
 	progress "$1 $2: two clients, ${runtime}s"
-	fio_run "$a" "$(uri "$3" "$4")" randread 4k 16 &
-	local pa=$!
-	fio_run "$b" "$(uri "$3" "$5")" randread 4k 16
-	wait $pa
-	ia=$(fio_get "$a" iops)
-	ib=$(fio_get "$b" iops)
-	ratio=$(python3 -c 'import sys
-a, b = sys.argv[1:]
-print("%.2f" % (float(a) / float(b)) if a != "-" and b != "-" and float(b) > 0 else "-")' "$ia" "$ib")
-	ok=-
+	fio_run "$f" "$(uri "$3" "$4")" randread 4k 16 "$(uri "$3" "$5")" randread 4k 16
+	read -r ia ib ratio <<<"$(window "$f")"
 	if [ "$1" = rqnbd ] && [ "$ratio" != - ]; then
 		ok=$(python3 -c 'import sys; print("yes" if 8 <= float(sys.argv[1]) <= 12 else "NO")' "$ratio")
 	fi
@@ -192,18 +212,15 @@ print("%.2f" % (float(a) / float(b)) if a != "-" and b != "-" and float(b) > 0 e
 
 # lat SERVER SCHED SOCK READER_NAME WRITER_NAME: reader alone, then with a writer
 lat() {
-	local r0="$tmp/lat-r0.json" r1="$tmp/lat-r1.json" w="$tmp/lat-w.json"
+	local r0="$tmp/lat0" r1="$tmp/lat1"
 	progress "$1 $2: reader alone, ${runtime}s"
 	fio_run "$r0" "$(uri "$3" "$4")" randread 4k 1
 	progress "$1 $2: reader with a bulk writer, ${runtime}s"
-	fio_run "$w" "$(uri "$3" "$5")" write 64k 4 &
-	local pw=$!
-	fio_run "$r1" "$(uri "$3" "$4")" randread 4k 1
-	wait $pw
+	fio_run "$r1" "$(uri "$3" "$4")" randread 4k 1 "$(uri "$3" "$5")" write 64k 4
 	local p0 p1 i0 i1 iw
-	p0=$(fio_get "$r0" p99); i0=$(fio_get "$r0" iops)
-	p1=$(fio_get "$r1" p99); i1=$(fio_get "$r1" iops)
-	iw=$(fio_get "$w" iops)
+	p0=$(fio_get "$r0" 0 p99); i0=$(fio_get "$r0" 0 iops)
+	p1=$(fio_get "$r1" 0 p99); i1=$(fio_get "$r1" 0 iops)
+	iw=$(fio_get "$r1" 1 iops)
 	results_row scenario=lat server="$1" sched="$2" reader_alone_iops="$i0" \
 		reader_alone_p99_ms="$p0" reader_iops="$i1" reader_p99_ms="$p1" writer_iops="$iw"
 	lat_rows+=("| $1 | $2 | $i0 | $p0 | $i1 | $p1 | $iw |")
@@ -262,13 +279,13 @@ fi
 table() {
 	echo "Backend: $iops requests/s at most; fio ioengine=nbd over a unix socket, ${runtime} s per run."
 	echo
-	echo "Two clients at once (4 KiB random reads, iodepth 16 each); weights are the clients' io groups; target 10:1, accepted 8..12."
+	echo "Two clients at once (4 KiB random reads, iodepth 16 each; IOPS while both ran); weights are the clients' io groups; target 10:1, accepted 8..12."
 	echo
 	echo "| server | scheduler | weights | client A IOPS | client B IOPS | A/B | within 20 % |"
 	echo "|---|---|---|---:|---:|---:|---|"
 	printf '%s\n' "${fair_rows[@]}"
 	echo
-	echo "A latency-sensitive reader (4 KiB random reads, iodepth 1), alone and with a bulk writer (64 KiB sequential writes, iodepth 32)."
+	echo "A latency-sensitive reader (4 KiB random reads, iodepth 1), alone and with a bulk writer (64 KiB sequential writes, iodepth 4; 16 paced requests each)."
 	echo
 	echo "| server | scheduler | reader alone IOPS | alone p99 ms | reader IOPS with writer | p99 ms with writer | writer IOPS |"
 	echo "|---|---|---:|---:|---:|---:|---:|"
