@@ -69,37 +69,35 @@ case "$iops" in ''|*[!0-9]*|0) echo "nbd-fair.sh: --iops: '$iops' is not a posit
 command -v fio >/dev/null || { echo "nbd-fair.sh: fio is missing" >&2; exit 77; }
 fio --enghelp 2>/dev/null | grep -qw nbd || { echo "nbd-fair.sh: fio lacks the nbd engine" >&2; exit 77; }
 
-find_rqnbd() {
-	if [ -n "${RQNBD:-}" ]; then echo "$RQNBD"; return; fi
-	if [ -n "$build" ]; then echo "$build/examples/nbd/rqnbd"; return; fi
+# rqnbd: $RQNBD, else --build's, else the first build directory that has one
+rqnbd=${RQNBD:-}
+[ -z "$rqnbd" ] && [ -n "$build" ] && rqnbd=$build/examples/nbd/rqnbd
+if [ -z "$rqnbd" ]; then
 	for d in "$top"/build "$top"/build-*; do
-		if [ -x "$d/examples/nbd/rqnbd" ]; then echo "$d/examples/nbd/rqnbd"; return; fi
+		[ -x "$d/examples/nbd/rqnbd" ] && { rqnbd=$d/examples/nbd/rqnbd; break; }
 	done
-	echo ""
-}
-rqnbd=$(find_rqnbd)
+fi
 [ -n "$rqnbd" ] && [ -x "$rqnbd" ] || { echo "nbd-fair.sh: rqnbd not found (build it, or set RQNBD)" >&2; exit 2; }
 results_in "$(dirname "$(dirname "$(dirname "$rqnbd")")")"
 
 tmp=$(mktemp -d /tmp/nbd-fair.XXXXXX)
 pids=()
+# stop_servers: SIGTERM, up to 5 s to go, then SIGKILL
 stop_servers() {
-	local p
-	for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
-	for p in "${pids[@]}"; do
-		for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-		kill -9 "$p" 2>/dev/null
-		wait "$p" 2>/dev/null
-	done
+	[ ${#pids[@]} -gt 0 ] || return 0
+	kill "${pids[@]}" 2>/dev/null
+	local until=$((SECONDS + 5))
+	while kill -0 "${pids[@]}" 2>/dev/null && [ $SECONDS -lt $until ]; do sleep 0.1; done
+	kill -9 "${pids[@]}" 2>/dev/null
+	wait "${pids[@]}" 2>/dev/null
 	pids=()
 }
 trap 'stop_servers; rm -rf "$tmp"; rm -f "$results_rows"' EXIT
-
-wait_socket() {
-	for _ in $(seq 100); do
-		[ -S "$1" ] && return 0
-		sleep 0.05
-	done
+# started NAME SOCK: wait up to 5 s for the server's socket, or say why not
+started() {
+	timeout 5 sh -c 'until [ -S "$0" ]; do sleep 0.05; done' "$2" && return 0
+	echo "nbd-fair.sh: $1 did not start" >&2
+	cat "$tmp/$1.log" >&2
 	return 1
 }
 
@@ -122,24 +120,13 @@ for e in fair-bfq:mq:bfq fair-cfq:sq:cfq lat-none:mq:none lat-mq-deadline:mq:mq-
 	printf "[export %s]\nbackend = paced %s 256M\nfront = %s\nsched = %s\n\n" \
 		"$name" "$iops" "$front" "$sched" >>"$tmp/rqnbd.conf"
 done
-cat >>"$tmp/rqnbd.conf" <<'EOF'
-[client gold-bfq]
-export = fair-bfq
-group = gold
-[client bronze-bfq]
-export = fair-bfq
-group = bronze
-[client gold-cfq]
-export = fair-cfq
-group = gold
-[client bronze-cfq]
-export = fair-cfq
-group = bronze
-[client reader-rt]
-export = lat-bfq
-class = rt
-level = 4
-EOF
+for sc in bfq cfq; do
+	for g in gold bronze; do
+		printf '[client %s-%s]\nexport = fair-%s\ngroup = %s\n' "$g" "$sc" "$sc" "$g" \
+			>>"$tmp/rqnbd.conf"
+	done
+done
+printf '[client reader-rt]\nexport = lat-bfq\nclass = rt\nlevel = 4\n' >>"$tmp/rqnbd.conf"
 
 # fio_run OUT URI RW BS DEPTH [URI RW BS DEPTH]: one client, or two as two
 # jobs of one fio (they start and stop together); JSON to OUT, every
@@ -235,7 +222,7 @@ progress_total $((1 + 2 + 7 * 2 + (have_nbdkit + have_qemu) * 4))
 progress "start rqnbd (7 paced exports at $iops IOPS)"
 "$rqnbd" --config "$tmp/rqnbd.conf" 2>"$tmp/rqnbd.log" &
 pids+=($!)
-wait_socket "$tmp/rqnbd.sock" || { cat "$tmp/rqnbd.log" >&2; exit 1; }
+started rqnbd "$tmp/rqnbd.sock" || exit 1
 s=$tmp/rqnbd.sock
 fair rqnbd "bfq (mq)" "$s" gold-bfq bronze-bfq "1000:100"
 fair rqnbd "cfq (sq)" "$s" gold-cfq bronze-cfq "1000:100"
@@ -252,11 +239,9 @@ if [ $have_nbdkit = 1 ]; then
 		serialize=all-requests delay-read=$((1000 / iops))ms \
 		delay-write=$((1000 / iops))ms 2>"$tmp/nbdkit.log" &
 	pids+=($!)
-	if wait_socket "$tmp/nbdkit.sock"; then
+	if started nbdkit "$tmp/nbdkit.sock"; then
 		fair nbdkit "-" "$tmp/nbdkit.sock" "" "" "cannot weight"
 		lat nbdkit "-" "$tmp/nbdkit.sock" "" ""
-	else
-		cat "$tmp/nbdkit.log" >&2
 	fi
 	stop_servers
 fi
@@ -267,11 +252,9 @@ if [ $have_qemu = 1 ]; then
 		--image-opts "driver=throttle,throttle-group=tg0,file.driver=null-co,file.size=256M" \
 		2>"$tmp/qemu.log" &
 	pids+=($!)
-	if wait_socket "$tmp/qemu.sock"; then
+	if started qemu "$tmp/qemu.sock"; then
 		fair qemu-nbd "-" "$tmp/qemu.sock" "" "" "cannot weight"
 		lat qemu-nbd "-" "$tmp/qemu.sock" "" ""
-	else
-		cat "$tmp/qemu.log" >&2
 	fi
 	stop_servers
 fi

@@ -39,19 +39,12 @@ sched = bfq
 backend = paced 1000 64M
 front = sq
 sched = cfq
-[client gold-bfq]
-export = bfq
-group = gold
-[client bronze-bfq]
-export = bfq
-group = bronze
-[client gold-cfq]
-export = cfq
-group = gold
-[client bronze-cfq]
-export = cfq
-group = bronze
 EOF
+for s in bfq cfq; do
+	for g in gold bronze; do
+		printf '[client %s-%s]\nexport = %s\ngroup = %s\n' "$g" "$s" "$s" "$g" >>"$tmp/fair.conf"
+	done
+done
 nbd_start --config "$tmp/fair.conf"
 
 # pair A B LO HI WHAT: clients A and B at once (two jobs of one fio, 4 s),
