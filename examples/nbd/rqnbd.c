@@ -48,8 +48,10 @@
 
 #include "nbd_file.h"
 #include "nbd_iostat.h"
+#include "nbd_memory.h"
 #include "nbd_rbd.h"
 #include "nbd_server.h"
+#include "nbd_tls.h"
 #include "null_blk.h"
 #include "progopt.h"
 
@@ -99,6 +101,9 @@ struct opts {
 	const char *trace_dir;  /* --trace: DIR/rqnbd.blktrace.CPU */
 	bool iostat;            /* --iostat given: diskstats counted */
 	unsigned iostat_ms;     /* a line every so often; 0: on SIGUSR1 only */
+	enum nbd_tls_mode tls;  /* --tls off|on|require */
+	const char *tls_certs, *tls_psk;
+	bool tls_verify_peer;
 };
 
 /* ----------------------------------------------------------------- options */
@@ -172,6 +177,13 @@ static void set_iostat(struct opts *o, const char *f, const char *v)
 {
 	o->iostat = true;
 	o->iostat_ms = (unsigned)opt_uint(f, v, 0, RQNBD_MAX_TIMEOUT_S) * 1000;
+}
+
+static void set_tls(struct opts *o, const char *f, const char *v)
+{
+	static const char *const modes[] = { "off", "on", "require" };
+
+	o->tls = (enum nbd_tls_mode)opt_choice(f, v, modes, 3);
 }
 
 static void set_name(struct opts *o, const char *f, const char *v)
@@ -255,6 +267,16 @@ static const struct rqnbd_option rqnbd_options[] = {
 	  "count diskstats and latency histograms; every S\n"
 	  "seconds an iostat -x line on stderr (0: none);\n"
 	  "SIGUSR1 prints stat, inflight and latency_hist", set_iostat },
+	{ "tls", "MODE", OPT_CUSTOM, 0, 0, 0,
+	  "off (default), on (TLS and plain clients), require\n"
+	  "(options before NBD_OPT_STARTTLS are refused)", set_tls },
+	{ "tls-certificates", "DIR", OPT_STRING, FIELD(tls_certs), 0, 0,
+	  "X.509: DIR/ca-cert.pem, server-cert.pem, server-key.pem,\n"
+	  "optional ca-crl.pem (as nbdkit and qemu-nbd)", NULL },
+	{ "tls-psk", "FILE", OPT_STRING, FIELD(tls_psk), 0, 0,
+	  "pre-shared keys, \"username:hexkey\" lines (psktool)", NULL },
+	{ "tls-verify-peer", NULL, OPT_FLAG, FIELD(tls_verify_peer), 0, 0,
+	  "X.509: clients must show a certificate signed by the CA", NULL },
 	{ "list-scheds", NULL, OPT_FLAG, FIELD(list_scheds), 0, 0,
 	  "print the schedulers the queue offers, one per line", NULL },
 };
@@ -322,6 +344,8 @@ static void usage(FILE *f)
 "             [--front mq|sq] [--sched NAME] [--queues N] [--depth N]\n"
 "             [--read-only] [--export-name NAME] [--lock MODE] [limits]\n"
 "             [--user USER] [--group GROUP] [--trace DIR] [--iostat S]\n"
+"             [--tls off|on|require (--tls-certificates DIR [--tls-verify-peer] |\n"
+"                                       --tls-psk FILE)]\n"
 "       rqnbd [--front mq|sq] --list-scheds\n"
 "       rqnbd -h|--help | --version\n\n");
 	for (i = 0; i < RQNBD_NOPTS; i++) {
@@ -365,6 +389,15 @@ static void check_args(struct opts *o)
 	if (o->lim.buffer_total < o->lim.conn_buffer)
 		prog_usage_error("--buffer-total: below --conn-buffer (%llu bytes)",
 				 (unsigned long long)o->lim.conn_buffer);
+	if (o->tls != NBD_TLS_OFF && !nbd_tls_available())
+		prog_usage_error("--tls: rqnbd was built without GnuTLS");
+	if (o->tls != NBD_TLS_OFF && !!o->tls_certs == !!o->tls_psk)
+		prog_usage_error("--tls: give exactly one of --tls-certificates, --tls-psk");
+	if ((o->tls_certs || o->tls_psk || o->tls_verify_peer) && o->tls == NBD_TLS_OFF)
+		prog_usage_error("--tls-certificates, --tls-psk, --tls-verify-peer: go with "
+				 "--tls on|require");
+	if (o->tls_verify_peer && !o->tls_certs)
+		prog_usage_error("--tls-verify-peer: goes with --tls-certificates");
 	if (!strcmp(o->lock, "exclusive") && o->read_only)
 		prog_usage_error("--lock exclusive: needs a writable export (a read-only "
 				 "one takes a shared lock)");
@@ -1000,6 +1033,18 @@ static void make_export(const struct opts *o, const struct device *dev,
 		.pref_block = RQNBD_PREF_BLOCK,
 		.max_block = max_block,
 	};
+	/* backend queries; rbd: all data, cache by a read, no fast zero */
+	if (dev->null) {
+		exp->block_status = nbd_memory_block_status;
+		exp->cache = nbd_memory_cache;
+		exp->backend = dev->null;
+		exp->zero_fast = true; /* whole pages freed, the rest cleared */
+	} else if (dev->file) {
+		exp->block_status = nbd_file_block_status;
+		exp->cache = nbd_file_cache;
+		exp->backend = dev->file;
+		exp->zero_fast = nbd_file_zero_fast(dev->file);
+	}
 }
 
 /* --trace and --iostat: start what the options ask for on the device's queue. */
@@ -1064,6 +1109,25 @@ static int shutdown_all(const struct opts *o, struct acceptor *a, struct nbd_ser
 	return fs == RQ_STS_OK ? 0 : RQNBD_EXIT_FAIL;
 }
 
+/* --tls: load the credentials and offer STARTTLS.  Return: 0 or -1 (said why). */
+static int tls_start(const struct opts *o, struct nbd_server *srv, struct nbd_tls **tls)
+{
+	struct nbd_tls_config cfg = {
+		.certs_dir = o->tls_certs,
+		.psk_file = o->tls_psk,
+		.verify_peer = o->tls_verify_peer,
+	};
+	char why[512];
+
+	if (o->tls == NBD_TLS_OFF)
+		return 0;
+	if (nbd_tls_create(&cfg, tls, why, sizeof(why))) {
+		fprintf(stderr, "rqnbd: --tls: %s\n", why);
+		return -1;
+	}
+	return nbd_server_set_tls(srv, *tls, o->tls);
+}
+
 int main(int argc, char **argv)
 {
 	struct acceptor a = {
@@ -1074,6 +1138,7 @@ int main(int argc, char **argv)
 	struct nbd_export exp;
 	struct nbd_iostat io = { .q = NULL };
 	struct nbd_server *srv = NULL;
+	struct nbd_tls *tls = NULL;
 	struct device dev;
 	struct opts o;
 	int sfd, ret;
@@ -1104,6 +1169,11 @@ int main(int argc, char **argv)
 		device_close(&dev);
 		return RQNBD_EXIT_FAIL;
 	}
+	if (tls_start(&o, srv, &tls)) {
+		nbd_server_destroy(srv);
+		device_close(&dev);
+		return RQNBD_EXIT_FAIL;
+	}
 	a.tcp = !!o.port;
 	a.lfd = o.unix_path ? listen_unix(o.unix_path)
 			    : listen_tcp(o.bind_addr ? o.bind_addr : "127.0.0.1", o.port);
@@ -1123,6 +1193,7 @@ int main(int argc, char **argv)
 	accept_loop(&a, srv, sfd, &io);
 	ret = shutdown_all(&o, &a, srv, &dev);
 	nbd_server_destroy(srv);
+	nbd_tls_destroy(tls);
 	device_close(&dev);
 	close(sfd);
 	return ret;
