@@ -23,11 +23,3 @@ int nbd_memory_block_status(void *backend, uint64_t offset, uint64_t length,
 	}
 	return (int)n;
 }
-
-int nbd_memory_cache(void *backend, uint64_t offset, uint64_t length)
-{
-	(void)backend;
-	(void)offset;
-	(void)length;
-	return 0;
-}

@@ -20,7 +20,4 @@
 int nbd_memory_block_status(void *backend, uint64_t offset, uint64_t length,
 			    struct nbd_extent *ext, unsigned max);
 
-/** nbd_memory_cache() - an nbd_cache_fn: memory is its own cache; 0. */
-int nbd_memory_cache(void *backend, uint64_t offset, uint64_t length);
-
 #endif /* NBD_MEMORY_H */

@@ -1033,11 +1033,10 @@ static void make_export(const struct opts *o, const struct device *dev,
 		.pref_block = RQNBD_PREF_BLOCK,
 		.max_block = max_block,
 	};
-	/* backend queries; rbd: all data, cache by a read, no fast zero */
+	/* backend queries; rbd: all data, cache by a read ahead, no fast zero */
 	if (dev->null) {
 		exp->block_status = nbd_memory_block_status;
-		exp->cache = nbd_memory_cache;
-		exp->backend = dev->null;
+		exp->backend = dev->null; /* cache: a read ahead through the queue */
 		exp->zero_fast = true; /* whole pages freed, the rest cleared */
 	} else if (dev->file) {
 		exp->block_status = nbd_file_block_status;
