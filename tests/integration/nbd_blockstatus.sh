@@ -230,7 +230,28 @@ for n, t in out:
     print("%d:%d" % (n, t))'
 }
 
+# the capabilities nbdinfo --json lists: the same as nbdkit's memory plugin
+caps() {
+	nbdinfo --json "$1" | python3 -c '
+import json, sys
+e = json.load(sys.stdin)["exports"][0]
+print(" ".join(sorted("%s=%s" % (k, v) for k, v in e.items()
+                      if k.startswith(("can_", "is_")) or k == "contexts")))'
+}
+
 nbd_start --memory 64M
+if [ $have_nbdinfo = 1 ] && command -v nbdkit >/dev/null; then
+	nbdkit -U "$tmp/nbdkit.sock" -P "$tmp/nbdkit.pid" memory 64M ||
+		fail "nbdkit memory did not start"
+	for _ in $(seq 100); do [ -S "$tmp/nbdkit.sock" ] && break; sleep 0.05; done
+	theirs=$(caps "nbd+unix:///?socket=$tmp/nbdkit.sock")
+	kill "$(cat "$tmp/nbdkit.pid")"
+	ours=$(caps "$uri")
+	[ "$ours" = "$theirs" ] || fail "capabilities differ: rqnbd: $ours; nbdkit: $theirs"
+	echo "same capabilities as nbdkit memory: $ours"
+else
+	echo "nbdkit or nbdinfo missing: no capability comparison"
+fi
 timeout 120 python3 "$tmp/bs.py" memory "$sock" || fail "memory block status"
 if [ $have_nbdinfo = 1 ]; then
 	got=$(nbdinfo_map | tr '\n' ' ')
