@@ -225,7 +225,8 @@ struct nbd_conn;
 /**
  * nbd_conn_tls_identity() - who the client proved to be over TLS: the PSK
  * username it used (--tls-psk), or the distinguished name of its verified
- * certificate (--tls-verify-peer, e.g. "CN=client1,O=Example"), or NULL
+ * certificate (--tls-verify-peer), as GnuTLS writes it (RFC 4514 order
+ * as in the certificate, e.g. "C=GB,O=Example,CN=client1"), or NULL
  * (a plain connection, TLS without a client certificate, or the handshake
  * not yet past STARTTLS).  The string lives as long as the connection.
  * Context: the connection's own thread (in the handshake once STARTTLS is
