@@ -31,16 +31,6 @@ import os, struct, sys
 sys.path.insert(0, os.path.dirname(sys.argv[0]))
 from rawnbd import *
 
-failures = []
-M = 1 << 20
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("  not ok:", what, flush=True)
-
-
 def connect(path, meta=True):
     c = Conn(path)
     c.greet()
@@ -210,10 +200,7 @@ if what == "memory":
     memory(sys.argv[2])
 else:
     sparse_file(sys.argv[2], sys.argv[3], sys.argv[4] == "1")
-if failures:
-    print("%d failures" % len(failures))
-    sys.exit(1)
-print("ok:", what)
+finish(what)
 PY
 
 # the map nbdinfo --map --json shows, as "length:type" lines, merged

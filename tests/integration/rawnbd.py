@@ -26,6 +26,26 @@ def meta_body(queries, name=b""):
     return b
 
 
+M = 1 << 20
+failures = []  # what check() found wrong
+
+
+def check(cond, what):
+    """Note a failed expectation and go on (finish() reports them)."""
+    if not cond:
+        failures.append(what)
+        print("  not ok:", what, flush=True)
+
+
+def finish(what):
+    """Exit 1 if any check failed, else say ok."""
+    import sys
+    if failures:
+        print("%d failures" % len(failures))
+        sys.exit(1)
+    print("ok:", what)
+
+
 class Closed(Exception):
     pass
 
