@@ -323,14 +323,30 @@ static int hs_wait(struct nbd_conn *c, short events)
 	}
 }
 
-/* Read @n bytes by the handshake's deadline.  Return: 0, or -1 on any failure. */
+/* Has the handshake's deadline passed?  (Counted as a time-out.) */
+static bool hs_expired(struct nbd_conn *c)
+{
+	if (now_ms() < c->hs_deadline)
+		return false;
+	count(&c->srv->st_timeouts);
+	return true;
+}
+
+/*
+ * Read @n bytes by the handshake's deadline: what is there is taken at
+ * once (TLS may hold decrypted bytes the socket does not show), the socket
+ * is polled only when nothing is.  Return: 0, or -1 on any failure.
+ */
 static int hs_read(struct nbd_conn *c, void *buf, size_t n)
 {
 	char *p = buf;
 
 	while (n) {
-		ssize_t r = conn_recv(c, p, n);
+		ssize_t r;
 
+		if (hs_expired(c))
+			return -1; /* a client that never pauses is bounded too */
+		r = conn_recv(c, p, n);
 		if (r > 0) {
 			p += r;
 			n -= r;
@@ -374,6 +390,8 @@ static int hs_writev(struct nbd_conn *c, struct iovec *iov, int n)
 			mh.msg_iovlen--;
 			continue;
 		}
+		if (hs_expired(c))
+			return -1;
 		r = conn_sendv(c, mh.msg_iov, (int)mh.msg_iovlen);
 		if (r < 0) {
 			if (errno == EINTR)
