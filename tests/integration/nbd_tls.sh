@@ -178,6 +178,39 @@ def require():
     check(err == 0 and c.extents == [(1, [(M, 3)])], "block status of a hole over TLS")
     c.request(CMD_DISC)
 
+    # a storm of random requests over TLS (seeded): every one answered
+    import random
+    rnd = random.Random(14)
+    c = plain()
+    c.starttls(ca)
+    c.opt(OPT_SR)
+    c.replies()
+    c.structured = True
+    c.meta(OPT_SET_META, [b"base:allocation"])
+    c.go()
+    want = set()
+    for i in range(300):
+        typ = rnd.choice([CMD_READ, CMD_WRITE, CMD_FLUSH, CMD_TRIM, CMD_CACHE, CMD_ZERO,
+                          CMD_BS, 8, 9, 200])
+        off = rnd.choice([0, 512, 4096, rnd.randrange(0, 64 * M, 512), 64 * M, 2**63,
+                          rnd.randrange(0, 2**64)])
+        ln = rnd.choice([0, 512, 4096, 65536, rnd.randrange(0, 1 << 17), 64 * M + 512])
+        flags = rnd.choice([0, 0, FLAG_FUA, FLAG_REQ_ONE, FLAG_FAST_ZERO, FLAG_DF,
+                            rnd.randrange(0, 1 << 16)])
+        if typ == CMD_WRITE:
+            ln = min(ln, 1 << 17)
+        c.request(typ, off, ln, flags, cookie=5000 + i,
+                  payload=os.urandom(ln) if typ == CMD_WRITE else b"")
+        want.add(5000 + i)
+    got = set()
+    for i in range(300):
+        err, ck, _ = c.response()
+        got.add(ck)
+        check(err in (0, EINVAL, ENOSPC, ENOTSUP, EPERM), "storm: error %d" % err)
+    check(got == want, "storm over TLS: every request answered once")
+    check(c.cmd(CMD_READ, 0, 4096)[0] == 0, "a read after the storm")
+    c.request(CMD_DISC)
+
     # garbage instead of a TLS handshake: that connection goes
     c = plain()
     c.opt(OPT_STARTTLS)
