@@ -26,6 +26,7 @@
 
 #define NBD_TLS_PSK_PRIORITY "NORMAL:+ECDHE-PSK:+DHE-PSK:+PSK"
 #define NBD_TLS_DN_MAX 1024 /* a client certificate's name, at most */
+#define NBD_TLS_MAX_ALERTS 16 /* warning alerts taken in one handshake step */
 
 struct nbd_tls {
 	gnutls_certificate_credentials_t x509; /* --tls-certificates */
@@ -258,18 +259,19 @@ static char *tls_peer_dn(struct nbd_tls_session *ts)
 
 int nbd_tls_handshake(struct nbd_tls_session *ts)
 {
-	int r;
+	int alerts = 0, r;
 
 	if (ts->done)
 		return 0;
-	r = gnutls_handshake(ts->s);
+	/* a warning alert is not an end: go on at once (a few of them) */
+	do
+		r = gnutls_handshake(ts->s);
+	while (r < 0 && r != GNUTLS_E_AGAIN && r != GNUTLS_E_INTERRUPTED &&
+	       !gnutls_error_is_fatal(r) && ++alerts < NBD_TLS_MAX_ALERTS);
 	if (r == GNUTLS_E_AGAIN || r == GNUTLS_E_INTERRUPTED)
 		return -EAGAIN;
-	if (r < 0) {
-		if (gnutls_error_is_fatal(r))
-			return -EPROTO;
-		return -EAGAIN; /* a warning alert: go on */
-	}
+	if (r < 0)
+		return -EPROTO;
 	ts->done = true;
 	if (ts->t->psk) {
 		const char *u = gnutls_psk_server_get_username(ts->s);
