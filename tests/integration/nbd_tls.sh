@@ -261,6 +261,22 @@ else:
     on()
 finish("tls " + mode)
 PY
+# qemu's NBD client (its own GnuTLS session and block status), when there
+if command -v qemu-img >/dev/null; then
+	qobj="tls-creds-x509,id=tls0,endpoint=client,dir=$cli"
+	qimg="driver=nbd,path=$sock,tls-creds=tls0,tls-hostname=localhost"
+	head -c 4M /dev/urandom >"$tmp/q.img"
+	timeout 60 qemu-img convert -n --object "$qobj" --target-image-opts "$tmp/q.img" "$qimg" ||
+		fail "qemu-img convert over TLS"
+	timeout 60 nbdcopy "$tls_uri" "$tmp/qback" || fail "nbdcopy after qemu-img"
+	cmp -n $((4 << 20)) "$tmp/q.img" "$tmp/qback" || fail "qemu-img over TLS: data differ"
+	timeout 60 qemu-img map --output=json --object "$qobj" --image-opts "$qimg" >"$tmp/qmap" ||
+		fail "qemu-img map over TLS"
+	# data where nbdcopy and qemu-img wrote (8 MiB), a zero hole after it
+	grep -q '"start": 0, "length": 8388608, .*"zero": false, "data": true' "$tmp/qmap" &&
+		grep -q '"start": 8388608, .*"zero": true, "data": false' "$tmp/qmap" ||
+		fail "qemu-img map over TLS: $(cat "$tmp/qmap")"
+fi
 timeout 120 python3 "$tmp/tls.py" "$sock" "$srv/ca-cert.pem" require || fail "raw TLS clients"
 nbdinfo "$tls_uri" >/dev/null 2>&1 || fail "nbdinfo over TLS after the hostile clients"
 nbd_stop
