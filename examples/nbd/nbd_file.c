@@ -30,13 +30,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <stdio.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 #include <librequest/sq.h>
 
 #include "nbd_file.h"
+#include "nbd_proto.h"
 
 #define NBDF_IOV_BATCH 64          /* segments per preadv/pwritev call */
 #define NBDF_ZERO_BUF (256u << 10) /* fallback zero-writing chunk */
@@ -62,6 +65,7 @@ struct nbd_file {
 	int fd;
 	uint64_t size;
 	bool is_blockdev;
+	bool zero_fast;         /* see nbd_file_zero_fast() */
 	bool sq;                /* single-queue front end */
 	unsigned depth;         /* sq: requests with the workers at most */
 	unsigned next_hq;       /* sq: the worker for the next request; queue lock */
@@ -403,6 +407,111 @@ static int nbdf_open(struct nbd_file *f, const struct nbd_file_config *cfg)
 	return 0;
 }
 
+/* A block device's queue/write_zeroes_max_bytes (0: none, or unknown). */
+static uint64_t nbdf_sysfs_zeroes(int fd)
+{
+	static const char *const fmt[] = { "/sys/dev/block/%u:%u/queue/write_zeroes_max_bytes",
+					   "/sys/dev/block/%u:%u/../queue/write_zeroes_max_bytes" };
+	unsigned long long v = 0;
+	struct stat st;
+	unsigned i;
+
+	if (fstat(fd, &st) < 0)
+		return 0;
+	for (i = 0; i < 2; i++) { /* a disk, or a partition of one */
+		char path[128];
+		FILE *fp;
+
+		snprintf(path, sizeof(path), fmt[i], major(st.st_rdev), minor(st.st_rdev));
+		fp = fopen(path, "re");
+		if (!fp)
+			continue;
+		if (fscanf(fp, "%llu", &v) != 1)
+			v = 0;
+		fclose(fp);
+		return v;
+	}
+	return 0;
+}
+
+/* Can the file be zeroed without writing zeros?  See nbd_file_zero_fast(). */
+static bool nbdf_probe_zero(struct nbd_file *f)
+{
+	struct stat st;
+	off_t past;
+
+	if (f->is_blockdev)
+		return nbdf_sysfs_zeroes(f->fd) > 0;
+	if (fstat(f->fd, &st) < 0)
+		return false;
+	/* punching a hole past the end changes nothing, and says if it can */
+	past = (st.st_size + 4095) & ~(off_t)4095;
+	return fallocate(f->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, past, 4096) == 0;
+}
+
+bool nbd_file_zero_fast(struct nbd_file *f)
+{
+	return f->zero_fast;
+}
+
+int nbd_file_cache(void *backend, uint64_t offset, uint64_t length)
+{
+	struct nbd_file *f = backend;
+
+	return -posix_fadvise(f->fd, (off_t)offset, (off_t)length, POSIX_FADV_WILLNEED);
+}
+
+/* Where the next data (@data) or hole starts at or after @pos; @end when none before. */
+static int nbdf_seek(struct nbd_file *f, uint64_t pos, uint64_t end, bool data, uint64_t *out)
+{
+	off_t r = lseek(f->fd, (off_t)pos, data ? SEEK_DATA : SEEK_HOLE);
+
+	if (r < 0) {
+		if (errno != ENXIO)
+			return -errno;
+		r = (off_t)end; /* past the end of the file: a hole */
+	}
+	*out = (uint64_t)r < end ? (uint64_t)r : end;
+	return 0;
+}
+
+int nbd_file_block_status(void *backend, uint64_t offset, uint64_t length,
+			  struct nbd_extent *ext, unsigned max)
+{
+	struct nbd_file *f = backend;
+	uint64_t pos = offset, end = offset + length, next = 0;
+	unsigned n = 0;
+	int r;
+
+	if (f->is_blockdev) {
+		ext[0] = (struct nbd_extent){ .length = length, .flags = 0 };
+		return 1;
+	}
+	while (pos < end && n < max) {
+		r = nbdf_seek(f, pos, end, true, &next);
+		if (r == -EINVAL && !n) {
+			/* no SEEK_DATA here: all data */
+			ext[0] = (struct nbd_extent){ .length = length, .flags = 0 };
+			return 1;
+		}
+		if (r)
+			return n ? (int)n : r;
+		if (next > pos) {
+			ext[n++] = (struct nbd_extent){ next - pos, NBD_STATE_HOLE | NBD_STATE_ZERO };
+			pos = next;
+			continue;
+		}
+		r = nbdf_seek(f, pos, end, false, &next);
+		if (r)
+			return n ? (int)n : r;
+		if (next <= pos)
+			next = end; /* cannot be: data at pos ends after it */
+		ext[n++] = (struct nbd_extent){ next - pos, 0 };
+		pos = next;
+	}
+	return (int)n;
+}
+
 /**
  * nbd_file_create() - see nbd_file.h.
  * @cfg: configuration.
@@ -434,6 +543,7 @@ int nbd_file_create(const struct nbd_file_config *cfg, struct nbd_file **out)
 	ret = nbdf_size(f);
 	if (ret)
 		goto fail;
+	f->zero_fast = !cfg->read_only && nbdf_probe_zero(f);
 
 	ret = -ENOMEM;
 	f->nr_hq = cfg->nr_hw_queues;

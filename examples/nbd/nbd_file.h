@@ -22,6 +22,8 @@
 
 #include <librequest/mq.h>
 
+#include "nbd_server.h"
+
 /*
  * How the file is kept from other servers: an open file description lock
  * (F_OFD_SETLK) over the whole file, write (exclusive) or read (shared);
@@ -68,6 +70,31 @@ struct rq_queue *nbd_file_queue(struct nbd_file *f);
 
 /** nbd_file_size() - the exported size in bytes (a multiple of 512). */
 uint64_t nbd_file_size(struct nbd_file *f);
+
+/**
+ * nbd_file_block_status() - an nbd_block_status_fn (@backend: the struct
+ * nbd_file): the data and holes of a sparse regular file from
+ * lseek(SEEK_DATA/SEEK_HOLE), holes reported as NBD_STATE_HOLE |
+ * NBD_STATE_ZERO; a block device, or a file system without SEEK_DATA, is
+ * all data.
+ */
+int nbd_file_block_status(void *backend, uint64_t offset, uint64_t length,
+			  struct nbd_extent *ext, unsigned max);
+
+/**
+ * nbd_file_cache() - an nbd_cache_fn: posix_fadvise(POSIX_FADV_WILLNEED),
+ * the kernel reads the range into the page cache in the background.
+ */
+int nbd_file_cache(void *backend, uint64_t offset, uint64_t length);
+
+/**
+ * nbd_file_zero_fast() - is zeroing done without writing zeros?  A regular
+ * file: when its file system punches holes (probed at create, past the end
+ * of the file); a block device: when it has a write-zeroes command
+ * (queue/write_zeroes_max_bytes in sysfs is not 0), which BLKZEROOUT then
+ * uses.
+ */
+bool nbd_file_zero_fast(struct nbd_file *f);
 
 /**
  * nbd_file_destroy() - tear the queue down (waiting for requests), stop the

@@ -27,6 +27,7 @@ struct nbd_req_limits {
 	uint32_t max_block;   /* largest read or write payload */
 	bool read_only;
 	bool structured;      /* structured replies negotiated (DF allowed) */
+	bool block_status;    /* base:allocation selected (BLOCK_STATUS allowed) */
 };
 
 /** struct nbd_info_req - the body of NBD_OPT_INFO / NBD_OPT_GO. */
@@ -35,6 +36,18 @@ struct nbd_info_req {
 	uint32_t namelen;
 	bool want_name;            /* NBD_INFO_NAME requested */
 	bool want_desc;            /* NBD_INFO_DESCRIPTION requested */
+};
+
+/**
+ * struct nbd_meta_req - the body of NBD_OPT_LIST/SET_META_CONTEXT: an
+ * export name and a list of queries (each a 32-bit length and the string).
+ */
+struct nbd_meta_req {
+	const unsigned char *name;    /* points into the option data */
+	uint32_t namelen;
+	uint32_t nqueries;
+	const unsigned char *next;    /* the next query (nbd_meta_next()) */
+	const unsigned char *end;
 };
 
 /**
@@ -69,6 +82,25 @@ int nbd_opt_parse(const unsigned char *h, uint32_t *opt, uint32_t *len);
  * Return: 0, or NBD_REP_ERR_INVALID for a malformed body.
  */
 uint32_t nbd_info_parse(const unsigned char *d, uint32_t len, struct nbd_info_req *out);
+
+/**
+ * nbd_meta_parse() - decode NBD_OPT_LIST/SET_META_CONTEXT data (@len bytes
+ * at @d), checking that the queries fill it exactly.
+ * Return: 0, or NBD_REP_ERR_INVALID for a malformed body.
+ */
+uint32_t nbd_meta_parse(const unsigned char *d, uint32_t len, struct nbd_meta_req *out);
+
+/**
+ * nbd_meta_next() - the next query of @m (after nbd_meta_parse() accepted
+ * it): *@q and *@qlen.  Return: false when there are no more.
+ */
+bool nbd_meta_next(struct nbd_meta_req *m, const unsigned char **q, uint32_t *qlen);
+
+/**
+ * nbd_meta_match() - does query @q (@qlen bytes) name base:allocation?
+ * Exactly, or for a list (@list) also as "base:", the whole namespace.
+ */
+bool nbd_meta_match(const unsigned char *q, uint32_t qlen, bool list);
 
 /** nbd_name_match() - does @name (@len bytes) name export @ours?  "" does. */
 bool nbd_name_match(const char *ours, const unsigned char *name, uint32_t len);

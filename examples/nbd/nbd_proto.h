@@ -107,6 +107,14 @@
 #define NBD_REPLY_TYPE_ERROR ((1u << 15) | 1)
 #define NBD_REPLY_TYPE_ERROR_OFFSET ((1u << 15) | 2)
 
+/* Block status: the base:allocation context (its id in our replies) and
+ * the flags of its descriptors. */
+#define NBD_META_BASE_ALLOCATION "base:allocation"
+#define NBD_META_ID_ALLOCATION 1u
+#define NBD_STATE_HOLE (1u << 0)   /* not allocated */
+#define NBD_STATE_ZERO (1u << 1)   /* reads as zeros */
+#define NBD_BS_DESC_SIZE 8         /* length, flags */
+
 /* Error values (not the host's errno values, though they match Linux). */
 #define NBD_EPERM 1
 #define NBD_EIO 5

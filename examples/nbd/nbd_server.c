@@ -76,6 +76,7 @@
 #include "nbd_pool.h"
 #include "nbd_proto.h"
 #include "nbd_server.h"
+#include "nbd_tls.h"
 
 #define NBD_MAX_SKIP (64ull << 20)      /* refused write payload we still read */
 #define NBD_IN_BUF (128u << 10)         /* socket read buffer (mmap) */
@@ -92,6 +93,9 @@
 #define NBD_DRAIN_TIMEOUT_MS 5000       /* at stop: time to send the last replies */
 #define NBD_IOV_MAX 64                  /* iovecs per sendmsg */
 #define NBD_MAX_STRING 4096             /* names and descriptions we send or take */
+#define NBD_BS_MAX_DESC 511             /* descriptors per block status reply */
+#define NBD_BS_BATCH 64                 /* runs asked of the backend at once */
+#define NBD_TLS_RECORD 16384            /* plaintext per TLS record we send */
 
 enum conn_state {
 	CONN_HANDSHAKE = 0,
@@ -105,7 +109,7 @@ struct nbd_cmd {
 	struct nbd_cmd *next;       /* free list, done stack, or reply queue */
 	uint64_t cookie;
 	uint64_t offset;
-	uint32_t len;               /* request length */
+	uint32_t len;               /* request length; block status: reply bytes */
 	uint16_t type;              /* NBD_CMD_* */
 	uint16_t flags;             /* NBD_CMD_FLAG_* */
 	uint32_t error;             /* NBD error of the reply; 0: success */
@@ -145,6 +149,11 @@ struct nbd_conn {
 	bool exp_counted;           /* counted in srv->exp_conns[exp_idx] */
 	char *name;                 /* the export name it was served by */
 	bool structured;            /* structured replies negotiated */
+	bool meta_alloc;            /* base:allocation selected */
+	struct nbd_tls_session *tls; /* after STARTTLS: all I/O goes through it */
+	unsigned char *tls_stage;   /* replies gathered into one TLS record */
+	const void *tls_retry;      /* a send that met EAGAIN: again, the same */
+	size_t tls_retry_len;
 	bool no_zeroes;             /* NBD_FLAG_C_NO_ZEROES */
 	uint64_t hs_deadline;       /* ms: the handshake must end before */
 	atomic_uint_fast64_t last_ms; /* last byte in or out (for idle, eviction) */
@@ -183,6 +192,8 @@ struct nbd_server {
 	struct nbd_policy policy;
 	struct nbd_limits lim;
 	struct nbd_pool *pool;      /* request data buffers */
+	struct nbd_tls *tls;        /* credentials, or NULL */
+	enum nbd_tls_mode tls_mode;
 	pthread_mutex_t lock;
 	pthread_cond_t cond;        /* nthreads reached 0 */
 	struct nbd_conn *conns;     /* under lock */
@@ -219,13 +230,79 @@ static uint16_t conn_tflags(const struct nbd_conn *c)
 {
 	uint16_t f = NBD_FLAG_HAS_FLAGS | NBD_FLAG_SEND_FLUSH | NBD_FLAG_SEND_FUA |
 		     NBD_FLAG_SEND_TRIM | NBD_FLAG_SEND_WRITE_ZEROES |
-		     NBD_FLAG_CAN_MULTI_CONN;
+		     NBD_FLAG_CAN_MULTI_CONN | NBD_FLAG_SEND_CACHE | NBD_FLAG_SEND_FAST_ZERO;
 
 	if (c->exp->read_only)
 		f |= NBD_FLAG_READ_ONLY;
 	if (c->structured)
 		f |= NBD_FLAG_SEND_DF; /* a read is always one data chunk */
 	return f;
+}
+
+/* ---------------------------------------------------------- socket I/O */
+
+/*
+ * Receive up to @n bytes, never blocking: through the TLS session after
+ * STARTTLS, else from the socket.  Return: bytes, 0 at end of stream, -1
+ * with errno (EAGAIN: nothing yet).
+ */
+static ssize_t conn_recv(struct nbd_conn *c, void *buf, size_t n)
+{
+	if (c->tls)
+		return nbd_tls_recv(c->tls, buf, n);
+	return recv(c->fd, buf, n, MSG_DONTWAIT);
+}
+
+/*
+ * Send @len bytes at @p through the TLS session, at most one record.  A
+ * send that met EAGAIN is repeated with the very same bytes first (GnuTLS
+ * holds part of them): @p must stay valid until it has gone, which holds
+ * for a reply's header and data and for the staging buffer, since nothing
+ * leaves the reply queue before it is sent.  Return: bytes, or -1 with errno.
+ */
+static ssize_t conn_tls_send(struct nbd_conn *c, const void *p, size_t len)
+{
+	ssize_t r;
+
+	if (c->tls_retry_len) {
+		p = c->tls_retry;
+		len = c->tls_retry_len;
+	}
+	r = nbd_tls_send(c->tls, p, len);
+	if (r < 0 && errno == EAGAIN) {
+		c->tls_retry = p;
+		c->tls_retry_len = len;
+	} else {
+		c->tls_retry_len = 0;
+	}
+	return r;
+}
+
+/*
+ * Send from @n vectors, never blocking.  Plain: one sendmsg.  TLS: one
+ * record, gathered into the staging buffer unless the first vector fills
+ * a record alone.  Return: bytes taken, or -1 with errno.
+ */
+static ssize_t conn_sendv(struct nbd_conn *c, const struct iovec *iov, int n)
+{
+	struct msghdr mh = { .msg_iov = (struct iovec *)iov, .msg_iovlen = n };
+	size_t len = 0;
+	int i;
+
+	if (!c->tls)
+		return sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+	if (c->tls_retry_len || (n && iov[0].iov_len >= NBD_TLS_RECORD) || !c->tls_stage)
+		return conn_tls_send(c, iov[0].iov_base,
+				     iov[0].iov_len < NBD_TLS_RECORD ? iov[0].iov_len
+								    : NBD_TLS_RECORD);
+	for (i = 0; i < n && len < NBD_TLS_RECORD; i++) {
+		size_t k = iov[i].iov_len < NBD_TLS_RECORD - len ? iov[i].iov_len
+								 : NBD_TLS_RECORD - len;
+
+		memcpy(c->tls_stage + len, iov[i].iov_base, k);
+		len += k;
+	}
+	return conn_tls_send(c, c->tls_stage, len);
 }
 
 /* ------------------------------------------------------------ handshake */
@@ -254,7 +331,20 @@ static int hs_wait(struct nbd_conn *c, short events)
 	}
 }
 
-/* Read @n bytes by the handshake's deadline.  Return: 0, or -1 on any failure. */
+/* Has the handshake's deadline passed?  (Counted as a time-out.) */
+static bool hs_expired(struct nbd_conn *c)
+{
+	if (now_ms() < c->hs_deadline)
+		return false;
+	count(&c->srv->st_timeouts);
+	return true;
+}
+
+/*
+ * Read @n bytes by the handshake's deadline: what is there is taken at
+ * once (TLS may hold decrypted bytes the socket does not show), the socket
+ * is polled only when nothing is.  Return: 0, or -1 on any failure.
+ */
 static int hs_read(struct nbd_conn *c, void *buf, size_t n)
 {
 	char *p = buf;
@@ -262,15 +352,19 @@ static int hs_read(struct nbd_conn *c, void *buf, size_t n)
 	while (n) {
 		ssize_t r;
 
-		if (hs_wait(c, POLLIN))
-			return -1;
-		r = recv(c->fd, p, n, MSG_DONTWAIT);
+		if (hs_expired(c))
+			return -1; /* a client that never pauses is bounded too */
+		r = conn_recv(c, p, n);
 		if (r > 0) {
 			p += r;
 			n -= r;
 			atomic_store_explicit(&c->last_ms, now_ms(), memory_order_relaxed);
-		} else if (r < 0 && (errno == EINTR || errno == EAGAIN)) {
+		} else if (r < 0 && errno == EINTR) {
 			continue;
+		} else if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+			/* TLS: nothing is left decrypted when it says EAGAIN */
+			if (hs_wait(c, POLLIN))
+				return -1;
 		} else {
 			return -1;
 		}
@@ -299,11 +393,18 @@ static int hs_writev(struct nbd_conn *c, struct iovec *iov, int n)
 	while (mh.msg_iovlen) {
 		ssize_t r;
 
-		if (hs_wait(c, POLLOUT))
+		if (!mh.msg_iov->iov_len) { /* an empty vector: TLS sends one each */
+			mh.msg_iov++;
+			mh.msg_iovlen--;
+			continue;
+		}
+		if (hs_expired(c))
 			return -1;
-		r = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+		r = conn_sendv(c, mh.msg_iov, (int)mh.msg_iovlen);
 		if (r < 0) {
-			if (errno == EINTR || errno == EAGAIN)
+			if (errno == EINTR)
+				continue;
+			if ((errno == EAGAIN || errno == EWOULDBLOCK) && !hs_wait(c, POLLOUT))
 				continue;
 			return -1;
 		}
@@ -341,15 +442,11 @@ static int hs_reply(struct nbd_conn *c, uint32_t opt, uint32_t type,
 	return hs_writev(c, iov, len ? 2 : 1);
 }
 
-/*
- * The TLS identity of @c (certificate DN or PSK username) for the policy:
- * NULL until the TLS side (nbdproto) is merged; it will return what the
- * session negotiated, as nbd_server.h documents there.
- */
+/* The TLS identity of @c (certificate DN or PSK username) for the policy,
+ * NULL without TLS. */
 static const char *conn_tls_identity(const struct nbd_conn *c)
 {
-	(void)c;
-	return NULL;
+	return c->tls ? nbd_tls_identity(c->tls) : NULL;
 }
 
 /*
@@ -515,6 +612,73 @@ static int hs_list(struct nbd_conn *c, uint32_t opt, uint32_t len)
 	return hs_reply(c, opt, NBD_REP_ACK, NULL, 0);
 }
 
+/*
+ * NBD_OPT_STARTTLS: ACK, then the TLS handshake by the handshake's
+ * deadline; from then on every byte goes through the session, and what was
+ * negotiated in the clear is forgotten.  Return: 0 to go on, -1 to close.
+ */
+static int hs_starttls(struct nbd_conn *c, uint32_t opt, uint32_t len)
+{
+	struct nbd_server *srv = c->srv;
+	int r;
+
+	if (srv->tls_mode == NBD_TLS_OFF)
+		return hs_reply(c, opt, NBD_REP_ERR_UNSUP, NULL, 0);
+	if (len || c->tls) /* a second STARTTLS is invalid, not a new session */
+		return hs_reply(c, opt, NBD_REP_ERR_INVALID, NULL, 0);
+	c->tls_stage = malloc(NBD_TLS_RECORD);
+	if (!c->tls_stage)
+		return hs_reply(c, opt, NBD_REP_ERR_PLATFORM, NULL, 0);
+	if (hs_reply(c, opt, NBD_REP_ACK, NULL, 0) ||
+	    nbd_tls_session_new(srv->tls, c->fd, &c->tls))
+		return -1;
+	while ((r = nbd_tls_handshake(c->tls)) == -EAGAIN)
+		if (hs_wait(c, nbd_tls_poll_events(c->tls)))
+			return -1;
+	if (r)
+		return -1;
+	atomic_store_explicit(&c->last_ms, now_ms(), memory_order_relaxed);
+	c->structured = false;
+	c->meta_alloc = false;
+	return 0;
+}
+
+/*
+ * NBD_OPT_LIST_META_CONTEXT / NBD_OPT_SET_META_CONTEXT: the one context we
+ * have, base:allocation, listed for no query, "base:" or its own name, and
+ * selected (SET) when named; a SET naming nothing we know selects nothing.
+ * Return: 0 or -1.
+ */
+static int hs_meta(struct nbd_conn *c, uint32_t opt, const unsigned char *d, uint32_t len)
+{
+	static const char name[] = NBD_META_BASE_ALLOCATION;
+	bool list = opt == NBD_OPT_LIST_META_CONTEXT, found;
+	unsigned char rep[4 + sizeof(name) - 1];
+	struct nbd_meta_req m;
+	const unsigned char *q;
+	uint32_t qlen, err;
+
+	if (!c->structured) /* contexts need structured replies */
+		return hs_reply(c, opt, NBD_REP_ERR_INVALID, NULL, 0);
+	err = nbd_meta_parse(d, len, &m);
+	if (err)
+		return hs_reply(c, opt, err, NULL, 0);
+	if (hs_find_export(c, m.name, m.namelen) < 0)
+		return hs_reply(c, opt, NBD_REP_ERR_UNKNOWN, NULL, 0);
+	found = list && !m.nqueries;
+	while (nbd_meta_next(&m, &q, &qlen))
+		found |= nbd_meta_match(q, qlen, list);
+	if (!list)
+		c->meta_alloc = found;
+	if (found) {
+		nbd_put32(rep, NBD_META_ID_ALLOCATION);
+		memcpy(rep + 4, name, sizeof(name) - 1);
+		if (hs_reply(c, opt, NBD_REP_META_CONTEXT, rep, sizeof(rep)))
+			return -1;
+	}
+	return hs_reply(c, opt, NBD_REP_ACK, NULL, 0);
+}
+
 #define HS_ABORT 2 /* hs_option(): the client asked to close */
 
 /*
@@ -525,6 +689,12 @@ static int hs_list(struct nbd_conn *c, uint32_t opt, uint32_t len)
 static int hs_option(struct nbd_conn *c, uint32_t opt, const unsigned char *data,
 		     uint32_t len)
 {
+	if (c->srv->tls_mode == NBD_TLS_REQUIRE && !c->tls && opt != NBD_OPT_STARTTLS &&
+	    opt != NBD_OPT_ABORT) {
+		if (opt == NBD_OPT_EXPORT_NAME)
+			return -1; /* no way to say TLS is required but to hang up */
+		return hs_reply(c, opt, NBD_REP_ERR_TLS_REQD, NULL, 0);
+	}
 	switch (opt) {
 	case NBD_OPT_EXPORT_NAME:
 		return hs_export_name(c, data, len);
@@ -543,10 +713,10 @@ static int hs_option(struct nbd_conn *c, uint32_t opt, const unsigned char *data
 		return hs_reply(c, opt, NBD_REP_ACK, NULL, 0);
 	case NBD_OPT_LIST_META_CONTEXT:
 	case NBD_OPT_SET_META_CONTEXT:
-		/* we offer no metadata context: an empty list */
-		return hs_reply(c, opt, c->structured ? NBD_REP_ACK : NBD_REP_ERR_INVALID,
-				NULL, 0);
-	default: /* STARTTLS, EXTENDED_HEADERS and anything unknown */
+		return hs_meta(c, opt, data, len);
+	case NBD_OPT_STARTTLS:
+		return hs_starttls(c, opt, len);
+	default: /* EXTENDED_HEADERS and anything unknown */
 		return hs_reply(c, opt, NBD_REP_ERR_UNSUP, NULL, 0);
 	}
 }
@@ -724,7 +894,16 @@ static void conn_queue_reply(struct nbd_conn *c, struct nbd_cmd *cmd)
 	if (cmd->error)
 		count(&c->srv->st_errors);
 	cmd->data_len = 0;
-	if (c->structured && (cmd->error || cmd->type == NBD_CMD_READ)) {
+	if (!cmd->error && cmd->type == NBD_CMD_BLOCK_STATUS) {
+		/* one chunk: context id and descriptors, already in buf */
+		nbd_put32(h, NBD_STRUCTURED_REPLY_MAGIC);
+		nbd_put16(h + 4, NBD_REPLY_FLAG_DONE);
+		nbd_put16(h + 6, NBD_REPLY_TYPE_BLOCK_STATUS);
+		nbd_put64(h + 8, cmd->cookie);
+		nbd_put32(h + 16, cmd->len);
+		cmd->hdr_len = NBD_CHUNK_HEADER_SIZE;
+		cmd->data_len = cmd->len;
+	} else if (c->structured && (cmd->error || cmd->type == NBD_CMD_READ)) {
 		uint16_t type;
 		uint32_t plen;
 
@@ -773,6 +952,25 @@ static void conn_reply_now(struct nbd_conn *c, struct nbd_cmd *cmd, uint32_t err
 	conn_queue_reply(c, cmd);
 }
 
+/* CACHE by a read: from the sector holding @offset. */
+static uint64_t cache_start(uint64_t offset)
+{
+	return offset & ~(uint64_t)(RQ_SECTOR_SIZE - 1);
+}
+
+/* CACHE by a read: its length, whole sectors, at most max_block. */
+static uint32_t cache_len(const struct nbd_conn *c, const struct nbd_req *r)
+{
+	const struct nbd_export *exp = c->exp;
+	uint64_t start = cache_start(r->offset);
+	uint64_t end = (r->offset + r->len + RQ_SECTOR_SIZE - 1) &
+		       ~(uint64_t)(RQ_SECTOR_SIZE - 1);
+
+	if (end > exp->size)
+		end = exp->size;
+	return end - start < exp->max_block ? (uint32_t)(end - start) : exp->max_block;
+}
+
 /* Turn a checked request into a bio and submit it. */
 static void conn_submit(struct nbd_conn *c, struct nbd_cmd *cmd)
 {
@@ -815,6 +1013,13 @@ static void conn_submit(struct nbd_conn *c, struct nbd_cmd *cmd)
 		bio->op = RQ_OP_WRITE_ZEROES;
 		bio->iter.size = cmd->len;
 		break;
+	case NBD_CMD_CACHE:
+		/* a read ahead into a pool buffer, dropped when it ends */
+		bio->op = RQ_OP_READ;
+		bio->opf = RQ_BIO_RAHEAD;
+		rq_bio_add_vec(bio, cmd->buf, cmd->buf_len);
+		start = cache_start(cmd->offset);
+		break;
 	default:
 		conn_reply_now(c, cmd, NBD_EINVAL);
 		return;
@@ -823,11 +1028,108 @@ static void conn_submit(struct nbd_conn *c, struct nbd_cmd *cmd)
 	rq_submit_bio(c->exp->q, bio);
 }
 
+/* The descriptors of a block status reply, built run by run. */
+struct bs_reply {
+	unsigned char *p;  /* the next descriptor */
+	unsigned n, max;   /* written, room */
+	uint32_t align;    /* min_block: descriptor ends fall on it */
+	uint64_t len;      /* the descriptor being built (0: none) */
+	uint32_t flags;
+};
+
+static void bs_emit(struct bs_reply *b)
+{
+	nbd_put32(b->p, (uint32_t)b->len);
+	nbd_put32(b->p + 4, b->flags);
+	b->p += NBD_BS_DESC_SIZE;
+	b->n++;
+	b->len = 0;
+}
+
 /*
- * Handle one decoded request @r; @buf is its data buffer (from
- * conn_budget) when it is a valid read or write with data.
+ * Add a run of @len bytes in state @flags.  A descriptor ends on a
+ * multiple of min_block: a run that ends inside a block lends the rest of
+ * that block to the next one, whose state is then what both have in common
+ * (a hole that is half data is data).  Return: false when full.
  */
-static void conn_request(struct nbd_conn *c, const struct nbd_req *r, char *buf)
+static bool bs_add(struct bs_reply *b, uint64_t len, uint32_t flags)
+{
+	while (len) {
+		uint64_t take = len;
+
+		if (!b->len) {
+			b->flags = flags;
+		} else if (b->len % b->align) {
+			take = b->align - b->len % b->align;
+			if (take > len)
+				take = len;
+			b->flags &= flags;
+		} else if (flags != b->flags) {
+			bs_emit(b);
+			if (b->n == b->max)
+				return false;
+			continue;
+		}
+		b->len += take;
+		len -= take;
+	}
+	return true;
+}
+
+/*
+ * NBD_CMD_BLOCK_STATUS for base:allocation: ask the backend about
+ * [offset, offset + len) and write the reply's payload into @cmd's buffer
+ * (cmd->len becomes its size).  Never more than the range, never more
+ * than NBD_BS_MAX_DESC descriptors (one with NBD_CMD_FLAG_REQ_ONE), the
+ * first always.  Return: 0 or the NBD error.
+ */
+static uint32_t conn_block_status(struct nbd_conn *c, struct nbd_cmd *cmd,
+				  const struct nbd_req *r)
+{
+	const struct nbd_export *exp = c->exp;
+	struct bs_reply b = {
+		.p = (unsigned char *)cmd->buf + 4,
+		.max = r->flags & NBD_CMD_FLAG_REQ_ONE ? 1 : NBD_BS_MAX_DESC,
+		.align = exp->min_block,
+	};
+	uint64_t pos = r->offset, end = r->offset + r->len;
+	struct nbd_extent ext[NBD_BS_BATCH];
+	bool room = true;
+
+	while (pos < end && room) {
+		int i, k = 1;
+
+		ext[0] = (struct nbd_extent){ .length = end - pos, .flags = 0 };
+		if (exp->block_status)
+			k = exp->block_status(exp->backend, pos, end - pos, ext, NBD_BS_BATCH);
+		if (k <= 0 && pos == r->offset)
+			return k == -ENOMEM ? NBD_ENOMEM : NBD_EIO;
+		if (k <= 0)
+			break; /* answer with what we have */
+		for (i = 0; i < k && room && pos < end; i++) {
+			uint64_t n = ext[i].length < end - pos ? ext[i].length : end - pos;
+
+			if (!n)
+				break;
+			room = bs_add(&b, n, ext[i].flags & (NBD_STATE_HOLE | NBD_STATE_ZERO));
+			pos += n;
+		}
+		if (i < k && !ext[i].length)
+			break;
+	}
+	if (b.len && b.n < b.max)
+		bs_emit(&b);
+	nbd_put32((unsigned char *)cmd->buf, NBD_META_ID_ALLOCATION);
+	cmd->len = 4 + b.n * NBD_BS_DESC_SIZE;
+	return 0;
+}
+
+/*
+ * Handle one decoded request @r; @buf is its data buffer of @buf_len bytes
+ * (from conn_budget, req_need()) or NULL.
+ */
+static void conn_request(struct nbd_conn *c, const struct nbd_req *r, char *buf,
+			 uint32_t buf_len)
 {
 	struct nbd_cmd *cmd;
 	uint32_t error;
@@ -845,7 +1147,7 @@ static void conn_request(struct nbd_conn *c, const struct nbd_req *r, char *buf)
 	cmd->offset = r->offset;
 	cmd->len = 0;
 	cmd->buf = buf;
-	cmd->buf_len = buf ? r->len : 0;
+	cmd->buf_len = buf ? buf_len : 0;
 	error = nbd_req_check(&c->rlim, r);
 
 	if (r->type == NBD_CMD_WRITE) {
@@ -869,20 +1171,47 @@ static void conn_request(struct nbd_conn *c, const struct nbd_req *r, char *buf)
 		c->rx_cmd = cmd;
 		return;
 	}
-	if (error || r->type == NBD_CMD_CACHE || (!r->len && r->type != NBD_CMD_FLUSH)) {
+	if (!error && r->type == NBD_CMD_WRITE_ZEROES && (r->flags & NBD_CMD_FLAG_FAST_ZERO) &&
+	    !c->exp->zero_fast)
+		error = NBD_ENOTSUP; /* it would be written: the client does it better */
+	if (!error && r->type == NBD_CMD_BLOCK_STATUS) {
+		conn_reply_now(c, cmd, conn_block_status(c, cmd, r));
+		return;
+	}
+	if (!error && r->type == NBD_CMD_CACHE && c->exp->cache && r->len)
+		error = c->exp->cache(c->exp->backend, r->offset, r->len) ? NBD_EIO : 0;
+	if (error || (r->type == NBD_CMD_CACHE && !buf) ||
+	    (!r->len && r->type != NBD_CMD_FLUSH)) {
 		conn_reply_now(c, cmd, error);
+		return;
+	}
+	if (r->type == NBD_CMD_CACHE) {
+		conn_submit(c, cmd);
 		return;
 	}
 	cmd->len = r->type == NBD_CMD_FLUSH ? 0 : r->len; /* READ, WRITE_ZEROES, TRIM */
 	conn_submit(c, cmd);
 }
 
-/* Buffer bytes request @r needs: a valid read or write with data. */
+/*
+ * Buffer bytes request @r needs: a valid read or write with data, a block
+ * status reply, a cache request done by a read.
+ */
 static uint32_t req_need(const struct nbd_conn *c, const struct nbd_req *r)
 {
-	if ((r->type != NBD_CMD_READ && r->type != NBD_CMD_WRITE) || !r->len)
+	if (!r->len || nbd_req_check(&c->rlim, r))
 		return 0;
-	return nbd_req_check(&c->rlim, r) ? 0 : r->len;
+	switch (r->type) {
+	case NBD_CMD_READ:
+	case NBD_CMD_WRITE:
+		return r->len;
+	case NBD_CMD_BLOCK_STATUS:
+		return 4 + NBD_BS_MAX_DESC * NBD_BS_DESC_SIZE;
+	case NBD_CMD_CACHE:
+		return c->exp->cache ? 0 : cache_len(c, r);
+	default:
+		return 0;
+	}
 }
 
 /*
@@ -893,6 +1222,7 @@ static uint32_t req_need(const struct nbd_conn *c, const struct nbd_req *r)
 static bool conn_take(struct nbd_conn *c)
 {
 	struct nbd_req r;
+	uint32_t need;
 	char *buf;
 
 	if (nbd_req_parse(c->in + c->in_start, &r)) {
@@ -900,12 +1230,13 @@ static bool conn_take(struct nbd_conn *c)
 		c->dead = true; /* out of sync: nothing we could answer */
 		return false;
 	}
-	if (!conn_budget(c, req_need(c, &r), &buf)) {
+	need = req_need(c, &r);
+	if (!conn_budget(c, need, &buf)) {
 		c->blocked = true;
 		return false;
 	}
 	c->in_start += NBD_REQUEST_SIZE;
-	conn_request(c, &r, buf);
+	conn_request(c, &r, buf, need);
 	return true;
 }
 
@@ -991,7 +1322,7 @@ static ssize_t conn_read(struct nbd_conn *c, size_t *asked)
 		struct nbd_cmd *cmd = c->rx_cmd;
 
 		*asked = cmd->len - cmd->rx_done;
-		r = read(c->fd, cmd->buf + cmd->rx_done, *asked);
+		r = conn_recv(c, cmd->buf + cmd->rx_done, *asked);
 		if (r > 0) {
 			conn_moved(c, &c->m_in, r);
 			cmd->rx_done += r;
@@ -1012,7 +1343,7 @@ static ssize_t conn_read(struct nbd_conn *c, size_t *asked)
 		return -1;
 	}
 	*asked = NBD_IN_BUF - c->in_end;
-	r = read(c->fd, c->in + c->in_end, *asked);
+	r = conn_recv(c, c->in + c->in_end, *asked);
 	if (r > 0) {
 		conn_moved(c, &c->m_in, r);
 		c->in_end += r;
@@ -1061,7 +1392,6 @@ static int conn_send(struct nbd_conn *c)
 {
 	while (c->out_head) {
 		struct iovec iov[NBD_IOV_MAX];
-		struct msghdr mh = { .msg_iov = iov };
 		struct nbd_cmd *cmd;
 		size_t skip = c->out_off;
 		int n = 0;
@@ -1081,8 +1411,7 @@ static int conn_send(struct nbd_conn *c)
 			}
 			skip = 0;
 		}
-		mh.msg_iovlen = n;
-		r = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+		r = conn_sendv(c, iov, n);
 		if (r < 0) {
 			if (errno == EINTR)
 				continue;
@@ -1133,6 +1462,7 @@ static int conn_transmit_init(struct nbd_conn *c)
 		.max_block = c->exp->max_block,
 		.read_only = c->exp->read_only,
 		.structured = c->structured,
+		.block_status = c->meta_alloc,
 	};
 	return 0;
 }
@@ -1276,6 +1606,10 @@ static void conn_sleep(struct nbd_conn *c, bool reading, bool want_out, int time
 	pfd[1].fd = c->efd;
 	pfd[1].events = POLLIN;
 	pfd[1].revents = 0;
+	if (reading && c->tls && nbd_tls_pending(c->tls)) {
+		*try_read = true; /* decrypted already: the socket would not say */
+		return;
+	}
 	atomic_store(&c->sleeping, true);
 	if (atomic_load(&c->done)) {
 		atomic_store(&c->sleeping, false);
@@ -1306,8 +1640,9 @@ static bool conn_try_read(struct nbd_conn *c, bool *try_read)
 	ssize_t r = conn_read(c, &asked);
 
 	if (r > 0) {
-		/* a short read drained the socket: poll before the next */
-		*try_read = (size_t)r == asked;
+		/* a short read drained the socket: poll before the next (TLS:
+		 * one record at a time says nothing; read until EAGAIN) */
+		*try_read = (size_t)r == asked || c->tls;
 		conn_parse_plugged(c);
 		return true;
 	}
@@ -1401,6 +1736,8 @@ static void conn_free(struct nbd_conn *c)
 	free(c->name);
 	if (c->efd >= 0)
 		close(c->efd);
+	nbd_tls_session_free(c->tls);
+	free(c->tls_stage);
 	if (c->fd >= 0)
 		close(c->fd);
 	free(c);
@@ -1816,6 +2153,32 @@ void nbd_server_get_stats(struct nbd_server *srv, struct nbd_server_stats *st)
 	st->refused = atomic_load(&srv->st_refused);
 	st->evicted = atomic_load(&srv->st_evicted);
 	st->timeouts = atomic_load(&srv->st_timeouts);
+}
+
+/**
+ * nbd_server_set_tls() - see nbd_server.h.
+ * @srv: the server, before its first connection.
+ * @tls: the credentials, or NULL for NBD_TLS_OFF.
+ * @mode: off, on, require.
+ * Return: 0 or -EINVAL.
+ */
+int nbd_server_set_tls(struct nbd_server *srv, struct nbd_tls *tls, enum nbd_tls_mode mode)
+{
+	if (mode != NBD_TLS_OFF && !tls)
+		return -EINVAL;
+	srv->tls = tls;
+	srv->tls_mode = mode;
+	return 0;
+}
+
+/**
+ * nbd_conn_tls_identity() - see nbd_server.h.
+ * @c: the connection.
+ * Return: the PSK user or the client certificate's DN, or NULL.
+ */
+const char *nbd_conn_tls_identity(const struct nbd_conn *c)
+{
+	return conn_tls_identity(c);
 }
 
 /**

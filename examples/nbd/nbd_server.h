@@ -34,6 +34,42 @@
 #include <librequest/iocontext.h>
 #include <librequest/queue.h>
 
+/**
+ * struct nbd_extent - one run of bytes in one allocation state, as a
+ * backend's block_status query reports it.
+ * @length: bytes (the run's end must be a multiple of 512, unless it is the
+ *	end of the range asked about).
+ * @flags: NBD_STATE_HOLE (not allocated), NBD_STATE_ZERO (reads as zeros),
+ *	or 0 for data.
+ */
+struct nbd_extent {
+	uint64_t length;
+	uint32_t flags;
+};
+
+/**
+ * nbd_block_status_fn - a backend's allocation query (NBD_CMD_BLOCK_STATUS).
+ * @backend: struct nbd_export's @backend.
+ * @offset: first byte asked about (a multiple of 512).
+ * @length: bytes asked about (> 0, within the export).
+ * @ext: receives up to @max runs, in order from @offset, at least one.
+ * @max: room in @ext (>= 1).
+ *
+ * The runs may cover less than @length (the server asks again or answers
+ * with what it has), never more.  Called on the connection's thread, outside
+ * the queue: it must not block for long (no network round trips).
+ * Return: the number of runs filled, or a negative errno.
+ */
+typedef int (*nbd_block_status_fn)(void *backend, uint64_t offset, uint64_t length,
+				   struct nbd_extent *ext, unsigned max);
+
+/**
+ * nbd_cache_fn - a backend's prefetch (NBD_CMD_CACHE) of [@offset,
+ * @offset + @length): start reading it into a cache and return (a hint,
+ * like posix_fadvise(WILLNEED)).  Return: 0 or a negative errno.
+ */
+typedef int (*nbd_cache_fn)(void *backend, uint64_t offset, uint64_t length);
+
 /** struct nbd_export - what is served. */
 struct nbd_export {
 	struct rq_queue *q;        /* the queue bios go to */
@@ -49,6 +85,19 @@ struct nbd_export {
 	uint32_t min_block;        /* advertised and enforced alignment (512) */
 	uint32_t pref_block;       /* advertised preferred size (4096) */
 	uint32_t max_block;        /* advertised maximum payload (32 MiB) */
+	/*
+	 * Backend queries (NBD_CMD_BLOCK_STATUS, NBD_CMD_CACHE, fast zero).
+	 * block_status NULL: every byte reported as data.  cache NULL: a
+	 * cache request is a read of its first max_block bytes into a pool
+	 * buffer, through the queue (RQ_BIO_RAHEAD), the data dropped.
+	 * zero_fast: WRITE_ZEROES is done by unmapping or a device's zeroing
+	 * command, never by writing zeros; false makes NBD_CMD_FLAG_FAST_ZERO
+	 * fail with NBD_ENOTSUP.  @backend is handed to both functions.
+	 */
+	nbd_block_status_fn block_status;
+	nbd_cache_fn cache;
+	void *backend;
+	bool zero_fast;
 };
 
 /*
@@ -142,7 +191,7 @@ struct nbd_client_info {
 	const char *name;          /* the export name it asked for */
 	unsigned export;           /* index of the export it is served */
 	const char *peer;          /* nbd_peer_name() of its socket */
-	const char *tls_identity;  /* NULL until TLS identities are wired in */
+	const char *tls_identity;  /* nbd_conn_tls_identity(), NULL without TLS */
 };
 
 /**
@@ -207,6 +256,46 @@ void nbd_server_wait(struct nbd_server *srv);
 
 /** nbd_server_get_stats() - copy the counters. */
 void nbd_server_get_stats(struct nbd_server *srv, struct nbd_server_stats *st);
+
+enum nbd_tls_mode {
+	NBD_TLS_OFF = 0,   /* NBD_OPT_STARTTLS answered NBD_REP_ERR_UNSUP */
+	NBD_TLS_ON,        /* plain and TLS clients both served */
+	NBD_TLS_REQUIRE,   /* before STARTTLS every option but STARTTLS and
+			      ABORT is answered NBD_REP_ERR_TLS_REQD (and
+			      NBD_OPT_EXPORT_NAME closes the connection) */
+};
+
+struct nbd_tls;
+
+/**
+ * nbd_server_set_tls() - offer TLS (NBD_OPT_STARTTLS) with credentials
+ * @tls (nbd_tls.h; must outlive the server) in @mode.  Call before the
+ * first nbd_server_add().  Return: 0, -EINVAL (@tls NULL with a mode other
+ * than NBD_TLS_OFF).
+ *
+ * After STARTTLS every byte of the connection (the rest of the handshake
+ * and transmission) goes through the TLS session; the handshake deadline,
+ * the min-rate check and the buffer budgets count plaintext bytes the same
+ * way as on a plain connection, and the TLS handshake itself must end by
+ * the handshake deadline.  Options negotiated before STARTTLS (structured
+ * replies, meta contexts) are forgotten, as the protocol asks.
+ */
+int nbd_server_set_tls(struct nbd_server *srv, struct nbd_tls *tls, enum nbd_tls_mode mode);
+
+struct nbd_conn;
+
+/**
+ * nbd_conn_tls_identity() - who the client proved to be over TLS: the PSK
+ * username it used (--tls-psk), or the distinguished name of its verified
+ * certificate (--tls-verify-peer), as GnuTLS writes it (RFC 4514 order
+ * as in the certificate, e.g. "C=GB,O=Example,CN=client1"), or NULL
+ * (a plain connection, TLS without a client certificate, or the handshake
+ * not yet past STARTTLS).  The string lives as long as the connection.
+ * Context: the connection's own thread (in the handshake once STARTTLS is
+ * done, then in transmission), e.g. to pick the client's io group at
+ * NBD_OPT_GO.
+ */
+const char *nbd_conn_tls_identity(const struct nbd_conn *c);
 
 /** nbd_server_destroy() - free the server (after nbd_server_wait). */
 void nbd_server_destroy(struct nbd_server *srv);

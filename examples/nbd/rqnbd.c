@@ -55,8 +55,10 @@
 #include "nbd_config.h"
 #include "nbd_file.h"
 #include "nbd_iostat.h"
+#include "nbd_memory.h"
 #include "nbd_rbd.h"
 #include "nbd_server.h"
+#include "nbd_tls.h"
 #include "null_blk.h"
 #include "progopt.h"
 
@@ -110,6 +112,9 @@ struct opts {
 	const char *config;     /* --config FILE */
 	bool check_config;      /* --check-config: parse, say, exit */
 	bool export_opts;       /* an option of the one-export command line given */
+	enum nbd_tls_mode tls;  /* --tls off|on|require */
+	const char *tls_certs, *tls_psk;
+	bool tls_verify_peer;
 };
 
 /* ----------------------------------------------------------------- options */
@@ -185,6 +190,13 @@ static void set_iostat(struct opts *o, const char *f, const char *v)
 {
 	o->iostat = true;
 	o->iostat_ms = (unsigned)opt_uint(f, v, 0, RQNBD_MAX_TIMEOUT_S) * 1000;
+}
+
+static void set_tls(struct opts *o, const char *f, const char *v)
+{
+	static const char *const modes[] = { "off", "on", "require" };
+
+	o->tls = (enum nbd_tls_mode)opt_choice(f, v, modes, 3);
 }
 
 static void set_name(struct opts *o, const char *f, const char *v)
@@ -269,6 +281,16 @@ static const struct rqnbd_option rqnbd_options[] = {
 	  "count diskstats and latency histograms; every S\n"
 	  "seconds an iostat -x line on stderr (0: none);\n"
 	  "SIGUSR1 prints stat, inflight and latency_hist", set_iostat },
+	{ "tls", "MODE", OPT_CUSTOM, 0, 0, 0,
+	  "off (default), on (TLS and plain clients), require\n"
+	  "(options before NBD_OPT_STARTTLS are refused)", set_tls },
+	{ "tls-certificates", "DIR", OPT_STRING, FIELD(tls_certs), 0, 0,
+	  "X.509: DIR/ca-cert.pem, server-cert.pem, server-key.pem,\n"
+	  "optional ca-crl.pem (as nbdkit and qemu-nbd)", NULL },
+	{ "tls-psk", "FILE", OPT_STRING, FIELD(tls_psk), 0, 0,
+	  "pre-shared keys, \"username:hexkey\" lines (psktool)", NULL },
+	{ "tls-verify-peer", NULL, OPT_FLAG, FIELD(tls_verify_peer), 0, 0,
+	  "X.509: clients must show a certificate signed by the CA", NULL },
 	{ "list-scheds", NULL, OPT_FLAG, FIELD(list_scheds), 0, 0,
 	  "print the schedulers the queue offers, one per line", NULL },
 	{ "config", "FILE", OPT_STRING, FIELD(config), 0, 0,
@@ -343,6 +365,8 @@ static void usage(FILE *f)
 "             [--read-only] [--export-name NAME] [--lock MODE] [limits]\n"
 "             [--user USER] [--group GROUP] [--trace DIR] [--iostat S]\n"
 "       rqnbd --config FILE [--unix PATH | --port N [--bind ADDR]] [--check-config]\n"
+"             [--tls off|on|require (--tls-certificates DIR [--tls-verify-peer] |\n"
+"                                       --tls-psk FILE)]\n"
 "       rqnbd [--front mq|sq] --list-scheds\n"
 "       rqnbd -h|--help | --version\n\n");
 	for (i = 0; i < RQNBD_NOPTS; i++) {
@@ -399,6 +423,15 @@ static void check_args(struct opts *o)
 	if (o->lim.buffer_total < o->lim.conn_buffer)
 		prog_usage_error("--buffer-total: below --conn-buffer (%llu bytes)",
 				 (unsigned long long)o->lim.conn_buffer);
+	if (o->tls != NBD_TLS_OFF && !nbd_tls_available())
+		prog_usage_error("--tls: rqnbd was built without GnuTLS");
+	if (o->tls != NBD_TLS_OFF && !!o->tls_certs == !!o->tls_psk)
+		prog_usage_error("--tls: give exactly one of --tls-certificates, --tls-psk");
+	if ((o->tls_certs || o->tls_psk || o->tls_verify_peer) && o->tls == NBD_TLS_OFF)
+		prog_usage_error("--tls-certificates, --tls-psk, --tls-verify-peer: go with "
+				 "--tls on|require");
+	if (o->tls_verify_peer && !o->tls_certs)
+		prog_usage_error("--tls-verify-peer: goes with --tls-certificates");
 	if (!strcmp(o->lock, "exclusive") && o->read_only)
 		prog_usage_error("--lock exclusive: needs a writable export (a read-only "
 				 "one takes a shared lock)");
@@ -1045,6 +1078,17 @@ static void make_export(const struct opts *o, const struct nbd_conf_export *e,
 		.pref_block = RQNBD_PREF_BLOCK,
 		.max_block = max_block,
 	};
+	/* backend queries; rbd: all data, cache by a read ahead, no fast zero */
+	if (dev->null) {
+		exp->block_status = nbd_memory_block_status;
+		exp->backend = dev->null; /* cache: a read ahead through the queue */
+		exp->zero_fast = true; /* whole pages freed, the rest cleared */
+	} else if (dev->file) {
+		exp->block_status = nbd_file_block_status;
+		exp->cache = nbd_file_cache;
+		exp->backend = dev->file;
+		exp->zero_fast = nbd_file_zero_fast(dev->file);
+	}
 }
 
 /* --trace and --iostat: start what the options ask for on the device's queue. */
@@ -1103,6 +1147,7 @@ struct rqnbd {
 	struct device dev[NBD_MAX_EXPORTS];
 	struct nbd_export exps[NBD_MAX_EXPORTS];
 	struct nbd_server *srv;
+	struct nbd_tls *tls;             /* --tls credentials, or NULL */
 };
 
 /* The live group named @name, or NULL.  Context: under r->lock. */
@@ -1623,6 +1668,25 @@ static void accept_loop(struct acceptor *a, struct rqnbd *r, int sfd, struct nbd
 	}
 }
 
+/* --tls: load the credentials and offer STARTTLS.  Return: 0 or -1 (said why). */
+static int tls_start(const struct opts *o, struct nbd_server *srv, struct nbd_tls **tls)
+{
+	struct nbd_tls_config cfg = {
+		.certs_dir = o->tls_certs,
+		.psk_file = o->tls_psk,
+		.verify_peer = o->tls_verify_peer,
+	};
+	char why[512];
+
+	if (o->tls == NBD_TLS_OFF)
+		return 0;
+	if (nbd_tls_create(&cfg, tls, why, sizeof(why))) {
+		fprintf(stderr, "rqnbd: --tls: %s\n", why);
+		return -1;
+	}
+	return nbd_server_set_tls(srv, *tls, o->tls);
+}
+
 /* The server over the devices, with the tenants' policy when a file gave
  * them.  Return: 0 or the exit status. */
 static int server_start(struct rqnbd *r)
@@ -1634,6 +1698,8 @@ static int server_start(struct rqnbd *r)
 		fprintf(stderr, "rqnbd: %s\n", strerror(-ret));
 		return RQNBD_EXIT_FAIL;
 	}
+	if (tls_start(r->o, r->srv, &r->tls))
+		return RQNBD_EXIT_FAIL;
 	if (r->o->config) {
 		ret = live_groups_make(r, r->cfg);
 		if (ret) {
@@ -1718,6 +1784,7 @@ int main(int argc, char **argv)
 		return ret;
 	ret = serve(&r, sfd);
 	nbd_server_destroy(r.srv);
+	nbd_tls_destroy(r.tls);
 	devices_close(&r, r.cfg->nexports);
 	for (i = 0; i < r.ngroups; i++)
 		rq_iog_put(r.groups[i].g);

@@ -888,6 +888,49 @@ struct rq_queue *null_queue(struct null_dev *dev)
 }
 
 /**
+ * null_map() - see null_blk.h.
+ * @dev: the device.
+ * @pos: byte offset.
+ * @len: bytes to look at.
+ * @run: receives the length of the run at @pos.
+ * Return: 1 (data), 0 (never written or freed), -EINVAL.
+ */
+int null_map(struct null_dev *dev, uint64_t pos, uint64_t len, uint64_t *run)
+{
+	struct null_store *st = &dev->store;
+	uint64_t pgno = pos >> NULL_PAGE_SHIFT, end, last;
+	int state = -1;
+
+	if (!dev->cfg.memory_backed || !len || pgno >= st->nr_pages)
+		return -EINVAL;
+	last = (pos + len - 1) >> NULL_PAGE_SHIFT;
+	if (last >= st->nr_pages)
+		last = st->nr_pages - 1;
+	pthread_rwlock_rdlock(&st->lock);
+	for (; pgno <= last; pgno++) {
+		int here;
+
+		if (!atomic_load_explicit(&st->chunks[pgno >> NULL_CHUNK_SHIFT],
+					  memory_order_acquire)) {
+			/* a whole missing chunk: skip to its end */
+			if (state == 1)
+				break;
+			state = 0;
+			pgno |= NULL_CHUNK_PAGES - 1;
+			continue;
+		}
+		here = null_store_lookup(st, pgno) != NULL;
+		if (state >= 0 && here != state)
+			break;
+		state = here;
+	}
+	pthread_rwlock_unlock(&st->lock);
+	end = pgno << NULL_PAGE_SHIFT;
+	*run = end - pos < len ? end - pos : len;
+	return state;
+}
+
+/**
  * null_get_stats() - sum the per-hw-queue counters.
  * @dev: the device.
  * @st: receives the sums.

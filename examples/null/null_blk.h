@@ -123,6 +123,21 @@ struct rq_queue *null_queue(struct null_dev *dev);
 void null_get_stats(struct null_dev *dev, struct null_stats *st);
 
 /**
+ * null_map() - the allocation state at byte @pos of a memory-backed
+ * device: whether its 4 KiB page holds written data (1) or was never
+ * written or was freed by a discard or write-zeroes (0: reads as zeros).
+ * @dev: the device.
+ * @pos: byte offset, below the device size.
+ * @len: bytes to look at from @pos (> 0).
+ * @run: receives how many bytes from @pos, at most @len, are in that state.
+ *
+ * Context: any thread; takes the store's lock shared (in step with
+ * discards).
+ * Return: 1, 0, or -EINVAL (not memory-backed, @pos out of range).
+ */
+int null_map(struct null_dev *dev, uint64_t pos, uint64_t len, uint64_t *run);
+
+/**
  * null_destroy() - tear down the queue, wait for every request, stop the
  * completion threads and free the memory.
  * @dev: the device; NULL is allowed.

@@ -11,7 +11,10 @@
  * Besides the sanitizers, it checks what the server relies on: a name
  * found by nbd_info_parse lies inside the option data, and a read or write
  * nbd_req_check accepts is aligned, within max_block and (reads) within
- * the export.
+ * the export.  NBD_OPT_LIST/SET_META_CONTEXT bodies: every query
+ * nbd_meta_next returns lies inside the option data and there are exactly
+ * as many as announced; a BLOCK_STATUS accepted (a context is selected
+ * when structured replies are) is aligned, not empty, within the export.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -26,6 +29,23 @@ static void check(int cond)
 {
 	if (!cond)
 		abort();
+}
+
+static void meta_option(const uint8_t *p, uint32_t len)
+{
+	struct nbd_meta_req m;
+	const unsigned char *q;
+	uint32_t qlen, count = 0;
+
+	if (nbd_meta_parse(p, len, &m))
+		return;
+	check(m.name == p + 4 && (uint64_t)8 + m.namelen <= len);
+	while (nbd_meta_next(&m, &q, &qlen)) {
+		check(q >= p && q + qlen <= p + len);
+		(void)nbd_meta_match(q, qlen, count & 1);
+		count++;
+	}
+	check(count == m.nqueries);
 }
 
 static size_t one_option(const uint8_t *p, size_t n)
@@ -48,6 +68,8 @@ static size_t one_option(const uint8_t *p, size_t n)
 			(void)nbd_name_match("export", ir.name, ir.namelen);
 		}
 	}
+	if (opt == NBD_OPT_LIST_META_CONTEXT || opt == NBD_OPT_SET_META_CONTEXT)
+		meta_option(p, len);
 	return 16 + (size_t)len;
 }
 
@@ -67,6 +89,11 @@ static size_t one_request(const struct nbd_req_limits *lim, const uint8_t *p, si
 		check(r.offset <= lim->size && r.len <= lim->size - r.offset);
 		check(!lim->read_only || r.type == NBD_CMD_READ);
 	}
+	if (!err && r.type == NBD_CMD_BLOCK_STATUS) {
+		check(lim->block_status && r.len);
+		check(!(r.offset % lim->min_block) && !(r.len % lim->min_block));
+		check(r.offset <= lim->size && r.len <= lim->size - r.offset);
+	}
 	if (err)
 		check(err == NBD_EINVAL || err == NBD_EPERM || err == NBD_ENOSPC);
 	return NBD_REQUEST_SIZE;
@@ -85,6 +112,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		return 0;
 	lim.structured = data[0] & 1;
 	lim.read_only = data[0] & 2;
+	lim.block_status = lim.structured; /* a context needs structured replies */
 	lim.size = (uint64_t)512 << ((data[0] >> 2) & 63) % 54;
 	data++;
 	size--;
