@@ -36,6 +36,17 @@
  * connection that moves fewer than lim.min_rate bytes/s over a window of
  * lim.stall_ms, and lim.idle_ms closes one with nothing in flight.
  *
+ * TLS: after NBD_OPT_STARTTLS every read and write of the connection goes
+ * through conn_recv()/conn_sendv(), which call GnuTLS (nbd_tls.c) instead
+ * of the socket; the loop, the timers and the budgets do not change.  Two
+ * things differ: decrypted bytes may wait inside GnuTLS where poll cannot
+ * see them (checked before sleeping), and a send that met EAGAIN must be
+ * repeated with the same bytes (the reply queue keeps them in place).
+ *
+ * Block status is answered on the loop's thread from the export's
+ * block_status query (no bio: it is metadata); CACHE is the export's cache
+ * query or a read-ahead bio; fast zero is decided by exp.zero_fast.
+ *
  * Admission (nbd_server_add): the global and per-client limits, and the
  * eviction of the connection idle longest when the reserve is reached;
  * each connection publishes "busy" and the time of its last activity for

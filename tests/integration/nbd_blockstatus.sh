@@ -195,9 +195,27 @@ def sparse_file(path, image, fast):
     c.request(CMD_DISC)
 
 
+def blockdev(path, fast):
+    """A block device: all data; fast zero as its write-zeroes command says."""
+    c, size, _ = connect(path)
+    check(full_map(c, 0, size) == [(size, 0)], "a block device is all data")
+    check(c.cmd(CMD_WRITE, M, 4096, payload=b"\7" * 4096)[0] == 0, "write to the device")
+    err = c.cmd(CMD_ZERO, M, 4096, FLAG_FAST_ZERO)[0]
+    if fast:
+        check(err == 0, "fast zero with a write-zeroes command: %d" % err)
+        check(c.cmd(CMD_READ, M, 4096)[1] == b"\0" * 4096, "device zeroed")
+    else:
+        check(err == ENOTSUP, "fast zero without a write-zeroes command: ENOTSUP (%d)" % err)
+        check(c.cmd(CMD_READ, M, 4096)[1] == b"\7" * 4096, "ENOTSUP left the data")
+    check(c.cmd(CMD_CACHE, 0, size)[0] == 0, "device cache (fadvise)")
+    c.request(CMD_DISC)
+
+
 what = sys.argv[1]
 if what == "memory":
     memory(sys.argv[2])
+elif what == "blockdev":
+    blockdev(sys.argv[2], sys.argv[3] == "1")
 else:
     sparse_file(sys.argv[2], sys.argv[3], sys.argv[4] == "1")
 finish(what)
@@ -283,4 +301,18 @@ PY
 fi
 timeout 120 python3 "$tmp/bs.py" file "$sock" "$img" $fast || fail "file block status"
 nbd_stop
-echo "ok: block status, cache and fast zero (file system punches holes: $fast)"
+
+# a block device (a loop device over a sparse file, as root): all data,
+# fast zero as its queue/write_zeroes_max_bytes says
+loopmsg="no loop device (not root or no losetup): block device part skipped"
+if [ "$(id -u)" = 0 ] && command -v losetup >/dev/null &&
+	loop=$(losetup -f --show "$img" 2>/dev/null); then
+	trap 'losetup -d "$loop"; nbd_cleanup' EXIT
+	wz=$(cat "/sys/block/$(basename "$loop")/queue/write_zeroes_max_bytes" 2>/dev/null || echo 0)
+	nbd_start --file "$loop"
+	timeout 120 python3 "$tmp/bs.py" blockdev "$sock" $([ "$wz" != 0 ] && echo 1 || echo 0) ||
+		fail "block device status and fast zero"
+	nbd_stop
+	loopmsg="block device $loop: write_zeroes_max_bytes $wz"
+fi
+echo "ok: block status, cache and fast zero (file system punches holes: $fast; $loopmsg)"
