@@ -276,26 +276,31 @@ bool plug_merge_tail(struct rq_queue *q, struct rq_request *rq, struct rq_bio *b
  */
 void plug_add(struct rq_plug *plug, struct rq_request *rq)
 {
-	struct rq_request *last = plug->tail, *first = plug->head;
+	struct rq_request *first = plug->head;
+	struct rq_queue *q = rq->q;
 
-	if (first && (plug->count >= (plug->multiple_queues ? 2u * RQ_PLUG_MAX_REQUESTS :
-							       RQ_PLUG_MAX_REQUESTS) ||
-		      (READ_ONCE(rq->q->nomerges) != 2 && first->bytes >= PLUG_FLUSH_BYTES))) {
-		plug_flush_list(plug);
-		last = first = NULL;
+	if (likely(first)) {
+		unsigned max = plug->multiple_queues ? 2u * RQ_PLUG_MAX_REQUESTS :
+						       RQ_PLUG_MAX_REQUESTS;
+
+		if (unlikely(plug->count >= max ||
+			     (first->bytes >= PLUG_FLUSH_BYTES && READ_ONCE(q->nomerges) != 2))) {
+			plug_flush_list(plug);
+			first = NULL;
+		} else {
+			if (unlikely(first->q != q))
+				plug->multiple_queues = 1;
+			plug->tail->rq_next = rq;
+		}
 	}
-	if (!first)
-		trace_plug(rq->q);
-	if (first && first->q != rq->q)
-		plug->multiple_queues = 1;
-	rq->rq_next = NULL;
-	if (last)
-		last->rq_next = rq;
-	else
+	if (!first) {
+		trace_plug(q);
 		plug->head = rq;
+	}
+	rq->rq_next = NULL;
 	plug->tail = rq;
 	plug->count++;
-	plug->q = rq->q;
+	plug->q = q;
 }
 
 /* Teardown: requests of @q on the calling thread's plug end with IOERR. */
