@@ -90,6 +90,7 @@ struct opts {
 	bool memory_backed;
 	bool tcache;
 	bool list_scheds;
+	bool empty;             /* --empty: the empty request life, no queue */
 };
 
 struct bench_thread;
@@ -517,6 +518,110 @@ static void *bench_thread_fn(void *arg)
 	return NULL;
 }
 
+/* ------------------------------------------------- the empty request life */
+
+/*
+ * --empty: the floor every figure is a ratio to (DESIGN.md, "Performance
+ * budget").  Per I/O exactly what any request layer must do and nothing
+ * else: take a tag from a bitmap with an atomic read-modify-write, call
+ * the "driver" through a function pointer, which ends the "request" by a
+ * second indirect call (the completion callback) that frees the tag with
+ * another atomic read-modify-write.  Each thread has its own bitmap on its
+ * own cache line (one hardware queue per thread, as the mq runs), so
+ * threads share nothing and the floor scales with them.  The calls go
+ * through volatile pointers so the compiler cannot inline them away.
+ */
+struct empty_tags {
+	_Atomic uint64_t map;          /* bit set: tag in use */
+	uint64_t ended;
+	void (*end_io)(struct empty_tags *et, unsigned tag);
+} __attribute__((aligned(CACHELINE)));
+
+static __attribute__((noinline)) void empty_end_io(struct empty_tags *et, unsigned tag)
+{
+	atomic_fetch_and_explicit(&et->map, ~(1ull << tag), memory_order_release);
+	et->ended++;
+}
+
+static __attribute__((noinline)) void empty_queue_rq(struct empty_tags *et, unsigned tag)
+{
+	void (*volatile end_io)(struct empty_tags *, unsigned) = et->end_io;
+
+	end_io(et, tag);
+}
+
+static void (*volatile empty_driver)(struct empty_tags *et, unsigned tag) = empty_queue_rq;
+
+/* One empty life: tag get (compare-and-swap on the bitmap), driver, callback. */
+static inline void empty_one(struct empty_tags *et, unsigned depth)
+{
+	uint64_t m = atomic_load_explicit(&et->map, memory_order_relaxed);
+	unsigned tag;
+
+	for (;;) {
+		tag = (unsigned)__builtin_ctzll(~m);
+		if (tag >= depth) {
+			m = atomic_load_explicit(&et->map, memory_order_relaxed);
+			continue;
+		}
+		if (atomic_compare_exchange_weak_explicit(&et->map, &m, m | (1ull << tag),
+							  memory_order_acquire,
+							  memory_order_relaxed))
+			break;
+	}
+	empty_driver(et, tag);
+}
+
+/* @nr empty lives (UINT64_MAX: until the stop flag), checking it every 1024. */
+static uint64_t empty_phase(struct bench_thread *t, struct empty_tags *et, uint64_t nr)
+{
+	unsigned depth = t->b->o.depth < 64 ? t->b->o.depth : 64;
+	uint64_t done = 0;
+
+	while (done < nr) {
+		uint64_t chunk = nr - done < 1024 ? nr - done : 1024;
+
+		if (atomic_load_explicit(&t->b->stop, memory_order_relaxed))
+			break;
+		for (uint64_t i = 0; i < chunk; i++)
+			empty_one(et, depth);
+		done += chunk;
+	}
+	return done;
+}
+
+static void *empty_thread_fn(void *arg)
+{
+	struct bench_thread *t = arg;
+	struct bench *b = t->b;
+	struct empty_tags *et;
+	uint64_t per_thread, bytes0;
+
+	current_thread = t;
+	if (!b->o.tcache)
+		tcache_off();
+	et = aligned_alloc(CACHELINE, sizeof(*et));
+	if (!et) {
+		fprintf(stderr, "rqbench: out of memory\n");
+		exit(1);
+	}
+	memset(et, 0, sizeof(*et));
+	et->end_io = empty_end_io;
+	per_thread = b->o.ops ? b->o.ops / b->o.threads +
+		     (t->idx < b->o.ops % b->o.threads) : UINT64_MAX;
+	empty_phase(t, et, warmup_ops(&b->o, per_thread));
+	pthread_barrier_wait(&b->barrier); /* warmed up */
+	pthread_barrier_wait(&b->barrier); /* main took its snapshot */
+	bytes0 = thread_alloc_bytes();
+	t->completed = empty_phase(t, et, per_thread);
+	t->alloc_bytes = thread_alloc_bytes() - bytes0;
+	if (et->ended != t->completed + warmup_ops(&b->o, per_thread) || et->map)
+		t->errors++;
+	pthread_barrier_wait(&b->barrier); /* done */
+	free(et);
+	return NULL;
+}
+
 /* ------------------------------------------------------------------ main */
 
 static void usage(FILE *f)
@@ -538,7 +643,9 @@ static void usage(FILE *f)
 "        --list-scheds (print the schedulers the queue offers),\n"
 "        --cdf (with --json: the latency CDF as \"cdf\": [[ns, fraction], ...]),\n"
 
-"        --trace DIR (blktrace files DIR/rqbench.blktrace.CPU: blkparse -i rqbench)\n");
+"        --trace DIR (blktrace files DIR/rqbench.blktrace.CPU: blkparse -i rqbench),\n"
+"        --empty (no queue: the empty request life, an atomic tag get and put on\n"
+"        a bitmap, an indirect driver call and a callback per I/O; the floor)\n");
 }
 
 enum {
@@ -546,7 +653,7 @@ enum {
 	OPT_BS, OPT_PATTERN, OPT_SECONDS, OPT_OPS, OPT_HWQ, OPT_COMPLETION,
 	OPT_MAXSECT, OPT_MAXSEG, OPT_NOMERGES, OPT_JSON, OPT_HWDEPTH, OPT_CNSEC,
 	OPT_CAPACITY, OPT_WARMUP, OPT_NOLAT, OPT_LATSAMPLE, OPT_BIOALLOC,
-	OPT_MEMORY, OPT_TCACHE, OPT_LIST, OPT_ALLOCSTATS, OPT_CDF, OPT_TRACE,
+	OPT_MEMORY, OPT_TCACHE, OPT_LIST, OPT_ALLOCSTATS, OPT_CDF, OPT_TRACE, OPT_EMPTY,
 };
 
 /* Limits of the numeric options, for the parser and the usage errors. */
@@ -587,6 +694,7 @@ static const struct option long_opts[] = {
 	{ "cdf", no_argument, NULL, OPT_CDF },
 	{ "list-scheds", no_argument, NULL, OPT_LIST },
 	{ "trace", required_argument, NULL, OPT_TRACE },
+	{ "empty", no_argument, NULL, OPT_EMPTY },
 	PROG_STD_OPTIONS,
 	{ NULL, 0, NULL, 0 },
 };
@@ -678,6 +786,7 @@ static void parse_args(int argc, char **argv, struct opts *o)
 		case OPT_LIST: o->list_scheds = true; break;
 		case OPT_CDF: o->cdf = true; break;
 		case OPT_TRACE: o->trace_dir = optarg; break;
+		case OPT_EMPTY: o->empty = true; break;
 		}
 	}
 	prog_no_operands(argc, argv);
@@ -696,6 +805,15 @@ static void parse_args(int argc, char **argv, struct opts *o)
 		o->seconds = 3;
 	if (o->capacity < o->bs * o->threads)
 		prog_usage_error("--capacity: smaller than --bs times --threads");
+	if (o->empty && (o->trace_dir || o->list_scheds || o->cdf))
+		prog_usage_error("--empty: no queue to trace, list or time (--trace, --list-scheds, --cdf)");
+	if (o->empty) {
+		/* no queue: name the run so scripts can tell it apart */
+		o->front = "empty";
+		o->sched = "none";
+		o->driver = "none";
+		o->no_lat = true;
+	}
 }
 
 /* Make the device and queue as the options say; exits on failure. */
@@ -805,7 +923,8 @@ int main(int argc, char **argv)
 		lat_clock_init();
 	if (!b.o.tcache)
 		tcache_off();
-	bench_setup(&b);
+	if (!b.o.empty)
+		bench_setup(&b);
 	if (b.o.trace_dir) {
 		int ret = rq_queue_trace_start(b.q, b.o.trace_dir, "rqbench");
 
@@ -851,15 +970,22 @@ int main(int argc, char **argv)
 			bb->next = t->free;
 			t->free = bb;
 		}
-		if (pthread_create(&t->thread, NULL, bench_thread_fn, t)) {
+		if (pthread_create(&t->thread, NULL, b.o.empty ? empty_thread_fn : bench_thread_fn,
+				   t)) {
 			fprintf(stderr, "rqbench: cannot start threads\n");
 			return 1;
 		}
 	}
 
 	pthread_barrier_wait(&b.barrier); /* all warmed up and idle */
-	rq_queue_get_stats(b.q, &qs0, sizeof(qs0));
-	null_get_stats(b.dev, &ns0);
+	memset(&qs0, 0, sizeof(qs0));
+	memset(&qs1, 0, sizeof(qs1));
+	memset(&ns0, 0, sizeof(ns0));
+	memset(&ns1, 0, sizeof(ns1));
+	if (!b.o.empty) {
+		rq_queue_get_stats(b.q, &qs0, sizeof(qs0));
+		null_get_stats(b.dev, &ns0);
+	}
 	a0 = alloc_count();
 	t0 = now_ns();
 	pthread_barrier_wait(&b.barrier); /* go */
@@ -876,8 +1002,10 @@ int main(int argc, char **argv)
 	pthread_barrier_wait(&b.barrier); /* done */
 	t1 = now_ns();
 	a1 = alloc_count();
-	rq_queue_get_stats(b.q, &qs1, sizeof(qs1));
-	null_get_stats(b.dev, &ns1);
+	if (!b.o.empty) {
+		rq_queue_get_stats(b.q, &qs1, sizeof(qs1));
+		null_get_stats(b.dev, &ns1);
+	}
 
 	for (i = 0; i < b.o.threads; i++) {
 		pthread_join(th[i].thread, NULL);
@@ -886,6 +1014,8 @@ int main(int argc, char **argv)
 		abytes += th[i].alloc_bytes;
 		hist_merge(all, &th[i].hist);
 	}
+	if (b.o.empty)
+		ns1.requests = ops; /* every empty life is one "request" */
 	secs = elapsed_s(t0, t1);
 	iops = secs > 0 ? (double)ops / secs : 0;
 
@@ -948,7 +1078,8 @@ int main(int argc, char **argv)
 		fprintf(stderr, "rqbench: trace %s/rqbench: %" PRIu64 " events, %" PRIu64
 			" dropped; queue %s", b.o.trace_dir, ti.events, ti.dropped, cnt);
 	}
-	null_destroy(b.dev);
+	if (!b.o.empty)
+		null_destroy(b.dev);
 	for (i = 0; i < b.o.threads; i++) {
 		free(th[i].slots);
 		free(th[i].buf);

@@ -215,7 +215,7 @@ static void submit_bio_on(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_b
 		bio_end_with(bio, status);
 		return;
 	}
-	ret = queue_enter(q, ctx, bio->opf & RQ_BIO_NOWAIT);
+	ret = plug_queue_enter(q, ctx) ? 0 : queue_enter(q, ctx, bio->opf & RQ_BIO_NOWAIT);
 	if (unlikely(ret)) {
 		bio_end_with(bio, ret == -EAGAIN ? RQ_STS_AGAIN : RQ_STS_IOERR);
 		return;

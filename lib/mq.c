@@ -251,10 +251,12 @@ static unsigned sched_limit_depth(struct rq_queue *q, struct rq_elevator_queue *
 
 /*
  * Allocate a request for @bio on @ctx: a scheduler tag with a scheduler,
- * else a driver tag.  Returns NULL when no tag could be had (nowait, dying).
+ * else a driver tag; counted in @sb (the submitter's stats_block()).
+ * Returns NULL when no tag could be had (nowait, dying).
  */
 static struct rq_request *mq_get_request(struct rq_queue *q, struct rq_sw_ctx *ctx,
-					 struct rq_bio *bio, unsigned nr_segs)
+					 struct rq_bio *bio, unsigned nr_segs,
+					 struct rq_stats_block *sb)
 {
 	struct rq_elevator_queue *eq = q->elevator;
 	struct rq_hw_ctx *hctx = map_hctx(q, ctx->cpu, bio->opf);
@@ -305,7 +307,7 @@ static struct rq_request *mq_get_request(struct rq_queue *q, struct rq_sw_ctx *c
 	rq->ioc = bio->ioc;
 	if (unlikely(READ_ONCE(q->rq_affinity) == 2))
 		rq_priv(rq)->end_io_data = mbox_self();
-	ctx_stat_add(ctx, ST_REQUESTS, 1);
+	stat_block_add(sb, ST_REQUESTS, 1);
 	trace_getrq(q, rq, bio);
 
 	if (eq) {
@@ -1200,15 +1202,16 @@ static void mq_submit(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_bio *
 		      unsigned nr_segs)
 {
 	struct rq_plug *plug = plug_current();
+	struct rq_stats_block *sb = stats_block(q); /* one look-up for both counts */
 	struct rq_request *rq;
 	bool flush_seq = (bio->opf & (RQ_BIO_PREFLUSH | RQ_BIO_FUA)) || bio->op == RQ_OP_FLUSH;
 
-	ctx_stat_add(ctx, ST_BIOS, 1);
+	stat_block_add(sb, ST_BIOS, 1);
 	if (!flush_seq && mq_attempt_bio_merge(q, ctx, plug, bio, nr_segs)) {
-		queue_exit_ctx(q, ctx);
+		plug_queue_exit(q, ctx);
 		return;
 	}
-	rq = mq_get_request(q, ctx, bio, nr_segs);
+	rq = mq_get_request(q, ctx, bio, nr_segs, sb);
 	if (unlikely(!rq)) {
 		queue_exit_ctx(q, ctx);
 		bio_end_with(bio, atomic_load(&q->dying) ? RQ_STS_IOERR : RQ_STS_AGAIN);

@@ -10,7 +10,9 @@
  * request last added to the plug (plug_try_merge()).
  *
  * A plug also caches tags taken ahead in batches (the kernel's
- * plug->cached_rqs): see plug_cached_tag().
+ * plug->cached_rqs): see plug_cached_tag(), and queue usage references
+ * taken ahead (the kernel's percpu_ref_get_many() for a plug's cached
+ * requests): see plug_queue_enter().
  *
  * A plug is the calling thread's alone: nothing here runs concurrently on
  * one plug.
@@ -72,7 +74,7 @@ void plug_return_tags(struct rq_plug *plug, unsigned cpu)
  * cached bit above the limit (taken for a request without one) is left
  * for the next request that may have it.
  */
-int plug_cached_tag(struct rq_plug *plug, struct rq_tags *tags, struct rq_queue *sched_q,
+int plug_cached_tag_refill(struct rq_plug *plug, struct rq_tags *tags, struct rq_queue *sched_q,
 			   struct rq_sw_ctx *ctx, unsigned shallow)
 {
 	unsigned bit;
@@ -103,6 +105,80 @@ int plug_cached_tag(struct rq_plug *plug, struct rq_tags *tags, struct rq_queue 
 		plug->cache_q = NULL;
 	}
 	return (int)(tags->nr_reserved + plug->cached_off + bit);
+}
+
+/*
+ * Queue usage taken ahead: the first bio a plugged thread submits to a
+ * queue takes PLUG_USAGE_BATCH usage references with one atomic add; the
+ * next bios to the same queue take theirs from that stock with no atomic
+ * operation, and a bio merged away gives its reference back to it.  The
+ * stock belongs to the thread's outermost plug and goes back when the plug
+ * flushes (rq_flush_plug(): before the thread sleeps in the library, and
+ * when a freeze starts on the freezing thread), finishes, or fails a queue
+ * at teardown, and when a bio of another queue comes.  So a freeze waits
+ * for the plugs that hold a stock, as it waits for their plugged requests
+ * and cached scheduler tags; and a stock is never used once a freeze has
+ * begun: the bio then enters the slow way (queue_enter()), which waits.
+ * One reference, taken before the freeze began, is what each such bio
+ * holds, exactly as if it had entered one by one.
+ */
+#define PLUG_USAGE_BATCH 8
+
+static __thread struct rq_queue *tls_usage_q __attribute__((tls_model("initial-exec")));
+static __thread unsigned tls_usage_refs __attribute__((tls_model("initial-exec")));
+
+/* Give the stock of usage references back (on @cpu's slot: the freezer sums them). */
+static void plug_return_usage(unsigned cpu)
+{
+	struct rq_queue *q = tls_usage_q;
+
+	if (!q)
+		return;
+	tls_usage_q = NULL;
+	if (tls_usage_refs)
+		queue_exit_ctx_n(q, queue_ctx(q, cpu), tls_usage_refs);
+	tls_usage_refs = 0;
+}
+
+/*
+ * One usage reference of @q for a bio submitted on @ctx, from the plug's
+ * stock (refilled PLUG_USAGE_BATCH at a time).  Returns false without a
+ * plug or once a freeze has begun: then the caller enters with
+ * queue_enter().  Pairs with queue_exit_ctx() or plug_queue_exit().
+ */
+bool plug_queue_enter(struct rq_queue *q, struct rq_sw_ctx *ctx)
+{
+	if (!tls_plug)
+		return false;
+	if (unlikely(atomic_load_explicit(&q->freeze_depth, memory_order_relaxed))) {
+		if (tls_usage_q == q)
+			plug_return_usage(ctx->cpu);
+		return false;
+	}
+	if (likely(tls_usage_q == q && tls_usage_refs)) {
+		tls_usage_refs--;
+		return true;
+	}
+	plug_return_usage(ctx->cpu);
+	atomic_fetch_add_explicit(&ctx->usage, PLUG_USAGE_BATCH, memory_order_seq_cst);
+	if (unlikely(atomic_load_explicit(&q->freeze_depth, memory_order_seq_cst))) {
+		queue_exit_ctx_n(q, ctx, PLUG_USAGE_BATCH);
+		return false;
+	}
+	tls_usage_q = q;
+	tls_usage_refs = PLUG_USAGE_BATCH - 1;
+	return true;
+}
+
+/* Drop one usage reference of @q: into the plug's stock if it is @q's. */
+void plug_queue_exit(struct rq_queue *q, struct rq_sw_ctx *ctx)
+{
+	if (tls_usage_q == q && tls_usage_refs < PLUG_USAGE_BATCH &&
+	    likely(!atomic_load_explicit(&q->freeze_depth, memory_order_relaxed))) {
+		tls_usage_refs++;
+		return;
+	}
+	queue_exit_ctx(q, ctx);
 }
 
 /* ------------------------------------------------------------- plugging */
@@ -161,6 +237,7 @@ RQ_EXPORT void rq_flush_plug(void)
 		plug_flush_list(plug);
 	/* the thread may sleep next: others may need the tags it took ahead */
 	plug_return_tags(plug, cur_cpu());
+	plug_return_usage(cur_cpu());
 }
 
 RQ_EXPORT void rq_finish_plug(struct rq_plug *plug)
@@ -172,6 +249,7 @@ RQ_EXPORT void rq_finish_plug(struct rq_plug *plug)
 	tls_plug = NULL;
 	tls_plug_now = 0;
 	plug_return_tags(plug, cur_cpu());
+	plug_return_usage(cur_cpu());
 	mbox_run_own();
 }
 
@@ -198,26 +276,31 @@ bool plug_merge_tail(struct rq_queue *q, struct rq_request *rq, struct rq_bio *b
  */
 void plug_add(struct rq_plug *plug, struct rq_request *rq)
 {
-	struct rq_request *last = plug->tail, *first = plug->head;
+	struct rq_request *first = plug->head;
+	struct rq_queue *q = rq->q;
 
-	if (first && (plug->count >= (plug->multiple_queues ? 2u * RQ_PLUG_MAX_REQUESTS :
-							       RQ_PLUG_MAX_REQUESTS) ||
-		      (READ_ONCE(rq->q->nomerges) != 2 && first->bytes >= PLUG_FLUSH_BYTES))) {
-		plug_flush_list(plug);
-		last = first = NULL;
+	if (likely(first)) {
+		unsigned max = plug->multiple_queues ? 2u * RQ_PLUG_MAX_REQUESTS :
+						       RQ_PLUG_MAX_REQUESTS;
+
+		if (unlikely(plug->count >= max ||
+			     (first->bytes >= PLUG_FLUSH_BYTES && READ_ONCE(q->nomerges) != 2))) {
+			plug_flush_list(plug);
+			first = NULL;
+		} else {
+			if (unlikely(first->q != q))
+				plug->multiple_queues = 1;
+			plug->tail->rq_next = rq;
+		}
 	}
-	if (!first)
-		trace_plug(rq->q);
-	if (first && first->q != rq->q)
-		plug->multiple_queues = 1;
-	rq->rq_next = NULL;
-	if (last)
-		last->rq_next = rq;
-	else
+	if (!first) {
+		trace_plug(q);
 		plug->head = rq;
+	}
+	rq->rq_next = NULL;
 	plug->tail = rq;
 	plug->count++;
-	plug->q = rq->q;
+	plug->q = q;
 }
 
 /* Teardown: requests of @q on the calling thread's plug end with IOERR. */
@@ -229,6 +312,7 @@ void plug_fail_queue(struct rq_queue *q)
 	if (!plug)
 		return;
 	plug_return_tags(plug, cur_cpu());
+	plug_return_usage(cur_cpu());
 	link = &plug->head;
 	plug->tail = NULL;
 	while ((rq = *link)) {

@@ -152,6 +152,36 @@ static uint64_t rw_max_sectors(const struct rq_queue_limits *lim, uint64_t secto
 	return max;
 }
 
+/*
+ * The common read or write, which needs no split, found with a few
+ * compares and no division: its data sits in one vector from its position,
+ * inside one segment (max_segment_size, segment boundary), and it is no
+ * longer than max_sectors (rounded down to the logical block, a power of
+ * two), with no chunk boundary and no physical block rounding to consider.
+ * False sends it to the full computation, which gives the same answer for
+ * every bio this accepts.
+ */
+static inline bool rw_fits_one_segment(const struct rq_queue_limits *lim,
+				       const struct rq_bio *bio)
+{
+	uint64_t size = bio->iter.size, mask = lim->seg_boundary_mask;
+	uint64_t cap = lim->max_sectors & ~(uint64_t)(lbs_sectors(lim) - 1);
+	const struct rq_bvec *v;
+	uint64_t off;
+
+	if (bio->iter.idx >= bio->vcnt || lim->chunk_sectors ||
+	    lim->physical_block_size > lim->logical_block_size)
+		return false;
+	if ((cap && size > cap << RQ_SECTOR_SHIFT) ||
+	    (lim->max_segment_size && size > lim->max_segment_size))
+		return false;
+	v = &bio->vecs[bio->iter.idx];
+	if (v->len - bio->iter.done < size)
+		return false;
+	off = ((uintptr_t)v->base + bio->iter.done) & mask;
+	return !mask || off + size - 1 <= mask;
+}
+
 /* Where to cut a read or write; 0 if it fits, UINT64_MAX if no cut fits. */
 static uint64_t rw_split_bytes(const struct rq_queue_limits *lim, const struct rq_bio *bio,
 			       unsigned *nr_segs)
@@ -228,6 +258,10 @@ struct rq_bio *bio_split_to_limits_status(const struct rq_queue_limits *lim,
 	uint64_t bytes;
 	unsigned segs = 0;
 
+	if (likely(rq_op_has_data(bio->op) && rw_fits_one_segment(lim, bio))) {
+		*nr_segs = 1;
+		return bio;
+	}
 	switch (bio->op) {
 	case RQ_OP_READ:
 	case RQ_OP_WRITE:

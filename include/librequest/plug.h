@@ -41,7 +41,7 @@ struct rq_plug {
  *
  * Nested plugs join the outermost one.  Keep a plug short, around one
  * batch of submissions, as the kernel's are: what it holds (plugged
- * requests, tags taken ahead, which hold the queue's usage) is given back
+ * requests, tags and queue usage references taken ahead) is given back
  * only when it is flushed or finished, and a freeze of the queue (a
  * scheduler switch, an nr_requests change, destroying it) waits until then.
  *
@@ -55,8 +55,8 @@ void rq_start_plug(struct rq_plug *plug);
  * rq_finish_plug() - flush and end a plug started on this thread.
  * @plug: the plug given to rq_start_plug(); a nested one only ends.
  *
- * The outermost plug dispatches what it holds, gives back the tags it took
- * ahead and runs the completions other threads handed to this one
+ * The outermost plug dispatches what it holds, gives back the tags and
+ * queue usage references it took ahead and runs the completions other threads handed to this one
  * (rq_affinity 2).
  *
  * Context: the thread that started @plug, not inside a driver or scheduler

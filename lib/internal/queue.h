@@ -311,14 +311,25 @@ void stats_sum(struct rq_queue *q, uint64_t *sum);
 void stats_init(struct rq_queue *q);
 void stats_free(struct rq_queue *q);
 
+/* The calling thread's counters for @q (NULL without memory); see stat_add(). */
+static inline struct rq_stats_block *stats_block(struct rq_queue *q)
+{
+	struct stats_cache_slot *slot = &tls_stats_cache[q->id % STATS_CACHE_SLOTS];
+
+	return slot->qid == q->id ? slot->block : stats_block_slow(q);
+}
+
+/* Count @n events of kind @idx in block @b (from stats_block(); may be NULL). */
+static inline void stat_block_add(struct rq_stats_block *b, unsigned idx, uint64_t n)
+{
+	if (likely(b))
+		__atomic_store_n(&b->v[idx], b->v[idx] + n, __ATOMIC_RELAXED);
+}
+
 /* Count @n events of kind @idx for @q, exactly, with no atomic RMW. */
 static inline void stat_add(struct rq_queue *q, unsigned idx, uint64_t n)
 {
-	struct stats_cache_slot *slot = &tls_stats_cache[q->id % STATS_CACHE_SLOTS];
-	struct rq_stats_block *b = slot->qid == q->id ? slot->block : stats_block_slow(q);
-
-	if (likely(b))
-		__atomic_store_n(&b->v[idx], b->v[idx] + n, __ATOMIC_RELAXED);
+	stat_block_add(stats_block(q), idx, n);
 }
 
 static inline void stat_inc(struct rq_queue *q, unsigned idx)
@@ -505,14 +516,43 @@ bool plug_merge_tail(struct rq_queue *q, struct rq_request *rq, struct rq_bio *b
 static inline bool plug_try_merge(struct rq_plug *plug, struct rq_queue *q, struct rq_bio *bio,
 				  unsigned nr_segs)
 {
-	if (!plug || !plug->tail || plug->tail->q != q)
+	struct rq_request *rq = plug ? plug->tail : NULL;
+
+	if (!rq || rq->q != q)
 		return false;
-	return plug_merge_tail(q, plug->tail, bio, nr_segs);
+	/* adjacency first, inline: what random I/O fails (rq_try_merge_pos()) */
+	if (rq_request_end_sector(rq) != bio->iter.sector &&
+	    rq->sector != rq_bio_end_sector(bio))
+		return false;
+	return plug_merge_tail(q, rq, bio, nr_segs);
 }
 void plug_return_tags(struct rq_plug *plug, unsigned cpu);
-int plug_cached_tag(struct rq_plug *plug, struct rq_tags *tags, struct rq_queue *sched_q,
-		    struct rq_sw_ctx *ctx, unsigned shallow);
+int plug_cached_tag_refill(struct rq_plug *plug, struct rq_tags *tags, struct rq_queue *sched_q,
+			   struct rq_sw_ctx *ctx, unsigned shallow);
+
+/*
+ * A tag from the plug's batch (plug.c, "Batched tag allocation"): the
+ * common case inline, a bit of @tags already taken and under @shallow;
+ * everything else (refill, another tag set, the usage a batch of scheduler
+ * tags holds) out of line.  -1 if none.
+ */
+static inline int plug_cached_tag(struct rq_plug *plug, struct rq_tags *tags,
+				  struct rq_queue *sched_q, struct rq_sw_ctx *ctx, unsigned shallow)
+{
+	unsigned long bits = plug->cached_tags;
+	unsigned bit;
+
+	if (plug->tag_cache != tags || !bits || bits == (bits & -bits))
+		return plug_cached_tag_refill(plug, tags, sched_q, ctx, shallow);
+	bit = (unsigned)__builtin_ctzl(bits);
+	if (unlikely(shallow) && bit >= shallow)
+		return -1; /* the lowest is the one that would go: above the limit */
+	plug->cached_tags = bits & (bits - 1);
+	return (int)(tags->nr_reserved + plug->cached_off + bit);
+}
 void plug_fail_queue(struct rq_queue *q);
+bool plug_queue_enter(struct rq_queue *q, struct rq_sw_ctx *ctx);
+void plug_queue_exit(struct rq_queue *q, struct rq_sw_ctx *ctx);
 
 /* ---- lib/core.c ---- */
 
