@@ -1143,27 +1143,53 @@ static void bfq_exit_sched(struct rq_queue *q, void *data)
 }
 
 /*
- * prepare_request: find (or make) the queue of the request's context on its
- * hardware queue and pin it.  The queue holds a reference on the context,
- * so rq->ioc stays valid as long as the request lives.
+ * prepare_request: nothing to look up yet, as the kernel's bfq (which finds
+ * a request's queue when the request is first inserted or merged into,
+ * bfq_init_rq()): the queue is found under the lock insert_requests takes
+ * anyway, once per batch instead of once more per request.
  */
 static void bfq_prepare_request(struct rq_request *rq)
 {
-	struct bfq_data *bd = bfq_of(rq->q);
-	struct bfq_sched *bs = sched_of_hctx(bd, rq->hctx);
-	uint64_t now = rq->start_time_ns; /* the core read the clock when it made @rq */
-	struct bfq_queue *bfqq;
-
-	pthread_mutex_lock(&bs->lock);
-	bfqq = bfqq_lookup(bs, rq->ioc, rq_is_sync(rq), true, now);
-	bfqq->ref++;
-	bfqq->last_used = now;
-	pthread_mutex_unlock(&bs->lock);
-	rq->elv_priv[0] = bfqq;
+	rq->elv_priv[0] = NULL;
 	rq_set_bits(rq, 0);
 }
 
-/* finish_request: unpin the queue; free it if its context is gone. */
+/*
+ * Give @rq (not in a queue yet) the queue of its context on @bs and pin it:
+ * the queue holds a reference on the context, so rq->ioc stays valid as
+ * long as the request is the scheduler's.  Lock held.
+ */
+static struct bfq_queue *bfq_attach_rq(struct bfq_sched *bs, struct rq_request *rq)
+{
+	uint64_t now = rq->start_time_ns; /* the core read the clock when it made @rq */
+	struct bfq_queue *bfqq = bfqq_lookup(bs, rq->ioc, rq_is_sync(rq), true, now);
+
+	bfqq->ref++;
+	bfqq->last_used = now;
+	rq->elv_priv[0] = bfqq;
+	rq_set_bits(rq, 0);
+	return bfqq;
+}
+
+/*
+ * @rq leaves @bfqq for good: drop its pin, and the queue with it when its
+ * context is gone (our reference is the last one).  Lock held.
+ */
+static void bfqq_unpin(struct bfq_sched *bs, struct bfq_queue *bfqq, struct rq_request *rq)
+{
+	rq->elv_priv[0] = NULL;
+	rq_set_bits(rq, 0);
+	if (!--bfqq->ref && bfqq != &bs->oom_q && !bfqq_busy(bfqq) && bs->in_service != bfqq &&
+	    bfqq_ioc_gone(bfqq))
+		bfqq_free(bs, bfqq);
+}
+
+/*
+ * finish_request: unpin the queue of a request that ended without a
+ * completion (bfq_completed_request() unpins the others in its own lock
+ * hold, so this finds nothing to do for them); free it if its context is
+ * gone.
+ */
 static void bfq_finish_request(struct rq_request *rq)
 {
 	struct bfq_data *bd = bfq_of(rq->q);
@@ -1191,12 +1217,7 @@ static void bfq_finish_request(struct rq_request *rq)
 		    (bd->strict_guarantees && !bs->in_flight))
 			kick = bs->hctx;
 	}
-	rq->elv_priv[0] = NULL;
-	rq_set_bits(rq, 0);
-	/* the context is gone (our reference is the last): so is its queue */
-	if (!--bfqq->ref && bfqq != &bs->oom_q && !bfqq_busy(bfqq) && bs->in_service != bfqq &&
-	    bfqq_ioc_gone(bfqq))
-		bfqq_free(bs, bfqq);
+	bfqq_unpin(bs, bfqq, rq);
 	pthread_mutex_unlock(&bs->lock);
 	if (kick && bs->queued)
 		rq_mq_run_hw_queue(kick, true);
@@ -1243,13 +1264,8 @@ static void bfq_insert_requests(struct rq_hw_ctx *hctx, struct rq_list_node *lis
 		uint64_t now = rq->start_time_ns;
 
 		rq_list_del_init(&rq->queuelist);
-		if (!bfqq) {
-			/* not prepared (cannot happen for ELVPRIV requests): the fallback queue */
-			bfqq = &bs->oom_q;
-			bfqq->ref++;
-			rq->elv_priv[0] = bfqq;
-			rq_set_bits(rq, 0);
-		}
+		if (!bfqq)
+			bfqq = bfq_attach_rq(bs, rq); /* first insert (a requeue has one) */
 		if (flags & RQ_INSERT_AT_HEAD) {
 			rq_list_add_tail(&rq->queuelist, &bs->head_list);
 			WRITE_ONCE(bs->nr_head, bs->nr_head + 1);
@@ -1287,17 +1303,13 @@ static void bfq_insert_requests(struct rq_hw_ctx *hctx, struct rq_list_node *lis
 	}
 }
 
-static struct rq_request *bfq_dispatch_request(struct rq_hw_ctx *hctx)
+/* The next request of @bs to hand out at @now, or NULL (see sched_ready()); lock held. */
+static struct rq_request *sched_next_locked(struct rq_queue *q, struct bfq_sched *bs, uint64_t now,
+					    unsigned *delay)
 {
-	struct bfq_data *bd = bfq_of(rq_hctx_queue(hctx));
-	struct bfq_sched *bs = sched_of_hctx(bd, hctx);
-	uint64_t now = rq_clock_ns();
-	struct rq_request *rq = NULL;
+	struct rq_request *rq = rq_list_first_rq(&bs->head_list);
 	struct bfq_queue *bfqq;
-	unsigned delay = 0;
 
-	pthread_mutex_lock(&bs->lock);
-	rq = rq_list_first_rq(&bs->head_list);
 	if (rq) {
 		rq_list_del_init(&rq->queuelist);
 		WRITE_ONCE(bs->nr_head, bs->nr_head - 1);
@@ -1306,24 +1318,93 @@ static struct rq_request *bfq_dispatch_request(struct rq_hw_ctx *hctx)
 		bs->in_flight++;
 		rq_set_bits(rq, BFQ_RQ_DISPATCHED |
 				    ((unsigned long)rq_request_sectors(rq) << BFQ_RQ_SECTOR_SHIFT));
-	} else {
-		bfqq = sched_ready(bs, now, &rq, &delay);
-		if (bfqq)
-			sched_dispatch_rq(hctx->q, bs, bfqq, rq, now);
-		else
-			rq = NULL;
+		return rq;
 	}
+	bfqq = sched_ready(bs, now, &rq, delay);
+	if (!bfqq)
+		return NULL;
+	sched_dispatch_rq(q, bs, bfqq, rq, now);
+	return rq;
+}
+
+/*
+ * has_work under the lock: a request to hand out now?  With none ready it
+ * may end turns and open an idle window (sched_ready()), as dispatch would.
+ * *@now: the time, read here first if 0.
+ */
+static bool sched_has_work_locked(struct bfq_sched *bs, uint64_t *now, unsigned *delay)
+{
+	const struct bfq_data *bd = bs->bd;
+	struct rq_request *rq = NULL;
+
+	if (bs->nr_head)
+		return true;
+	if (!bs->queued)
+		return false;
+	if (bs->in_flight >= (bd->strict_guarantees ? 1 : bd->inflight_cap))
+		return false;
+	if (bs->in_service ? bs->in_service->queued : bs->queued)
+		return true; /* dispatch finds a request without waiting: no clock read */
+	if (!*now)
+		*now = rq_clock_ns();
+	return sched_ready(bs, *now, &rq, delay);
+}
+
+static struct rq_request *bfq_dispatch_request(struct rq_hw_ctx *hctx)
+{
+	struct bfq_data *bd = bfq_of(rq_hctx_queue(hctx));
+	struct bfq_sched *bs = sched_of_hctx(bd, hctx);
+	uint64_t now = rq_clock_ns();
+	struct rq_request *rq;
+	unsigned delay = 0;
+
+	pthread_mutex_lock(&bs->lock);
+	rq = sched_next_locked(hctx->q, bs, now, &delay);
 	pthread_mutex_unlock(&bs->lock);
 	if (delay)
 		rq_mq_delay_run_hw_queue(hctx, delay);
 	return rq;
 }
 
+/*
+ * dispatch_requests: up to @max requests, the ones the core's loop of
+ * has_work and dispatch_request calls would hand out (each taken only
+ * while has_work says so, exactly: a turn that runs dry is left to the
+ * next dispatch, not ended here), in one lock hold and with one clock
+ * read (the calls of a batch are microseconds apart; every turn, budget,
+ * charge and idling decision is the same, taken at the batch's time).
+ */
+static unsigned bfq_dispatch_requests(struct rq_hw_ctx *hctx, struct rq_list_node *list,
+				      unsigned max)
+{
+	struct bfq_data *bd = bfq_of(rq_hctx_queue(hctx));
+	struct bfq_sched *bs = sched_of_hctx(bd, hctx);
+	uint64_t now;
+	unsigned n = 0, delay = 0;
+
+	if (!READ_ONCE(bs->queued) && !READ_ONCE(bs->nr_head))
+		return 0; /* as has_work: whoever adds a request runs the queue after */
+	now = rq_clock_ns();
+	pthread_mutex_lock(&bs->lock);
+	while (n < max && sched_has_work_locked(bs, &now, &delay)) {
+		struct rq_request *rq = sched_next_locked(hctx->q, bs, now, &delay);
+
+		if (!rq)
+			break;
+		rq_list_add_tail(&rq->queuelist, list);
+		n++;
+	}
+	pthread_mutex_unlock(&bs->lock);
+	if (delay)
+		rq_mq_delay_run_hw_queue(hctx, delay);
+	return n;
+}
+
 static bool bfq_has_work(struct rq_hw_ctx *hctx)
 {
 	struct bfq_data *bd = bfq_of(rq_hctx_queue(hctx));
 	struct bfq_sched *bs = sched_of_hctx(bd, hctx);
-	struct rq_request *rq = NULL;
+	uint64_t now = 0;
 	unsigned delay = 0;
 	bool work;
 
@@ -1331,14 +1412,7 @@ static bool bfq_has_work(struct rq_hw_ctx *hctx)
 	if (!READ_ONCE(bs->queued) && !READ_ONCE(bs->nr_head))
 		return false;
 	pthread_mutex_lock(&bs->lock);
-	if (bs->nr_head)
-		work = true;
-	else if (bs->in_flight >= (bd->strict_guarantees ? 1 : bd->inflight_cap))
-		work = false;
-	else if (bs->in_service ? bs->in_service->queued : bs->queued)
-		work = true; /* dispatch finds a request without waiting: no clock read */
-	else
-		work = sched_ready(bs, rq_clock_ns(), &rq, &delay);
+	work = sched_has_work_locked(bs, &now, &delay);
 	pthread_mutex_unlock(&bs->lock);
 	if (delay)
 		rq_mq_delay_run_hw_queue(hctx, delay);
@@ -1378,6 +1452,9 @@ static void bfq_completed_request(struct rq_request *rq, uint64_t now)
 		if (bd->strict_guarantees && !bs->in_flight && bs->queued)
 			kick = bs->hctx;
 	}
+	/* the core's finish_request follows: its work is done here, in this hold */
+	if (!(rq_bits(rq) & (BFQ_RQ_QUEUED | BFQ_RQ_HEAD)))
+		bfqq_unpin(bs, bfqq, rq);
 	pthread_mutex_unlock(&bs->lock);
 	if (delay)
 		rq_mq_delay_run_hw_queue(bs->hctx, delay);
@@ -1612,4 +1689,5 @@ const struct rq_elevator_type rq_bfq_type = {
 		.next_request = bfq_next_request,
 	},
 	.attrs = bfq_attrs,
+	.dispatch_requests = bfq_dispatch_requests,
 };
