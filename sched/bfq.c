@@ -56,7 +56,7 @@
  */
 #include <errno.h>
 #include <limits.h>
-#include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -119,6 +119,44 @@ enum bfq_expire {
 
 /* ------------------------------------------------------- data structures */
 
+/*
+ * struct bfq_lock - the scheduler lock of one hardware queue: a
+ * test-and-set word, as short and mostly uncontended as the kernel's
+ * bfqd->lock spinlock it stands for (a mutex cost three times the
+ * instructions per request).  A waiter spins a while, then yields, so a
+ * holder the kernel preempted gets the CPU back; nothing under it blocks.
+ */
+struct bfq_lock {
+	atomic_int v;
+};
+
+#define BFQ_LOCK_SPINS 128      /* pauses before a waiter starts yielding */
+
+static void bfq_lock_slow(struct bfq_lock *l)
+{
+	for (unsigned spins = 0;; spins++) {
+		if (!atomic_load_explicit(&l->v, memory_order_relaxed) &&
+		    !atomic_exchange_explicit(&l->v, 1, memory_order_acquire))
+			return;
+		if (spins < BFQ_LOCK_SPINS)
+			cpu_relax();
+		else
+			sched_yield();
+	}
+}
+
+static inline void bfq_lock(struct bfq_lock *l)
+{
+	if (likely(!atomic_exchange_explicit(&l->v, 1, memory_order_acquire)))
+		return;
+	bfq_lock_slow(l);
+}
+
+static inline void bfq_unlock(struct bfq_lock *l)
+{
+	atomic_store_explicit(&l->v, 0, memory_order_release);
+}
+
 struct bfq_group;
 
 /*
@@ -176,6 +214,7 @@ struct bfq_queue {
 	unsigned dispatched;     /* handed out, not completed */
 	uint64_t last_end;       /* end sector of the last request inserted */
 	uint32_t seek_history;   /* 1 bits: the last 32 arrivals that seeked */
+	unsigned nr_seeks;       /* 1 bits in seek_history (kept, not counted) */
 	uint32_t max_budget;     /* budget of its next turn */
 	uint64_t budget_timeout; /* ns; 0 until the turn's first dispatch */
 	uint64_t last_used;      /* ns of the last request made for it */
@@ -190,7 +229,7 @@ struct bfq_queue {
 
 /* struct bfq_sched - the scheduler of one hardware queue. */
 struct bfq_sched {
-	pthread_mutex_t lock;         /* guards everything below (see the top) */
+	struct bfq_lock lock;         /* guards everything below (see the top) */
 	struct bfq_data *bd;
 	struct rq_hw_ctx *hctx;
 	struct bfq_group root;
@@ -201,6 +240,7 @@ struct bfq_sched {
 	struct rq_list_node head_list; /* RQ_INSERT_AT_HEAD requests: go first */
 	unsigned queued;              /* requests in bfq queues; READ_ONCE outside the lock */
 	unsigned nr_head;             /* requests on head_list; READ_ONCE outside the lock */
+	bool ready;                   /* has_work's answer needs no lock: see sched_unlock() */
 	unsigned in_flight;           /* handed out, not completed */
 	uint64_t head_pos;            /* end sector of the last dispatch */
 	bool idling;
@@ -311,7 +351,7 @@ static bool bfqq_busy(const struct bfq_queue *bfqq)
 
 static bool bfqq_seeky(const struct bfq_queue *bfqq)
 {
-	return __builtin_popcount(bfqq->seek_history) > BFQ_SEEKY_MIN;
+	return bfqq->nr_seeks > BFQ_SEEKY_MIN;
 }
 
 /*
@@ -790,8 +830,12 @@ static void bfqq_add_rq(struct bfq_queue *bfqq, struct rq_request *rq, bool at_h
 static void bfqq_del_rq(struct rq_queue *q, struct bfq_queue *bfqq, struct rq_request *rq,
 			uint64_t now)
 {
-	if (bfqq->next_rq == rq)
-		bfqq->next_rq = bfqq_find_next_rq(bfqq->bs->bd, bfqq, rq, now);
+	if (bfqq->next_rq == rq) {
+		if (bfqq->queued > 1)
+			bfqq->next_rq = bfqq_find_next_rq(bfqq->bs->bd, bfqq, rq, now);
+		else
+			bfqq->fifo_checked = true; /* what looking would have done */
+	}
 	rq_list_del_init(&rq->queuelist);
 	rq_sched_rb_del(&bfqq->sort, rq);
 	if (!bfqq->sort.node)
@@ -811,6 +855,7 @@ static void bfqq_update_seek(struct bfq_queue *bfqq, const struct rq_request *rq
 	if (bfqq->seeky_known) {
 		d = rq->sector > bfqq->last_end ? rq->sector - bfqq->last_end :
 						  bfqq->last_end - rq->sector;
+		bfqq->nr_seeks += (d > BFQ_SEEK_THR) - (bfqq->seek_history >> 31);
 		bfqq->seek_history = (bfqq->seek_history << 1) | (d > BFQ_SEEK_THR);
 	}
 	bfqq->seeky_known = true;
@@ -920,10 +965,11 @@ static void sched_expire(struct bfq_sched *bs, enum bfq_expire why, uint64_t now
 
 static bool bfqq_should_idle(struct bfq_data *bd, const struct bfq_queue *bfqq)
 {
-	if (!bfqq->sync || !bfqq->ioc || !bd->slice_idle_us || queue_frozen(bd) ||
-	    bfqq_ioc_gone(bfqq))
+	/* the cheap tests first: a seeky queue (the common case) reads no shared state */
+	if (!bfqq->sync || !bfqq->ioc || !bd->slice_idle_us ||
+	    (!bd->strict_guarantees && bfqq_seeky(bfqq)))
 		return false;
-	return bd->strict_guarantees || !bfqq_seeky(bfqq);
+	return !queue_frozen(bd) && !bfqq_ioc_gone(bfqq);
 }
 
 /*
@@ -1063,12 +1109,34 @@ static void rate_sample(struct bfq_sched *bs, unsigned sectors, uint64_t now)
 	}
 }
 
+/*
+ * Publish whether a request is ready to go without waiting (a head
+ * request, or one of the queue whose turn it is, or of any queue when no
+ * turn is on, below the in-flight cap), then drop the lock.  has_work
+ * answers true from it without the lock.  Only the hardware queue's
+ * dispatcher takes requests out (and it took this lock to do so), so a
+ * stale true can only follow a rare removal by someone else (a queued
+ * request freed or merged away, a tunable store): dispatch then finds
+ * nothing and the core comes back later, as after any has_work race.
+ */
+static void sched_unlock(struct bfq_sched *bs)
+{
+	const struct bfq_data *bd = bs->bd;
+	bool ready = bs->nr_head ||
+		     (bs->queued &&
+		      bs->in_flight < (bd->strict_guarantees ? 1 : bd->inflight_cap) &&
+		      (!bs->in_service || bs->in_service->queued));
+
+	if (bs->ready != ready)
+		WRITE_ONCE(bs->ready, ready);
+	bfq_unlock(&bs->lock);
+}
+
 /* ------------------------------------------------------------------ ops */
 
 static void bfq_sched_init(struct bfq_data *bd, struct bfq_sched *bs, struct rq_hw_ctx *hctx)
 {
 	memset(bs, 0, sizeof(*bs));
-	pthread_mutex_init(&bs->lock, NULL);
 	bs->auto_budget = BFQ_DEFAULT_MAX_BUDGET;
 	bs->bd = bd;
 	bs->hctx = hctx;
@@ -1136,7 +1204,6 @@ static void bfq_exit_sched(struct rq_queue *q, void *data)
 			rq_iog_put(g->iog);
 			mem_free(g, sizeof(*g));
 		}
-		pthread_mutex_destroy(&bs->lock);
 	}
 	mem_free_aligned(bd->sched, bd->nr_sched * sizeof(*bd->sched), RQ_CACHELINE);
 	mem_free(bd, sizeof(*bd));
@@ -1200,7 +1267,7 @@ static void bfq_finish_request(struct rq_request *rq)
 	if (!bfqq)
 		return;
 	bs = bfqq->bs;
-	pthread_mutex_lock(&bs->lock);
+	bfq_lock(&bs->lock);
 	if (rq_bits(rq) & BFQ_RQ_QUEUED) {
 		bfqq_del_rq(rq->q, bfqq, rq, rq_clock_ns());
 		if (!bfqq->queued && bs->in_service != bfqq)
@@ -1218,7 +1285,7 @@ static void bfq_finish_request(struct rq_request *rq)
 			kick = bs->hctx;
 	}
 	bfqq_unpin(bs, bfqq, rq);
-	pthread_mutex_unlock(&bs->lock);
+	sched_unlock(bs);
 	if (kick && bs->queued)
 		rq_mq_run_hw_queue(kick, true);
 }
@@ -1257,7 +1324,7 @@ static void bfq_insert_requests(struct rq_hw_ctx *hctx, struct rq_list_node *lis
 	struct rq_request *rq;
 
 	rq_list_init(&free_list);
-	pthread_mutex_lock(&bs->lock);
+	bfq_lock(&bs->lock);
 	while ((rq = rq_list_first_rq(list))) {
 		struct bfq_queue *bfqq = rq_bfqq(rq), *cur;
 		/* arrival time: when the core made the request (saves a clock read) */
@@ -1296,7 +1363,7 @@ static void bfq_insert_requests(struct rq_hw_ctx *hctx, struct rq_list_node *lis
 				sched_expire(bs, BFQ_EXP_PREEMPTED, now);
 		}
 	}
-	pthread_mutex_unlock(&bs->lock);
+	sched_unlock(bs);
 	while ((rq = rq_list_first_rq(&free_list))) {
 		rq_list_del_init(&rq->queuelist);
 		rq_sched_free_request(rq);
@@ -1358,9 +1425,9 @@ static struct rq_request *bfq_dispatch_request(struct rq_hw_ctx *hctx)
 	struct rq_request *rq;
 	unsigned delay = 0;
 
-	pthread_mutex_lock(&bs->lock);
+	bfq_lock(&bs->lock);
 	rq = sched_next_locked(hctx->q, bs, now, &delay);
-	pthread_mutex_unlock(&bs->lock);
+	sched_unlock(bs);
 	if (delay)
 		rq_mq_delay_run_hw_queue(hctx, delay);
 	return rq;
@@ -1385,7 +1452,7 @@ static unsigned bfq_dispatch_requests(struct rq_hw_ctx *hctx, struct rq_list_nod
 	if (!READ_ONCE(bs->queued) && !READ_ONCE(bs->nr_head))
 		return 0; /* as has_work: whoever adds a request runs the queue after */
 	now = rq_clock_ns();
-	pthread_mutex_lock(&bs->lock);
+	bfq_lock(&bs->lock);
 	while (n < max && sched_has_work_locked(bs, &now, &delay)) {
 		struct rq_request *rq = sched_next_locked(hctx->q, bs, now, &delay);
 
@@ -1394,7 +1461,7 @@ static unsigned bfq_dispatch_requests(struct rq_hw_ctx *hctx, struct rq_list_nod
 		rq_list_add_tail(&rq->queuelist, list);
 		n++;
 	}
-	pthread_mutex_unlock(&bs->lock);
+	sched_unlock(bs);
 	if (delay)
 		rq_mq_delay_run_hw_queue(hctx, delay);
 	return n;
@@ -1408,12 +1475,17 @@ static bool bfq_has_work(struct rq_hw_ctx *hctx)
 	unsigned delay = 0;
 	bool work;
 
-	/* lock-free answer when empty: whoever adds a request runs the queue after */
+	/*
+	 * Lock-free answers: ready (see sched_unlock()), or empty (whoever
+	 * adds a request runs the queue after).
+	 */
+	if (READ_ONCE(bs->ready))
+		return true;
 	if (!READ_ONCE(bs->queued) && !READ_ONCE(bs->nr_head))
 		return false;
-	pthread_mutex_lock(&bs->lock);
+	bfq_lock(&bs->lock);
 	work = sched_has_work_locked(bs, &now, &delay);
-	pthread_mutex_unlock(&bs->lock);
+	sched_unlock(bs);
 	if (delay)
 		rq_mq_delay_run_hw_queue(hctx, delay);
 	return work;
@@ -1435,7 +1507,7 @@ static void bfq_completed_request(struct rq_request *rq, uint64_t now)
 	if (!bfqq)
 		return;
 	bs = bfqq->bs;
-	pthread_mutex_lock(&bs->lock);
+	bfq_lock(&bs->lock);
 	if (rq_bits(rq) & BFQ_RQ_DISPATCHED) {
 		rate_sample(bs, (unsigned)(rq_bits(rq) >> BFQ_RQ_SECTOR_SHIFT), now);
 		bfqq_request_done(bs, bfqq, rq);
@@ -1455,7 +1527,7 @@ static void bfq_completed_request(struct rq_request *rq, uint64_t now)
 	/* the core's finish_request follows: its work is done here, in this hold */
 	if (!(rq_bits(rq) & (BFQ_RQ_QUEUED | BFQ_RQ_HEAD)))
 		bfqq_unpin(bs, bfqq, rq);
-	pthread_mutex_unlock(&bs->lock);
+	sched_unlock(bs);
 	if (delay)
 		rq_mq_delay_run_hw_queue(bs->hctx, delay);
 	if (kick)
@@ -1468,11 +1540,11 @@ static void bfq_requeue_request(struct rq_request *rq)
 
 	if (!bfqq)
 		return;
-	pthread_mutex_lock(&bfqq->bs->lock);
+	bfq_lock(&bfqq->bs->lock);
 	if (rq_bits(rq) & BFQ_RQ_DISPATCHED)
 		bfqq_request_done(bfqq->bs, bfqq, rq);
 	rq_set_bits(rq, 0);
-	pthread_mutex_unlock(&bfqq->bs->lock);
+	sched_unlock(bfqq->bs);
 }
 
 static bool bfq_bio_merge(struct rq_queue *q, struct rq_bio *bio, unsigned nr_segs)
@@ -1493,9 +1565,9 @@ static bool bfq_bio_merge(struct rq_queue *q, struct rq_bio *bio, unsigned nr_se
 	bs = sched_of_hctx(bfq_of(q), hctx);
 	if (!READ_ONCE(bs->queued))
 		return false;
-	pthread_mutex_lock(&bs->lock);
+	bfq_lock(&bs->lock);
 	merged = rq_sched_try_merge(q, bio, nr_segs, &free_rq);
-	pthread_mutex_unlock(&bs->lock);
+	sched_unlock(bs);
 	if (free_rq)
 		rq_sched_free_request(free_rq);
 	return merged;
@@ -1605,9 +1677,9 @@ static int show_locked(void *data, char *buf, size_t len, const unsigned *field,
 	unsigned v;
 
 	/* a store holds every lock: any one orders this read after it */
-	pthread_mutex_lock(&bd->sched[0].lock);
+	bfq_lock(&bd->sched[0].lock);
 	v = *field / div;
-	pthread_mutex_unlock(&bd->sched[0].lock);
+	bfq_unlock(&bd->sched[0].lock);
 	return emit(buf, len, v);
 }
 
@@ -1620,10 +1692,10 @@ static int store_locked(void *data, const char *buf, unsigned *field, unsigned m
 	if (parse_uint(buf, min, max, &v))
 		return -EINVAL;
 	for (unsigned i = 0; i < bd->nr_sched; i++)
-		pthread_mutex_lock(&bd->sched[i].lock);
+		bfq_lock(&bd->sched[i].lock);
 	*field = v * mul;
 	for (unsigned i = bd->nr_sched; i-- > 0;)
-		pthread_mutex_unlock(&bd->sched[i].lock);
+		sched_unlock(&bd->sched[i]);
 	return 0;
 }
 
