@@ -132,9 +132,9 @@ struct disk {
 	uint64_t busy_ns, idle_ns;
 };
 
-static struct mock_dev *make_dev(void)
+static struct mock_dev *make_dev_depth(unsigned depth)
 {
-	struct mock_config cfg = { .completion = MOCK_COMPLETE_DEFER, .queue_depth = 1 };
+	struct mock_config cfg = { .completion = MOCK_COMPLETE_DEFER, .queue_depth = depth };
 	struct rq_queue_config qc = { RQ_QUEUE_CONFIG_INIT, .scheduler = "bfq", .capacity = DEV_SECTORS };
 	struct mock_dev *m;
 
@@ -142,6 +142,11 @@ static struct mock_dev *make_dev(void)
 	m = mock_create(&cfg, &qc);
 	assert_int_equal(rq_queue_attr_set(m->q, "nr_requests", "128"), 0);
 	return m;
+}
+
+static struct mock_dev *make_dev(void)
+{
+	return make_dev_depth(1);
 }
 
 static void set_attr(struct mock_dev *m, const char *name, const char *v)
@@ -240,6 +245,38 @@ static void test_weights_3_to_1(void **state)
 	run_window(m, f, 2, 1000, 12000, served);
 	r = ratio(served[0], served[1]);
 	print_message("weights 300:100: served %llu : %llu sectors, ratio %.3f\n",
+		      (unsigned long long)served[0], (unsigned long long)served[1], r);
+	assert_true(r > 2.7 && r < 3.3);
+	mock_destroy(m);
+	rq_ioc_put(a);
+	rq_ioc_put(b);
+}
+
+/*
+ * The same with a device that takes 8 requests: the core then pulls
+ * batches (bfq's dispatch_requests, one lock hold for up to 8), which must
+ * hand out what the same number of has_work/dispatch_request rounds would,
+ * so the budgets and weights come out as with one request at a time.
+ * The disk still serves one request per step, the oldest first.
+ */
+static void test_weights_3_to_1_deep(void **state)
+{
+	struct mock_dev *m = make_dev_depth(8);
+	struct rq_io_context *a = rq_ioc_create(0), *b = rq_ioc_create(0);
+	struct flow f[2];
+	uint64_t served[2];
+	double r;
+
+	(void)state;
+	set_attr(m, "low_latency", "0");
+	set_attr(m, "max_budget", "256");
+	assert_int_equal(rq_ioc_set_weight(a, 300), 0);
+	assert_int_equal(rq_ioc_set_weight(b, 100), 0);
+	flow_init(&f[0], a, true, 16, 0, 1);
+	flow_init(&f[1], b, true, 16, DEV_SECTORS / 2, 2);
+	run_window(m, f, 2, 1000, 12000, served);
+	r = ratio(served[0], served[1]);
+	print_message("weights 300:100, depth 8: served %llu : %llu sectors, ratio %.3f\n",
 		      (unsigned long long)served[0], (unsigned long long)served[1], r);
 	assert_true(r > 2.7 && r < 3.3);
 	mock_destroy(m);
@@ -577,6 +614,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_tunables),
 		cmocka_unit_test(test_weights_3_to_1),
+		cmocka_unit_test(test_weights_3_to_1_deep),
 		cmocka_unit_test(test_prio_weights),
 		cmocka_unit_test(test_groups_10_to_1),
 		cmocka_unit_test(test_idling_keeps_sequential),
