@@ -31,18 +31,24 @@
  * With several hardware queues each has a scheduler of its own (queues,
  * groups, virtual times, and the peak-rate estimate behind the automatic
  * max_budget): a request is only ever dispatched on its own hardware
- * queue.  Each has its own mutex (the core's back-merge hash and
+ * queue.  Each has its own lock (the core's back-merge hash and
  * last_merge are per hardware queue too), so submitters and dispatchers of
  * different hardware queues share no lock.
  *
- * Locking: bs->lock guards the state of its hardware queue's scheduler.
- * The tunables are written with every bs->lock held (in index order) and
- * read under any one of them.
+ * Locking: bs->lock (a test-and-set word, struct bfq_lock) guards the state
+ * of its hardware queue's scheduler.  The tunables are written with every
+ * bs->lock held (in index order) and read under any one of them.  Each
+ * hold ends in sched_unlock(), which publishes bs->ready for has_work.
  *
  *   operation                                    lock
- *   prepare/finish_request, insert_requests,     takes the bs->lock of the
- *   dispatch_request, has_work,                  request's (or hctx's)
- *   completed_request, requeue_request           hardware queue
+ *   prepare_request                              none (the queue is found
+ *                                                at the first insert)
+ *   insert_requests, dispatch_request(s),        takes the bs->lock of the
+ *   completed_request (which also unpins),       request's (or hctx's)
+ *   finish_request, requeue_request              hardware queue, once per call
+ *   has_work                                     none when bs->ready or
+ *                                                nothing is queued, else
+ *                                                that bs->lock
  *   bio_merge                                    takes the bs->lock of the
  *                                                hardware queue the bio maps
  *                                                to and calls
