@@ -226,16 +226,18 @@ static void run_window(struct mock_dev *m, struct flow *flows, unsigned nr, unsi
 	disk_drain(&d, flows, nr);
 }
 
-/* Contexts of weights 300 and 100, both always backlogged: 3:1 +/- 10%. */
-static void test_weights_3_to_1(void **state)
+/*
+ * Contexts of weights 300 and 100, both always backlogged, on a device
+ * taking @depth requests: 3:1 +/- 10%.
+ */
+static void check_weights_3_to_1(unsigned depth)
 {
-	struct mock_dev *m = make_dev();
+	struct mock_dev *m = make_dev_depth(depth);
 	struct rq_io_context *a = rq_ioc_create(0), *b = rq_ioc_create(0);
 	struct flow f[2];
 	uint64_t served[2];
 	double r;
 
-	(void)state;
 	set_attr(m, "low_latency", "0");
 	set_attr(m, "max_budget", "256");
 	assert_int_equal(rq_ioc_set_weight(a, 300), 0);
@@ -244,12 +246,18 @@ static void test_weights_3_to_1(void **state)
 	flow_init(&f[1], b, true, 16, DEV_SECTORS / 2, 2);
 	run_window(m, f, 2, 1000, 12000, served);
 	r = ratio(served[0], served[1]);
-	print_message("weights 300:100: served %llu : %llu sectors, ratio %.3f\n",
+	print_message("weights 300:100, depth %u: served %llu : %llu sectors, ratio %.3f\n", depth,
 		      (unsigned long long)served[0], (unsigned long long)served[1], r);
 	assert_true(r > 2.7 && r < 3.3);
 	mock_destroy(m);
 	rq_ioc_put(a);
 	rq_ioc_put(b);
+}
+
+static void test_weights_3_to_1(void **state)
+{
+	(void)state;
+	check_weights_3_to_1(1);
 }
 
 /*
@@ -261,27 +269,8 @@ static void test_weights_3_to_1(void **state)
  */
 static void test_weights_3_to_1_deep(void **state)
 {
-	struct mock_dev *m = make_dev_depth(8);
-	struct rq_io_context *a = rq_ioc_create(0), *b = rq_ioc_create(0);
-	struct flow f[2];
-	uint64_t served[2];
-	double r;
-
 	(void)state;
-	set_attr(m, "low_latency", "0");
-	set_attr(m, "max_budget", "256");
-	assert_int_equal(rq_ioc_set_weight(a, 300), 0);
-	assert_int_equal(rq_ioc_set_weight(b, 100), 0);
-	flow_init(&f[0], a, true, 16, 0, 1);
-	flow_init(&f[1], b, true, 16, DEV_SECTORS / 2, 2);
-	run_window(m, f, 2, 1000, 12000, served);
-	r = ratio(served[0], served[1]);
-	print_message("weights 300:100, depth 8: served %llu : %llu sectors, ratio %.3f\n",
-		      (unsigned long long)served[0], (unsigned long long)served[1], r);
-	assert_true(r > 2.7 && r < 3.3);
-	mock_destroy(m);
-	rq_ioc_put(a);
-	rq_ioc_put(b);
+	check_weights_3_to_1(8);
 }
 
 /* The same through priorities: BE/0 (weight 80) against BE/6 (20) is 4:1. */
