@@ -31,18 +31,24 @@
  * With several hardware queues each has a scheduler of its own (queues,
  * groups, virtual times, and the peak-rate estimate behind the automatic
  * max_budget): a request is only ever dispatched on its own hardware
- * queue.  Each has its own mutex (the core's back-merge hash and
+ * queue.  Each has its own lock (the core's back-merge hash and
  * last_merge are per hardware queue too), so submitters and dispatchers of
  * different hardware queues share no lock.
  *
- * Locking: bs->lock guards the state of its hardware queue's scheduler.
- * The tunables are written with every bs->lock held (in index order) and
- * read under any one of them.
+ * Locking: bs->lock (a test-and-set word, struct bfq_lock) guards the state
+ * of its hardware queue's scheduler.  The tunables are written with every
+ * bs->lock held (in index order) and read under any one of them.  Each
+ * hold ends in sched_unlock(), which publishes bs->ready for has_work.
  *
  *   operation                                    lock
- *   prepare/finish_request, insert_requests,     takes the bs->lock of the
- *   dispatch_request, has_work,                  request's (or hctx's)
- *   completed_request, requeue_request           hardware queue
+ *   prepare_request                              none (the queue is found
+ *                                                at the first insert)
+ *   insert_requests, dispatch_request(s),        takes the bs->lock of the
+ *   completed_request (which also unpins),       request's (or hctx's)
+ *   finish_request, requeue_request              hardware queue, once per call
+ *   has_work                                     none when bs->ready or
+ *                                                nothing is queued, else
+ *                                                that bs->lock
  *   bio_merge                                    takes the bs->lock of the
  *                                                hardware queue the bio maps
  *                                                to and calls
@@ -56,7 +62,7 @@
  */
 #include <errno.h>
 #include <limits.h>
-#include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -119,6 +125,44 @@ enum bfq_expire {
 
 /* ------------------------------------------------------- data structures */
 
+/*
+ * struct bfq_lock - the scheduler lock of one hardware queue: a
+ * test-and-set word, as short and mostly uncontended as the kernel's
+ * bfqd->lock spinlock it stands for (a mutex cost three times the
+ * instructions per request).  A waiter spins a while, then yields, so a
+ * holder the kernel preempted gets the CPU back; nothing under it blocks.
+ */
+struct bfq_lock {
+	atomic_int v;
+};
+
+#define BFQ_LOCK_SPINS 128      /* pauses before a waiter starts yielding */
+
+static void bfq_lock_slow(struct bfq_lock *l)
+{
+	for (unsigned spins = 0;; spins++) {
+		if (!atomic_load_explicit(&l->v, memory_order_relaxed) &&
+		    !atomic_exchange_explicit(&l->v, 1, memory_order_acquire))
+			return;
+		if (spins < BFQ_LOCK_SPINS)
+			cpu_relax();
+		else
+			sched_yield();
+	}
+}
+
+static inline void bfq_lock(struct bfq_lock *l)
+{
+	if (likely(!atomic_exchange_explicit(&l->v, 1, memory_order_acquire)))
+		return;
+	bfq_lock_slow(l);
+}
+
+static inline void bfq_unlock(struct bfq_lock *l)
+{
+	atomic_store_explicit(&l->v, 0, memory_order_release);
+}
+
 struct bfq_group;
 
 /*
@@ -176,6 +220,7 @@ struct bfq_queue {
 	unsigned dispatched;     /* handed out, not completed */
 	uint64_t last_end;       /* end sector of the last request inserted */
 	uint32_t seek_history;   /* 1 bits: the last 32 arrivals that seeked */
+	unsigned nr_seeks;       /* 1 bits in seek_history (kept, not counted) */
 	uint32_t max_budget;     /* budget of its next turn */
 	uint64_t budget_timeout; /* ns; 0 until the turn's first dispatch */
 	uint64_t last_used;      /* ns of the last request made for it */
@@ -190,7 +235,7 @@ struct bfq_queue {
 
 /* struct bfq_sched - the scheduler of one hardware queue. */
 struct bfq_sched {
-	pthread_mutex_t lock;         /* guards everything below (see the top) */
+	struct bfq_lock lock;         /* guards everything below (see the top) */
 	struct bfq_data *bd;
 	struct rq_hw_ctx *hctx;
 	struct bfq_group root;
@@ -201,6 +246,7 @@ struct bfq_sched {
 	struct rq_list_node head_list; /* RQ_INSERT_AT_HEAD requests: go first */
 	unsigned queued;              /* requests in bfq queues; READ_ONCE outside the lock */
 	unsigned nr_head;             /* requests on head_list; READ_ONCE outside the lock */
+	bool ready;                   /* has_work's answer needs no lock: see sched_unlock() */
 	unsigned in_flight;           /* handed out, not completed */
 	uint64_t head_pos;            /* end sector of the last dispatch */
 	bool idling;
@@ -311,7 +357,7 @@ static bool bfqq_busy(const struct bfq_queue *bfqq)
 
 static bool bfqq_seeky(const struct bfq_queue *bfqq)
 {
-	return __builtin_popcount(bfqq->seek_history) > BFQ_SEEKY_MIN;
+	return bfqq->nr_seeks > BFQ_SEEKY_MIN;
 }
 
 /*
@@ -790,8 +836,12 @@ static void bfqq_add_rq(struct bfq_queue *bfqq, struct rq_request *rq, bool at_h
 static void bfqq_del_rq(struct rq_queue *q, struct bfq_queue *bfqq, struct rq_request *rq,
 			uint64_t now)
 {
-	if (bfqq->next_rq == rq)
-		bfqq->next_rq = bfqq_find_next_rq(bfqq->bs->bd, bfqq, rq, now);
+	if (bfqq->next_rq == rq) {
+		if (bfqq->queued > 1)
+			bfqq->next_rq = bfqq_find_next_rq(bfqq->bs->bd, bfqq, rq, now);
+		else
+			bfqq->fifo_checked = true; /* what looking would have done */
+	}
 	rq_list_del_init(&rq->queuelist);
 	rq_sched_rb_del(&bfqq->sort, rq);
 	if (!bfqq->sort.node)
@@ -811,6 +861,7 @@ static void bfqq_update_seek(struct bfq_queue *bfqq, const struct rq_request *rq
 	if (bfqq->seeky_known) {
 		d = rq->sector > bfqq->last_end ? rq->sector - bfqq->last_end :
 						  bfqq->last_end - rq->sector;
+		bfqq->nr_seeks += (d > BFQ_SEEK_THR) - (bfqq->seek_history >> 31);
 		bfqq->seek_history = (bfqq->seek_history << 1) | (d > BFQ_SEEK_THR);
 	}
 	bfqq->seeky_known = true;
@@ -920,10 +971,11 @@ static void sched_expire(struct bfq_sched *bs, enum bfq_expire why, uint64_t now
 
 static bool bfqq_should_idle(struct bfq_data *bd, const struct bfq_queue *bfqq)
 {
-	if (!bfqq->sync || !bfqq->ioc || !bd->slice_idle_us || queue_frozen(bd) ||
-	    bfqq_ioc_gone(bfqq))
+	/* the cheap tests first: a seeky queue (the common case) reads no shared state */
+	if (!bfqq->sync || !bfqq->ioc || !bd->slice_idle_us ||
+	    (!bd->strict_guarantees && bfqq_seeky(bfqq)))
 		return false;
-	return bd->strict_guarantees || !bfqq_seeky(bfqq);
+	return !queue_frozen(bd) && !bfqq_ioc_gone(bfqq);
 }
 
 /*
@@ -1063,12 +1115,34 @@ static void rate_sample(struct bfq_sched *bs, unsigned sectors, uint64_t now)
 	}
 }
 
+/*
+ * Publish whether a request is ready to go without waiting (a head
+ * request, or one of the queue whose turn it is, or of any queue when no
+ * turn is on, below the in-flight cap), then drop the lock.  has_work
+ * answers true from it without the lock.  Only the hardware queue's
+ * dispatcher takes requests out (and it took this lock to do so), so a
+ * stale true can only follow a rare removal by someone else (a queued
+ * request freed or merged away, a tunable store): dispatch then finds
+ * nothing and the core comes back later, as after any has_work race.
+ */
+static void sched_unlock(struct bfq_sched *bs)
+{
+	const struct bfq_data *bd = bs->bd;
+	bool ready = bs->nr_head ||
+		     (bs->queued &&
+		      bs->in_flight < (bd->strict_guarantees ? 1 : bd->inflight_cap) &&
+		      (!bs->in_service || bs->in_service->queued));
+
+	if (bs->ready != ready)
+		WRITE_ONCE(bs->ready, ready);
+	bfq_unlock(&bs->lock);
+}
+
 /* ------------------------------------------------------------------ ops */
 
 static void bfq_sched_init(struct bfq_data *bd, struct bfq_sched *bs, struct rq_hw_ctx *hctx)
 {
 	memset(bs, 0, sizeof(*bs));
-	pthread_mutex_init(&bs->lock, NULL);
 	bs->auto_budget = BFQ_DEFAULT_MAX_BUDGET;
 	bs->bd = bd;
 	bs->hctx = hctx;
@@ -1136,34 +1210,59 @@ static void bfq_exit_sched(struct rq_queue *q, void *data)
 			rq_iog_put(g->iog);
 			mem_free(g, sizeof(*g));
 		}
-		pthread_mutex_destroy(&bs->lock);
 	}
 	mem_free_aligned(bd->sched, bd->nr_sched * sizeof(*bd->sched), RQ_CACHELINE);
 	mem_free(bd, sizeof(*bd));
 }
 
 /*
- * prepare_request: find (or make) the queue of the request's context on its
- * hardware queue and pin it.  The queue holds a reference on the context,
- * so rq->ioc stays valid as long as the request lives.
+ * prepare_request: nothing to look up yet, as the kernel's bfq (which finds
+ * a request's queue when the request is first inserted or merged into,
+ * bfq_init_rq()): the queue is found under the lock insert_requests takes
+ * anyway, once per batch instead of once more per request.
  */
 static void bfq_prepare_request(struct rq_request *rq)
 {
-	struct bfq_data *bd = bfq_of(rq->q);
-	struct bfq_sched *bs = sched_of_hctx(bd, rq->hctx);
-	uint64_t now = rq->start_time_ns; /* the core read the clock when it made @rq */
-	struct bfq_queue *bfqq;
-
-	pthread_mutex_lock(&bs->lock);
-	bfqq = bfqq_lookup(bs, rq->ioc, rq_is_sync(rq), true, now);
-	bfqq->ref++;
-	bfqq->last_used = now;
-	pthread_mutex_unlock(&bs->lock);
-	rq->elv_priv[0] = bfqq;
+	rq->elv_priv[0] = NULL;
 	rq_set_bits(rq, 0);
 }
 
-/* finish_request: unpin the queue; free it if its context is gone. */
+/*
+ * Give @rq (not in a queue yet) the queue of its context on @bs and pin it:
+ * the queue holds a reference on the context, so rq->ioc stays valid as
+ * long as the request is the scheduler's.  Lock held.
+ */
+static struct bfq_queue *bfq_attach_rq(struct bfq_sched *bs, struct rq_request *rq)
+{
+	uint64_t now = rq->start_time_ns; /* the core read the clock when it made @rq */
+	struct bfq_queue *bfqq = bfqq_lookup(bs, rq->ioc, rq_is_sync(rq), true, now);
+
+	bfqq->ref++;
+	bfqq->last_used = now;
+	rq->elv_priv[0] = bfqq;
+	rq_set_bits(rq, 0);
+	return bfqq;
+}
+
+/*
+ * @rq leaves @bfqq for good: drop its pin, and the queue with it when its
+ * context is gone (our reference is the last one).  Lock held.
+ */
+static void bfqq_unpin(struct bfq_sched *bs, struct bfq_queue *bfqq, struct rq_request *rq)
+{
+	rq->elv_priv[0] = NULL;
+	rq_set_bits(rq, 0);
+	if (!--bfqq->ref && bfqq != &bs->oom_q && !bfqq_busy(bfqq) && bs->in_service != bfqq &&
+	    bfqq_ioc_gone(bfqq))
+		bfqq_free(bs, bfqq);
+}
+
+/*
+ * finish_request: unpin the queue of a request that ended without a
+ * completion (bfq_completed_request() unpins the others in its own lock
+ * hold, so this finds nothing to do for them); free it if its context is
+ * gone.
+ */
 static void bfq_finish_request(struct rq_request *rq)
 {
 	struct bfq_data *bd = bfq_of(rq->q);
@@ -1174,7 +1273,7 @@ static void bfq_finish_request(struct rq_request *rq)
 	if (!bfqq)
 		return;
 	bs = bfqq->bs;
-	pthread_mutex_lock(&bs->lock);
+	bfq_lock(&bs->lock);
 	if (rq_bits(rq) & BFQ_RQ_QUEUED) {
 		bfqq_del_rq(rq->q, bfqq, rq, rq_clock_ns());
 		if (!bfqq->queued && bs->in_service != bfqq)
@@ -1191,13 +1290,8 @@ static void bfq_finish_request(struct rq_request *rq)
 		    (bd->strict_guarantees && !bs->in_flight))
 			kick = bs->hctx;
 	}
-	rq->elv_priv[0] = NULL;
-	rq_set_bits(rq, 0);
-	/* the context is gone (our reference is the last): so is its queue */
-	if (!--bfqq->ref && bfqq != &bs->oom_q && !bfqq_busy(bfqq) && bs->in_service != bfqq &&
-	    bfqq_ioc_gone(bfqq))
-		bfqq_free(bs, bfqq);
-	pthread_mutex_unlock(&bs->lock);
+	bfqq_unpin(bs, bfqq, rq);
+	sched_unlock(bs);
 	if (kick && bs->queued)
 		rq_mq_run_hw_queue(kick, true);
 }
@@ -1236,20 +1330,15 @@ static void bfq_insert_requests(struct rq_hw_ctx *hctx, struct rq_list_node *lis
 	struct rq_request *rq;
 
 	rq_list_init(&free_list);
-	pthread_mutex_lock(&bs->lock);
+	bfq_lock(&bs->lock);
 	while ((rq = rq_list_first_rq(list))) {
 		struct bfq_queue *bfqq = rq_bfqq(rq), *cur;
 		/* arrival time: when the core made the request (saves a clock read) */
 		uint64_t now = rq->start_time_ns;
 
 		rq_list_del_init(&rq->queuelist);
-		if (!bfqq) {
-			/* not prepared (cannot happen for ELVPRIV requests): the fallback queue */
-			bfqq = &bs->oom_q;
-			bfqq->ref++;
-			rq->elv_priv[0] = bfqq;
-			rq_set_bits(rq, 0);
-		}
+		if (!bfqq)
+			bfqq = bfq_attach_rq(bs, rq); /* first insert (a requeue has one) */
 		if (flags & RQ_INSERT_AT_HEAD) {
 			rq_list_add_tail(&rq->queuelist, &bs->head_list);
 			WRITE_ONCE(bs->nr_head, bs->nr_head + 1);
@@ -1280,24 +1369,20 @@ static void bfq_insert_requests(struct rq_hw_ctx *hctx, struct rq_list_node *lis
 				sched_expire(bs, BFQ_EXP_PREEMPTED, now);
 		}
 	}
-	pthread_mutex_unlock(&bs->lock);
+	sched_unlock(bs);
 	while ((rq = rq_list_first_rq(&free_list))) {
 		rq_list_del_init(&rq->queuelist);
 		rq_sched_free_request(rq);
 	}
 }
 
-static struct rq_request *bfq_dispatch_request(struct rq_hw_ctx *hctx)
+/* The next request of @bs to hand out at @now, or NULL (see sched_ready()); lock held. */
+static struct rq_request *sched_next_locked(struct rq_queue *q, struct bfq_sched *bs, uint64_t now,
+					    unsigned *delay)
 {
-	struct bfq_data *bd = bfq_of(rq_hctx_queue(hctx));
-	struct bfq_sched *bs = sched_of_hctx(bd, hctx);
-	uint64_t now = rq_clock_ns();
-	struct rq_request *rq = NULL;
+	struct rq_request *rq = rq_list_first_rq(&bs->head_list);
 	struct bfq_queue *bfqq;
-	unsigned delay = 0;
 
-	pthread_mutex_lock(&bs->lock);
-	rq = rq_list_first_rq(&bs->head_list);
 	if (rq) {
 		rq_list_del_init(&rq->queuelist);
 		WRITE_ONCE(bs->nr_head, bs->nr_head - 1);
@@ -1306,40 +1391,107 @@ static struct rq_request *bfq_dispatch_request(struct rq_hw_ctx *hctx)
 		bs->in_flight++;
 		rq_set_bits(rq, BFQ_RQ_DISPATCHED |
 				    ((unsigned long)rq_request_sectors(rq) << BFQ_RQ_SECTOR_SHIFT));
-	} else {
-		bfqq = sched_ready(bs, now, &rq, &delay);
-		if (bfqq)
-			sched_dispatch_rq(hctx->q, bs, bfqq, rq, now);
-		else
-			rq = NULL;
+		return rq;
 	}
-	pthread_mutex_unlock(&bs->lock);
+	bfqq = sched_ready(bs, now, &rq, delay);
+	if (!bfqq)
+		return NULL;
+	sched_dispatch_rq(q, bs, bfqq, rq, now);
+	return rq;
+}
+
+/*
+ * has_work under the lock: a request to hand out now?  With none ready it
+ * may end turns and open an idle window (sched_ready()), as dispatch would.
+ * *@now: the time, read here first if 0.
+ */
+static bool sched_has_work_locked(struct bfq_sched *bs, uint64_t *now, unsigned *delay)
+{
+	const struct bfq_data *bd = bs->bd;
+	struct rq_request *rq = NULL;
+
+	if (bs->nr_head)
+		return true;
+	if (!bs->queued)
+		return false;
+	if (bs->in_flight >= (bd->strict_guarantees ? 1 : bd->inflight_cap))
+		return false;
+	if (bs->in_service ? bs->in_service->queued : bs->queued)
+		return true; /* dispatch finds a request without waiting: no clock read */
+	if (!*now)
+		*now = rq_clock_ns();
+	return sched_ready(bs, *now, &rq, delay);
+}
+
+static struct rq_request *bfq_dispatch_request(struct rq_hw_ctx *hctx)
+{
+	struct bfq_data *bd = bfq_of(rq_hctx_queue(hctx));
+	struct bfq_sched *bs = sched_of_hctx(bd, hctx);
+	uint64_t now = rq_clock_ns();
+	struct rq_request *rq;
+	unsigned delay = 0;
+
+	bfq_lock(&bs->lock);
+	rq = sched_next_locked(hctx->q, bs, now, &delay);
+	sched_unlock(bs);
 	if (delay)
 		rq_mq_delay_run_hw_queue(hctx, delay);
 	return rq;
+}
+
+/*
+ * dispatch_requests: up to @max requests, the ones the core's loop of
+ * has_work and dispatch_request calls would hand out (each taken only
+ * while has_work says so, exactly: a turn that runs dry is left to the
+ * next dispatch, not ended here), in one lock hold and with one clock
+ * read (the calls of a batch are microseconds apart; every turn, budget,
+ * charge and idling decision is the same, taken at the batch's time).
+ */
+static unsigned bfq_dispatch_requests(struct rq_hw_ctx *hctx, struct rq_list_node *list,
+				      unsigned max)
+{
+	struct bfq_data *bd = bfq_of(rq_hctx_queue(hctx));
+	struct bfq_sched *bs = sched_of_hctx(bd, hctx);
+	uint64_t now;
+	unsigned n = 0, delay = 0;
+
+	if (!READ_ONCE(bs->queued) && !READ_ONCE(bs->nr_head))
+		return 0; /* as has_work: whoever adds a request runs the queue after */
+	now = rq_clock_ns();
+	bfq_lock(&bs->lock);
+	while (n < max && sched_has_work_locked(bs, &now, &delay)) {
+		struct rq_request *rq = sched_next_locked(hctx->q, bs, now, &delay);
+
+		if (!rq)
+			break;
+		rq_list_add_tail(&rq->queuelist, list);
+		n++;
+	}
+	sched_unlock(bs);
+	if (delay)
+		rq_mq_delay_run_hw_queue(hctx, delay);
+	return n;
 }
 
 static bool bfq_has_work(struct rq_hw_ctx *hctx)
 {
 	struct bfq_data *bd = bfq_of(rq_hctx_queue(hctx));
 	struct bfq_sched *bs = sched_of_hctx(bd, hctx);
-	struct rq_request *rq = NULL;
+	uint64_t now = 0;
 	unsigned delay = 0;
 	bool work;
 
-	/* lock-free answer when empty: whoever adds a request runs the queue after */
+	/*
+	 * Lock-free answers: ready (see sched_unlock()), or empty (whoever
+	 * adds a request runs the queue after).
+	 */
+	if (READ_ONCE(bs->ready))
+		return true;
 	if (!READ_ONCE(bs->queued) && !READ_ONCE(bs->nr_head))
 		return false;
-	pthread_mutex_lock(&bs->lock);
-	if (bs->nr_head)
-		work = true;
-	else if (bs->in_flight >= (bd->strict_guarantees ? 1 : bd->inflight_cap))
-		work = false;
-	else if (bs->in_service ? bs->in_service->queued : bs->queued)
-		work = true; /* dispatch finds a request without waiting: no clock read */
-	else
-		work = sched_ready(bs, rq_clock_ns(), &rq, &delay);
-	pthread_mutex_unlock(&bs->lock);
+	bfq_lock(&bs->lock);
+	work = sched_has_work_locked(bs, &now, &delay);
+	sched_unlock(bs);
 	if (delay)
 		rq_mq_delay_run_hw_queue(hctx, delay);
 	return work;
@@ -1361,7 +1513,7 @@ static void bfq_completed_request(struct rq_request *rq, uint64_t now)
 	if (!bfqq)
 		return;
 	bs = bfqq->bs;
-	pthread_mutex_lock(&bs->lock);
+	bfq_lock(&bs->lock);
 	if (rq_bits(rq) & BFQ_RQ_DISPATCHED) {
 		rate_sample(bs, (unsigned)(rq_bits(rq) >> BFQ_RQ_SECTOR_SHIFT), now);
 		bfqq_request_done(bs, bfqq, rq);
@@ -1378,7 +1530,10 @@ static void bfq_completed_request(struct rq_request *rq, uint64_t now)
 		if (bd->strict_guarantees && !bs->in_flight && bs->queued)
 			kick = bs->hctx;
 	}
-	pthread_mutex_unlock(&bs->lock);
+	/* the core's finish_request follows: its work is done here, in this hold */
+	if (!(rq_bits(rq) & (BFQ_RQ_QUEUED | BFQ_RQ_HEAD)))
+		bfqq_unpin(bs, bfqq, rq);
+	sched_unlock(bs);
 	if (delay)
 		rq_mq_delay_run_hw_queue(bs->hctx, delay);
 	if (kick)
@@ -1391,11 +1546,11 @@ static void bfq_requeue_request(struct rq_request *rq)
 
 	if (!bfqq)
 		return;
-	pthread_mutex_lock(&bfqq->bs->lock);
+	bfq_lock(&bfqq->bs->lock);
 	if (rq_bits(rq) & BFQ_RQ_DISPATCHED)
 		bfqq_request_done(bfqq->bs, bfqq, rq);
 	rq_set_bits(rq, 0);
-	pthread_mutex_unlock(&bfqq->bs->lock);
+	sched_unlock(bfqq->bs);
 }
 
 static bool bfq_bio_merge(struct rq_queue *q, struct rq_bio *bio, unsigned nr_segs)
@@ -1416,9 +1571,9 @@ static bool bfq_bio_merge(struct rq_queue *q, struct rq_bio *bio, unsigned nr_se
 	bs = sched_of_hctx(bfq_of(q), hctx);
 	if (!READ_ONCE(bs->queued))
 		return false;
-	pthread_mutex_lock(&bs->lock);
+	bfq_lock(&bs->lock);
 	merged = rq_sched_try_merge(q, bio, nr_segs, &free_rq);
-	pthread_mutex_unlock(&bs->lock);
+	sched_unlock(bs);
 	if (free_rq)
 		rq_sched_free_request(free_rq);
 	return merged;
@@ -1528,9 +1683,9 @@ static int show_locked(void *data, char *buf, size_t len, const unsigned *field,
 	unsigned v;
 
 	/* a store holds every lock: any one orders this read after it */
-	pthread_mutex_lock(&bd->sched[0].lock);
+	bfq_lock(&bd->sched[0].lock);
 	v = *field / div;
-	pthread_mutex_unlock(&bd->sched[0].lock);
+	bfq_unlock(&bd->sched[0].lock);
 	return emit(buf, len, v);
 }
 
@@ -1543,10 +1698,10 @@ static int store_locked(void *data, const char *buf, unsigned *field, unsigned m
 	if (parse_uint(buf, min, max, &v))
 		return -EINVAL;
 	for (unsigned i = 0; i < bd->nr_sched; i++)
-		pthread_mutex_lock(&bd->sched[i].lock);
+		bfq_lock(&bd->sched[i].lock);
 	*field = v * mul;
 	for (unsigned i = bd->nr_sched; i-- > 0;)
-		pthread_mutex_unlock(&bd->sched[i].lock);
+		sched_unlock(&bd->sched[i]);
 	return 0;
 }
 
@@ -1612,4 +1767,5 @@ const struct rq_elevator_type rq_bfq_type = {
 		.next_request = bfq_next_request,
 	},
 	.attrs = bfq_attrs,
+	.dispatch_requests = bfq_dispatch_requests,
 };

@@ -159,7 +159,8 @@ struct cfq_group {
  * @allocated: requests between set_request and put_request.
  * @dispatched: requests moved to the dispatch queue, not completed.
  * @slice_*: the time slice: begins at the first completion once active.
- * @seek_history: one bit per request, set for a seek.
+ * @seek_history: one bit per request, set for a seek; @nr_seeks: its
+ *	1 bits, kept as it shifts rather than counted per test.
  */
 struct cfq_queue {
 	unsigned ref;
@@ -188,6 +189,7 @@ struct cfq_queue {
 
 	uint64_t last_request_pos;
 	uint32_t seek_history;
+	unsigned nr_seeks;
 	struct cfq_ttime ttime;
 };
 
@@ -349,7 +351,7 @@ static bool ttime_big(struct cfq_data *cfqd, const struct cfq_ttime *t, bool gro
 
 static bool cfqq_seeky(const struct cfq_queue *cfqq)
 {
-	return __builtin_popcount(cfqq->seek_history) > 32 / 8;
+	return cfqq->nr_seeks > 32 / 8;
 }
 
 /* ------------------------------------------------------ queue properties */
@@ -855,7 +857,12 @@ static struct rq_request *choose_req(struct cfq_data *cfqd, struct rq_request *a
 static struct rq_request *find_next_rq(struct cfq_data *cfqd, struct cfq_queue *cfqq,
 				       struct rq_request *last)
 {
-	struct rq_request *next = rq_sched_rb_latter(last), *prev = rq_sched_rb_former(last);
+	struct rq_request *next, *prev;
+
+	if (cfqq->queued <= 1)
+		return NULL; /* @last is the only one: the search would find nothing */
+	next = rq_sched_rb_latter(last);
+	prev = rq_sched_rb_former(last);
 
 	if (!next) {
 		next = rq_sched_rb_first(&cfqq->sort);
@@ -1239,9 +1246,9 @@ static struct rq_request *check_fifo(struct cfq_queue *cfqq, uint64_t now)
  * Idling: have the queue run again when the idle window ends, on whichever
  * of the two clocks it ends first (one delayed run pending at a time).
  */
-static void idle_delay_run(struct rq_queue *q, struct cfq_data *cfqd, uint64_t now)
+static void idle_delay_run(struct rq_queue *q, struct cfq_data *cfqd, uint64_t now, uint64_t real)
 {
-	uint64_t real = real_ns(), wait = cfqd->idle_until > now ? cfqd->idle_until - now : 0;
+	uint64_t wait = cfqd->idle_until > now ? cfqd->idle_until - now : 0;
 	uint64_t at, ms;
 
 	if (cfqd->idle_real_until > real && cfqd->idle_real_until - real < wait)
@@ -1298,6 +1305,7 @@ static void update_seek(struct cfq_data *cfqd, struct cfq_queue *cfqq, struct rq
 		seek = rq_request_sectors(rq) < CFQ_SECT_THR_NONROT;
 	else
 		seek = dist > CFQ_SEEK_THR;
+	cfqq->nr_seeks += (unsigned)seek - (cfqq->seek_history >> 31);
 	cfqq->seek_history = (cfqq->seek_history << 1) | seek;
 }
 
@@ -1404,7 +1412,7 @@ static void rq_enqueued(struct cfq_data *cfqd, struct cfq_queue *cfqq, struct rq
 static void arm_idle(struct rq_queue *q, struct cfq_data *cfqd, struct cfq_queue *cfqq,
 		     uint64_t now)
 {
-	uint64_t sl;
+	uint64_t sl, real;
 	bool grp = false;
 
 	if (cfqd->nonrot && cfqd->hw_tag && !tun(&cfqd->t_group_idle))
@@ -1432,8 +1440,9 @@ static void arm_idle(struct rq_queue *q, struct cfq_data *cfqd, struct cfq_queue
 	 * application drives the service: then delayed runs, and real_ns(),
 	 * are on the library clock too, and only the window counts.
 	 */
-	cfqd->idle_real_until = real_ns() + 2 * sl;
-	idle_delay_run(q, cfqd, now);
+	real = real_ns(); /* one reading serves the deadline and the delayed run */
+	cfqd->idle_real_until = real + 2 * sl;
+	idle_delay_run(q, cfqd, now, real);
 }
 
 static void update_hw_tag(struct cfq_data *cfqd)
@@ -1536,7 +1545,7 @@ static int cfq_set_request(struct rq_queue *q, struct rq_request *rq, struct rq_
 	struct cfq_data *cfqd = cfqd_of(q);
 	struct rq_io_context *ioc = rq->ioc;
 	struct cfq_queue *cfqq = NULL;
-	uint64_t now = rq_clock_ns();
+	uint64_t now = rq->start_time_ns; /* the front end read the clock to make @rq, just now */
 	struct cfq_cic *cic;
 
 	(void)bio;
@@ -1636,7 +1645,7 @@ static int cfq_dispatch(struct rq_queue *q, bool force)
 	cfqq = select_queue(cfqd, now);
 	if (!cfqq) {
 		if (cfqd->idle_until)
-			idle_delay_run(q, cfqd, now);
+			idle_delay_run(q, cfqd, now, real_ns());
 		return 0;
 	}
 	if (!cfqq->queued || !may_dispatch(cfqd, cfqq, now))

@@ -132,9 +132,9 @@ struct disk {
 	uint64_t busy_ns, idle_ns;
 };
 
-static struct mock_dev *make_dev(void)
+static struct mock_dev *make_dev_depth(unsigned depth)
 {
-	struct mock_config cfg = { .completion = MOCK_COMPLETE_DEFER, .queue_depth = 1 };
+	struct mock_config cfg = { .completion = MOCK_COMPLETE_DEFER, .queue_depth = depth };
 	struct rq_queue_config qc = { RQ_QUEUE_CONFIG_INIT, .scheduler = "bfq", .capacity = DEV_SECTORS };
 	struct mock_dev *m;
 
@@ -142,6 +142,11 @@ static struct mock_dev *make_dev(void)
 	m = mock_create(&cfg, &qc);
 	assert_int_equal(rq_queue_attr_set(m->q, "nr_requests", "128"), 0);
 	return m;
+}
+
+static struct mock_dev *make_dev(void)
+{
+	return make_dev_depth(1);
 }
 
 static void set_attr(struct mock_dev *m, const char *name, const char *v)
@@ -221,16 +226,18 @@ static void run_window(struct mock_dev *m, struct flow *flows, unsigned nr, unsi
 	disk_drain(&d, flows, nr);
 }
 
-/* Contexts of weights 300 and 100, both always backlogged: 3:1 +/- 10%. */
-static void test_weights_3_to_1(void **state)
+/*
+ * Contexts of weights 300 and 100, both always backlogged, on a device
+ * taking @depth requests: 3:1 +/- 10%.
+ */
+static void check_weights_3_to_1(unsigned depth)
 {
-	struct mock_dev *m = make_dev();
+	struct mock_dev *m = make_dev_depth(depth);
 	struct rq_io_context *a = rq_ioc_create(0), *b = rq_ioc_create(0);
 	struct flow f[2];
 	uint64_t served[2];
 	double r;
 
-	(void)state;
 	set_attr(m, "low_latency", "0");
 	set_attr(m, "max_budget", "256");
 	assert_int_equal(rq_ioc_set_weight(a, 300), 0);
@@ -239,12 +246,31 @@ static void test_weights_3_to_1(void **state)
 	flow_init(&f[1], b, true, 16, DEV_SECTORS / 2, 2);
 	run_window(m, f, 2, 1000, 12000, served);
 	r = ratio(served[0], served[1]);
-	print_message("weights 300:100: served %llu : %llu sectors, ratio %.3f\n",
+	print_message("weights 300:100, depth %u: served %llu : %llu sectors, ratio %.3f\n", depth,
 		      (unsigned long long)served[0], (unsigned long long)served[1], r);
 	assert_true(r > 2.7 && r < 3.3);
 	mock_destroy(m);
 	rq_ioc_put(a);
 	rq_ioc_put(b);
+}
+
+static void test_weights_3_to_1(void **state)
+{
+	(void)state;
+	check_weights_3_to_1(1);
+}
+
+/*
+ * The same with a device that takes 8 requests: the core then pulls
+ * batches (bfq's dispatch_requests, one lock hold for up to 8), which must
+ * hand out what the same number of has_work/dispatch_request rounds would,
+ * so the budgets and weights come out as with one request at a time.
+ * The disk still serves one request per step, the oldest first.
+ */
+static void test_weights_3_to_1_deep(void **state)
+{
+	(void)state;
+	check_weights_3_to_1(8);
 }
 
 /* The same through priorities: BE/0 (weight 80) against BE/6 (20) is 4:1. */
@@ -577,6 +603,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_tunables),
 		cmocka_unit_test(test_weights_3_to_1),
+		cmocka_unit_test(test_weights_3_to_1_deep),
 		cmocka_unit_test(test_prio_weights),
 		cmocka_unit_test(test_groups_10_to_1),
 		cmocka_unit_test(test_idling_keeps_sequential),
