@@ -593,17 +593,21 @@ static struct rq_request *dl_next_sorted(struct dl_prio_queue *pq, enum dl_dir d
 	best = NULL;
 	if (pq->run[dir].len) {
 		const struct dl_run *run = &pq->run[dir];
-		unsigned lo = run->head, hi = run->len;
+		unsigned lo = run->head, len = run->len - run->head;
 
-		/* the first entry at or after pos, then the first live one */
-		while (lo < hi) {
-			unsigned mid = lo + (hi - lo) / 2;
+		/*
+		 * The first entry at or after pos, then the first live one.  The
+		 * search halves a count that depends only on the run's length
+		 * and moves with a conditional move: no branch on the sectors,
+		 * which are random and would mispredict half the time.
+		 */
+		while (len > 1) {
+			unsigned half = len / 2;
 
-			if (run->sector[mid] >= pos)
-				hi = mid;
-			else
-				lo = mid + 1;
+			lo = run->sector[lo + half - 1] < pos ? lo + half : lo;
+			len -= half;
 		}
+		lo += len == 1 && run->sector[lo] < pos;
 		while (lo < run->len && !run->rq[lo])
 			lo++;
 		return lo < run->len ? run->rq[lo] : NULL;
