@@ -169,7 +169,7 @@ struct kyber_queue_data {
 	_Atomic uint64_t window_end;
 	atomic_bool window_busy;
 	uint64_t acc[KYBER_NR_TARGETS][KYBER_NR_LAT_KINDS][KYBER_BUCKETS];
-};
+} rq_cacheline_aligned; /* read on every completion: no line shared with other data */
 
 /* What one window says about a target domain. */
 enum kyber_verdict {
@@ -584,10 +584,11 @@ static __attribute__((noinline)) void kyber_maybe_close_window(struct kyber_queu
 
 static int kyber_init_sched(struct rq_queue *q, void **data)
 {
-	struct kyber_queue_data *kqd = mem_zalloc(sizeof(*kqd));
+	struct kyber_queue_data *kqd = mem_alloc_aligned(RQ_CACHELINE, sizeof(*kqd));
 
 	if (!kqd)
 		return -ENOMEM;
+	memset(kqd, 0, sizeof(*kqd));
 	kqd->q = q;
 	for (unsigned d = 0; d < KYBER_NR_DOMAINS; d++)
 		atomic_init(&kqd->depth[d], kyber_default_depth[d]);
@@ -602,7 +603,7 @@ static int kyber_init_sched(struct rq_queue *q, void **data)
 
 static void kyber_exit_sched(struct rq_queue *q, void *data)
 {
-	mem_free(data, 0);
+	mem_free_aligned(data, sizeof(struct kyber_queue_data), RQ_CACHELINE);
 }
 
 static void kyber_free_hctx_data(struct kyber_hctx_data *khd)

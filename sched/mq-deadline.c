@@ -221,7 +221,7 @@ struct dl_data {
 	unsigned fifo_batch;
 	unsigned async_depth;
 	unsigned prio_aging_expire_ms;
-};
+} rq_cacheline_aligned; /* read on every request: no line shared with other data */
 
 /*
  * rq->elv_priv[0]: NULL while the request is not in our sorted structures;
@@ -720,16 +720,17 @@ static struct rq_request *dl_aged_request(struct dl_data *dd, struct dl_hctx_que
  */
 static int dl_init_sched(struct rq_queue *q, void **data)
 {
-	struct dl_data *dd = mem_zalloc(sizeof(*dd));
+	struct dl_data *dd = mem_alloc_aligned(RQ_CACHELINE, sizeof(*dd));
 	unsigned nr_hw = rq_queue_nr_hw_queues(q);
 	pthread_mutexattr_t attr;
 
 	if (!dd)
 		return -ENOMEM;
+	memset(dd, 0, sizeof(*dd));
 	dd->nr_hw = nr_hw ? nr_hw : 1;
 	dd->hqs = mem_alloc_aligned(RQ_CACHELINE, dd->nr_hw * sizeof(*dd->hqs));
 	if (!dd->hqs) {
-		mem_free(dd, sizeof(*dd));
+		mem_free_aligned(dd, sizeof(*dd), RQ_CACHELINE);
 		return -ENOMEM;
 	}
 	memset(dd->hqs, 0, dd->nr_hw * sizeof(*dd->hqs));
@@ -782,7 +783,7 @@ static void dl_exit_sched(struct rq_queue *q, void *data)
 	for (unsigned h = 0; h < dd->nr_hw; h++)
 		pthread_mutex_destroy(&dd->hqs[h].lock);
 	mem_free_aligned(dd->hqs, dd->nr_hw * sizeof(*dd->hqs), RQ_CACHELINE);
-	mem_free(dd, sizeof(*dd));
+	mem_free_aligned(dd, sizeof(*dd), RQ_CACHELINE);
 }
 
 /**
