@@ -816,29 +816,19 @@ static void dl_limit_depth(struct rq_alloc_data *data)
 						    READ_ONCE(dl_of(data->q)->async_depth));
 }
 
-/**
- * dl_bio_merge() - try to merge @bio into a queued request (back merge by
- * the core's hash, front merge by our tree, then request-request merges).
- * Only requests of the hardware queue the bio maps to are candidates (the
- * core's hash is per hardware queue, like our trees).
- * Context: submitter; takes that hardware queue's hq->lock.
- * Return: true if @bio now belongs to a request.
+/*
+ * dl_bio_merge()'s work once a hardware queue with requests queued is
+ * known to be worth the lock (out of line: the common answer, nothing
+ * queued, then costs no register saves).
  */
-static bool dl_bio_merge(struct rq_queue *q, struct rq_bio *bio, unsigned nr_segs)
+static __attribute__((noinline)) bool dl_bio_merge_locked(struct rq_queue *q, struct dl_data *dd,
+							  struct rq_bio *bio, unsigned nr_segs)
 {
-	struct dl_data *dd = dl_of(q);
+	struct rq_hw_ctx *hctx = rq_sched_bio_hctx(q, bio, NULL);
 	struct rq_request *free_rq = NULL;
 	struct dl_hctx_queue *hq;
-	struct rq_hw_ctx *hctx;
 	bool merged;
 
-	/*
-	 * Nothing queued, nothing to merge with (a race only misses a merge).
-	 * With one hardware queue that is known before the bio is mapped.
-	 */
-	if (dd->nr_hw == 1 && !READ_ONCE(dd->hqs[0].nr_queued))
-		return false;
-	hctx = rq_sched_bio_hctx(q, bio, NULL);
 	if (!hctx)
 		return false;
 	hq = dl_hq(dd, hctx);
@@ -852,6 +842,25 @@ static bool dl_bio_merge(struct rq_queue *q, struct rq_bio *bio, unsigned nr_seg
 	if (free_rq)
 		rq_sched_free_request(free_rq);
 	return merged;
+}
+
+/**
+ * dl_bio_merge() - try to merge @bio into a queued request (back merge by
+ * the core's hash, front merge by our tree, then request-request merges).
+ * Only requests of the hardware queue the bio maps to are candidates (the
+ * core's hash is per hardware queue, like our trees).  Nothing queued,
+ * nothing to merge with (a race only misses a merge): with one hardware
+ * queue that is known before the bio is mapped.
+ * Context: submitter; takes that hardware queue's hq->lock.
+ * Return: true if @bio now belongs to a request.
+ */
+static bool dl_bio_merge(struct rq_queue *q, struct rq_bio *bio, unsigned nr_segs)
+{
+	struct dl_data *dd = dl_of(q);
+
+	if (dd->nr_hw == 1 && !READ_ONCE(dd->hqs[0].nr_queued))
+		return false;
+	return dl_bio_merge_locked(q, dd, bio, nr_segs);
 }
 
 /**
