@@ -169,7 +169,7 @@ struct kyber_queue_data {
 	_Atomic uint64_t window_end;
 	atomic_bool window_busy;
 	uint64_t acc[KYBER_NR_TARGETS][KYBER_NR_LAT_KINDS][KYBER_BUCKETS];
-};
+} rq_cacheline_aligned; /* read on every completion: no line shared with other data */
 
 /* What one window says about a target domain. */
 enum kyber_verdict {
@@ -180,7 +180,12 @@ enum kyber_verdict {
 	KYBER_V_MISS, /* p99 total latency above the target */
 };
 
-/* rq->elv_priv[0]: the domain + 1 whose token @rq holds, or NULL. */
+/*
+ * rq->elv_priv[0]: the domain + 1 whose token @rq holds, or NULL.
+ * rq->elv_priv[1]: from its dispatch on, the kyber_hctx_data the token
+ * and the latency samples go back to (NULL before): the completion path
+ * reaches it without a lookup.
+ */
 #define KYBER_TOKEN(rq) ((uintptr_t)(rq)->elv_priv[0])
 
 /* -------------------------------------------------------------- helpers */
@@ -224,6 +229,14 @@ static inline struct kyber_queue_data *kyber_qd(struct rq_queue *q)
 static inline struct kyber_hctx_data *kyber_hd(const struct rq_hw_ctx *hctx)
 {
 	return rq_sched_hctx_data(hctx);
+}
+
+/* The hctx data of @rq's hardware queue (see rq->elv_priv[1] above). */
+static inline struct kyber_hctx_data *kyber_rq_hd(const struct rq_request *rq)
+{
+	struct kyber_hctx_data *khd = rq->elv_priv[1];
+
+	return likely(khd) ? khd : kyber_hd(rq->hctx);
 }
 
 /* Note that software queue @idx may hold requests of @domain. */
@@ -337,7 +350,7 @@ static void kyber_put_token(struct rq_request *rq)
 	rq->elv_priv[0] = NULL;
 	domain = (unsigned)token - 1;
 	bit = 1u << domain;
-	khd = kyber_hd(rq->hctx);
+	khd = kyber_rq_hd(rq);
 	atomic_fetch_add_explicit(&khd->returned[domain], 1, memory_order_seq_cst);
 	if (unlikely(atomic_load_explicit(&khd->waiting, memory_order_seq_cst) & bit) &&
 	    (atomic_fetch_and_explicit(&khd->waiting, ~bit, memory_order_seq_cst) & bit))
@@ -377,7 +390,10 @@ static unsigned kyber_take(struct kyber_queue_data *kqd, struct kyber_hctx_data 
 		limit = max - n < tokens ? max - n : tokens;
 		first = last = queued->next;
 		for (;;) {
-			RQ_CONTAINER_OF(last, struct rq_request, queuelist)->elv_priv[0] = token;
+			struct rq_request *rq = RQ_CONTAINER_OF(last, struct rq_request, queuelist);
+
+			rq->elv_priv[0] = token;
+			rq->elv_priv[1] = khd;
 			if (run == limit || last->next == queued)
 				break;
 			last = last->next;
@@ -568,10 +584,11 @@ static __attribute__((noinline)) void kyber_maybe_close_window(struct kyber_queu
 
 static int kyber_init_sched(struct rq_queue *q, void **data)
 {
-	struct kyber_queue_data *kqd = mem_zalloc(sizeof(*kqd));
+	struct kyber_queue_data *kqd = mem_alloc_aligned(RQ_CACHELINE, sizeof(*kqd));
 
 	if (!kqd)
 		return -ENOMEM;
+	memset(kqd, 0, sizeof(*kqd));
 	kqd->q = q;
 	for (unsigned d = 0; d < KYBER_NR_DOMAINS; d++)
 		atomic_init(&kqd->depth[d], kyber_default_depth[d]);
@@ -586,15 +603,15 @@ static int kyber_init_sched(struct rq_queue *q, void **data)
 
 static void kyber_exit_sched(struct rq_queue *q, void *data)
 {
-	mem_free(data, 0);
+	mem_free_aligned(data, sizeof(struct kyber_queue_data), RQ_CACHELINE);
 }
 
 static void kyber_free_hctx_data(struct kyber_hctx_data *khd)
 {
 	if (!khd)
 		return;
-	for (unsigned d = 0; d < KYBER_NR_DOMAINS; d++)
-		mem_free(khd->pending[d], khd->nr_words * sizeof(*khd->pending[d]));
+	if (khd->pending[0])
+		mem_free_node((void *)khd->pending[0]);
 	mem_free_node(khd->kcqs);
 	mem_free_node(khd);
 }
@@ -620,10 +637,19 @@ static int kyber_init_hctx(struct rq_hw_ctx *hctx, unsigned idx)
 	khd->kcqs = mem_alloc_node(kcq_bytes, rq_hctx_numa_node(hctx));
 	if (!khd->kcqs)
 		goto fail;
+	/*
+	 * The pending maps of every domain in one zeroed block of whole cache
+	 * lines of their own, on the node: inserters and the dispatcher of
+	 * this hctx write them, and no other hctx's maps share their lines.
+	 */
+	khd->pending[0] = mem_alloc_node(KYBER_NR_DOMAINS * khd->nr_words * sizeof(uint64_t),
+					 rq_hctx_numa_node(hctx));
+	if (!khd->pending[0])
+		goto fail;
 	for (unsigned d = 0; d < KYBER_NR_DOMAINS; d++) {
-		khd->pending[d] = mem_calloc(khd->nr_words, sizeof(*khd->pending[d]));
-		if (!khd->pending[d])
-			goto fail;
+		khd->pending[d] = khd->pending[0] + d * khd->nr_words;
+		for (unsigned w = 0; w < khd->nr_words; w++)
+			atomic_init(&khd->pending[d][w], 0);
 		rq_list_init(&khd->rqs[d]);
 		atomic_init(&khd->dispatched[d], 0);
 		atomic_init(&khd->returned[d], 0);
@@ -671,6 +697,7 @@ static void kyber_limit_depth(struct rq_alloc_data *data)
 static void kyber_prepare_request(struct rq_request *rq)
 {
 	rq->elv_priv[0] = NULL;
+	rq->elv_priv[1] = NULL;
 }
 
 /* Merge @bio into one of the newest requests on this CPU's list of @domain. */
@@ -873,7 +900,7 @@ static void kyber_completed_request(struct rq_request *rq, uint64_t now)
 
 	if (t >= KYBER_NR_TARGETS || !rq->io_start_time_ns)
 		return;
-	khd = kyber_hd(rq->hctx);
+	khd = kyber_rq_hd(rq);
 	kqd = khd->kqd;
 	quarter = atomic_load_explicit(&kqd->lat_quarter[t], memory_order_relaxed);
 	total = now > rq->start_time_ns ? now - rq->start_time_ns : 0;

@@ -221,7 +221,7 @@ struct dl_data {
 	unsigned fifo_batch;
 	unsigned async_depth;
 	unsigned prio_aging_expire_ms;
-};
+} rq_cacheline_aligned; /* read on every request: no line shared with other data */
 
 /*
  * rq->elv_priv[0]: NULL while the request is not in our sorted structures;
@@ -418,82 +418,141 @@ static void dl_materialise(struct dl_data *dd, struct dl_hctx_queue *hq)
 	hq->run_first = NULL;
 }
 
+/* The class queue of @hq a request of @rq's priority goes to. */
+static inline struct dl_prio_queue *dl_pq_of(struct dl_hctx_queue *hq, const struct rq_request *rq)
+{
+	return &hq->prio[dl_prio_of(rq->ioprio)];
+}
+
+/*
+ * Append @n requests, sorted by @key (dl_insert_runs()), to the run of @pq
+ * and @dir (@key NULL when @n is 1); with @n > 1 the run is empty and the
+ * requests must neither overlap nor touch: false (the run still empty,
+ * the requests unmarked) when they do.
+ * Lock held.
+ */
+static bool dl_fill_run(struct dl_hctx_queue *hq, struct dl_prio_queue *pq, enum dl_dir dir,
+			struct rq_request *const *rqs, const uint64_t *key, unsigned n)
+{
+	struct dl_run *run = &pq->run[dir];
+	unsigned base = run->len;
+	uint64_t end = 0;
+
+	for (unsigned i = 0; i < n; i++) {
+		struct rq_request *rq = rqs[n > 1 ? key[i] & (DL_RUN_MAX - 1) : 0];
+
+		if (n > 1) {
+			if (i && rq->sector <= end) {
+				while (i--)
+					run->rq[i]->elv_priv[0] = NULL;
+				return false;
+			}
+			end = max_t(uint64_t, end, rq_request_end_sector(rq));
+		}
+		run->sector[base + i] = rq->sector;
+		run->rq[base + i] = rq;
+		rq->elv_priv[0] = DL_RUN_SLOT(base + i);
+		rq->elv_priv[1] = pq;
+	}
+	if (!base)
+		hq->nr_runs++;
+	run->len = run->live = base + n;
+	pq->next_hint[dir] = NULL;
+	return true;
+}
+
+/* Sort keys of dl_insert_runs(): start sector above, list position below. */
+#define DL_KEY_SHIFT 6
+#define DL_KEY_MAX_SECTOR (UINT64_MAX >> DL_KEY_SHIFT)
+_Static_assert(DL_RUN_MAX <= (1u << DL_KEY_SHIFT), "a run's index fits below the sector");
+
 /*
  * Insert @list into @hq as sorted runs if that is the same as inserting it
  * one by one (see "Sorted runs" at the top): @hq holds nothing, the list
  * fits, and its requests sorted by sector neither overlap nor touch (so no
  * insert merge can happen and no two share a start sector).  Lock held.
+ *
+ * The sort moves one 64-bit key per request (start sector, then the
+ * request's place in the list); when every request has one class and
+ * direction (a plug's batch, usually) the list goes onto the FIFO with
+ * one splice.
  * Return: true if done (@list is empty then); false if @list is untouched.
  */
 static bool dl_insert_runs(struct dl_data *dd, struct dl_hctx_queue *hq,
 			   struct rq_list_node *list, uint64_t now)
 {
-	struct {
-		uint64_t sector;
-		struct rq_request *rq;
-	} e[DL_RUN_MAX];
-	unsigned n = 0, expire_ms[DL_NR_DIRS];
-	uint64_t end = 0;
-	struct rq_request *rq;
+	struct rq_request *rqs[DL_RUN_MAX], *rq;
+	uint64_t key[DL_RUN_MAX], end = 0, expire_ns[DL_NR_DIRS];
+	unsigned n = 0, mixed = 0, first_class;
+	enum dl_dir first_dir;
 
-	if (hq->nr_queued)
+	if (hq->nr_queued || rq_list_empty(list))
 		return false;
+	rq = rq_list_first_rq(list);
+	first_class = RQ_IOPRIO_CLASS(rq->ioprio);
+	first_dir = dl_dir_of(rq->op);
 	/* sort by start sector while gathering: insertion sort, n is small */
 	for (struct rq_list_node *it = list->next; it != list; it = it->next) {
 		unsigned j = n;
-		uint64_t sector;
+		uint64_t k;
 
-		if (n == DL_RUN_MAX)
-			return false;
 		rq = RQ_CONTAINER_OF(it, struct rq_request, queuelist);
-		sector = rq->sector;
-		while (j && e[j - 1].sector > sector) {
-			e[j] = e[j - 1];
+		if (n == DL_RUN_MAX || rq->sector > DL_KEY_MAX_SECTOR)
+			return false;
+		mixed |= (RQ_IOPRIO_CLASS(rq->ioprio) ^ first_class) |
+			 ((unsigned)dl_dir_of(rq->op) ^ (unsigned)first_dir);
+		rqs[n] = rq;
+		k = rq->sector << DL_KEY_SHIFT | n;
+		while (j && key[j - 1] > k) {
+			key[j] = key[j - 1];
 			j--;
 		}
-		e[j].sector = sector;
-		e[j].rq = rq;
+		key[j] = k;
 		n++;
 	}
-	for (unsigned i = 0; i < n; i++) {
-		if (i && e[i].sector <= end)
+	if (!mixed) {
+		if (!dl_fill_run(hq, dl_pq_of(hq, rqs[0]), first_dir, rqs, key, n))
 			return false;
-		end = max_t(uint64_t, end, rq_request_end_sector(e[i].rq));
-	}
+	} else {
+		for (unsigned i = 0; i < n; i++) {
+			rq = rqs[key[i] & (DL_RUN_MAX - 1)];
+			if (i && rq->sector <= end)
+				return false;
+			end = max_t(uint64_t, end, rq_request_end_sector(rq));
+		}
+		for (unsigned i = 0; i < n; i++) {
+			struct dl_prio_queue *pq;
+			enum dl_dir dir;
 
-	for (unsigned i = 0; i < n; i++) {
-		struct dl_prio_queue *pq;
-		enum dl_dir dir;
-		struct dl_run *run;
-
-		rq = e[i].rq;
-		pq = &hq->prio[dl_prio_of(rq->ioprio)];
-		dir = dl_dir_of(rq->op);
-		run = &pq->run[dir];
-		if (!run->len)
-			hq->nr_runs++;
-		run->sector[run->len] = e[i].sector;
-		run->rq[run->len] = rq;
-		rq->elv_priv[0] = DL_RUN_SLOT(run->len);
-		rq->elv_priv[1] = pq;
-		run->len++;
-		run->live++;
-		pq->next_hint[dir] = NULL;
+			rq = rqs[key[i] & (DL_RUN_MAX - 1)];
+			pq = dl_pq_of(hq, rq);
+			dir = dl_dir_of(rq->op);
+			dl_fill_run(hq, pq, dir, &rq, NULL, 1);
+		}
 	}
 	/* the FIFOs in arrival order */
-	expire_ms[DL_READ] = READ_ONCE(dd->read_expire_ms);
-	expire_ms[DL_WRITE] = READ_ONCE(dd->write_expire_ms);
+	expire_ns[DL_READ] = READ_ONCE(dd->read_expire_ms) * NSEC_PER_MSEC;
+	expire_ns[DL_WRITE] = READ_ONCE(dd->write_expire_ms) * NSEC_PER_MSEC;
 	hq->run_first = NULL;
-	while ((rq = rq_list_first_rq(list))) {
-		struct dl_prio_queue *pq = dl_pq(rq);
-		enum dl_dir dir = dl_dir_of(rq->op);
-
+	for (unsigned i = 0; i < n; i++) {
+		rq = rqs[i];
 		if (!hq->run_first && dl_mergeable(rq))
 			hq->run_first = rq;
-		rq_list_del_init(&rq->queuelist);
-		rq->fifo_time = now + expire_ms[dir] * NSEC_PER_MSEC;
-		rq_list_add_tail(&rq->queuelist, &pq->fifo[dir]);
-		pq->nr_queued++;
+		rq->fifo_time = now + expire_ns[dl_dir_of(rq->op)];
+	}
+	if (!mixed) {
+		struct dl_prio_queue *pq = dl_pq(rqs[0]);
+
+		rq_list_splice_tail_init(list, &pq->fifo[first_dir]);
+		pq->nr_queued += n;
+	} else {
+		while ((rq = rq_list_first_rq(list))) {
+			struct dl_prio_queue *pq = dl_pq(rq);
+
+			rq_list_del_init(&rq->queuelist);
+			rq_list_add_tail(&rq->queuelist, &pq->fifo[dl_dir_of(rq->op)]);
+			pq->nr_queued++;
+		}
 	}
 	dl_count(hq, (int)n);
 	return true;
@@ -534,17 +593,21 @@ static struct rq_request *dl_next_sorted(struct dl_prio_queue *pq, enum dl_dir d
 	best = NULL;
 	if (pq->run[dir].len) {
 		const struct dl_run *run = &pq->run[dir];
-		unsigned lo = run->head, hi = run->len;
+		unsigned lo = run->head, len = run->len - run->head;
 
-		/* the first entry at or after pos, then the first live one */
-		while (lo < hi) {
-			unsigned mid = lo + (hi - lo) / 2;
+		/*
+		 * The first entry at or after pos, then the first live one.  The
+		 * search halves a count that depends only on the run's length
+		 * and moves with a conditional move: no branch on the sectors,
+		 * which are random and would mispredict half the time.
+		 */
+		while (len > 1) {
+			unsigned half = len / 2;
 
-			if (run->sector[mid] >= pos)
-				hi = mid;
-			else
-				lo = mid + 1;
+			lo = run->sector[lo + half - 1] < pos ? lo + half : lo;
+			len -= half;
 		}
+		lo += len == 1 && run->sector[lo] < pos;
 		while (lo < run->len && !run->rq[lo])
 			lo++;
 		return lo < run->len ? run->rq[lo] : NULL;
@@ -657,16 +720,17 @@ static struct rq_request *dl_aged_request(struct dl_data *dd, struct dl_hctx_que
  */
 static int dl_init_sched(struct rq_queue *q, void **data)
 {
-	struct dl_data *dd = mem_zalloc(sizeof(*dd));
+	struct dl_data *dd = mem_alloc_aligned(RQ_CACHELINE, sizeof(*dd));
 	unsigned nr_hw = rq_queue_nr_hw_queues(q);
 	pthread_mutexattr_t attr;
 
 	if (!dd)
 		return -ENOMEM;
+	memset(dd, 0, sizeof(*dd));
 	dd->nr_hw = nr_hw ? nr_hw : 1;
 	dd->hqs = mem_alloc_aligned(RQ_CACHELINE, dd->nr_hw * sizeof(*dd->hqs));
 	if (!dd->hqs) {
-		mem_free(dd, sizeof(*dd));
+		mem_free_aligned(dd, sizeof(*dd), RQ_CACHELINE);
 		return -ENOMEM;
 	}
 	memset(dd->hqs, 0, dd->nr_hw * sizeof(*dd->hqs));
@@ -719,7 +783,7 @@ static void dl_exit_sched(struct rq_queue *q, void *data)
 	for (unsigned h = 0; h < dd->nr_hw; h++)
 		pthread_mutex_destroy(&dd->hqs[h].lock);
 	mem_free_aligned(dd->hqs, dd->nr_hw * sizeof(*dd->hqs), RQ_CACHELINE);
-	mem_free(dd, sizeof(*dd));
+	mem_free_aligned(dd, sizeof(*dd), RQ_CACHELINE);
 }
 
 /**
@@ -752,15 +816,13 @@ static void dl_limit_depth(struct rq_alloc_data *data)
 						    READ_ONCE(dl_of(data->q)->async_depth));
 }
 
-/**
- * dl_bio_merge() - try to merge @bio into a queued request (back merge by
- * the core's hash, front merge by our tree, then request-request merges).
- * Only requests of the hardware queue the bio maps to are candidates (the
- * core's hash is per hardware queue, like our trees).
- * Context: submitter; takes that hardware queue's hq->lock.
- * Return: true if @bio now belongs to a request.
+/*
+ * dl_bio_merge()'s work once a hardware queue with requests queued is
+ * known to be worth the lock (out of line: the common answer, nothing
+ * queued, then costs no register saves).
  */
-static bool dl_bio_merge(struct rq_queue *q, struct rq_bio *bio, unsigned nr_segs)
+static __attribute__((noinline)) bool dl_bio_merge_locked(struct rq_queue *q, struct dl_data *dd,
+							  struct rq_bio *bio, unsigned nr_segs)
 {
 	struct rq_hw_ctx *hctx = rq_sched_bio_hctx(q, bio, NULL);
 	struct rq_request *free_rq = NULL;
@@ -769,18 +831,36 @@ static bool dl_bio_merge(struct rq_queue *q, struct rq_bio *bio, unsigned nr_seg
 
 	if (!hctx)
 		return false;
-	hq = dl_hq(dl_of(q), hctx);
-	/* nothing queued, nothing to merge with (a race only misses a merge) */
+	hq = dl_hq(dd, hctx);
 	if (!READ_ONCE(hq->nr_queued))
 		return false;
 	pthread_mutex_lock(&hq->lock);
 	if (hq->nr_runs)
-		dl_materialise(dl_of(q), hq);
+		dl_materialise(dd, hq);
 	merged = rq_sched_try_merge(q, bio, nr_segs, &free_rq);
 	pthread_mutex_unlock(&hq->lock);
 	if (free_rq)
 		rq_sched_free_request(free_rq);
 	return merged;
+}
+
+/**
+ * dl_bio_merge() - try to merge @bio into a queued request (back merge by
+ * the core's hash, front merge by our tree, then request-request merges).
+ * Only requests of the hardware queue the bio maps to are candidates (the
+ * core's hash is per hardware queue, like our trees).  Nothing queued,
+ * nothing to merge with (a race only misses a merge): with one hardware
+ * queue that is known before the bio is mapped.
+ * Context: submitter; takes that hardware queue's hq->lock.
+ * Return: true if @bio now belongs to a request.
+ */
+static bool dl_bio_merge(struct rq_queue *q, struct rq_bio *bio, unsigned nr_segs)
+{
+	struct dl_data *dd = dl_of(q);
+
+	if (dd->nr_hw == 1 && !READ_ONCE(dd->hqs[0].nr_queued))
+		return false;
+	return dl_bio_merge_locked(q, dd, bio, nr_segs);
 }
 
 /**
@@ -1002,10 +1082,76 @@ static struct rq_request *dl_dispatch_request(struct rq_hw_ctx *hctx)
 	return rq;
 }
 
+/*
+ * The one class queue of @hq with requests queued, or NULL when none or
+ * several have some; lock held.
+ */
+static struct dl_prio_queue *dl_only_class(struct dl_hctx_queue *hq)
+{
+	struct dl_prio_queue *only = NULL;
+
+	for (unsigned p = 0; p < DL_NR_PRIOS; p++) {
+		if (!hq->prio[p].nr_queued)
+			continue;
+		if (only)
+			return NULL;
+		only = &hq->prio[p];
+	}
+	return only;
+}
+
+/*
+ * The rest of the batch in progress, taken straight from a sorted run:
+ * up to @max requests onto @list, the ones dl_dispatch_locked() would
+ * give, in its order, while nothing but the batch can decide.  That holds
+ * while nothing was inserted at the head, one class alone has requests
+ * queued (no aging, no higher class), the batch has room (fifo_batch) and
+ * its direction's requests of that class are a run: dl_next_sorted() then
+ * answers with the hint, the next live entry after the one sent last,
+ * because a run's sectors strictly ascend.  So each request costs its
+ * unlinking instead of a full decision.  Lock held.
+ * Return: how many (0 when the decision is not foregone).
+ */
+static unsigned dl_dispatch_run_streak(struct dl_data *dd, struct dl_hctx_queue *hq,
+				       struct rq_list_node *list, unsigned max)
+{
+	enum dl_dir dir = hq->last_dir;
+	unsigned fifo_batch = READ_ONCE(dd->fifo_batch), n = 0;
+	struct dl_prio_queue *pq = dl_only_class(hq);
+	struct dl_run *run;
+	struct rq_request *rq;
+
+	if (!DL_USE_RUNS || !pq || !pq->run[dir].len || !rq_list_empty(&hq->dispatch))
+		return 0;
+	run = &pq->run[dir];
+	while (n < max && hq->batching < fifo_batch && (rq = pq->next_hint[dir])) {
+		unsigned i = dl_run_index(rq), j = i + 1;
+
+		while (j < run->len && !run->rq[j])
+			j++;
+		pq->next_hint[dir] = j < run->len ? run->rq[j] : NULL;
+		pq->latest_pos[dir] = rq->sector;
+		if (hq->run_first == rq)
+			hq->run_first = NULL;
+		dl_run_del(hq, run, i);
+		rq_list_del_init(&rq->queuelist);
+		rq_list_add_tail(&rq->queuelist, list);
+		rq->elv_priv[0] = NULL;
+		pq->nr_queued--;
+		hq->batching++;
+		n++;
+	}
+	if (n)
+		dl_count(hq, -(int)n);
+	return n;
+}
+
 /**
  * dl_dispatch_requests() - up to @max requests for @hctx onto @list, the
  * same ones, in the same order, as @max dl_dispatch_request() calls; the
- * decisions of one batch share one reading of the clock.
+ * decisions of one batch share one reading of the clock, and the rest of
+ * a batch served from a sorted run is taken without deciding again
+ * (dl_dispatch_run_streak()).
  * Context: dispatcher of @hctx; takes hq->lock once.
  * Return: how many.
  */
@@ -1024,6 +1170,8 @@ static unsigned dl_dispatch_requests(struct rq_hw_ctx *hctx, struct rq_list_node
 	while (n < max && (rq = dl_dispatch_locked(dd, hq, &clk))) {
 		rq_list_add_tail(&rq->queuelist, list);
 		n++;
+		if (n < max)
+			n += dl_dispatch_run_streak(dd, hq, list, max - n);
 	}
 	pthread_mutex_unlock(&hq->lock);
 	return n;

@@ -730,6 +730,146 @@ static void test_drain_one_by_one(void **state)
 	dev_destroy(d);
 }
 
+/* ------------------------------------------------ dispatch_requests twin */
+
+#define TWIN_RQS 48
+
+/*
+ * Two mq-deadline queues fed the same hand-made requests through the hooks
+ * (on quiesced queues, as test_at_head_first): one is drained with
+ * dispatch_requests() in small bites, the other with dispatch_request()
+ * one at a time, which never takes a batch's rest straight from a run.
+ */
+struct twin {
+	struct dl_dev *d;
+	struct rq_hw_ctx *hctx;
+	struct rq_request rqs[TWIN_RQS];
+};
+
+static void twin_init(struct twin *t)
+{
+	t->d = dev_create(64);
+	t->hctx = rq_queue_hctx(t->d->m->q, 0);
+	memset(t->rqs, 0, sizeof(t->rqs));
+	dev_set(t->d, "iosched/fifo_batch", "2");
+	rq_queue_quiesce(t->d->m->q);
+}
+
+/* Insert request @i of each entry of @idx (@n of them) as one list. */
+static void twin_insert(struct twin *t, const struct rq_elevator_type *e, const unsigned *idx,
+			unsigned n, unsigned flags)
+{
+	struct rq_list_node list;
+
+	rq_list_init(&list);
+	for (unsigned k = 0; k < n; k++) {
+		struct rq_request *rq = &t->rqs[idx[k]];
+		unsigned i = idx[k];
+
+		rq->q = t->d->m->q;
+		rq->hctx = t->hctx;
+		rq->op = i % 5 == 4 || i == 26 || i == 29 ? RQ_OP_WRITE : RQ_OP_READ;
+		rq->ioprio = i >= 32 ? RQ_IOPRIO_VALUE(RQ_IOPRIO_CLASS_IDLE, 0) : 0;
+		/* scrambled, 4 KiB apart, never touching */
+		rq->sector = (uint64_t)((i * 37) % TWIN_RQS) * 16;
+		rq->bytes = 4096;
+		rq->start_time_ns = 0;
+		rq->tag = rq->internal_tag = -1;
+		rq->rq_flags = RQ_RQF_ELVPRIV | RQ_RQF_SORTED;
+		rq_rb_clear_node(&rq->rb_node);
+		rq_list_init(&rq->queuelist);
+		rq_list_add_tail(&rq->queuelist, &list);
+	}
+	e->ops.insert_requests(t->hctx, &list, flags);
+	assert_true(rq_list_empty(&list));
+}
+
+/* Up to @n requests from @a (bites of @bite) and @b (one by one): the same. */
+static unsigned twin_dispatch(struct twin *a, struct twin *b, const struct rq_elevator_type *e,
+			      unsigned n, unsigned bite)
+{
+	struct rq_request *got_a[TWIN_RQS], *got_b[TWIN_RQS];
+	unsigned na = 0, nb = 0;
+
+	while (na < n) {
+		struct rq_list_node list;
+		unsigned got, want = n - na < bite ? n - na : bite;
+
+		rq_list_init(&list);
+		got = e->dispatch_requests(a->hctx, &list, want);
+		assert_true(got <= want);
+		for (unsigned k = 0; k < got; k++) {
+			struct rq_request *rq = rq_list_first_rq(&list);
+
+			rq_list_del_init(&rq->queuelist);
+			got_a[na++] = rq;
+		}
+		assert_true(rq_list_empty(&list));
+		if (got < want)
+			break;
+	}
+	while (nb < n) {
+		struct rq_request *rq = e->ops.dispatch_request(b->hctx);
+
+		if (!rq)
+			break;
+		got_b[nb++] = rq;
+	}
+	assert_int_equal(na, nb);
+	for (unsigned k = 0; k < na; k++)
+		if (got_a[k] - a->rqs != got_b[k] - b->rqs)
+			fail_msg("dispatch #%u: request %td in bites, %td one by one", k,
+				 got_a[k] - a->rqs, got_b[k] - b->rqs);
+	return na;
+}
+
+/*
+ * dispatch_requests() takes the rest of a batch served from a sorted run
+ * without deciding again, but only while nothing else could decide.  With
+ * fifo_batch 2, runs of reads and writes (the fresh scheduler's write
+ * batch must stop after 2 writes, and reads must give way to the writes
+ * after writes_starved batches), two writes inserted at the head in the
+ * middle of a read batch (both go before the batch goes on), then runs of
+ * two classes: bites of 3 give exactly what one request at a time gives.
+ * (tests/sched/test_dl_runs.c checks the same against the tree-only
+ * scheduler on a long random script.)
+ */
+static void test_dispatch_requests_same_order(void **state)
+{
+	static const unsigned first[] = { 3, 17, 9, 0, 12, 5, 22, 14, 1, 19, 7, 10, 24, 2, 16 };
+	static const unsigned head[] = { 26, 29 };
+	static const unsigned mixed[] = { 33, 4, 35, 11, 40, 6, 37, 13, 44, 8, 18, 41, 20, 21, 23 };
+	const struct rq_elevator_type *e = elevator_get("mq-deadline", RQ_ELV_F_MQ);
+	struct twin a, b;
+
+	(void)state;
+	assert_non_null(e);
+	assert_non_null(e->dispatch_requests);
+	twin_init(&a);
+	twin_init(&b);
+	twin_insert(&a, e, first, 15, 0);
+	twin_insert(&b, e, first, 15, 0);
+	assert_int_equal(twin_dispatch(&a, &b, e, 5, 3), 5);
+	twin_insert(&a, e, head, 2, RQ_INSERT_AT_HEAD);
+	twin_insert(&b, e, head, 2, RQ_INSERT_AT_HEAD);
+	assert_int_equal(twin_dispatch(&a, &b, e, TWIN_RQS, 3), 12);
+	assert_null(e->ops.dispatch_request(a.hctx));
+
+	/* runs of BE and IDLE, the IDLE ones past prio_aging_expire */
+	vclock_set_ms(20000);
+	twin_insert(&a, e, mixed, 15, 0);
+	twin_insert(&b, e, mixed, 15, 0);
+	assert_int_equal(twin_dispatch(&a, &b, e, TWIN_RQS, 3), 15);
+	assert_false(e->ops.has_work(a.hctx));
+	assert_false(e->ops.has_work(b.hctx));
+
+	rq_queue_unquiesce(a.d->m->q);
+	rq_queue_unquiesce(b.d->m->q);
+	elevator_put(e);
+	dev_destroy(a.d);
+	dev_destroy(b.d);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -750,6 +890,7 @@ int main(void)
 		cmocka_unit_test(test_sweep_from_start),
 		cmocka_unit_test(test_batch_carries_over),
 		cmocka_unit_test(test_insert_fills_merge_cache),
+		cmocka_unit_test(test_dispatch_requests_same_order),
 	};
 
 	rq_clock_set_source(vclock, NULL);
