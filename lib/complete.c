@@ -93,18 +93,35 @@ static _Atomic int mbox_pending; /* mailboxes that may hold requests */
 static pthread_key_t mbox_key;
 static pthread_once_t mbox_once = PTHREAD_ONCE_INIT;
 
-/* Complete everything in @mb (its owner, or the service pass). */
-void mbox_drain(struct rq_mailbox *mb)
+/*
+ * Complete everything in @mb (its owner, or the service pass): what
+ * completion batches left first, each stack taken whole.  Return: how many.
+ */
+unsigned mbox_drain(struct rq_mailbox *mb)
 {
-	struct rq_request *rq = atomic_exchange_explicit(&mb->head, NULL, memory_order_acquire);
+	struct rq_request *batch = NULL, *rq = NULL;
+	unsigned n = 0;
 
+	if (atomic_load_explicit(&mb->batch_head, memory_order_relaxed))
+		batch = atomic_exchange_explicit(&mb->batch_head, NULL, memory_order_acquire);
+	if (atomic_load_explicit(&mb->head, memory_order_relaxed))
+		rq = atomic_exchange_explicit(&mb->head, NULL, memory_order_acquire);
+	if (batch)
+		n += batch->q->fe->end_batch(batch);
 	while (rq) {
 		struct rq_request *next = rq->rq_next;
 
 		rq->rq_next = NULL;
 		rq->q->fe->complete(rq);
 		rq = next;
+		n++;
 	}
+	return n;
+}
+
+static bool mbox_has_work(struct rq_mailbox *mb)
+{
+	return atomic_load(&mb->head) || atomic_load(&mb->batch_head);
 }
 
 static void mbox_thread_exit(void *arg)
@@ -148,6 +165,28 @@ struct rq_mailbox *mbox_self(void)
 }
 
 /*
+ * Push the chain @first..@last (linked by rq_next) on @stack of @mb with
+ * one compare-and-swap.  The push that finds the stack empty arms the
+ * service fallback: one wake-up per chain at most, none while the owner
+ * has not drained what it already has.
+ */
+static void mbox_push_chain(struct rq_mailbox *mb, _Atomic(struct rq_request *) *stack,
+			    struct rq_request *first, struct rq_request *last)
+{
+	struct rq_request *head = atomic_load_explicit(stack, memory_order_relaxed);
+
+	do {
+		last->rq_next = head;
+	} while (!atomic_compare_exchange_weak_explicit(stack, &head, first, memory_order_release,
+							memory_order_relaxed));
+	if (!head) {
+		__atomic_store_n(&mb->pushed_ns, service_clock_ns(), __ATOMIC_RELAXED);
+		atomic_store(&mbox_pending, 1);
+		service_kick_in(1);
+	}
+}
+
+/*
  * Hand @rq, completed on this thread, to its submitter's mailbox
  * (rq->end_io_data, set when it was made under rq_affinity 2).  Return:
  * false if it must be completed here: no mailbox, the caller's own, or
@@ -156,21 +195,84 @@ struct rq_mailbox *mbox_self(void)
 bool mbox_push(struct rq_request *rq)
 {
 	struct rq_mailbox *mb = rq_priv(rq)->end_io_data;
-	struct rq_request *head;
 
 	if (!mb || mb == tls_mbox || __atomic_load_n(&mb->dead, __ATOMIC_ACQUIRE))
 		return false;
-	head = atomic_load_explicit(&mb->head, memory_order_relaxed);
-	do {
-		rq->rq_next = head;
-	} while (!atomic_compare_exchange_weak_explicit(&mb->head, &head, rq, memory_order_release,
-							memory_order_relaxed));
-	if (!head) {
-		__atomic_store_n(&mb->pushed_ns, service_clock_ns(), __ATOMIC_RELAXED);
-		atomic_store(&mbox_pending, 1);
-		service_kick_in(1);
-	}
+	mbox_push_chain(mb, &mb->head, rq, rq);
 	return true;
+}
+
+/* ------------------------------------------- mailboxes of completion batches */
+
+#define MBOX_BATCH_GROUPS 8 /* submitters one pass sorts a batch for */
+
+/* The requests of one batch for one mailbox, in batch order. */
+struct mbox_group {
+	struct rq_mailbox *mb;
+	struct rq_request *first, *last;
+};
+
+/* The mailbox @rq of a completion batch goes to, NULL to end it here. */
+static struct rq_mailbox *mbox_batch_target(const struct rq_request *rq)
+{
+	struct rq_mailbox *mb;
+
+	if (likely(READ_ONCE(rq->q->rq_affinity) != 2))
+		return NULL;
+	mb = rq_priv(rq)->end_io_data;
+	if (!mb || mb == tls_mbox || __atomic_load_n(&mb->dead, __ATOMIC_ACQUIRE))
+		return NULL;
+	return mb;
+}
+
+static void mbox_groups_push(struct mbox_group *g, unsigned n)
+{
+	for (unsigned i = 0; i < n; i++)
+		mbox_push_chain(g[i].mb, &g[i].mb->batch_head, g[i].first, g[i].last);
+}
+
+/*
+ * rq_affinity 2 for a completion batch: hand each request of @list (linked
+ * by rq_next) whose submitter is another live thread to that thread's
+ * mailbox, one chain and so one push per mailbox (per MBOX_BATCH_GROUPS
+ * submitters).  Return: the requests to end here, in their order.
+ */
+struct rq_request *mbox_push_batch(struct rq_request *list)
+{
+	struct rq_request *keep = NULL, **keep_tail = &keep, *rq;
+	struct mbox_group g[MBOX_BATCH_GROUPS];
+	unsigned ng = 0, i;
+
+	for (rq = list; rq && !mbox_batch_target(rq); rq = rq->rq_next)
+		;
+	if (!rq)
+		return list; /* the common case: nothing leaves */
+	while (list) {
+		struct rq_mailbox *mb = mbox_batch_target(list);
+
+		rq = list;
+		list = rq->rq_next;
+		rq->rq_next = NULL;
+		if (!mb) {
+			*keep_tail = rq;
+			keep_tail = &rq->rq_next;
+			continue;
+		}
+		for (i = 0; i < ng && g[i].mb != mb; i++)
+			;
+		if (i < ng) {
+			g[i].last->rq_next = rq;
+			g[i].last = rq;
+			continue;
+		}
+		if (ng == MBOX_BATCH_GROUPS) {
+			mbox_groups_push(g, ng);
+			ng = 0;
+		}
+		g[ng++] = (struct mbox_group){ .mb = mb, .first = rq, .last = rq };
+	}
+	mbox_groups_push(g, ng);
+	return keep;
 }
 
 /* Service pass: drain mailboxes whose owner did not come (or exited). */
@@ -185,13 +287,13 @@ static void mbox_service(uint64_t now)
 	for (p = &mbox_list; *p;) {
 		struct rq_mailbox *mb = *p;
 
-		if (atomic_load(&mb->head)) {
+		if (mbox_has_work(mb)) {
 			if (mb->dead || now - __atomic_load_n(&mb->pushed_ns, __ATOMIC_RELAXED) >= 1000000)
 				mbox_drain(mb);
 			else
 				atomic_store(&mbox_pending, 1);
 		}
-		if (mb->dead && !atomic_load(&mb->head)) {
+		if (mb->dead && !mbox_has_work(mb)) {
 			*p = mb->next;
 			mem_free(mb, sizeof(*mb));
 			continue;
@@ -204,12 +306,6 @@ static void mbox_service(uint64_t now)
 RQ_EXPORT int rq_process_completions(void)
 {
 	struct rq_mailbox *mb = tls_mbox;
-	int n = 0;
 
-	if (!mb)
-		return 0;
-	for (struct rq_request *rq = atomic_load(&mb->head); rq; rq = rq->rq_next)
-		n++;
-	mbox_drain(mb);
-	return n;
+	return mb ? (int)mbox_drain(mb) : 0;
 }
