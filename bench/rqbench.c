@@ -80,6 +80,7 @@ struct opts {
 	unsigned max_sectors_kb;
 	unsigned max_segments;
 	int nomerges;           /* -1: leave the queue's default */
+	int rq_affinity;        /* -1: leave the queue's default */
 	bool json;
 	bool no_lat;
 	bool cdf;
@@ -346,6 +347,8 @@ static unsigned reap(struct bench_thread *t)
 	struct bench_bio *bb, *next;
 	unsigned n = 0;
 
+	if (t->b->o.rq_affinity == 2)
+		rq_process_completions(); /* what the completion thread left us */
 	for (bb = t->done_local, t->done_local = NULL; bb; bb = next, n++) {
 		next = bb->next;
 		reap_one(t, bb);
@@ -372,6 +375,13 @@ static void wait_completion(struct bench_thread *t)
 		cpu_relax();
 	}
 	while (!reap(t)) {
+		if (t->b->o.rq_affinity == 2) {
+			/* our bios end here: sleep on the library's mailbox (the
+			   service thread may end some elsewhere after 1 ms: look
+			   at done_remote again then) */
+			rq_wait_completions(1000000);
+			continue;
+		}
 		atomic_store(&t->sleeping, true);
 		seq = atomic_load(&t->wake_seq);
 		if (!atomic_load(&t->done_remote))
@@ -538,7 +548,9 @@ static void usage(FILE *f)
 "        --list-scheds (print the schedulers the queue offers),\n"
 "        --cdf (with --json: the latency CDF as \"cdf\": [[ns, fraction], ...]),\n"
 
-"        --trace DIR (blktrace files DIR/rqbench.blktrace.CPU: blkparse -i rqbench)\n");
+"        --trace DIR (blktrace files DIR/rqbench.blktrace.CPU: blkparse -i rqbench),\n"
+"        --rq-affinity 0|1|2 (2: a completion thread's batches end on the\n"
+"        submitter, which waits in rq_wait_completions())\n");
 }
 
 enum {
@@ -547,6 +559,7 @@ enum {
 	OPT_MAXSECT, OPT_MAXSEG, OPT_NOMERGES, OPT_JSON, OPT_HWDEPTH, OPT_CNSEC,
 	OPT_CAPACITY, OPT_WARMUP, OPT_NOLAT, OPT_LATSAMPLE, OPT_BIOALLOC,
 	OPT_MEMORY, OPT_TCACHE, OPT_LIST, OPT_ALLOCSTATS, OPT_CDF, OPT_TRACE,
+	OPT_AFFINITY,
 };
 
 /* Limits of the numeric options, for the parser and the usage errors. */
@@ -573,6 +586,7 @@ static const struct option long_opts[] = {
 	{ "max-sectors-kb", required_argument, NULL, OPT_MAXSECT },
 	{ "max-segments", required_argument, NULL, OPT_MAXSEG },
 	{ "nomerges", required_argument, NULL, OPT_NOMERGES },
+	{ "rq-affinity", required_argument, NULL, OPT_AFFINITY },
 	{ "json", no_argument, NULL, OPT_JSON },
 	{ "hw-depth", required_argument, NULL, OPT_HWDEPTH },
 	{ "completion-nsec", required_argument, NULL, OPT_CNSEC },
@@ -610,6 +624,7 @@ static void parse_args(int argc, char **argv, struct opts *o)
 		o->hw_queues = 1;
 	o->completion = NULL_COMPLETE_INLINE;
 	o->nomerges = -1;
+	o->rq_affinity = -1;
 	o->lat_sample = 1;
 	o->capacity = 1ull << 30;
 
@@ -655,6 +670,9 @@ static void parse_args(int argc, char **argv, struct opts *o)
 			break;
 		case OPT_NOMERGES:
 			o->nomerges = (int)opt_uint("--nomerges", optarg, 0, 2);
+			break;
+		case OPT_AFFINITY:
+			o->rq_affinity = (int)opt_uint("--rq-affinity", optarg, 0, 2);
 			break;
 		case OPT_JSON: o->json = true; break;
 		case OPT_HWDEPTH:
@@ -744,6 +762,14 @@ static void bench_setup(struct bench *b)
 		ret = rq_queue_attr_set(b->q, "nomerges", val);
 		if (ret) {
 			fprintf(stderr, "rqbench: nomerges=%s: %s\n", val, strerror(-ret));
+			exit(1);
+		}
+	}
+	if (o->rq_affinity >= 0) {
+		snprintf(val, sizeof(val), "%d", o->rq_affinity);
+		ret = rq_queue_attr_set(b->q, "rq_affinity", val);
+		if (ret) {
+			fprintf(stderr, "rqbench: rq_affinity=%s: %s\n", val, strerror(-ret));
 			exit(1);
 		}
 	}

@@ -20,8 +20,13 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "internal/alloc.h"
 #include "internal/queue.h"
@@ -165,6 +170,19 @@ struct rq_mailbox *mbox_self(void)
 }
 
 /*
+ * Wake @mb's owner if it sleeps in rq_wait_completions(): only the first
+ * waker of a sleep pays for the system call.  Pairs with the owner's
+ * store of sleeping before its last look at the stacks (both seq_cst).
+ */
+static void mbox_wake(struct rq_mailbox *mb)
+{
+	if (atomic_load(&mb->sleeping) && atomic_exchange(&mb->sleeping, false)) {
+		atomic_fetch_add(&mb->wake_seq, 1);
+		syscall(SYS_futex, &mb->wake_seq, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+	}
+}
+
+/*
  * Push the chain @first..@last (linked by rq_next) on @stack of @mb with
  * one compare-and-swap.  The push that finds the stack empty arms the
  * service fallback: one wake-up per chain at most, none while the owner
@@ -177,13 +195,14 @@ static void mbox_push_chain(struct rq_mailbox *mb, _Atomic(struct rq_request *) 
 
 	do {
 		last->rq_next = head;
-	} while (!atomic_compare_exchange_weak_explicit(stack, &head, first, memory_order_release,
+	} while (!atomic_compare_exchange_weak_explicit(stack, &head, first, memory_order_seq_cst,
 							memory_order_relaxed));
 	if (!head) {
 		__atomic_store_n(&mb->pushed_ns, service_clock_ns(), __ATOMIC_RELAXED);
 		atomic_store(&mbox_pending, 1);
 		service_kick_in(1);
 	}
+	mbox_wake(mb);
 }
 
 /*
@@ -288,8 +307,10 @@ static void mbox_service(uint64_t now)
 		struct rq_mailbox *mb = *p;
 
 		if (mbox_has_work(mb)) {
-			if (mb->dead || now - __atomic_load_n(&mb->pushed_ns, __ATOMIC_RELAXED) >= 1000000)
+			if (mb->dead || now - __atomic_load_n(&mb->pushed_ns, __ATOMIC_RELAXED) >= 1000000) {
 				mbox_drain(mb);
+				mbox_wake(mb); /* a waiting owner looks at what ended */
+			}
 			else
 				atomic_store(&mbox_pending, 1);
 		}
@@ -308,4 +329,29 @@ RQ_EXPORT int rq_process_completions(void)
 	struct rq_mailbox *mb = tls_mbox;
 
 	return mb ? (int)mbox_drain(mb) : 0;
+}
+
+RQ_EXPORT int rq_wait_completions(uint64_t timeout_ns)
+{
+	struct rq_mailbox *mb = mbox_self();
+	struct timespec ts, *tsp = NULL;
+	unsigned n;
+	uint32_t seq;
+
+	if (!mb)
+		return -ENOMEM;
+	n = mbox_drain(mb);
+	if (n || !timeout_ns)
+		return (int)n;
+	if (timeout_ns != UINT64_MAX) {
+		ts.tv_sec = (time_t)(timeout_ns / 1000000000u);
+		ts.tv_nsec = (long)(timeout_ns % 1000000000u);
+		tsp = &ts;
+	}
+	seq = atomic_load(&mb->wake_seq);
+	atomic_store(&mb->sleeping, true);
+	if (!mbox_has_work(mb))
+		syscall(SYS_futex, &mb->wake_seq, FUTEX_WAIT_PRIVATE, seq, tsp, NULL, 0);
+	atomic_store(&mb->sleeping, false);
+	return (int)mbox_drain(mb);
 }

@@ -375,6 +375,26 @@ unsigned rq_mq_end_requests(struct rq_request *const *rqs, unsigned nr, rq_statu
 int rq_process_completions(void);
 
 /**
+ * rq_wait_completions() - wait until other threads hand the calling thread
+ * completions (rq_affinity 2), then run them, as rq_process_completions().
+ * @timeout_ns: the longest wait in nanoseconds; 0 does not wait,
+ *              UINT64_MAX waits with no limit.
+ *
+ * The thread sleeps on its completion mailbox: the first push of a
+ * completion batch (or of a single request) to it wakes it, one wake-up
+ * per push however many requests it carries, and only while it sleeps.  A
+ * thread that waits here wakes also when the service thread ran its
+ * completions for it (after a millisecond): it then returns 0, and the
+ * bios' end_io have run on the service thread.
+ *
+ * Context: any thread, not inside a driver or scheduler hook; may sleep;
+ * ops->complete and the bios' end_io run on it.
+ * Return: how many requests were completed (0 on timeout or wake-up with
+ * nothing left), -ENOMEM if the thread's mailbox could not be made.
+ */
+int rq_wait_completions(uint64_t timeout_ns);
+
+/**
  * rq_mq_complete_status() - the status given to rq_mq_complete_request(),
  * for ops->complete.
  * @rq: the request being completed.

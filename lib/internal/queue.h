@@ -407,6 +407,8 @@ struct rq_mailbox {
 	uint64_t pushed_ns;
 	struct rq_mailbox *next;  /* registry, under the registry lock */
 	bool dead;                /* owner thread exited */
+	atomic_bool sleeping;     /* the owner waits in rq_wait_completions() */
+	_Atomic uint32_t wake_seq; /* its futex word */
 };
 
 extern __thread struct rq_mailbox *tls_mbox __attribute__((tls_model("initial-exec")));
