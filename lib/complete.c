@@ -10,11 +10,15 @@
  * next entry into the library (or rq_process_completions()), or by the
  * service pass if the submitter does not come within a millisecond, so
  * nothing waits forever on an idle submitter.  The front end completes
- * what a mailbox hands back (q->fe->complete).
+ * what a mailbox hands back (q->fe->complete).  A completion batch pushes
+ * each submitter's requests as one chain onto a second stack (batch_head),
+ * which the owner ends as a batch (q->fe->end_batch); an owner with nothing
+ * else to do sleeps in rq_wait_completions() and a push wakes it, once per
+ * push, only while it sleeps.
  *
  * What may run at the same time:
- *   mbox_push                       anything, any thread
- *   mbox_drain of one mailbox       its owner, the service pass (the stack
+ *   mbox_push, mbox_push_batch      anything, any thread
+ *   mbox_drain of one mailbox       its owner, the service pass (each stack
  *                                   is taken whole by one of them)
  *   mbox_self, the service tick     each other (mbox_lock)
  */
