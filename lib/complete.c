@@ -153,7 +153,14 @@ static void mbox_key_init(void)
 	service_set_tick(mbox_service);
 }
 
-/* The calling thread's mailbox, made on first use; NULL without memory. */
+/*
+ * The calling thread's mailbox, made on first use; NULL without memory.
+ * Mailboxes are never freed: a completing thread may still hold a pointer
+ * to one whose owner exited (it read dead as false just before), so the
+ * mailbox of an exited thread is handed to the next thread that needs one.
+ * What such a late push leaves there ends on the new owner or the service
+ * thread, exactly once either way.
+ */
 struct rq_mailbox *mbox_self(void)
 {
 	struct rq_mailbox *mb = tls_mbox;
@@ -161,12 +168,21 @@ struct rq_mailbox *mbox_self(void)
 	if (likely(mb))
 		return mb;
 	pthread_once(&mbox_once, mbox_key_init);
-	mb = mem_zalloc(sizeof(*mb));
-	if (!mb)
-		return NULL;
 	pthread_mutex_lock(&mbox_lock);
-	mb->next = mbox_list;
-	mbox_list = mb;
+	for (mb = mbox_list; mb && !__atomic_load_n(&mb->dead, __ATOMIC_ACQUIRE); mb = mb->next)
+		;
+	if (mb) {
+		atomic_store(&mb->sleeping, false);
+		__atomic_store_n(&mb->dead, false, __ATOMIC_RELEASE);
+	} else {
+		mb = mem_zalloc(sizeof(*mb));
+		if (!mb) {
+			pthread_mutex_unlock(&mbox_lock);
+			return NULL;
+		}
+		mb->next = mbox_list;
+		mbox_list = mb;
+	}
 	pthread_mutex_unlock(&mbox_lock);
 	pthread_setspecific(mbox_key, mb);
 	tls_mbox = mb;
@@ -301,29 +317,20 @@ struct rq_request *mbox_push_batch(struct rq_request *list)
 /* Service pass: drain mailboxes whose owner did not come (or exited). */
 static void mbox_service(uint64_t now)
 {
-	struct rq_mailbox **p;
-
 	if (!atomic_load(&mbox_pending))
 		return;
 	atomic_store(&mbox_pending, 0);
 	pthread_mutex_lock(&mbox_lock);
-	for (p = &mbox_list; *p;) {
-		struct rq_mailbox *mb = *p;
-
-		if (mbox_has_work(mb)) {
-			if (mb->dead || now - __atomic_load_n(&mb->pushed_ns, __ATOMIC_RELAXED) >= 1000000) {
-				mbox_drain(mb);
-				mbox_wake(mb); /* a waiting owner looks at what ended */
-			}
-			else
-				atomic_store(&mbox_pending, 1);
-		}
-		if (mb->dead && !mbox_has_work(mb)) {
-			*p = mb->next;
-			mem_free(mb, sizeof(*mb));
+	for (struct rq_mailbox *mb = mbox_list; mb; mb = mb->next) {
+		if (!mbox_has_work(mb))
 			continue;
+		if (__atomic_load_n(&mb->dead, __ATOMIC_ACQUIRE) ||
+		    now - __atomic_load_n(&mb->pushed_ns, __ATOMIC_RELAXED) >= 1000000) {
+			mbox_drain(mb);
+			mbox_wake(mb); /* a waiting owner looks at what ended */
+		} else {
+			atomic_store(&mbox_pending, 1);
 		}
-		p = &mb->next;
 	}
 	pthread_mutex_unlock(&mbox_lock);
 }

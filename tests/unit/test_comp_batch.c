@@ -338,6 +338,68 @@ static void test_affinity2_on_submitter(void **state)
 	mock_destroy(m);
 }
 
+struct submitter {
+	struct mock_dev *m;
+	unsigned first, n;
+};
+
+static void *submit_and_exit(void *arg)
+{
+	struct submitter *sb = arg;
+
+	for (unsigned i = sb->first; i < sb->first + sb->n; i++)
+		submit_slot(sb->m->q, i, 8 * (10 * i + 1), 4096);
+	return NULL;
+}
+
+static bool all_ended(unsigned first, unsigned n)
+{
+	rq_service_run();
+	for (unsigned i = first; i < first + n; i++)
+		if (atomic_load(&slots[i].ended) != 1)
+			return false;
+	return true;
+}
+
+/*
+ * rq_affinity 2 with a submitter that exited before its requests ended: a
+ * batch ended afterwards still ends each of them exactly once (the service
+ * pass drains the dead thread's mailbox), and the next thread to submit
+ * takes that mailbox over and gets its own completions in it.
+ */
+static void test_affinity2_submitter_exited(void **state)
+{
+	struct mock_dev *m = defer_dev(1, "none");
+	struct batch_ender e = { .m = m };
+	struct submitter sb = { .m = m, .first = 0, .n = NR / 2 };
+	pthread_t th;
+
+	(void)state;
+	assert_int_equal(rq_queue_attr_set(m->q, "rq_affinity", "2"), 0);
+	assert_int_equal(pthread_create(&th, NULL, submit_and_exit, &sb), 0);
+	pthread_join(th, NULL);
+	assert_true(mock_wait_held(m, NR / 2, 10000));
+	assert_int_equal(pthread_create(&th, NULL, end_in_batch, &e), 0);
+	pthread_join(th, NULL);
+	assert_int_equal(e.n, NR / 2);
+	FX_WAIT_FOR(all_ended(0, NR / 2), 10000);
+	assert_true(all_ended(0, NR / 2));
+
+	/* a new submitter (likely on the recycled mailbox) */
+	sb.first = NR / 2;
+	assert_int_equal(pthread_create(&th, NULL, submit_and_exit, &sb), 0);
+	pthread_join(th, NULL);
+	assert_true(mock_wait_held(m, NR / 2, 10000));
+	assert_int_equal(pthread_create(&th, NULL, end_in_batch, &e), 0);
+	pthread_join(th, NULL);
+	FX_WAIT_FOR(all_ended(NR / 2, NR / 2), 10000);
+	assert_true(all_ended(0, NR));
+	assert_int_equal(rq_process_completions(), 0);
+	put_slots(NR);
+	assert_all_back(m);
+	mock_destroy(m);
+}
+
 /* ----------------------------------------- null driver, completion thread */
 
 struct nslot {
@@ -486,6 +548,7 @@ int main(void)
 		cmocka_unit_test(test_partial_then_batch),
 		cmocka_unit_test(test_across_hctxs_and_queues),
 		cmocka_unit_test(test_affinity2_on_submitter),
+		cmocka_unit_test(test_affinity2_submitter_exited),
 		cmocka_unit_test(test_null_thread_batches),
 	};
 
