@@ -615,18 +615,26 @@ static void mq_end_request_inflight(struct rq_request *rq, rq_status_t status)
 		queue_exit_ctx(q, ctx);
 }
 
-RQ_EXPORT void rq_mq_end_request(struct rq_request *rq, rq_status_t status)
+/*
+ * Move @rq from in flight (or handed to rq_mq_complete_request()) to
+ * COMPLETE.  Return: false if it was neither: never complete twice.
+ */
+static inline bool rq_take_in_flight(struct rq_request *rq)
 {
 	uint8_t expected = RQ_STATE_IN_FLIGHT;
 
-	if (!__atomic_compare_exchange_n(&rq->state, &expected, RQ_STATE_COMPLETE, false,
-					 __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-		expected = RQ_STATE_COMPLETING;
-		if (!__atomic_compare_exchange_n(&rq->state, &expected, RQ_STATE_COMPLETE, false,
-						 __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
-			return; /* not in flight: never complete twice */
-	}
-	mq_end_request_inflight(rq, status);
+	if (__atomic_compare_exchange_n(&rq->state, &expected, RQ_STATE_COMPLETE, false,
+					__ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+		return true;
+	expected = RQ_STATE_COMPLETING;
+	return __atomic_compare_exchange_n(&rq->state, &expected, RQ_STATE_COMPLETE, false,
+					   __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+}
+
+RQ_EXPORT void rq_mq_end_request(struct rq_request *rq, rq_status_t status)
+{
+	if (rq_take_in_flight(rq))
+		mq_end_request_inflight(rq, status);
 }
 
 /* ------------------------------------------------ driver completion batches */
@@ -736,15 +744,8 @@ static unsigned mq_end_list(struct rq_request *list)
 RQ_EXPORT bool rq_mq_add_to_batch(struct rq_comp_batch *cb, struct rq_request *rq,
 				  rq_status_t status)
 {
-	uint8_t expected = RQ_STATE_IN_FLIGHT;
-
-	if (!__atomic_compare_exchange_n(&rq->state, &expected, RQ_STATE_COMPLETE, false,
-					 __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-		expected = RQ_STATE_COMPLETING;
-		if (!__atomic_compare_exchange_n(&rq->state, &expected, RQ_STATE_COMPLETE, false,
-						 __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
-			return false; /* not in flight: never complete twice */
-	}
+	if (!rq_take_in_flight(rq))
+		return false;
 	rq_priv(rq)->complete_status = (uint8_t)status;
 	rq->rq_next = NULL;
 	if (cb->tail)

@@ -5,8 +5,9 @@
  * joined with, partial completions and mixed statuses included; a batch may
  * mix hardware queues and queues; tags and usage all come back (a full
  * queue depth can be taken again and a freeze does not wait); under
- * rq_affinity 2 the bios end on the submitting thread; the null driver's
- * completion thread (which uses the batch API) allocates nothing per I/O.
+ * rq_affinity 2 the bios end on the submitting thread.  (The null
+ * driver's completion thread, which uses the batch API, is checked for
+ * allocations per I/O in test_alloc.c.)
  *
  * The service runs application-driven (rq_service_manual()), so the
  * rq_affinity 2 fallback never ends a request behind the test's back.
@@ -24,16 +25,8 @@
 
 #include <cmocka.h>
 
-#include "config.h"
-#if HAVE_JEMALLOC
-#include <jemalloc/jemalloc.h>
-/* read by jemalloc at start-up: every allocation counts in the arenas */
-const char *malloc_conf = "tcache:false";
-#endif
-
 #include "fixtures.h"
 #include "mock_driver.h"
-#include "null_blk.h"
 
 #define NR 24
 #define DEPTH 32
@@ -293,6 +286,15 @@ static void *end_in_batch(void *arg)
 	return NULL;
 }
 
+/* End every held request of @e->m in one batch on a thread of its own. */
+static void end_on_other_thread(struct batch_ender *e)
+{
+	pthread_t th;
+
+	assert_int_equal(pthread_create(&th, NULL, end_in_batch, e), 0);
+	pthread_join(th, NULL);
+}
+
 /*
  * rq_affinity 2: a batch ended on another thread leaves the bios to their
  * submitter, which ends all of them at its next rq_process_completions().
@@ -301,15 +303,13 @@ static void test_affinity2_on_submitter(void **state)
 {
 	struct mock_dev *m = defer_dev(1, "none");
 	struct batch_ender e = { .m = m };
-	pthread_t th;
 
 	(void)state;
 	assert_int_equal(rq_queue_attr_set(m->q, "rq_affinity", "2"), 0);
 	for (unsigned i = 0; i < NR; i++)
 		submit_slot(m->q, i, 8 * (10 * i + 1), 4096);
 	assert_true(mock_wait_held(m, NR, 10000));
-	assert_int_equal(pthread_create(&th, NULL, end_in_batch, &e), 0);
-	pthread_join(th, NULL);
+	end_on_other_thread(&e);
 	assert_int_equal(e.n, NR);
 	for (unsigned i = 0; i < NR; i++)
 		assert_int_equal(atomic_load(&slots[i].ended), 0);
@@ -327,8 +327,7 @@ static void test_affinity2_on_submitter(void **state)
 	for (unsigned i = 0; i < NR; i++)
 		submit_slot(m->q, i, 8 * (10 * i + 1), 4096);
 	assert_true(mock_wait_held(m, NR, 10000));
-	assert_int_equal(pthread_create(&th, NULL, end_in_batch, &e), 0);
-	pthread_join(th, NULL);
+	end_on_other_thread(&e);
 	for (unsigned i = 0; i < NR; i++) {
 		assert_int_equal(atomic_load(&slots[i].ended), 1);
 		assert_true(pthread_equal(slots[i].thread, e.self));
@@ -379,8 +378,7 @@ static void test_affinity2_submitter_exited(void **state)
 	assert_int_equal(pthread_create(&th, NULL, submit_and_exit, &sb), 0);
 	pthread_join(th, NULL);
 	assert_true(mock_wait_held(m, NR / 2, 10000));
-	assert_int_equal(pthread_create(&th, NULL, end_in_batch, &e), 0);
-	pthread_join(th, NULL);
+	end_on_other_thread(&e);
 	assert_int_equal(e.n, NR / 2);
 	FX_WAIT_FOR(all_ended(0, NR / 2), 10000);
 	assert_true(all_ended(0, NR / 2));
@@ -390,154 +388,13 @@ static void test_affinity2_submitter_exited(void **state)
 	assert_int_equal(pthread_create(&th, NULL, submit_and_exit, &sb), 0);
 	pthread_join(th, NULL);
 	assert_true(mock_wait_held(m, NR / 2, 10000));
-	assert_int_equal(pthread_create(&th, NULL, end_in_batch, &e), 0);
-	pthread_join(th, NULL);
+	end_on_other_thread(&e);
 	FX_WAIT_FOR(all_ended(NR / 2, NR / 2), 10000);
 	assert_true(all_ended(0, NR));
 	assert_int_equal(rq_process_completions(), 0);
 	put_slots(NR);
 	assert_all_back(m);
 	mock_destroy(m);
-}
-
-/* ----------------------------------------- null driver, completion thread */
-
-struct nslot {
-	struct rq_bio bio;
-	struct nslot *next;
-};
-
-static struct nslot nslots[DEPTH];
-static _Atomic(struct nslot *) ndone;
-static uint64_t nrng = 0x9e3779b97f4a7c15ull;
-
-static void nslot_end_io(struct rq_bio *bio)
-{
-	struct nslot *s = bio->private_data;
-
-	s->next = atomic_load_explicit(&ndone, memory_order_relaxed);
-	while (!atomic_compare_exchange_weak(&ndone, &s->next, s))
-		;
-}
-
-/*
- * Keep DEPTH bios in flight on the null driver until @nr have ended; with
- * @affinity2 the bios end here, in rq_process_completions().
- */
-static void run_null(struct rq_queue *q, unsigned long nr, bool affinity2)
-{
-	struct nslot *free = NULL;
-	unsigned long done = 0, issued = 0;
-	struct rq_plug plug;
-
-	for (unsigned i = 0; i < DEPTH; i++) {
-		nslots[i].next = free;
-		free = &nslots[i];
-	}
-	while (done < nr) {
-		struct nslot *s;
-
-		rq_start_plug(&plug);
-		while (free && issued < nr) {
-			s = free;
-			free = s->next;
-			rq_bio_init(&s->bio, NULL, 1);
-			nrng ^= nrng << 13;
-			nrng ^= nrng >> 7;
-			nrng ^= nrng << 17;
-			s->bio.op = RQ_OP_READ;
-			s->bio.iter.sector = (nrng % 100000) * 8;
-			rq_bio_add_vec(&s->bio, buf, 4096);
-			s->bio.end_io = nslot_end_io;
-			s->bio.private_data = s;
-			rq_submit_bio(q, &s->bio);
-			issued++;
-		}
-		rq_finish_plug(&plug);
-		if (affinity2)
-			rq_process_completions();
-		s = atomic_exchange(&ndone, NULL);
-		while (s) {
-			struct nslot *next = s->next;
-
-			s->next = free;
-			free = s;
-			s = next;
-			done++;
-		}
-		if (!free)
-			fx_poll_pause();
-	}
-}
-
-#if HAVE_JEMALLOC
-static int64_t alloc_count(void)
-{
-	uint64_t epoch = 1, v, sum = 0;
-	size_t sz = sizeof(epoch);
-	const char *kind[] = { "small", "large" };
-	char name[96];
-
-	if (mallctl("epoch", &epoch, &sz, &epoch, sz))
-		return -1;
-	for (unsigned i = 0; i < 2; i++) {
-		snprintf(name, sizeof(name), "stats.arenas.%u.%s.nmalloc",
-			 (unsigned)MALLCTL_ARENAS_ALL, kind[i]);
-		sz = sizeof(v);
-		if (mallctl(name, &v, &sz, NULL, 0))
-			return -1;
-		sum += v;
-	}
-	return (int64_t)sum;
-}
-#else
-static int64_t alloc_count(void)
-{
-	return -1;
-}
-#endif
-
-/*
- * The null driver's completion thread ends requests with the batch API:
- * all of them end, the counters agree, and after a warm-up 20k and 40k
- * bios cost the same number of allocations (none per I/O), with rq_affinity
- * 1 and 2.
- */
-static void test_null_thread_batches(void **state)
-{
-	static const char *const aff[] = { "1", "2" };
-
-	(void)state;
-	for (unsigned k = 0; k < 2; k++) {
-		struct null_config cfg;
-		struct null_stats ns;
-		struct null_dev *dev;
-		struct rq_queue *q;
-		int64_t a0, a1, a2;
-
-		null_config_default(&cfg);
-		cfg.completion = NULL_COMPLETE_THREAD;
-		cfg.sched = "none";
-		assert_int_equal(null_create(&cfg, &dev), 0);
-		q = null_queue(dev);
-		assert_int_equal(rq_queue_attr_set(q, "rq_affinity", aff[k]), 0);
-		assert_int_equal(rq_queue_attr_set(q, "nomerges", "2"), 0);
-		run_null(q, 5000, k == 1);
-		a0 = alloc_count();
-		run_null(q, 20000, k == 1);
-		a1 = alloc_count();
-		run_null(q, 40000, k == 1);
-		a2 = alloc_count();
-		null_get_stats(dev, &ns);
-		assert_int_equal(ns.completed, 65000);
-		assert_int_equal(ns.requests, 65000);
-		if (a0 >= 0) {
-			print_message("rq_affinity %s: allocations %lld over 20k, %lld over 40k bios\n",
-				      aff[k], (long long)(a1 - a0), (long long)(a2 - a1));
-			assert_int_equal(a1 - a0, a2 - a1);
-		}
-		null_destroy(dev);
-	}
 }
 
 int main(void)
@@ -549,7 +406,6 @@ int main(void)
 		cmocka_unit_test(test_across_hctxs_and_queues),
 		cmocka_unit_test(test_affinity2_on_submitter),
 		cmocka_unit_test(test_affinity2_submitter_exited),
-		cmocka_unit_test(test_null_thread_batches),
 	};
 
 	/* no service fallback behind our back: rq_affinity 2 waits for us */
