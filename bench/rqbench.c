@@ -296,6 +296,67 @@ static void tcache_off(void) { }
  *
  * Context: the submitting thread (inline completion) or any other.
  */
+/*
+ * Hand the ended bios @first..@last (linked by next) to @t with one
+ * compare-and-swap; wake it if it sleeps.
+ */
+static void bench_hand_back(struct bench_thread *t, struct bench_bio *first,
+			    struct bench_bio *last)
+{
+	last->next = atomic_load_explicit(&t->done_remote, memory_order_relaxed);
+	while (!atomic_compare_exchange_weak_explicit(&t->done_remote, &last->next, first,
+						      memory_order_seq_cst,
+						      memory_order_relaxed))
+		;
+	/* only the first waker of a sleeping thread pays for the system call */
+	if (atomic_load(&t->sleeping) && atomic_exchange(&t->sleeping, false)) {
+		atomic_fetch_add(&t->wake_seq, 1);
+		syscall(SYS_futex, &t->wake_seq, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+	}
+}
+
+/*
+ * On the null driver's completion threads, bios ended for other threads
+ * wait here until the batch is over (null_config.batch_done): a submitter's
+ * list is then written once per batch, not once per bio.  Elsewhere (the
+ * service thread's rq_affinity 2 fallback) each goes back at once.
+ */
+#define STAGE_SLOTS 4
+struct stage {
+	struct bench_thread *t;
+	struct bench_bio *first, *last;
+};
+static __thread bool tls_staging;
+static __thread struct stage tls_stage[STAGE_SLOTS];
+
+/* null_config.batch_done: hand back what this completion thread staged. */
+static void bench_batch_done(void)
+{
+	for (unsigned i = 0; i < STAGE_SLOTS && tls_stage[i].t; i++) {
+		bench_hand_back(tls_stage[i].t, tls_stage[i].first, tls_stage[i].last);
+		tls_stage[i].t = NULL;
+	}
+}
+
+static void bench_stage(struct bench_thread *t, struct bench_bio *bb)
+{
+	unsigned i;
+
+	for (i = 0; i < STAGE_SLOTS && tls_stage[i].t && tls_stage[i].t != t; i++)
+		;
+	if (i == STAGE_SLOTS) {
+		bench_batch_done();
+		i = 0;
+	}
+	if (!tls_stage[i].t) {
+		tls_stage[i] = (struct stage){ .t = t, .first = bb, .last = bb };
+		bb->next = NULL;
+		return;
+	}
+	bb->next = tls_stage[i].first;
+	tls_stage[i].first = bb;
+}
+
 static void bench_end_io(struct rq_bio *bio)
 {
 	struct bench_bio *bb = bio->private_data;
@@ -308,16 +369,22 @@ static void bench_end_io(struct rq_bio *bio)
 		t->done_local = bb;
 		return;
 	}
-	bb->next = atomic_load_explicit(&t->done_remote, memory_order_relaxed);
-	while (!atomic_compare_exchange_weak_explicit(&t->done_remote, &bb->next, bb,
-						      memory_order_seq_cst,
-						      memory_order_relaxed))
-		;
-	/* only the first waker of a sleeping thread pays for the system call */
-	if (atomic_load(&t->sleeping) && atomic_exchange(&t->sleeping, false)) {
-		atomic_fetch_add(&t->wake_seq, 1);
-		syscall(SYS_futex, &t->wake_seq, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
-	}
+	if (tls_staging)
+		bench_stage(t, bb);
+	else
+		bench_hand_back(t, bb, bb);
+}
+
+/* null_config.thread_init: a completion thread stages (with or without tcache). */
+static void completion_thread_init(void)
+{
+	tls_staging = true;
+}
+
+static void completion_thread_init_notcache(void)
+{
+	tls_staging = true;
+	tcache_off();
 }
 
 /* Account one ended bio and put it on the free list. */
@@ -741,8 +808,8 @@ static void bench_setup(struct bench *b)
 	cfg.sched = o->sched;
 	if (!strcmp(o->front, "sq"))
 		cfg.queue_mode = NULL_Q_RQ;
-	if (!o->tcache)
-		cfg.thread_init = tcache_off;
+	cfg.thread_init = o->tcache ? completion_thread_init : completion_thread_init_notcache;
+	cfg.batch_done = bench_batch_done;
 
 	/* requests may grow to max_sectors_kb (default 1280 KiB, as Linux) */
 	lim->max_sectors = o->max_sectors_kb ? o->max_sectors_kb * 2 : 2560;

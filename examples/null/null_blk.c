@@ -528,6 +528,8 @@ static void null_finish(struct null_hq *hq, struct null_cmd *head, struct null_c
 		null_finish_sq(hq, head, stop);
 	else
 		null_finish_mq(hq, head, stop);
+	if (hq->dev->cfg.batch_done)
+		hq->dev->cfg.batch_done();
 }
 
 /**

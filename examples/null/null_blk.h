@@ -74,6 +74,10 @@ struct null_config {
 					   (per mille) of queue_rq calls
 					   answers RQ_STS_RESOURCE, as
 					   null_blk's requeue injection */
+	void (*batch_done)(void);       /* NULL, or run on a completion thread
+					   after each batch it ended (e.g. to
+					   hand what the bios' end_io gathered
+					   to the submitters at once) */
 };
 
 /** struct null_stats - what the device saw, summed over hw queues. */
