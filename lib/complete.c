@@ -28,6 +28,7 @@
 #include <linux/futex.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -175,11 +176,12 @@ struct rq_mailbox *mbox_self(void)
 		atomic_store(&mb->sleeping, false);
 		__atomic_store_n(&mb->dead, false, __ATOMIC_RELEASE);
 	} else {
-		mb = mem_zalloc(sizeof(*mb));
+		mb = mem_alloc_aligned(RQ_CACHELINE, sizeof(*mb));
 		if (!mb) {
 			pthread_mutex_unlock(&mbox_lock);
 			return NULL;
 		}
+		memset(mb, 0, sizeof(*mb));
 		mb->next = mbox_list;
 		mbox_list = mb;
 	}

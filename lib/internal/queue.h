@@ -409,7 +409,7 @@ struct rq_mailbox {
 	bool dead;                /* owner thread exited */
 	atomic_bool sleeping;     /* the owner waits in rq_wait_completions() */
 	_Atomic uint32_t wake_seq; /* its futex word */
-};
+} rq_cacheline_aligned;      /* alone on its line: pushers and owner only */
 
 extern __thread struct rq_mailbox *tls_mbox __attribute__((tls_model("initial-exec")));
 
