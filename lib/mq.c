@@ -744,7 +744,8 @@ static unsigned mq_end_list(struct rq_request *list)
 RQ_EXPORT bool rq_mq_add_to_batch(struct rq_comp_batch *cb, struct rq_request *rq,
 				  rq_status_t status)
 {
-	if (!rq_take_in_flight(rq))
+	/* a single-queue request ends under its queue lock, never here */
+	if (unlikely(rq->q->fe != &mq_fe_ops) || !rq_take_in_flight(rq))
 		return false;
 	rq_priv(rq)->complete_status = (uint8_t)status;
 	rq->rq_next = NULL;

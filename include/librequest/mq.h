@@ -325,7 +325,7 @@ static inline void rq_comp_batch_init(struct rq_comp_batch *cb)
  *
  * Context: any thread, including inside queue_rq; lock-free, never blocks.
  * Return: true if @rq joined; false if it was not in flight (already
- * ended: nothing happens).
+ * ended) or is a single-queue request: nothing happens.
  */
 bool rq_mq_add_to_batch(struct rq_comp_batch *cb, struct rq_request *rq, rq_status_t status);
 
