@@ -80,6 +80,7 @@ struct opts {
 	unsigned max_sectors_kb;
 	unsigned max_segments;
 	int nomerges;           /* -1: leave the queue's default */
+	int rq_affinity;        /* -1: leave the queue's default */
 	bool json;
 	bool no_lat;
 	bool cdf;
@@ -296,6 +297,67 @@ static void tcache_off(void) { }
  *
  * Context: the submitting thread (inline completion) or any other.
  */
+/*
+ * Hand the ended bios @first..@last (linked by next) to @t with one
+ * compare-and-swap; wake it if it sleeps.
+ */
+static void bench_hand_back(struct bench_thread *t, struct bench_bio *first,
+			    struct bench_bio *last)
+{
+	last->next = atomic_load_explicit(&t->done_remote, memory_order_relaxed);
+	while (!atomic_compare_exchange_weak_explicit(&t->done_remote, &last->next, first,
+						      memory_order_seq_cst,
+						      memory_order_relaxed))
+		;
+	/* only the first waker of a sleeping thread pays for the system call */
+	if (atomic_load(&t->sleeping) && atomic_exchange(&t->sleeping, false)) {
+		atomic_fetch_add(&t->wake_seq, 1);
+		syscall(SYS_futex, &t->wake_seq, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+	}
+}
+
+/*
+ * On the null driver's completion threads, bios ended for other threads
+ * wait here until the batch is over (null_config.batch_done): a submitter's
+ * list is then written once per batch, not once per bio.  Elsewhere (the
+ * service thread's rq_affinity 2 fallback) each goes back at once.
+ */
+#define STAGE_SLOTS 4
+struct stage {
+	struct bench_thread *t;
+	struct bench_bio *first, *last;
+};
+static __thread bool tls_staging;
+static __thread struct stage tls_stage[STAGE_SLOTS];
+
+/* null_config.batch_done: hand back what this completion thread staged. */
+static void bench_batch_done(void)
+{
+	for (unsigned i = 0; i < STAGE_SLOTS && tls_stage[i].t; i++) {
+		bench_hand_back(tls_stage[i].t, tls_stage[i].first, tls_stage[i].last);
+		tls_stage[i].t = NULL;
+	}
+}
+
+static void bench_stage(struct bench_thread *t, struct bench_bio *bb)
+{
+	unsigned i;
+
+	for (i = 0; i < STAGE_SLOTS && tls_stage[i].t && tls_stage[i].t != t; i++)
+		;
+	if (i == STAGE_SLOTS) {
+		bench_batch_done();
+		i = 0;
+	}
+	if (!tls_stage[i].t) {
+		tls_stage[i] = (struct stage){ .t = t, .first = bb, .last = bb };
+		bb->next = NULL;
+		return;
+	}
+	bb->next = tls_stage[i].first;
+	tls_stage[i].first = bb;
+}
+
 static void bench_end_io(struct rq_bio *bio)
 {
 	struct bench_bio *bb = bio->private_data;
@@ -308,16 +370,22 @@ static void bench_end_io(struct rq_bio *bio)
 		t->done_local = bb;
 		return;
 	}
-	bb->next = atomic_load_explicit(&t->done_remote, memory_order_relaxed);
-	while (!atomic_compare_exchange_weak_explicit(&t->done_remote, &bb->next, bb,
-						      memory_order_seq_cst,
-						      memory_order_relaxed))
-		;
-	/* only the first waker of a sleeping thread pays for the system call */
-	if (atomic_load(&t->sleeping) && atomic_exchange(&t->sleeping, false)) {
-		atomic_fetch_add(&t->wake_seq, 1);
-		syscall(SYS_futex, &t->wake_seq, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
-	}
+	if (tls_staging)
+		bench_stage(t, bb);
+	else
+		bench_hand_back(t, bb, bb);
+}
+
+/* null_config.thread_init: a completion thread stages (with or without tcache). */
+static void completion_thread_init(void)
+{
+	tls_staging = true;
+}
+
+static void completion_thread_init_notcache(void)
+{
+	tls_staging = true;
+	tcache_off();
 }
 
 /* Account one ended bio and put it on the free list. */
@@ -347,6 +415,8 @@ static unsigned reap(struct bench_thread *t)
 	struct bench_bio *bb, *next;
 	unsigned n = 0;
 
+	if (t->b->o.rq_affinity == 2)
+		rq_process_completions(); /* what the completion thread left us */
 	for (bb = t->done_local, t->done_local = NULL; bb; bb = next, n++) {
 		next = bb->next;
 		reap_one(t, bb);
@@ -373,6 +443,13 @@ static void wait_completion(struct bench_thread *t)
 		cpu_relax();
 	}
 	while (!reap(t)) {
+		if (t->b->o.rq_affinity == 2) {
+			/* our bios end here: sleep on the library's mailbox (the
+			   service thread may end some elsewhere after 1 ms: look
+			   at done_remote again then) */
+			rq_wait_completions(1000000);
+			continue;
+		}
 		atomic_store(&t->sleeping, true);
 		seq = atomic_load(&t->wake_seq);
 		if (!atomic_load(&t->done_remote))
@@ -645,7 +722,9 @@ static void usage(FILE *f)
 
 "        --trace DIR (blktrace files DIR/rqbench.blktrace.CPU: blkparse -i rqbench),\n"
 "        --empty (no queue: the empty request life, an atomic tag get and put on\n"
-"        a bitmap, an indirect driver call and a callback per I/O; the floor)\n");
+"        a bitmap, an indirect driver call and a callback per I/O; the floor),\n"
+"        --rq-affinity 0|1|2 (2: a completion thread's batches end on the\n"
+"        submitter, which waits in rq_wait_completions())\n");
 }
 
 enum {
@@ -654,6 +733,7 @@ enum {
 	OPT_MAXSECT, OPT_MAXSEG, OPT_NOMERGES, OPT_JSON, OPT_HWDEPTH, OPT_CNSEC,
 	OPT_CAPACITY, OPT_WARMUP, OPT_NOLAT, OPT_LATSAMPLE, OPT_BIOALLOC,
 	OPT_MEMORY, OPT_TCACHE, OPT_LIST, OPT_ALLOCSTATS, OPT_CDF, OPT_TRACE, OPT_EMPTY,
+	OPT_AFFINITY,
 };
 
 /* Limits of the numeric options, for the parser and the usage errors. */
@@ -680,6 +760,7 @@ static const struct option long_opts[] = {
 	{ "max-sectors-kb", required_argument, NULL, OPT_MAXSECT },
 	{ "max-segments", required_argument, NULL, OPT_MAXSEG },
 	{ "nomerges", required_argument, NULL, OPT_NOMERGES },
+	{ "rq-affinity", required_argument, NULL, OPT_AFFINITY },
 	{ "json", no_argument, NULL, OPT_JSON },
 	{ "hw-depth", required_argument, NULL, OPT_HWDEPTH },
 	{ "completion-nsec", required_argument, NULL, OPT_CNSEC },
@@ -718,6 +799,7 @@ static void parse_args(int argc, char **argv, struct opts *o)
 		o->hw_queues = 1;
 	o->completion = NULL_COMPLETE_INLINE;
 	o->nomerges = -1;
+	o->rq_affinity = -1;
 	o->lat_sample = 1;
 	o->capacity = 1ull << 30;
 
@@ -763,6 +845,9 @@ static void parse_args(int argc, char **argv, struct opts *o)
 			break;
 		case OPT_NOMERGES:
 			o->nomerges = (int)opt_uint("--nomerges", optarg, 0, 2);
+			break;
+		case OPT_AFFINITY:
+			o->rq_affinity = (int)opt_uint("--rq-affinity", optarg, 0, 2);
 			break;
 		case OPT_JSON: o->json = true; break;
 		case OPT_HWDEPTH:
@@ -841,8 +926,8 @@ static void bench_setup(struct bench *b)
 	cfg.sched = o->sched;
 	if (!strcmp(o->front, "sq"))
 		cfg.queue_mode = NULL_Q_RQ;
-	if (!o->tcache)
-		cfg.thread_init = tcache_off;
+	cfg.thread_init = o->tcache ? completion_thread_init : completion_thread_init_notcache;
+	cfg.batch_done = bench_batch_done;
 
 	/* requests may grow to max_sectors_kb (default 1280 KiB, as Linux) */
 	lim->max_sectors = o->max_sectors_kb ? o->max_sectors_kb * 2 : 2560;
@@ -862,6 +947,14 @@ static void bench_setup(struct bench *b)
 		ret = rq_queue_attr_set(b->q, "nomerges", val);
 		if (ret) {
 			fprintf(stderr, "rqbench: nomerges=%s: %s\n", val, strerror(-ret));
+			exit(1);
+		}
+	}
+	if (o->rq_affinity >= 0) {
+		snprintf(val, sizeof(val), "%d", o->rq_affinity);
+		ret = rq_queue_attr_set(b->q, "rq_affinity", val);
+		if (ret) {
+			fprintf(stderr, "rqbench: rq_affinity=%s: %s\n", val, strerror(-ret));
 			exit(1);
 		}
 	}

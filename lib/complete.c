@@ -10,18 +10,28 @@
  * next entry into the library (or rq_process_completions()), or by the
  * service pass if the submitter does not come within a millisecond, so
  * nothing waits forever on an idle submitter.  The front end completes
- * what a mailbox hands back (q->fe->complete).
+ * what a mailbox hands back (q->fe->complete).  A completion batch pushes
+ * each submitter's requests as one chain onto a second stack (batch_head),
+ * which the owner ends as a batch (q->fe->end_batch); an owner with nothing
+ * else to do sleeps in rq_wait_completions() and a push wakes it, once per
+ * push, only while it sleeps.
  *
  * What may run at the same time:
- *   mbox_push                       anything, any thread
- *   mbox_drain of one mailbox       its owner, the service pass (the stack
+ *   mbox_push, mbox_push_batch      anything, any thread
+ *   mbox_drain of one mailbox       its owner, the service pass (each stack
  *                                   is taken whole by one of them)
  *   mbox_self, the service tick     each other (mbox_lock)
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "internal/alloc.h"
 #include "internal/queue.h"
@@ -93,18 +103,35 @@ static _Atomic int mbox_pending; /* mailboxes that may hold requests */
 static pthread_key_t mbox_key;
 static pthread_once_t mbox_once = PTHREAD_ONCE_INIT;
 
-/* Complete everything in @mb (its owner, or the service pass). */
-void mbox_drain(struct rq_mailbox *mb)
+/*
+ * Complete everything in @mb (its owner, or the service pass): what
+ * completion batches left first, each stack taken whole.  Return: how many.
+ */
+unsigned mbox_drain(struct rq_mailbox *mb)
 {
-	struct rq_request *rq = atomic_exchange_explicit(&mb->head, NULL, memory_order_acquire);
+	struct rq_request *batch = NULL, *rq = NULL;
+	unsigned n = 0;
 
+	if (atomic_load_explicit(&mb->batch_head, memory_order_relaxed))
+		batch = atomic_exchange_explicit(&mb->batch_head, NULL, memory_order_acquire);
+	if (atomic_load_explicit(&mb->head, memory_order_relaxed))
+		rq = atomic_exchange_explicit(&mb->head, NULL, memory_order_acquire);
+	if (batch)
+		n += batch->q->fe->end_batch(batch);
 	while (rq) {
 		struct rq_request *next = rq->rq_next;
 
 		rq->rq_next = NULL;
 		rq->q->fe->complete(rq);
 		rq = next;
+		n++;
 	}
+	return n;
+}
+
+static bool mbox_has_work(struct rq_mailbox *mb)
+{
+	return atomic_load(&mb->head) || atomic_load(&mb->batch_head);
 }
 
 static void mbox_thread_exit(void *arg)
@@ -127,7 +154,14 @@ static void mbox_key_init(void)
 	service_set_tick(mbox_service);
 }
 
-/* The calling thread's mailbox, made on first use; NULL without memory. */
+/*
+ * The calling thread's mailbox, made on first use; NULL without memory.
+ * Mailboxes are never freed: a completing thread may still hold a pointer
+ * to one whose owner exited (it read dead as false just before), so the
+ * mailbox of an exited thread is handed to the next thread that needs one.
+ * What such a late push leaves there ends on the new owner or the service
+ * thread, exactly once either way.
+ */
 struct rq_mailbox *mbox_self(void)
 {
 	struct rq_mailbox *mb = tls_mbox;
@@ -135,16 +169,62 @@ struct rq_mailbox *mbox_self(void)
 	if (likely(mb))
 		return mb;
 	pthread_once(&mbox_once, mbox_key_init);
-	mb = mem_zalloc(sizeof(*mb));
-	if (!mb)
-		return NULL;
 	pthread_mutex_lock(&mbox_lock);
-	mb->next = mbox_list;
-	mbox_list = mb;
+	for (mb = mbox_list; mb && !__atomic_load_n(&mb->dead, __ATOMIC_ACQUIRE); mb = mb->next)
+		;
+	if (mb) {
+		atomic_store(&mb->sleeping, false);
+		__atomic_store_n(&mb->dead, false, __ATOMIC_RELEASE);
+	} else {
+		mb = mem_alloc_aligned(RQ_CACHELINE, sizeof(*mb));
+		if (!mb) {
+			pthread_mutex_unlock(&mbox_lock);
+			return NULL;
+		}
+		memset(mb, 0, sizeof(*mb));
+		mb->next = mbox_list;
+		mbox_list = mb;
+	}
 	pthread_mutex_unlock(&mbox_lock);
 	pthread_setspecific(mbox_key, mb);
 	tls_mbox = mb;
 	return mb;
+}
+
+/*
+ * Wake @mb's owner if it sleeps in rq_wait_completions(): only the first
+ * waker of a sleep pays for the system call.  Pairs with the owner's
+ * store of sleeping before its last look at the stacks (both seq_cst).
+ */
+static void mbox_wake(struct rq_mailbox *mb)
+{
+	if (atomic_load(&mb->sleeping) && atomic_exchange(&mb->sleeping, false)) {
+		atomic_fetch_add(&mb->wake_seq, 1);
+		syscall(SYS_futex, &mb->wake_seq, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+	}
+}
+
+/*
+ * Push the chain @first..@last (linked by rq_next) on @stack of @mb with
+ * one compare-and-swap.  The push that finds the stack empty arms the
+ * service fallback: one wake-up per chain at most, none while the owner
+ * has not drained what it already has.
+ */
+static void mbox_push_chain(struct rq_mailbox *mb, _Atomic(struct rq_request *) *stack,
+			    struct rq_request *first, struct rq_request *last)
+{
+	struct rq_request *head = atomic_load_explicit(stack, memory_order_relaxed);
+
+	do {
+		last->rq_next = head;
+	} while (!atomic_compare_exchange_weak_explicit(stack, &head, first, memory_order_seq_cst,
+							memory_order_relaxed));
+	if (!head) {
+		__atomic_store_n(&mb->pushed_ns, service_clock_ns(), __ATOMIC_RELAXED);
+		atomic_store(&mbox_pending, 1);
+		service_kick_in(1);
+	}
+	mbox_wake(mb);
 }
 
 /*
@@ -156,47 +236,103 @@ struct rq_mailbox *mbox_self(void)
 bool mbox_push(struct rq_request *rq)
 {
 	struct rq_mailbox *mb = rq_priv(rq)->end_io_data;
-	struct rq_request *head;
 
 	if (!mb || mb == tls_mbox || __atomic_load_n(&mb->dead, __ATOMIC_ACQUIRE))
 		return false;
-	head = atomic_load_explicit(&mb->head, memory_order_relaxed);
-	do {
-		rq->rq_next = head;
-	} while (!atomic_compare_exchange_weak_explicit(&mb->head, &head, rq, memory_order_release,
-							memory_order_relaxed));
-	if (!head) {
-		__atomic_store_n(&mb->pushed_ns, service_clock_ns(), __ATOMIC_RELAXED);
-		atomic_store(&mbox_pending, 1);
-		service_kick_in(1);
-	}
+	mbox_push_chain(mb, &mb->head, rq, rq);
 	return true;
+}
+
+/* ------------------------------------------- mailboxes of completion batches */
+
+#define MBOX_BATCH_GROUPS 8 /* submitters one pass sorts a batch for */
+
+/* The requests of one batch for one mailbox, in batch order. */
+struct mbox_group {
+	struct rq_mailbox *mb;
+	struct rq_request *first, *last;
+};
+
+/* The mailbox @rq of a completion batch goes to, NULL to end it here. */
+static struct rq_mailbox *mbox_batch_target(const struct rq_request *rq)
+{
+	struct rq_mailbox *mb;
+
+	if (likely(READ_ONCE(rq->q->rq_affinity) != 2))
+		return NULL;
+	mb = rq_priv(rq)->end_io_data;
+	if (!mb || mb == tls_mbox || __atomic_load_n(&mb->dead, __ATOMIC_ACQUIRE))
+		return NULL;
+	return mb;
+}
+
+static void mbox_groups_push(struct mbox_group *g, unsigned n)
+{
+	for (unsigned i = 0; i < n; i++)
+		mbox_push_chain(g[i].mb, &g[i].mb->batch_head, g[i].first, g[i].last);
+}
+
+/*
+ * rq_affinity 2 for a completion batch: hand each request of @list (linked
+ * by rq_next) whose submitter is another live thread to that thread's
+ * mailbox, one chain and so one push per mailbox (per MBOX_BATCH_GROUPS
+ * submitters).  Return: the requests to end here, in their order.
+ */
+struct rq_request *mbox_push_batch(struct rq_request *list)
+{
+	struct rq_request *keep = NULL, **keep_tail = &keep, *rq;
+	struct mbox_group g[MBOX_BATCH_GROUPS];
+	unsigned ng = 0, i;
+
+	for (rq = list; rq && !mbox_batch_target(rq); rq = rq->rq_next)
+		;
+	if (!rq)
+		return list; /* the common case: nothing leaves */
+	while (list) {
+		struct rq_mailbox *mb = mbox_batch_target(list);
+
+		rq = list;
+		list = rq->rq_next;
+		rq->rq_next = NULL;
+		if (!mb) {
+			*keep_tail = rq;
+			keep_tail = &rq->rq_next;
+			continue;
+		}
+		for (i = 0; i < ng && g[i].mb != mb; i++)
+			;
+		if (i < ng) {
+			g[i].last->rq_next = rq;
+			g[i].last = rq;
+			continue;
+		}
+		if (ng == MBOX_BATCH_GROUPS) {
+			mbox_groups_push(g, ng);
+			ng = 0;
+		}
+		g[ng++] = (struct mbox_group){ .mb = mb, .first = rq, .last = rq };
+	}
+	mbox_groups_push(g, ng);
+	return keep;
 }
 
 /* Service pass: drain mailboxes whose owner did not come (or exited). */
 static void mbox_service(uint64_t now)
 {
-	struct rq_mailbox **p;
-
 	if (!atomic_load(&mbox_pending))
 		return;
 	atomic_store(&mbox_pending, 0);
 	pthread_mutex_lock(&mbox_lock);
-	for (p = &mbox_list; *p;) {
-		struct rq_mailbox *mb = *p;
-
-		if (atomic_load(&mb->head)) {
-			if (mb->dead || now - __atomic_load_n(&mb->pushed_ns, __ATOMIC_RELAXED) >= 1000000)
-				mbox_drain(mb);
-			else
-				atomic_store(&mbox_pending, 1);
-		}
-		if (mb->dead && !atomic_load(&mb->head)) {
-			*p = mb->next;
-			mem_free(mb, sizeof(*mb));
+	for (struct rq_mailbox *mb = mbox_list; mb; mb = mb->next) {
+		if (!mbox_has_work(mb))
 			continue;
+		if (__atomic_load_n(&mb->dead, __ATOMIC_ACQUIRE) ||
+		    now - __atomic_load_n(&mb->pushed_ns, __ATOMIC_RELAXED) >= 1000000) {
+			mbox_drain(mb);
+			mbox_wake(mb); /* a waiting owner looks at what ended */
+		} else {
+			atomic_store(&mbox_pending, 1);
 		}
-		p = &mb->next;
 	}
 	pthread_mutex_unlock(&mbox_lock);
 }
@@ -204,12 +340,31 @@ static void mbox_service(uint64_t now)
 RQ_EXPORT int rq_process_completions(void)
 {
 	struct rq_mailbox *mb = tls_mbox;
-	int n = 0;
+
+	return mb ? (int)mbox_drain(mb) : 0;
+}
+
+RQ_EXPORT int rq_wait_completions(uint64_t timeout_ns)
+{
+	struct rq_mailbox *mb = mbox_self();
+	struct timespec ts, *tsp = NULL;
+	unsigned n;
+	uint32_t seq;
 
 	if (!mb)
-		return 0;
-	for (struct rq_request *rq = atomic_load(&mb->head); rq; rq = rq->rq_next)
-		n++;
-	mbox_drain(mb);
-	return n;
+		return -ENOMEM;
+	n = mbox_drain(mb);
+	if (n || !timeout_ns)
+		return (int)n;
+	if (timeout_ns != UINT64_MAX) {
+		ts.tv_sec = (time_t)(timeout_ns / 1000000000u);
+		ts.tv_nsec = (long)(timeout_ns % 1000000000u);
+		tsp = &ts;
+	}
+	seq = atomic_load(&mb->wake_seq);
+	atomic_store(&mb->sleeping, true);
+	if (!mbox_has_work(mb))
+		syscall(SYS_futex, &mb->wake_seq, FUTEX_WAIT_PRIVATE, seq, tsp, NULL, 0);
+	atomic_store(&mb->sleeping, false);
+	return (int)mbox_drain(mb);
 }

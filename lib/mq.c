@@ -517,12 +517,14 @@ static struct rq_sw_ctx *mq_release_tags(struct rq_request *rq)
 	struct rq_hw_ctx *hctx = rq->hctx;
 	struct rq_sw_ctx *ctx = rq_priv(rq)->ctx;
 	int tag = rq->tag, itag = rq->internal_tag;
-	unsigned cpu = ctx->cpu;
+	unsigned cpu;
 
 	rq->bio = rq->biotail = NULL;
 	__atomic_store_n(&rq->state, RQ_STATE_IDLE, __ATOMIC_RELEASE);
 	if (comp_batch_take(rq, tag, itag, ctx))
 		return NULL;
+	/* read only here: the submitter writes ctx's line (usage) per request */
+	cpu = ctx->cpu;
 	if (tag >= 0)
 		driver_tag_put(hctx, (unsigned)tag, cpu);
 	if (itag >= 0)
@@ -615,18 +617,173 @@ static void mq_end_request_inflight(struct rq_request *rq, rq_status_t status)
 		queue_exit_ctx(q, ctx);
 }
 
-RQ_EXPORT void rq_mq_end_request(struct rq_request *rq, rq_status_t status)
+/*
+ * Move @rq from in flight (or handed to rq_mq_complete_request()) to
+ * COMPLETE.  Return: false if it was neither: never complete twice.
+ */
+static inline bool rq_take_in_flight(struct rq_request *rq)
 {
 	uint8_t expected = RQ_STATE_IN_FLIGHT;
 
-	if (!__atomic_compare_exchange_n(&rq->state, &expected, RQ_STATE_COMPLETE, false,
-					 __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-		expected = RQ_STATE_COMPLETING;
-		if (!__atomic_compare_exchange_n(&rq->state, &expected, RQ_STATE_COMPLETE, false,
-						 __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
-			return; /* not in flight: never complete twice */
+	if (__atomic_compare_exchange_n(&rq->state, &expected, RQ_STATE_COMPLETE, false,
+					__ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+		return true;
+	expected = RQ_STATE_COMPLETING;
+	return __atomic_compare_exchange_n(&rq->state, &expected, RQ_STATE_COMPLETE, false,
+					   __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+}
+
+RQ_EXPORT void rq_mq_end_request(struct rq_request *rq, rq_status_t status)
+{
+	if (rq_take_in_flight(rq))
+		mq_end_request_inflight(rq, status);
+}
+
+/* ------------------------------------------------ driver completion batches */
+
+/*
+ * Requests the thread's completion batch has taken so far (-1: no batch),
+ * to tell whether a release went into it.
+ */
+static inline long comp_batch_taken(void)
+{
+	return tls_cbatch ? tls_cbatch->nr_usage : -1;
+}
+
+/*
+ * End @rq (state COMPLETE) inside mq_end_list(): as
+ * mq_end_request_inflight(), but statistics were counted for the whole
+ * run, the clock is read once per list (*@now, 0 until read), and when the
+ * thread's batch took the tags and usage the restart check is left to the
+ * batch end, so the completing thread reads no line of the hctx the
+ * submitter writes.
+ */
+static void mq_end_request_batched(struct rq_request *rq, rq_status_t status, uint64_t *now)
+{
+	struct rq_hw_ctx *hctx = rq->hctx;
+	struct rq_queue *q = rq->q;
+	struct rq_elevator_queue *eq = q->elevator;
+	struct rq_sw_ctx *ctx;
+	long taken;
+
+	if (unlikely(rq_priv(rq)->end_io)) {
+		mq_end_request_inflight(rq, status);
+		return;
 	}
-	mq_end_request_inflight(rq, status);
+	if (eq && eq->type->ops.completed_request && (rq->rq_flags & RQ_RQF_ELVPRIV)) {
+		if (!*now)
+			*now = core_clock_ns();
+		eq->type->ops.completed_request(rq, *now);
+	}
+	trace_complete_all(rq, status, OBS_C_DONE);
+	request_end_bios(rq, status);
+	hctx_request_left_driver(hctx);
+	taken = comp_batch_taken();
+	ctx = mq_release_request(rq);
+	if (ctx || comp_batch_taken() == taken) {
+		hctx_restart(hctx);
+		if (ctx)
+			queue_exit_ctx(q, ctx);
+	}
+}
+
+/*
+ * Count the completions of @list in the statistics, once per run of one
+ * queue, while every request still holds its queue.
+ */
+static void mq_end_list_stats(struct rq_request *list)
+{
+	while (list) {
+		struct rq_queue *q = list->q;
+		uint64_t done = 0, errors = 0;
+
+		for (; list && list->q == q; list = list->rq_next) {
+			if (rq_priv(list)->end_io)
+				continue; /* flush sequencing counts its own */
+			done++;
+			errors += rq_priv(list)->complete_status != RQ_STS_OK;
+		}
+		if (errors)
+			stat_add(q, ST_ERRORS, errors);
+		stat_add(q, ST_COMPLETED, done);
+	}
+}
+
+/*
+ * End every request of @list (linked by rq_next, each COMPLETE with its
+ * status in complete_status), one completion batch per run of requests of
+ * one hw queue.  Also the mq front end's end_batch (mailbox drain).
+ * Return: how many.
+ */
+static unsigned mq_end_list(struct rq_request *list)
+{
+	struct rq_hw_ctx *hctx = NULL;
+	struct comp_batch cb;
+	bool own = false;
+	uint64_t now = 0;
+	unsigned n = 0;
+
+	mq_end_list_stats(list);
+	while (list) {
+		struct rq_request *rq = list;
+
+		list = rq->rq_next;
+		rq->rq_next = NULL;
+		if (rq->hctx != hctx) {
+			if (own)
+				comp_batch_end(&cb);
+			hctx = rq->hctx;
+			own = comp_batch_start(&cb, hctx);
+		}
+		mq_end_request_batched(rq, rq_priv(rq)->complete_status, &now);
+		n++;
+	}
+	if (own)
+		comp_batch_end(&cb);
+	return n;
+}
+
+RQ_EXPORT bool rq_mq_add_to_batch(struct rq_comp_batch *cb, struct rq_request *rq,
+				  rq_status_t status)
+{
+	/* a single-queue request ends under its queue lock, never here */
+	if (unlikely(rq->q->fe != &mq_fe_ops) || !rq_take_in_flight(rq))
+		return false;
+	rq_priv(rq)->complete_status = (uint8_t)status;
+	rq->rq_next = NULL;
+	if (cb->tail)
+		cb->tail->rq_next = rq;
+	else
+		cb->head = rq;
+	cb->tail = rq;
+	cb->nr++;
+	return true;
+}
+
+RQ_EXPORT void rq_mq_end_request_batch(struct rq_comp_batch *cb)
+{
+	struct rq_request *list = cb->head;
+
+	cb->head = cb->tail = NULL;
+	cb->nr = 0;
+	if (!list)
+		return;
+	/* rq_affinity 2: the submitters' requests go to their mailboxes */
+	list = mbox_push_batch(list);
+	mq_end_list(list);
+}
+
+RQ_EXPORT unsigned rq_mq_end_requests(struct rq_request *const *rqs, unsigned nr,
+				      rq_status_t status)
+{
+	struct rq_comp_batch cb = RQ_COMP_BATCH_INIT;
+	unsigned n = 0;
+
+	for (unsigned i = 0; i < nr; i++)
+		if (rqs[i] && rq_mq_add_to_batch(&cb, rqs[i], status))
+			n++;
+	rq_mq_end_request_batch(&cb);
+	return n;
 }
 
 static void end_bio_now(struct rq_queue *q, struct rq_bio *bio, rq_status_t status)
@@ -1992,6 +2149,7 @@ static const struct rq_fe_ops mq_fe_ops = {
 	.release_request = mq_release_request,
 	.bio_hctx = mq_bio_hctx,
 	.complete = complete_here,
+	.end_batch = mq_end_list,
 	.run_queues = rq_mq_run_hw_queues,
 	.quiesce_sync = dispatch_synchronize,
 	.destroy = mq_queue_destroy,

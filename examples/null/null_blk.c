@@ -71,8 +71,11 @@ struct null_hq {
 	struct null_counters qc __attribute__((aligned(NULL_CACHELINE)));
 	uint32_t rng;               /* fault injection (queue_rq only) */
 	uint64_t busy;
+	/* queued since the last push, newest first (queue_rq only) */
+	struct null_cmd *unpushed, *unpushed_last;
+
 	/* pushed by queue_rq, taken whole by the completion thread */
-	_Atomic(struct null_cmd *) pending;
+	_Atomic(struct null_cmd *) pending __attribute__((aligned(NULL_CACHELINE)));
 
 	/* written by the completion thread (or queue_rq when inline) */
 	uint64_t completed __attribute__((aligned(NULL_CACHELINE)));
@@ -365,20 +368,45 @@ static rq_status_t null_handle_rq(struct null_dev *dev, struct null_hq *hq,
 
 /* ------------------------------------------------------ completion thread */
 
-/* Hand a command to the hw queue's completion thread; wake it if asleep. */
-static void null_hq_push(struct null_hq *hq, struct null_cmd *cmd)
+/*
+ * Hand the commands @first..@last (linked by next, newest first) to the hw
+ * queue's completion thread with one compare-and-swap; wake it if asleep.
+ */
+static void null_hq_push_chain(struct null_hq *hq, struct null_cmd *first, struct null_cmd *last)
 {
 	struct null_cmd *head = atomic_load_explicit(&hq->pending, memory_order_relaxed);
 
 	do {
-		cmd->next = head;
-	} while (!atomic_compare_exchange_weak_explicit(&hq->pending, &head, cmd,
+		last->next = head;
+	} while (!atomic_compare_exchange_weak_explicit(&hq->pending, &head, first,
 							memory_order_seq_cst,
 							memory_order_relaxed));
 	/* only the first pusher after the thread fell asleep wakes it */
 	if (atomic_load(&hq->sleeping) && atomic_exchange(&hq->sleeping, false)) {
 		atomic_fetch_add(&hq->wake_seq, 1);
 		null_futex_wake(&hq->wake_seq);
+	}
+}
+
+static void null_hq_push(struct null_hq *hq, struct null_cmd *cmd)
+{
+	null_hq_push_chain(hq, cmd, cmd);
+}
+
+/*
+ * queue_rq: keep @cmd until the core's batch ends (@last, or commit_rqs),
+ * then hand the batch over in one push: the submitter writes the shared
+ * list head once per batch, not per request.
+ */
+static void null_hq_queue(struct null_hq *hq, struct null_cmd *cmd, bool last)
+{
+	cmd->next = hq->unpushed;
+	if (!hq->unpushed)
+		hq->unpushed_last = cmd;
+	hq->unpushed = cmd;
+	if (last) {
+		null_hq_push_chain(hq, hq->unpushed, hq->unpushed_last);
+		hq->unpushed = NULL;
 	}
 }
 
@@ -445,15 +473,27 @@ static void null_wait_until(uint64_t deadline)
 		null_cpu_relax();
 }
 
-/* Finish one command on the completion thread (multi-queue). */
-static void null_finish_cmd(struct null_hq *hq, struct null_cmd *cmd)
+/*
+ * Multi-queue: finish the commands from @head up to @stop (exclusive) on
+ * the completion thread, and end them all with one completion batch (tags
+ * back a bitmap word at a time, the queue usage dropped once; under
+ * rq_affinity 2 the library hands them to their submitters, one push each).
+ */
+static void null_finish_mq(struct null_hq *hq, struct null_cmd *head, struct null_cmd *stop)
 {
-	struct rq_request *rq = rq_request_from_pdu(cmd);
-	rq_status_t status = null_handle_rq(hq->dev, hq, rq);
+	struct rq_comp_batch cb = RQ_COMP_BATCH_INIT;
+	struct null_cmd *cmd, *next;
+	unsigned n = 0;
 
-	null_count(&hq->completed, 1);
-	/* ops->complete (null_complete_rq) ends it, here or on the submitter */
-	rq_mq_complete_request(rq, status);
+	for (cmd = head; cmd != stop; cmd = next, n++) {
+		struct rq_request *rq = rq_request_from_pdu(cmd);
+
+		/* read the link first: the request may be reused once ended */
+		next = cmd->next;
+		rq_mq_add_to_batch(&cb, rq, null_handle_rq(hq->dev, hq, rq));
+	}
+	null_count(&hq->completed, n);
+	rq_mq_end_request_batch(&cb);
 }
 
 /*
@@ -479,6 +519,17 @@ static void null_finish_sq(struct null_hq *hq, struct null_cmd *head, struct nul
 	}
 	rq_sq_run_queue_locked(q);
 	rq_sq_unlock(q);
+}
+
+/* Finish the commands from @head up to @stop (exclusive), either front end. */
+static void null_finish(struct null_hq *hq, struct null_cmd *head, struct null_cmd *stop)
+{
+	if (hq->dev->cfg.queue_mode == NULL_Q_RQ)
+		null_finish_sq(hq, head, stop);
+	else
+		null_finish_mq(hq, head, stop);
+	if (hq->dev->cfg.batch_done)
+		hq->dev->cfg.batch_done();
 }
 
 /**
@@ -513,39 +564,20 @@ static void *null_complete_thread(void *arg)
 		if (timer) {
 			/* one delay for all: FIFO order is deadline order */
 			uint64_t now = null_now_ns();
+			struct null_cmd *stop = head;
 
-			if (dev->cfg.queue_mode == NULL_Q_RQ) {
-				struct null_cmd *stop = head;
-
-				while (stop && now >= stop->queued_ns + delay)
-					stop = stop->next;
-				null_finish_sq(hq, head, stop);
-				head = stop;
-			}
-			while (head && now >= head->queued_ns + delay) {
-				struct null_cmd *cmd = head;
-
-				head = cmd->next;
-				null_finish_cmd(hq, cmd);
-			}
+			while (stop && now >= stop->queued_ns + delay)
+				stop = stop->next;
+			null_finish(hq, head, stop);
+			head = stop;
 			if (!head)
 				tail = NULL;
-			if (head)
+			else
 				null_wait_until(head->queued_ns + delay);
 			continue;
 		}
-		if (dev->cfg.queue_mode == NULL_Q_RQ) {
-			null_finish_sq(hq, head, NULL);
-			head = NULL;
-		}
-		while (head) {
-			struct null_cmd *cmd = head;
-
-			/* read the link first: the request may be reused at once */
-			head = cmd->next;
-			null_finish_cmd(hq, cmd);
-		}
-		tail = NULL;
+		null_finish(hq, head, NULL);
+		head = tail = NULL;
 	}
 	return NULL;
 }
@@ -644,20 +676,25 @@ static rq_status_t null_queue_rq(struct rq_hw_ctx *hctx, struct rq_request *rq,
 	cmd = rq_request_pdu(rq);
 	if (dev->cfg.completion == NULL_COMPLETE_TIMER)
 		cmd->queued_ns = null_now_ns();
-	null_hq_push(hq, cmd);
+	null_hq_queue(hq, cmd, last);
 	return RQ_STS_OK;
 }
 
 /**
- * null_complete_rq() - ops->complete: end a request handed to
- * rq_mq_complete_request() by the completion thread.
- * @rq: the request.
+ * null_commit_rqs() - the core's batch ended early (a request after the
+ * last one queued could not be issued): hand over what queue_rq kept.
+ * @hctx: hardware queue.
  *
- * Context: the completion thread, or the submitter (rq_affinity).
+ * Context: dispatch, as queue_rq.
  */
-static void null_complete_rq(struct rq_request *rq)
+static void null_commit_rqs(struct rq_hw_ctx *hctx)
 {
-	rq_mq_end_request(rq, rq_mq_complete_status(rq));
+	struct null_hq *hq = null_hq_of(hctx);
+
+	if (hq->unpushed) {
+		null_hq_push_chain(hq, hq->unpushed, hq->unpushed_last);
+		hq->unpushed = NULL;
+	}
 }
 
 /**
@@ -720,7 +757,7 @@ static const struct rq_sq_ops null_sq_ops = {
 static const struct rq_mq_ops null_mq_ops = {
 	RQ_MQ_OPS_INIT,
 	.queue_rq = null_queue_rq,
-	.complete = null_complete_rq,
+	.commit_rqs = null_commit_rqs,
 	.init_hctx = null_init_hctx,
 };
 

@@ -5,7 +5,8 @@
  * The example multi-queue driver of librequest, meant to be copied from.  It
  * completes every request either inside queue_rq (inline), from one
  * completion thread per hardware queue (thread), or from that thread after a
- * fixed delay (timer).  Optionally it keeps the data in memory, allocated one
+ * fixed delay (timer).  The completion threads end what they finished in
+ * completion batches (rq_mq_add_to_batch(), rq_mq_end_request_batch()).  Optionally it keeps the data in memory, allocated one
  * 4 KiB page at a time on first write, so a large device costs only what is
  * written to it.
  *
@@ -73,6 +74,10 @@ struct null_config {
 					   (per mille) of queue_rq calls
 					   answers RQ_STS_RESOURCE, as
 					   null_blk's requeue injection */
+	void (*batch_done)(void);       /* NULL, or run on a completion thread
+					   after each batch it ended (e.g. to
+					   hand what the bios' end_io gathered
+					   to the submitters at once) */
 };
 
 /** struct null_stats - what the device saw, summed over hw queues. */

@@ -4,14 +4,18 @@
  *
  * A driver describes itself with a tag set (hardware queues, depth, payload
  * size, ops), makes one or more queues over it, and receives requests in
- * queue_rq().  It ends them with rq_mq_end_request() or hands them to
- * rq_mq_complete_request(), which runs ops->complete where rq_affinity says.
+ * queue_rq().  It ends them with rq_mq_end_request(), many at once with a
+ * completion batch (rq_mq_add_to_batch(), rq_mq_end_request_batch()), or
+ * hands them to rq_mq_complete_request(), which runs ops->complete where
+ * rq_affinity says.
  *
  * What may run at the same time:
  *
  *   operation                        concurrent with
  *   queue_rq on hctx N               queue_rq on other hctxs; never itself on N
  *   rq_mq_end_request/complete       everything (any thread, inside queue_rq too)
+ *   rq_mq_add_to_batch, end_batch    everything; one struct rq_comp_batch is
+ *                                    used by one thread at a time
  *   rq_mq_run/stop/start_hw_queue(s) everything
  *   rq_mq_requeue_request            everything
  *   rq_tag_set_free                  nothing: free its queues first
@@ -270,6 +274,94 @@ bool rq_mq_update_request(struct rq_request *rq, rq_status_t status, unsigned by
 bool rq_mq_complete_request(struct rq_request *rq, rq_status_t status);
 
 /**
+ * struct rq_comp_batch - requests a driver has finished, ended together
+ * (the kernel's io_comp_batch).  Start it empty with RQ_COMP_BATCH_INIT or
+ * rq_comp_batch_init(), fill it with rq_mq_add_to_batch(), end it with
+ * rq_mq_end_request_batch().  It lives where the driver likes (usually on
+ * the completing thread's stack) and is used by one thread at a time.
+ *
+ * Ending a batch costs less per request than ending each alone: the tags
+ * go back one bitmap word at a time, the queue usage drops once per
+ * hardware queue run, statistics are counted once, and under rq_affinity 2
+ * the requests go to each submitter's mailbox with one atomic and at most
+ * one wake-up per batch.  The fields are the library's: read @nr if you
+ * like, write none of them.
+ */
+struct rq_comp_batch {
+	struct rq_request *head; /* first request added (linked by rq_next) */
+	struct rq_request *tail; /* last request added */
+	unsigned nr;             /* requests in the batch */
+	unsigned flags;          /* reserved: 0 */
+};
+
+/** An empty struct rq_comp_batch, for an initialiser. */
+#define RQ_COMP_BATCH_INIT { NULL, NULL, 0, 0 }
+
+/**
+ * rq_comp_batch_init() - make @cb an empty batch.
+ * @cb: the batch.
+ *
+ * Context: any thread; never blocks.
+ */
+static inline void rq_comp_batch_init(struct rq_comp_batch *cb)
+{
+	cb->head = cb->tail = NULL;
+	cb->nr = 0;
+	cb->flags = 0;
+}
+
+/**
+ * rq_mq_add_to_batch() - a request the driver finished with @status joins
+ * @cb; it ends (bios, tag, scheduler, usage) in rq_mq_end_request_batch().
+ * @cb: the batch.
+ * @rq: a request in flight (or handed to rq_mq_complete_request() and not
+ *      ended yet).
+ * @status: the status its bios end with.
+ *
+ * From this call on the request is no longer in flight: a second end, a
+ * timeout or rq_mq_update_request() leave it alone.  The library links it
+ * through rq->rq_next until the batch ends.  ops->complete is not called
+ * for it.
+ *
+ * Context: any thread, including inside queue_rq; lock-free, never blocks.
+ * Return: true if @rq joined; false if it was not in flight (already
+ * ended) or is a single-queue request: nothing happens.
+ */
+bool rq_mq_add_to_batch(struct rq_comp_batch *cb, struct rq_request *rq, rq_status_t status);
+
+/**
+ * rq_mq_end_request_batch() - end every request of @cb, each with the
+ * status it joined with, as rq_mq_end_request() would, and leave @cb empty.
+ * @cb: the batch (may be empty; requests of any hardware queues and queues).
+ *
+ * Requests of one hardware queue that come one after another give their
+ * tags and usage back together.  With rq_affinity 2, a request whose
+ * submitter is another live thread is not ended here: it goes to that
+ * thread's mailbox (one push and at most one wake-up per submitter per
+ * batch) and ends there, bios included, at the thread's next entry into
+ * the library (rq_process_completions()), or from the service thread
+ * within a millisecond.
+ *
+ * Context: any thread, including inside queue_rq; the bios' end_io run on
+ * the calling thread (or the submitter's, above); never blocks unless a
+ * driver or scheduler hook it calls does.
+ */
+void rq_mq_end_request_batch(struct rq_comp_batch *cb);
+
+/**
+ * rq_mq_end_requests() - end @nr requests at once with one status, through
+ * a completion batch (rq_mq_add_to_batch() for each, then
+ * rq_mq_end_request_batch()).
+ * @rqs: the requests; entries not in flight (already ended) are skipped.
+ * @nr: how many.
+ * @status: the status every bio ends with.
+ *
+ * Context: as rq_mq_end_request_batch().
+ * Return: how many requests it ended (or handed to their submitters).
+ */
+unsigned rq_mq_end_requests(struct rq_request *const *rqs, unsigned nr, rq_status_t status);
+
+/**
  * rq_process_completions() - run the completions other threads handed to
  * the calling thread (rq_affinity 2).  The library also does this whenever
  * the thread submits or finishes a plug, and the service thread does it for
@@ -281,6 +373,26 @@ bool rq_mq_complete_request(struct rq_request *rq, rq_status_t status);
  * submitted).
  */
 int rq_process_completions(void);
+
+/**
+ * rq_wait_completions() - wait until other threads hand the calling thread
+ * completions (rq_affinity 2), then run them, as rq_process_completions().
+ * @timeout_ns: the longest wait in nanoseconds; 0 does not wait,
+ *              UINT64_MAX waits with no limit.
+ *
+ * The thread sleeps on its completion mailbox: the first push of a
+ * completion batch (or of a single request) to it wakes it, one wake-up
+ * per push however many requests it carries, and only while it sleeps.  A
+ * thread that waits here wakes also when the service thread ran its
+ * completions for it (after a millisecond): it then returns 0, and the
+ * bios' end_io have run on the service thread.
+ *
+ * Context: any thread, not inside a driver or scheduler hook; may sleep;
+ * ops->complete and the bios' end_io run on it.
+ * Return: how many requests were completed (0 on timeout or wake-up with
+ * nothing left), -ENOMEM if the thread's mailbox could not be made.
+ */
+int rq_wait_completions(uint64_t timeout_ns);
 
 /**
  * rq_mq_complete_status() - the status given to rq_mq_complete_request(),

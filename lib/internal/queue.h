@@ -270,6 +270,13 @@ struct rq_fe_ops {
 	struct rq_hw_ctx *(*bio_hctx)(struct rq_queue *q, const struct rq_bio *bio);
 	/* @complete: a request a completion mailbox hands back (rq_affinity 2). */
 	void (*complete)(struct rq_request *rq);
+	/*
+	 * @end_batch: end a list (linked by rq_next) of requests a completion
+	 * batch handed to a mailbox: each is COMPLETE, its status in
+	 * complete_status.  NULL for a front end without completion batches.
+	 * Return: how many it ended.
+	 */
+	unsigned (*end_batch)(struct rq_request *list);
 	/* @run_queues: run every hardware queue (the request_fn), maybe async. */
 	void (*run_queues)(struct rq_queue *q, bool async);
 	/*
@@ -406,11 +413,14 @@ static inline void queue_exit(struct rq_queue *q)
  * library, or by the service pass if it does not come within a millisecond.
  */
 struct rq_mailbox {
-	_Atomic(struct rq_request *) head;
+	_Atomic(struct rq_request *) head;       /* for fe->complete, one by one */
+	_Atomic(struct rq_request *) batch_head; /* from completion batches: fe->end_batch */
 	uint64_t pushed_ns;
 	struct rq_mailbox *next;  /* registry, under the registry lock */
 	bool dead;                /* owner thread exited */
-};
+	atomic_bool sleeping;     /* the owner waits in rq_wait_completions() */
+	_Atomic uint32_t wake_seq; /* its futex word */
+} rq_cacheline_aligned;      /* alone on its line: pushers and owner only */
 
 extern __thread struct rq_mailbox *tls_mbox __attribute__((tls_model("initial-exec")));
 
@@ -420,6 +430,7 @@ void request_free(struct rq_request *rq);
 void request_fail(struct rq_request *rq, rq_status_t status);
 struct rq_mailbox *mbox_self(void);
 bool mbox_push(struct rq_request *rq);
+struct rq_request *mbox_push_batch(struct rq_request *list);
 
 /* End every remaining bio of @rq with @status (once per request end: inline). */
 static inline void request_end_bios(struct rq_request *rq, rq_status_t status)
@@ -436,14 +447,15 @@ static inline void request_end_bios(struct rq_request *rq, rq_status_t status)
 		bio = next;
 	}
 }
-void mbox_drain(struct rq_mailbox *mb);
+unsigned mbox_drain(struct rq_mailbox *mb);
 
 /* Complete what other threads left for the calling thread. */
 static inline void mbox_run_own(void)
 {
 	struct rq_mailbox *mb = tls_mbox;
 
-	if (unlikely(mb && atomic_load_explicit(&mb->head, memory_order_relaxed)))
+	if (unlikely(mb && (atomic_load_explicit(&mb->head, memory_order_relaxed) ||
+			    atomic_load_explicit(&mb->batch_head, memory_order_relaxed))))
 		mbox_drain(mb);
 }
 
