@@ -51,7 +51,9 @@ struct rq_sq_data {
 	struct rq_list_node queue_head;  /* the dispatch queue */
 	uint64_t end_sector;             /* where the last dispatched request ended */
 	struct rq_request *boundary_rq;
-	unsigned nr_sorted;              /* requests inside the scheduler */
+	unsigned nr_sorted;              /* requests inside the scheduler (written
+					    under the lock, read without it by
+					    sq_merge_candidates()) */
 	unsigned in_flight[2];           /* started: [async, sync] */
 	bool stopped;
 	int request_fn_active;           /* request_fn is running (no recursion) */
@@ -92,6 +94,29 @@ static const struct rq_fe_ops sq_fe_ops;
 static struct rq_sq_data *sqd_of(const struct rq_queue *q)
 {
 	return q->fe_data;
+}
+
+/*
+ * Requests entering or leaving the scheduler.  Lock held; the store is
+ * atomic because sq_merge_candidates() reads the count without the lock.
+ */
+static inline void sq_sorted_add(struct rq_sq_data *sqd, int d)
+{
+	__atomic_store_n(&sqd->nr_sorted, sqd->nr_sorted + (unsigned)d, __ATOMIC_RELAXED);
+}
+
+/*
+ * Could a bio merge into queued work?  Only requests inside the scheduler
+ * take bio merges (the one-hit cache, the hash and the scheduler's merge
+ * hook know no others), so with none there the merge attempt would find
+ * nothing: a snapshot taken without the lock is as good as one taken with
+ * it and dropped at once, which is what a plugged submission does anyway
+ * (Linux 4.x blk_queue_bio drops the lock between elv_merge and the plug).
+ * The calling thread's own inserts are always seen.
+ */
+static inline bool sq_merge_candidates(struct rq_sq_data *sqd)
+{
+	return __atomic_load_n(&sqd->nr_sorted, __ATOMIC_RELAXED) != 0;
 }
 
 /* The library takes / drops the queue lock (and so ends deferred bios). */
@@ -491,6 +516,115 @@ static void pool_abort_waiters(struct rq_sq_data *sqd)
 	}
 }
 
+/* ------------------------------------------------- the plug's requests */
+
+/*
+ * A plugging thread takes pool requests ahead, several in one lock hold
+ * (the kernel's plug->cached_rq, here for the single-queue pool), and
+ * makes its plugged requests from them without the lock.  What is left
+ * goes back in the lock hold that issues the plug (sq_plug_issue()), so a
+ * thread holds requests ahead only while its plug holds a request of the
+ * same queue, and only one queue's at a time.
+ *
+ * The limit stays exact: requests taken ahead count as allocated.  A batch
+ * is taken only while nobody waits for the pool and at least twice the
+ * batch is free under nr_requests; closer to the limit requests are taken
+ * one by one under the lock as before, so waiters keep their order and a
+ * plug never starves another thread.  Only for schedulers without the
+ * per-request hooks may_queue and set_request (noop, deadline): those
+ * decide per request, under the lock.
+ */
+#define SQ_PLUG_BATCH 16
+#define SQ_PLUG_BIG_BIO (64u * 1024u) /* bytes */
+
+struct sq_plug_cache {
+	struct rq_queue *q;       /* whose requests these are */
+	struct rq_request *head;  /* by rq_next */
+	struct rq_request *tail;
+	unsigned nr;
+};
+
+static __thread struct sq_plug_cache tls_sq_cache __attribute__((tls_model("initial-exec")));
+
+/* May plugged requests of @q come from the thread's cache?  Usage held. */
+static inline bool sq_cache_allowed(const struct rq_sq_data *sqd)
+{
+	return !sqd->eops.may_queue && !sqd->eops.set_request;
+}
+
+/*
+ * Take up to @want requests ahead for the calling thread's plug, if the
+ * pool is far enough from its limit.  Lock held.
+ */
+static void sq_cache_fill_locked(struct rq_queue *q, unsigned want)
+{
+	struct rq_sq_data *sqd = sqd_of(q);
+	struct sq_plug_cache *c = &tls_sq_cache;
+	struct rq_request *rq;
+
+	if (sqd->wait_head || sqd->allocated + 2 * want > sqd->nr_requests)
+		return;
+	c->q = q;
+	while (c->nr < want && (rq = sqd->free_list)) {
+		sqd->free_list = rq->rq_next;
+		rq->rq_next = c->head;
+		if (!c->head)
+			c->tail = rq;
+		c->head = rq;
+		c->nr++;
+		sqd->allocated++;
+	}
+}
+
+/* A request of @q from the thread's cache, or NULL.  Lock not needed. */
+static inline struct rq_request *sq_cache_pop(struct rq_queue *q)
+{
+	struct sq_plug_cache *c = &tls_sq_cache;
+	struct rq_request *rq = c->head;
+
+	if (!rq || c->q != q)
+		return NULL;
+	c->head = rq->rq_next;
+	rq->rq_next = NULL;
+	c->nr--;
+	return rq;
+}
+
+/* The requests of @q the thread took ahead go back to the pool.  Lock held. */
+static void sq_cache_return_locked(struct rq_queue *q)
+{
+	struct rq_sq_data *sqd = sqd_of(q);
+	struct sq_plug_cache *c = &tls_sq_cache;
+
+	if (c->q != q)
+		return;
+	if (c->head) {
+		c->tail->rq_next = sqd->free_list;
+		sqd->free_list = c->head;
+		sqd->allocated -= c->nr;
+		pool_serve_waiters(sqd);
+	}
+	memset(c, 0, sizeof(*c));
+}
+
+/*
+ * A request for a plugged @bio of @q: from the cache, refilled with one
+ * lock hold when empty (@room: what the plug can still take).  NULL when
+ * the pool is near its limit: the caller goes the locked way.
+ */
+static struct rq_request *sq_cache_get(struct rq_queue *q, unsigned room)
+{
+	struct rq_sq_data *sqd = sqd_of(q);
+	struct rq_request *rq = sq_cache_pop(q);
+
+	if (rq || tls_sq_cache.head)
+		return rq; /* a hit, or another queue's requests (kept for its flush) */
+	sq_lock(sqd);
+	sq_cache_fill_locked(q, room < SQ_PLUG_BATCH ? room : SQ_PLUG_BATCH);
+	sq_unlock(sqd);
+	return sq_cache_pop(q);
+}
+
 /*
  * The "nr_requests" attribute: the pool's limit (it grows to it at once).
  * Context: q->sysfs_lock held.  Return: 0, -EINVAL out of range, -ENOMEM.
@@ -543,7 +677,7 @@ static void sq_insert_sorted(struct rq_queue *q, struct rq_request *rq)
 
 	rq->rq_flags |= RQ_RQF_SORTED;
 	trace_insert(rq);
-	sqd->nr_sorted++;
+	sq_sorted_add(sqd, 1);
 	if (rq_mergeable(rq)) {
 		rq_sched_hash_add(q, rq);
 		if (!q->elevator->merge[0].last_merge)
@@ -580,7 +714,7 @@ static void sq_leave_scheduler(struct rq_queue *q, struct rq_request *rq)
 	rq_sched_hash_del(q, rq);
 	if (rq->rq_flags & RQ_RQF_SORTED) {
 		rq->rq_flags &= ~RQ_RQF_SORTED;
-		sqd->nr_sorted--;
+		sq_sorted_add(sqd, -1);
 	}
 }
 
@@ -639,7 +773,7 @@ static void sq_requests_merged(struct rq_queue *q, struct rq_request *rq,
 	if (sqd->eops.merge_req)
 		sqd->eops.merge_req(q, rq, next);
 	next->rq_flags &= ~RQ_RQF_SORTED;
-	sqd->nr_sorted--;
+	sq_sorted_add(sqd, -1);
 }
 
 RQ_EXPORT unsigned rq_sq_nr_sorted(const struct rq_queue *q)
@@ -940,6 +1074,73 @@ static bool sq_attempt_merge(struct rq_queue *q, struct rq_bio *bio, unsigned nr
 	return true;
 }
 
+/*
+ * How many requests to take ahead for @plug: what it may still take
+ * before it flushes (plug_add()), at most SQ_PLUG_BATCH; one for a large
+ * bio, whose request flushes the plug soon (BLK_PLUG_FLUSH_SIZE).
+ */
+static unsigned sq_plug_batch(const struct rq_plug *plug, const struct rq_bio *bio)
+{
+	unsigned max = plug->multiple_queues ? 2u * RQ_PLUG_MAX_REQUESTS : RQ_PLUG_MAX_REQUESTS;
+	unsigned room = plug->count < max ? max - plug->count : max;
+
+	if (bio->iter.size >= SQ_PLUG_BIG_BIO)
+		return 1;
+	return room < SQ_PLUG_BATCH ? room : SQ_PLUG_BATCH;
+}
+
+/* @rq made for @bio goes on @plug.  Lock not held. */
+static void sq_plug_request(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_plug *plug,
+			    struct rq_request *rq, struct rq_bio *bio, unsigned nr_segs)
+{
+	sq_rq_init(q, ctx, rq, bio, nr_segs);
+	stat_inc(q, ST_REQUESTS);
+	trace_getrq(q, rq, bio);
+	rq->rq_flags |= RQ_RQF_ELVPRIV;
+	plug_add(plug, rq);
+}
+
+/*
+ * A plugged bio that nothing queued could take (sq_merge_candidates()) gets
+ * a request the thread took ahead: no lock for it.  False: the locked way.
+ */
+static bool sq_submit_plugged(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_plug *plug,
+			      struct rq_bio *bio, unsigned nr_segs)
+{
+	struct rq_sq_data *sqd = sqd_of(q);
+	struct rq_request *rq;
+
+	if (!sq_cache_allowed(sqd) || sq_merge_candidates(sqd))
+		return false;
+	rq = sq_cache_get(q, sq_plug_batch(plug, bio));
+	if (!rq)
+		return false;
+	sq_plug_request(q, ctx, plug, rq, bio, nr_segs);
+	return true;
+}
+
+/*
+ * A request for @bio, the queue lock held: a plugged one from the thread's
+ * cache if it may, else from the pool (which may sleep).
+ */
+static struct rq_request *sq_get_request(struct rq_queue *q, struct rq_plug *plug,
+					 struct rq_bio *bio, bool flush_seq)
+{
+	struct rq_sq_data *sqd = sqd_of(q);
+	struct rq_request *rq;
+
+	if (plug && !flush_seq && sq_cache_allowed(sqd)) {
+		rq = sq_cache_pop(q);
+		if (!rq && !tls_sq_cache.head) {
+			sq_cache_fill_locked(q, sq_plug_batch(plug, bio));
+			rq = sq_cache_pop(q);
+		}
+		if (rq)
+			return rq;
+	}
+	return pool_get(q, bio);
+}
+
 /* Submit one piece that fits the limits; consumes one usage reference. */
 static void sq_submit(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_bio *bio,
 		      unsigned nr_segs)
@@ -955,13 +1156,15 @@ static void sq_submit(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_bio *
 		queue_exit(q);
 		return;
 	}
+	if (plug && !flush_seq && sq_submit_plugged(q, ctx, plug, bio, nr_segs))
+		return;
 	sq_lock(sqd);
 	if (!flush_seq && sq_attempt_merge(q, bio, nr_segs)) {
 		sq_unlock(sqd);
 		queue_exit(q);
 		return;
 	}
-	rq = pool_get(q, bio);
+	rq = sq_get_request(q, plug, bio, flush_seq);
 	if (!rq) {
 		sq_unlock(sqd);
 		queue_exit(q);
@@ -971,17 +1174,15 @@ static void sq_submit(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_bio *
 	sq_rq_init(q, ctx, rq, bio, nr_segs);
 	stat_inc(q, ST_REQUESTS);
 	trace_getrq(q, rq, bio);
-	if (!flush_seq) {
-		rq->rq_flags |= RQ_RQF_ELVPRIV;
-		if (sqd->eops.set_request && sqd->eops.set_request(q, rq, bio))
-			rq->rq_flags &= ~RQ_RQF_ELVPRIV;
-	}
 	if (flush_seq) {
 		if (!flush_insert(rq)) /* data only: straight to the driver */
 			sq_flush_queue_rq(rq, false);
 		sq_unlock_end(q);
 		return;
 	}
+	rq->rq_flags |= RQ_RQF_ELVPRIV;
+	if (sqd->eops.set_request && sqd->eops.set_request(q, rq, bio))
+		rq->rq_flags &= ~RQ_RQF_ELVPRIV;
 	if (plug) {
 		sq_unlock(sqd);
 		plug_add(plug, rq);
@@ -999,6 +1200,7 @@ static void sq_plug_issue(struct rq_list_node *list, struct rq_request *first)
 	struct rq_sq_data *sqd = sqd_of(q);
 
 	sq_lock(sqd);
+	sq_cache_return_locked(q);
 	while (!rq_list_empty(list)) {
 		struct rq_request *rq = rq_list_first_rq(list);
 
@@ -1249,6 +1451,8 @@ static void sq_teardown(struct rq_queue *q)
 /* rq_queue_destroy(), after the core marked @q dying: fail, drain, free. */
 static void sq_queue_destroy(struct rq_queue *q)
 {
+	if (tls_sq_cache.q == q)
+		memset(&tls_sq_cache, 0, sizeof(tls_sq_cache)); /* the plug failed them */
 	queue_wait_drained(q, sq_teardown);
 	service_unregister(q);
 	sq_queue_free(q);
