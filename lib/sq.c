@@ -222,14 +222,16 @@ RQ_EXPORT void rq_sq_unlock(struct rq_queue *q)
  */
 static void sq_deferred_mark(struct rq_sq_data *sqd)
 {
-	if (atomic_exchange_explicit(&sqd->deferred_pending, true, memory_order_release))
+	bool kick = !sqd->lib_locked && !sqd->request_fn_active;
+
+	/* only lock holders write the flag: a plain test, no locked exchange */
+	if (atomic_load_explicit(&sqd->deferred_pending, memory_order_relaxed))
 		return;
-	if (!sqd->lib_locked && !sqd->request_fn_active) {
-		atomic_store_explicit(&sqd->deferred_since, service_clock_ns(), memory_order_relaxed);
+	atomic_store_explicit(&sqd->deferred_since, kick ? service_clock_ns() : UINT64_MAX,
+			      memory_order_relaxed);
+	atomic_store_explicit(&sqd->deferred_pending, true, memory_order_release);
+	if (kick)
 		service_kick_in(1);
-	} else {
-		atomic_store_explicit(&sqd->deferred_since, UINT64_MAX, memory_order_relaxed);
-	}
 }
 
 /* End @bio with @status once the lock is dropped.  Lock held. */
@@ -658,7 +660,7 @@ static void sq_rq_init(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_requ
 	rq_init_common(rq, q, NULL, ctx);
 	rq_priv(rq)->complete_status = RQ_STS_OK;
 	rq->tag = -1;
-	rq->start_time_ns = rq_clock_ns();
+	rq->start_time_ns = core_clock_ns();
 	rq->op = bio->op;
 	rq->opf = bio->opf;
 	rq->ioc = bio->ioc ? bio->ioc : rq_ioc_current();
@@ -823,7 +825,7 @@ RQ_EXPORT void rq_sq_start_request(struct rq_request *rq)
 
 	rq_list_del_init(&rq->queuelist);
 	rq->rq_flags |= RQ_RQF_STARTED;
-	rq->io_start_time_ns = rq_clock_ns();
+	rq->io_start_time_ns = core_clock_ns();
 	sqd->in_flight[rq_request_is_sync(rq)]++;
 	__atomic_store_n(&rq_priv(rq)->gen, rq_priv(rq)->gen + 1, __ATOMIC_RELAXED);
 	__atomic_store_n(&rq->state, RQ_STATE_IN_FLIGHT, __ATOMIC_RELEASE);
