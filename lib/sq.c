@@ -1329,6 +1329,22 @@ static unsigned sq_config_check(const struct rq_sq_config *cfg, struct rq_queue_
 	return rq_queue_limits_validate(lim) ? 0 : nr;
 }
 
+/*
+ * The library's queue lock: adaptive (glibc spins a while before it
+ * sleeps), as the kernel's queue_lock is a spinlock: holds are short, and
+ * a submitter that finds it taken mostly gets it without a futex sleep
+ * and wake-up.
+ */
+static void sq_lock_init(pthread_mutex_t *lock)
+{
+	pthread_mutexattr_t attr;
+
+	pthread_mutexattr_init(&attr);
+	pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ADAPTIVE_NP);
+	pthread_mutex_init(lock, &attr);
+	pthread_mutexattr_destroy(&attr);
+}
+
 /* The front end's own part of a new queue: driver ops, lock, pool. */
 static struct rq_sq_data *sq_data_alloc(const struct rq_sq_config *cfg, unsigned nr)
 {
@@ -1339,7 +1355,7 @@ static struct rq_sq_data *sq_data_alloc(const struct rq_sq_config *cfg, unsigned
 	memcpy(&sqd->ops, cfg->ops, cfg->ops->size < sizeof(sqd->ops) ? cfg->ops->size :
 									  sizeof(sqd->ops));
 	sqd->ops.size = sizeof(sqd->ops);
-	pthread_mutex_init(&sqd->own_lock, NULL);
+	sq_lock_init(&sqd->own_lock);
 	sqd->lock = cfg->queue_lock ? cfg->queue_lock : &sqd->own_lock;
 	rq_list_init(&sqd->queue_head);
 	sqd->rq_size = request_size(cfg->cmd_size);
