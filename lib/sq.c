@@ -528,22 +528,28 @@ static void pool_abort_waiters(struct rq_sq_data *sqd)
  * thread holds requests ahead only while its plug holds a request of the
  * same queue, and only one queue's at a time.
  *
- * The limit stays exact: requests taken ahead count as allocated.  A batch
- * is taken only while nobody waits for the pool and at least twice the
- * batch is free under nr_requests; closer to the limit requests are taken
- * one by one under the lock as before, so waiters keep their order and a
- * plug never starves another thread.  Only for schedulers without the
- * per-request hooks may_queue and set_request (noop, deadline): those
- * decide per request, under the lock.
+ * Requests taken ahead count as allocated, so nr_requests is never passed.
+ * A batch is as large as the plug's use of requests so far, or the last
+ * plug's (1, 1, 2, 4, ... up to SQ_PLUG_BATCH), so few sit idle; it is
+ * taken only while nobody waits for the pool and at least twice the batch
+ * is free under nr_requests.  Closer to the limit requests are taken one
+ * by one under the lock as before, and waiters keep their arrival order.
+ * What differs from Linux 4.x: far from the limit, up to SQ_PLUG_BATCH - 1
+ * requests per plugging thread are counted before they are made, until its
+ * plug issues.  Only for schedulers without the per-request hooks may_queue
+ * and set_request (noop, deadline): those decide per request, under the
+ * lock, so with cfq nothing changes.
  */
 #define SQ_PLUG_BATCH 16
 #define SQ_PLUG_BIG_BIO (64u * 1024u) /* bytes */
 
 struct sq_plug_cache {
-	struct rq_queue *q;       /* whose requests these are */
+	struct rq_queue *q;       /* whose requests these are (or were) */
 	struct rq_request *head;  /* by rq_next */
 	struct rq_request *tail;
-	unsigned nr;
+	unsigned nr;              /* on the list */
+	unsigned used;            /* taken off it since the plug's last issue */
+	unsigned last;            /* used, at that issue */
 };
 
 static __thread struct sq_plug_cache tls_sq_cache __attribute__((tls_model("initial-exec")));
@@ -566,7 +572,10 @@ static void sq_cache_fill_locked(struct rq_queue *q, unsigned want)
 
 	if (sqd->wait_head || sqd->allocated + 2 * want > sqd->nr_requests)
 		return;
-	c->q = q;
+	if (c->q != q) {
+		c->q = q;
+		c->used = c->last = 0;
+	}
 	while (c->nr < want && (rq = sqd->free_list)) {
 		sqd->free_list = rq->rq_next;
 		rq->rq_next = c->head;
@@ -589,6 +598,7 @@ static inline struct rq_request *sq_cache_pop(struct rq_queue *q)
 	c->head = rq->rq_next;
 	rq->rq_next = NULL;
 	c->nr--;
+	c->used++;
 	return rq;
 }
 
@@ -606,7 +616,10 @@ static void sq_cache_return_locked(struct rq_queue *q)
 		sqd->allocated -= c->nr;
 		pool_serve_waiters(sqd);
 	}
-	memset(c, 0, sizeof(*c));
+	c->head = c->tail = NULL;
+	c->nr = 0;
+	c->last = c->used; /* how many the next plug likely needs */
+	c->used = 0;
 }
 
 /*
@@ -1077,18 +1090,28 @@ static bool sq_attempt_merge(struct rq_queue *q, struct rq_bio *bio, unsigned nr
 }
 
 /*
- * How many requests to take ahead for @plug: what it may still take
- * before it flushes (plug_add()), at most SQ_PLUG_BATCH; one for a large
- * bio, whose request flushes the plug soon (BLK_PLUG_FLUSH_SIZE).
+ * How many requests of @q to take ahead for @plug: as many as this plug
+ * made so far or the last one made (so a plug of a few bios leaves few
+ * idle, and a first plug takes 1, 1, 2, 4...), at most what the plug may
+ * still take before it flushes (plug_add()) and SQ_PLUG_BATCH; one for a
+ * large bio, whose request flushes the plug soon (BLK_PLUG_FLUSH_SIZE).
  */
-static unsigned sq_plug_batch(const struct rq_plug *plug, const struct rq_bio *bio)
+static unsigned sq_plug_batch(struct rq_queue *q, const struct rq_plug *plug,
+			      const struct rq_bio *bio)
 {
+	const struct sq_plug_cache *c = &tls_sq_cache;
 	unsigned max = plug->multiple_queues ? 2u * RQ_PLUG_MAX_REQUESTS : RQ_PLUG_MAX_REQUESTS;
-	unsigned room = plug->count < max ? max - plug->count : max;
+	unsigned want = max - (plug->count < max ? plug->count : 0);
 
 	if (bio->iter.size >= SQ_PLUG_BIG_BIO)
 		return 1;
-	return room < SQ_PLUG_BATCH ? room : SQ_PLUG_BATCH;
+	if (want > SQ_PLUG_BATCH)
+		want = SQ_PLUG_BATCH;
+	if (c->q != q)
+		return 1;
+	if (want > c->used && want > c->last)
+		want = c->used > c->last ? c->used : c->last;
+	return want ? want : 1;
 }
 
 /* @rq made for @bio goes on @plug.  Lock not held. */
@@ -1114,7 +1137,7 @@ static bool sq_submit_plugged(struct rq_queue *q, struct rq_sw_ctx *ctx, struct 
 
 	if (!sq_cache_allowed(sqd) || sq_merge_candidates(sqd))
 		return false;
-	rq = sq_cache_get(q, sq_plug_batch(plug, bio));
+	rq = sq_cache_get(q, sq_plug_batch(q, plug, bio));
 	if (!rq)
 		return false;
 	sq_plug_request(q, ctx, plug, rq, bio, nr_segs);
@@ -1134,7 +1157,7 @@ static struct rq_request *sq_get_request(struct rq_queue *q, struct rq_plug *plu
 	if (plug && !flush_seq && sq_cache_allowed(sqd)) {
 		rq = sq_cache_pop(q);
 		if (!rq && !tls_sq_cache.head) {
-			sq_cache_fill_locked(q, sq_plug_batch(plug, bio));
+			sq_cache_fill_locked(q, sq_plug_batch(q, plug, bio));
 			rq = sq_cache_pop(q);
 		}
 		if (rq)
