@@ -349,7 +349,8 @@ static void sq_service(struct rq_queue *q, uint64_t now, bool scan, uint64_t *ne
 	for (unsigned i = 0; i < sqd->pool_cap; i++) {
 		struct rq_request *rq = sqd->slots[i];
 
-		if (rq->state != RQ_STATE_IN_FLIGHT)
+		/* a plugged request is made without the lock: atomic read */
+		if (__atomic_load_n(&rq->state, __ATOMIC_RELAXED) != RQ_STATE_IN_FLIGHT)
 			continue;
 		if (sqd->timeout_gen[i] != rq_priv(rq)->gen || !sqd->timeout_deadline[i]) {
 			sqd->timeout_gen[i] = rq_priv(rq)->gen;
@@ -445,12 +446,13 @@ static void pool_serve_waiters(struct rq_sq_data *sqd)
 }
 
 /* Back to the pool; the oldest waiter gets it if the limit allows.  Lock held. */
-static void pool_put(struct rq_sq_data *sqd, struct rq_request *rq)
+static inline void pool_put(struct rq_sq_data *sqd, struct rq_request *rq)
 {
 	sqd->allocated--;
 	rq->rq_next = sqd->free_list;
 	sqd->free_list = rq;
-	pool_serve_waiters(sqd);
+	if (sqd->wait_head)
+		pool_serve_waiters(sqd);
 }
 
 /*
