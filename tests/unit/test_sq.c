@@ -184,6 +184,17 @@ static struct rq_queue *mkq(unsigned nr_requests, unsigned features)
 	return q;
 }
 
+/* Stop the queue (request_fn is not called), or start it (and so run it). */
+static void set_stopped(struct rq_queue *q, bool stopped)
+{
+	rq_sq_lock(q);
+	if (stopped)
+		rq_sq_stop_queue(q);
+	else
+		rq_sq_start_queue(q);
+	rq_sq_unlock(q);
+}
+
 /* Every bio reaches request_fn and ends exactly once, in order. */
 static void test_basic_fifo(void **state)
 {
@@ -229,15 +240,11 @@ static void test_scheduler_merges(void **state)
 {
 	struct rq_queue *q = mkq(0, 0);
 
-	rq_sq_lock(q);
-	rq_sq_stop_queue(q);
-	rq_sq_unlock(q);
+	set_stopped(q, true);
 	for (unsigned i = 0; i < 8; i++)
 		rq_submit_bio(q, mkbio(RQ_OP_READ, 0, 1000 + i * 8));
 	assert_int_equal(drv.nr_seen, 0);
-	rq_sq_lock(q);
-	rq_sq_start_queue(q);
-	rq_sq_unlock(q);
+	set_stopped(q, false);
 	assert_int_equal(drv.nr_seen, 1);
 	assert_int_equal(drv.seen[0].bytes, 8 * 4096);
 	assert_int_equal(atomic_load(&ended), 8);
@@ -319,9 +326,7 @@ static void test_teardown(void **state)
 	drv.hold = true;
 	for (unsigned i = 0; i < 3; i++)
 		rq_submit_bio(q, mkbio(RQ_OP_READ, 0, i * 1000));
-	rq_sq_lock(q);
-	rq_sq_stop_queue(q);
-	rq_sq_unlock(q);
+	set_stopped(q, true);
 	for (unsigned i = 0; i < 5; i++)
 		rq_submit_bio(q, mkbio(RQ_OP_READ, 0, 50000 + i * 1000));
 	assert_int_equal(drv.nr_held, 3);
@@ -447,9 +452,7 @@ static void test_plugged_bio_merges_queued(void **state)
 	struct rq_queue_stats st;
 	struct rq_plug plug;
 
-	rq_sq_lock(q);
-	rq_sq_stop_queue(q);
-	rq_sq_unlock(q);
+	set_stopped(q, true);
 	rq_submit_bio(q, mkbio(RQ_OP_READ, 0, 5000));
 	rq_start_plug(&plug);
 	rq_submit_bio(q, mkbio(RQ_OP_READ, 0, 5008)); /* bio merge, queued request */
@@ -461,19 +464,15 @@ static void test_plugged_bio_merges_queued(void **state)
 	assert_int_equal(rq_sq_nr_sorted(q), 2);
 
 	/* scheduler empty: the plug's request joins the queued one at insert */
-	rq_sq_lock(q);
-	rq_sq_start_queue(q);
-	rq_sq_stop_queue(q);
-	rq_sq_unlock(q);
+	set_stopped(q, false);
+	set_stopped(q, true);
 	assert_int_equal(drv.nr_seen, 2);
 	assert_int_equal(drv.seen[0].bytes, 3 * 4096);
 	rq_submit_bio(q, mkbio(RQ_OP_READ, 0, 20000));
 	rq_start_plug(&plug);
 	rq_submit_bio(q, mkbio(RQ_OP_READ, 0, 20008));
 	rq_finish_plug(&plug);
-	rq_sq_lock(q);
-	rq_sq_start_queue(q);
-	rq_sq_unlock(q);
+	set_stopped(q, false);
 	assert_int_equal(drv.nr_seen, 3);
 	assert_int_equal(drv.seen[2].bytes, 2 * 4096);
 	assert_int_equal(atomic_load(&ended), 6);
