@@ -625,11 +625,11 @@ static void sq_cache_return_locked(struct rq_queue *q)
 }
 
 /*
- * A request for a plugged @bio of @q: from the cache, refilled with one
- * lock hold when empty (@room: what the plug can still take).  NULL when
- * the pool is near its limit: the caller goes the locked way.
+ * A request of @q for a plugged bio: from the cache, refilled with up to
+ * @want in one lock hold when empty.  NULL when the pool is near its limit
+ * or the cache holds another queue's: the caller goes the locked way.
  */
-static struct rq_request *sq_cache_get(struct rq_queue *q, unsigned room)
+static struct rq_request *sq_cache_get(struct rq_queue *q, unsigned want)
 {
 	struct rq_sq_data *sqd = sqd_of(q);
 	struct rq_request *rq = sq_cache_pop(q);
@@ -637,7 +637,7 @@ static struct rq_request *sq_cache_get(struct rq_queue *q, unsigned room)
 	if (rq || tls_sq_cache.head)
 		return rq; /* a hit, or another queue's requests (kept for its flush) */
 	sq_lock(sqd);
-	sq_cache_fill_locked(q, room < SQ_PLUG_BATCH ? room : SQ_PLUG_BATCH);
+	sq_cache_fill_locked(q, want);
 	sq_unlock(sqd);
 	return sq_cache_pop(q);
 }
