@@ -51,7 +51,9 @@ struct rq_sq_data {
 	struct rq_list_node queue_head;  /* the dispatch queue */
 	uint64_t end_sector;             /* where the last dispatched request ended */
 	struct rq_request *boundary_rq;
-	unsigned nr_sorted;              /* requests inside the scheduler */
+	unsigned nr_sorted;              /* requests inside the scheduler (written
+					    under the lock, read without it by
+					    sq_merge_candidates()) */
 	unsigned in_flight[2];           /* started: [async, sync] */
 	bool stopped;
 	int request_fn_active;           /* request_fn is running (no recursion) */
@@ -92,6 +94,29 @@ static const struct rq_fe_ops sq_fe_ops;
 static struct rq_sq_data *sqd_of(const struct rq_queue *q)
 {
 	return q->fe_data;
+}
+
+/*
+ * Requests entering or leaving the scheduler.  Lock held; the store is
+ * atomic because sq_merge_candidates() reads the count without the lock.
+ */
+static inline void sq_sorted_add(struct rq_sq_data *sqd, int d)
+{
+	__atomic_store_n(&sqd->nr_sorted, sqd->nr_sorted + (unsigned)d, __ATOMIC_RELAXED);
+}
+
+/*
+ * Could a bio merge into queued work?  Only requests inside the scheduler
+ * take bio merges (the one-hit cache, the hash and the scheduler's merge
+ * hook know no others), so with none there the merge attempt would find
+ * nothing: a snapshot taken without the lock is as good as one taken with
+ * it and dropped at once, which is what a plugged submission does anyway
+ * (Linux 4.x blk_queue_bio drops the lock between elv_merge and the plug).
+ * The calling thread's own inserts are always seen.
+ */
+static inline bool sq_merge_candidates(struct rq_sq_data *sqd)
+{
+	return __atomic_load_n(&sqd->nr_sorted, __ATOMIC_RELAXED) != 0;
 }
 
 /* The library takes / drops the queue lock (and so ends deferred bios). */
@@ -197,14 +222,16 @@ RQ_EXPORT void rq_sq_unlock(struct rq_queue *q)
  */
 static void sq_deferred_mark(struct rq_sq_data *sqd)
 {
-	if (atomic_exchange_explicit(&sqd->deferred_pending, true, memory_order_release))
+	bool kick = !sqd->lib_locked && !sqd->request_fn_active;
+
+	/* only lock holders write the flag: a plain test, no locked exchange */
+	if (atomic_load_explicit(&sqd->deferred_pending, memory_order_relaxed))
 		return;
-	if (!sqd->lib_locked && !sqd->request_fn_active) {
-		atomic_store_explicit(&sqd->deferred_since, service_clock_ns(), memory_order_relaxed);
+	atomic_store_explicit(&sqd->deferred_since, kick ? service_clock_ns() : UINT64_MAX,
+			      memory_order_relaxed);
+	atomic_store_explicit(&sqd->deferred_pending, true, memory_order_release);
+	if (kick)
 		service_kick_in(1);
-	} else {
-		atomic_store_explicit(&sqd->deferred_since, UINT64_MAX, memory_order_relaxed);
-	}
 }
 
 /* End @bio with @status once the lock is dropped.  Lock held. */
@@ -322,7 +349,8 @@ static void sq_service(struct rq_queue *q, uint64_t now, bool scan, uint64_t *ne
 	for (unsigned i = 0; i < sqd->pool_cap; i++) {
 		struct rq_request *rq = sqd->slots[i];
 
-		if (rq->state != RQ_STATE_IN_FLIGHT)
+		/* a plugged request is made without the lock: atomic read */
+		if (__atomic_load_n(&rq->state, __ATOMIC_RELAXED) != RQ_STATE_IN_FLIGHT)
 			continue;
 		if (sqd->timeout_gen[i] != rq_priv(rq)->gen || !sqd->timeout_deadline[i]) {
 			sqd->timeout_gen[i] = rq_priv(rq)->gen;
@@ -418,12 +446,13 @@ static void pool_serve_waiters(struct rq_sq_data *sqd)
 }
 
 /* Back to the pool; the oldest waiter gets it if the limit allows.  Lock held. */
-static void pool_put(struct rq_sq_data *sqd, struct rq_request *rq)
+static inline void pool_put(struct rq_sq_data *sqd, struct rq_request *rq)
 {
 	sqd->allocated--;
 	rq->rq_next = sqd->free_list;
 	sqd->free_list = rq;
-	pool_serve_waiters(sqd);
+	if (sqd->wait_head)
+		pool_serve_waiters(sqd);
 }
 
 /*
@@ -491,6 +520,128 @@ static void pool_abort_waiters(struct rq_sq_data *sqd)
 	}
 }
 
+/* ------------------------------------------------- the plug's requests */
+
+/*
+ * A plugging thread takes pool requests ahead, several in one lock hold
+ * (the kernel's plug->cached_rq, here for the single-queue pool), and
+ * makes its plugged requests from them without the lock.  What is left
+ * goes back in the lock hold that issues the plug (sq_plug_issue()), so a
+ * thread holds requests ahead only while its plug holds a request of the
+ * same queue, and only one queue's at a time.
+ *
+ * Requests taken ahead count as allocated, so nr_requests is never passed.
+ * A batch is as large as the plug's use of requests so far, or the last
+ * plug's (1, 1, 2, 4, ... up to SQ_PLUG_BATCH), so few sit idle; it is
+ * taken only while nobody waits for the pool and at least twice the batch
+ * is free under nr_requests.  Closer to the limit requests are taken one
+ * by one under the lock as before, and waiters keep their arrival order.
+ * What differs from Linux 4.x: far from the limit, up to SQ_PLUG_BATCH - 1
+ * requests per plugging thread are counted before they are made, until its
+ * plug issues.  Only for schedulers without the per-request hooks may_queue
+ * and set_request (noop, deadline): those decide per request, under the
+ * lock, so with cfq nothing changes.
+ */
+#define SQ_PLUG_BATCH 16
+#define SQ_PLUG_BIG_BIO (64u * 1024u) /* bytes */
+
+struct sq_plug_cache {
+	struct rq_queue *q;       /* whose requests these are (or were) */
+	struct rq_request *head;  /* by rq_next */
+	struct rq_request *tail;
+	unsigned nr;              /* on the list */
+	unsigned used;            /* taken off it since the plug's last issue */
+	unsigned last;            /* used, at that issue */
+};
+
+static __thread struct sq_plug_cache tls_sq_cache __attribute__((tls_model("initial-exec")));
+
+/* May plugged requests of @q come from the thread's cache?  Usage held. */
+static inline bool sq_cache_allowed(const struct rq_sq_data *sqd)
+{
+	return !sqd->eops.may_queue && !sqd->eops.set_request;
+}
+
+/*
+ * Take up to @want requests ahead for the calling thread's plug, if the
+ * pool is far enough from its limit.  Lock held.
+ */
+static void sq_cache_fill_locked(struct rq_queue *q, unsigned want)
+{
+	struct rq_sq_data *sqd = sqd_of(q);
+	struct sq_plug_cache *c = &tls_sq_cache;
+	struct rq_request *rq;
+
+	if (sqd->wait_head || sqd->allocated + 2 * want > sqd->nr_requests)
+		return;
+	if (c->q != q) {
+		c->q = q;
+		c->used = c->last = 0;
+	}
+	while (c->nr < want && (rq = sqd->free_list)) {
+		sqd->free_list = rq->rq_next;
+		rq->rq_next = c->head;
+		if (!c->head)
+			c->tail = rq;
+		c->head = rq;
+		c->nr++;
+		sqd->allocated++;
+	}
+}
+
+/* A request of @q from the thread's cache, or NULL.  Lock not needed. */
+static inline struct rq_request *sq_cache_pop(struct rq_queue *q)
+{
+	struct sq_plug_cache *c = &tls_sq_cache;
+	struct rq_request *rq = c->head;
+
+	if (!rq || c->q != q)
+		return NULL;
+	c->head = rq->rq_next;
+	rq->rq_next = NULL;
+	c->nr--;
+	c->used++;
+	return rq;
+}
+
+/* The requests of @q the thread took ahead go back to the pool.  Lock held. */
+static void sq_cache_return_locked(struct rq_queue *q)
+{
+	struct rq_sq_data *sqd = sqd_of(q);
+	struct sq_plug_cache *c = &tls_sq_cache;
+
+	if (c->q != q)
+		return;
+	if (c->head) {
+		c->tail->rq_next = sqd->free_list;
+		sqd->free_list = c->head;
+		sqd->allocated -= c->nr;
+		pool_serve_waiters(sqd);
+	}
+	c->head = c->tail = NULL;
+	c->nr = 0;
+	c->last = c->used; /* how many the next plug likely needs */
+	c->used = 0;
+}
+
+/*
+ * A request of @q for a plugged bio: from the cache, refilled with up to
+ * @want in one lock hold when empty.  NULL when the pool is near its limit
+ * or the cache holds another queue's: the caller goes the locked way.
+ */
+static struct rq_request *sq_cache_get(struct rq_queue *q, unsigned want)
+{
+	struct rq_sq_data *sqd = sqd_of(q);
+	struct rq_request *rq = sq_cache_pop(q);
+
+	if (rq || tls_sq_cache.head)
+		return rq; /* a hit, or another queue's requests (kept for its flush) */
+	sq_lock(sqd);
+	sq_cache_fill_locked(q, want);
+	sq_unlock(sqd);
+	return sq_cache_pop(q);
+}
+
 /*
  * The "nr_requests" attribute: the pool's limit (it grows to it at once).
  * Context: q->sysfs_lock held.  Return: 0, -EINVAL out of range, -ENOMEM.
@@ -524,7 +675,7 @@ static void sq_rq_init(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_requ
 	rq_init_common(rq, q, NULL, ctx);
 	rq_priv(rq)->complete_status = RQ_STS_OK;
 	rq->tag = -1;
-	rq->start_time_ns = rq_clock_ns();
+	rq->start_time_ns = core_clock_ns();
 	rq->op = bio->op;
 	rq->opf = bio->opf;
 	rq->ioc = bio->ioc ? bio->ioc : rq_ioc_current();
@@ -543,7 +694,7 @@ static void sq_insert_sorted(struct rq_queue *q, struct rq_request *rq)
 
 	rq->rq_flags |= RQ_RQF_SORTED;
 	trace_insert(rq);
-	sqd->nr_sorted++;
+	sq_sorted_add(sqd, 1);
 	if (rq_mergeable(rq)) {
 		rq_sched_hash_add(q, rq);
 		if (!q->elevator->merge[0].last_merge)
@@ -580,7 +731,7 @@ static void sq_leave_scheduler(struct rq_queue *q, struct rq_request *rq)
 	rq_sched_hash_del(q, rq);
 	if (rq->rq_flags & RQ_RQF_SORTED) {
 		rq->rq_flags &= ~RQ_RQF_SORTED;
-		sqd->nr_sorted--;
+		sq_sorted_add(sqd, -1);
 	}
 }
 
@@ -639,7 +790,7 @@ static void sq_requests_merged(struct rq_queue *q, struct rq_request *rq,
 	if (sqd->eops.merge_req)
 		sqd->eops.merge_req(q, rq, next);
 	next->rq_flags &= ~RQ_RQF_SORTED;
-	sqd->nr_sorted--;
+	sq_sorted_add(sqd, -1);
 }
 
 RQ_EXPORT unsigned rq_sq_nr_sorted(const struct rq_queue *q)
@@ -689,7 +840,7 @@ RQ_EXPORT void rq_sq_start_request(struct rq_request *rq)
 
 	rq_list_del_init(&rq->queuelist);
 	rq->rq_flags |= RQ_RQF_STARTED;
-	rq->io_start_time_ns = rq_clock_ns();
+	rq->io_start_time_ns = core_clock_ns();
 	sqd->in_flight[rq_request_is_sync(rq)]++;
 	__atomic_store_n(&rq_priv(rq)->gen, rq_priv(rq)->gen + 1, __ATOMIC_RELAXED);
 	__atomic_store_n(&rq->state, RQ_STATE_IN_FLIGHT, __ATOMIC_RELEASE);
@@ -940,6 +1091,83 @@ static bool sq_attempt_merge(struct rq_queue *q, struct rq_bio *bio, unsigned nr
 	return true;
 }
 
+/*
+ * How many requests of @q to take ahead for @plug: as many as this plug
+ * made so far or the last one made (so a plug of a few bios leaves few
+ * idle, and a first plug takes 1, 1, 2, 4...), at most what the plug may
+ * still take before it flushes (plug_add()) and SQ_PLUG_BATCH; one for a
+ * large bio, whose request flushes the plug soon (BLK_PLUG_FLUSH_SIZE).
+ */
+static unsigned sq_plug_batch(struct rq_queue *q, const struct rq_plug *plug,
+			      const struct rq_bio *bio)
+{
+	const struct sq_plug_cache *c = &tls_sq_cache;
+	unsigned max = plug->multiple_queues ? 2u * RQ_PLUG_MAX_REQUESTS : RQ_PLUG_MAX_REQUESTS;
+	unsigned want = max - (plug->count < max ? plug->count : 0);
+
+	if (bio->iter.size >= SQ_PLUG_BIG_BIO)
+		return 1;
+	if (want > SQ_PLUG_BATCH)
+		want = SQ_PLUG_BATCH;
+	if (c->q != q)
+		return 1;
+	if (want > c->used && want > c->last)
+		want = c->used > c->last ? c->used : c->last;
+	return want ? want : 1;
+}
+
+/* @rq made for @bio goes on @plug.  Lock not held. */
+static void sq_plug_request(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_plug *plug,
+			    struct rq_request *rq, struct rq_bio *bio, unsigned nr_segs)
+{
+	sq_rq_init(q, ctx, rq, bio, nr_segs);
+	stat_inc(q, ST_REQUESTS);
+	trace_getrq(q, rq, bio);
+	rq->rq_flags |= RQ_RQF_ELVPRIV;
+	plug_add(plug, rq);
+}
+
+/*
+ * A plugged bio that nothing queued could take (sq_merge_candidates()) gets
+ * a request the thread took ahead: no lock for it.  False: the locked way.
+ */
+static bool sq_submit_plugged(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_plug *plug,
+			      struct rq_bio *bio, unsigned nr_segs)
+{
+	struct rq_sq_data *sqd = sqd_of(q);
+	struct rq_request *rq;
+
+	if (!sq_cache_allowed(sqd) || sq_merge_candidates(sqd))
+		return false;
+	rq = sq_cache_get(q, sq_plug_batch(q, plug, bio));
+	if (!rq)
+		return false;
+	sq_plug_request(q, ctx, plug, rq, bio, nr_segs);
+	return true;
+}
+
+/*
+ * A request for @bio, the queue lock held: a plugged one from the thread's
+ * cache if it may, else from the pool (which may sleep).
+ */
+static struct rq_request *sq_get_request(struct rq_queue *q, struct rq_plug *plug,
+					 struct rq_bio *bio, bool flush_seq)
+{
+	struct rq_sq_data *sqd = sqd_of(q);
+	struct rq_request *rq;
+
+	if (plug && !flush_seq && sq_cache_allowed(sqd)) {
+		rq = sq_cache_pop(q);
+		if (!rq && !tls_sq_cache.head) {
+			sq_cache_fill_locked(q, sq_plug_batch(q, plug, bio));
+			rq = sq_cache_pop(q);
+		}
+		if (rq)
+			return rq;
+	}
+	return pool_get(q, bio);
+}
+
 /* Submit one piece that fits the limits; consumes one usage reference. */
 static void sq_submit(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_bio *bio,
 		      unsigned nr_segs)
@@ -955,13 +1183,15 @@ static void sq_submit(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_bio *
 		queue_exit(q);
 		return;
 	}
+	if (plug && !flush_seq && sq_submit_plugged(q, ctx, plug, bio, nr_segs))
+		return;
 	sq_lock(sqd);
 	if (!flush_seq && sq_attempt_merge(q, bio, nr_segs)) {
 		sq_unlock(sqd);
 		queue_exit(q);
 		return;
 	}
-	rq = pool_get(q, bio);
+	rq = sq_get_request(q, plug, bio, flush_seq);
 	if (!rq) {
 		sq_unlock(sqd);
 		queue_exit(q);
@@ -971,17 +1201,15 @@ static void sq_submit(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_bio *
 	sq_rq_init(q, ctx, rq, bio, nr_segs);
 	stat_inc(q, ST_REQUESTS);
 	trace_getrq(q, rq, bio);
-	if (!flush_seq) {
-		rq->rq_flags |= RQ_RQF_ELVPRIV;
-		if (sqd->eops.set_request && sqd->eops.set_request(q, rq, bio))
-			rq->rq_flags &= ~RQ_RQF_ELVPRIV;
-	}
 	if (flush_seq) {
 		if (!flush_insert(rq)) /* data only: straight to the driver */
 			sq_flush_queue_rq(rq, false);
 		sq_unlock_end(q);
 		return;
 	}
+	rq->rq_flags |= RQ_RQF_ELVPRIV;
+	if (sqd->eops.set_request && sqd->eops.set_request(q, rq, bio))
+		rq->rq_flags &= ~RQ_RQF_ELVPRIV;
 	if (plug) {
 		sq_unlock(sqd);
 		plug_add(plug, rq);
@@ -999,6 +1227,7 @@ static void sq_plug_issue(struct rq_list_node *list, struct rq_request *first)
 	struct rq_sq_data *sqd = sqd_of(q);
 
 	sq_lock(sqd);
+	sq_cache_return_locked(q);
 	while (!rq_list_empty(list)) {
 		struct rq_request *rq = rq_list_first_rq(list);
 
@@ -1125,6 +1354,22 @@ static unsigned sq_config_check(const struct rq_sq_config *cfg, struct rq_queue_
 	return rq_queue_limits_validate(lim) ? 0 : nr;
 }
 
+/*
+ * The library's queue lock: adaptive (glibc spins a while before it
+ * sleeps), as the kernel's queue_lock is a spinlock: holds are short, and
+ * a submitter that finds it taken mostly gets it without a futex sleep
+ * and wake-up.
+ */
+static void sq_lock_init(pthread_mutex_t *lock)
+{
+	pthread_mutexattr_t attr;
+
+	pthread_mutexattr_init(&attr);
+	pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ADAPTIVE_NP);
+	pthread_mutex_init(lock, &attr);
+	pthread_mutexattr_destroy(&attr);
+}
+
 /* The front end's own part of a new queue: driver ops, lock, pool. */
 static struct rq_sq_data *sq_data_alloc(const struct rq_sq_config *cfg, unsigned nr)
 {
@@ -1135,7 +1380,7 @@ static struct rq_sq_data *sq_data_alloc(const struct rq_sq_config *cfg, unsigned
 	memcpy(&sqd->ops, cfg->ops, cfg->ops->size < sizeof(sqd->ops) ? cfg->ops->size :
 									  sizeof(sqd->ops));
 	sqd->ops.size = sizeof(sqd->ops);
-	pthread_mutex_init(&sqd->own_lock, NULL);
+	sq_lock_init(&sqd->own_lock);
 	sqd->lock = cfg->queue_lock ? cfg->queue_lock : &sqd->own_lock;
 	rq_list_init(&sqd->queue_head);
 	sqd->rq_size = request_size(cfg->cmd_size);
@@ -1249,6 +1494,8 @@ static void sq_teardown(struct rq_queue *q)
 /* rq_queue_destroy(), after the core marked @q dying: fail, drain, free. */
 static void sq_queue_destroy(struct rq_queue *q)
 {
+	if (tls_sq_cache.q == q)
+		memset(&tls_sq_cache, 0, sizeof(tls_sq_cache)); /* the plug failed them */
 	queue_wait_drained(q, sq_teardown);
 	service_unregister(q);
 	sq_queue_free(q);

@@ -8,8 +8,10 @@
  *
  *   back merges    the core's one-hit cache and end-sector hash find the
  *                  request a bio continues (add_request hashes it);
- *   front merges   a sector-sorted tree per data direction finds the request
- *                  a bio ends just before (the merge hook);
+ *   front merges   a hash by start sector finds the request a bio ends
+ *                  just before (the merge hook): O(1) per add, lookup and
+ *                  removal, where a sorted tree cost a walk and rebalancing
+ *                  on every request;
  *   request pairs  after a bio merge the core asks former / latter for the
  *                  FIFO neighbours and joins them when they became
  *                  contiguous (neighbours in the FIFO, so even that never
@@ -27,18 +29,19 @@
 
 /* ---------------------------------------------------------- data structures */
 
-/* Data directions, as the kernel's rq_data_dir(): reads, and the rest. */
-enum { NOOP_READ = 0, NOOP_WRITE = 1 };
+#define NOOP_HASH_BITS 6 /* buckets of the front-merge hash, as the core's */
 
 /**
  * struct noop_data - one queue's noop instance.
  * @fifo: every queued request in arrival order, linked by queuelist.
- * @sort: mergeable queued requests by start sector, per data direction; a
- *	request is in its tree exactly when its rb_node is not "empty".
+ * @front: mergeable queued requests by start sector, newest first in each
+ *	bucket, linked by elv_priv[0] (next request) and elv_priv[1] (the
+ *	link pointing at the request); a request is hashed exactly when its
+ *	elv_priv[1] is set.
  */
 struct noop_data {
 	struct rq_list_node fifo;
-	struct rq_rb_root sort[2];
+	struct rq_request *front[1u << NOOP_HASH_BITS];
 };
 
 /* --------------------------------------------------------------- helpers */
@@ -48,9 +51,10 @@ static struct noop_data *noop_of(struct rq_queue *q)
 	return rq_sched_data(q);
 }
 
-static unsigned noop_dir(unsigned op)
+/* The front-merge bucket of requests starting at @sector. */
+static struct rq_request **noop_bucket(struct noop_data *nd, uint64_t sector)
 {
-	return op == RQ_OP_READ ? NOOP_READ : NOOP_WRITE;
+	return &nd->front[(sector * 0x9E3779B97F4A7C15ull) >> (64 - NOOP_HASH_BITS)];
 }
 
 /* Could a bio ever merge into @rq?  The core checks the details again. */
@@ -63,40 +67,53 @@ static bool noop_rq_mergeable(const struct rq_request *rq)
 	return !(rq->rq_flags & (RQ_RQF_FLUSH_SEQ | RQ_RQF_FLUSH_INTERNAL));
 }
 
-/* Take @rq out of the sort tree if it is in it. */
-static void noop_sort_del(struct noop_data *nd, struct rq_request *rq)
+/* Put @rq in the front-merge hash, by its start sector. */
+static void noop_front_add(struct noop_data *nd, struct rq_request *rq)
 {
-	if (!rq_rb_empty_node(&rq->rb_node))
-		rq_sched_rb_del(&nd->sort[noop_dir(rq->op)], rq);
+	struct rq_request **head = noop_bucket(nd, rq->sector);
+
+	rq->elv_priv[0] = *head;
+	if (*head)
+		(*head)->elv_priv[1] = &rq->elv_priv[0];
+	rq->elv_priv[1] = head;
+	*head = rq;
+}
+
+/* Take @rq out of the front-merge hash if it is in it. */
+static void noop_front_del(struct rq_request *rq)
+{
+	struct rq_request **link = rq->elv_priv[1];
+	struct rq_request *next = rq->elv_priv[0];
+
+	if (!link)
+		return;
+	*link = next;
+	if (next)
+		next->elv_priv[1] = link;
+	rq->elv_priv[0] = rq->elv_priv[1] = NULL;
 }
 
 /* Forget @rq: FIFO, sort tree and the core's hash.  Queue lock held. */
 static void noop_remove(struct rq_queue *q, struct noop_data *nd, struct rq_request *rq)
 {
 	rq_list_del_init(&rq->queuelist);
-	noop_sort_del(nd, rq);
+	noop_front_del(rq);
 	rq_sched_hash_del(q, rq);
 }
 
 /*
- * A queued request of @op starting at @sector that could take a front merge.
- * Requests of other ops (a discard among writes) or unmergeable ones may
- * share the sector: look at all of them.
+ * The queued request of @op starting at @sector that could take a front
+ * merge, of several the one hashed longest ago.  Requests of other ops (a discard among writes) or
+ * unmergeable ones may share the sector: look at all of them.
  */
 static struct rq_request *noop_find_front(struct noop_data *nd, unsigned op, uint64_t sector)
 {
-	struct rq_request *hit = rq_sched_rb_find(&nd->sort[noop_dir(op)], sector);
-	struct rq_request *rq;
+	struct rq_request *rq, *found = NULL;
 
-	if (!hit)
-		return NULL;
-	for (rq = hit; rq && rq->sector == sector; rq = rq_sched_rb_former(rq))
-		if (rq->op == op && noop_rq_mergeable(rq))
-			return rq;
-	for (rq = rq_sched_rb_latter(hit); rq && rq->sector == sector; rq = rq_sched_rb_latter(rq))
-		if (rq->op == op && noop_rq_mergeable(rq))
-			return rq;
-	return NULL;
+	for (rq = *noop_bucket(nd, sector); rq; rq = rq->elv_priv[0])
+		if (rq->sector == sector && rq->op == op && noop_rq_mergeable(rq))
+			found = rq; /* newest first: keep the last match */
+	return found;
 }
 
 /* ------------------------------------------------------------------ ops */
@@ -113,8 +130,6 @@ static int noop_init_queue(struct rq_queue *q, void **data)
 	if (!nd)
 		return -ENOMEM;
 	rq_list_init(&nd->fifo);
-	nd->sort[NOOP_READ].node = NULL;
-	nd->sort[NOOP_WRITE].node = NULL;
 	*data = nd;
 	return 0;
 }
@@ -127,7 +142,7 @@ static void noop_exit_queue(struct rq_queue *q, void *data)
 
 /**
  * noop_add_request() - queue @rq at the FIFO tail; mergeable requests also
- * go on the sort tree (front merges) and the core's hash (back merges).
+ * go in the front-merge hash and the core's hash (back merges).
  * Context: queue lock held.
  */
 static void noop_add_request(struct rq_queue *q, struct rq_request *rq)
@@ -135,9 +150,9 @@ static void noop_add_request(struct rq_queue *q, struct rq_request *rq)
 	struct noop_data *nd = noop_of(q);
 
 	rq_list_add_tail(&rq->queuelist, &nd->fifo);
-	rq_rb_clear_node(&rq->rb_node);
+	rq->elv_priv[0] = rq->elv_priv[1] = NULL;
 	if (noop_rq_mergeable(rq)) {
-		rq_sched_rb_add(&nd->sort[noop_dir(rq->op)], rq);
+		noop_front_add(nd, rq);
 		rq_sched_hash_add(q, rq);
 	}
 }
@@ -182,17 +197,15 @@ static int noop_merge(struct rq_queue *q, struct rq_request **rq, struct rq_bio 
 
 /**
  * noop_merged() - @rq grew; after a front merge its start sector moved, so
- * it moves in the sort tree.  Its FIFO place does not change.
+ * it moves in the front-merge hash.  Its FIFO place does not change.
  * Context: queue lock held.
  */
 static void noop_merged(struct rq_queue *q, struct rq_request *rq, enum rq_elv_merge type)
 {
-	struct noop_data *nd = noop_of(q);
-
-	if (type != RQ_ELV_FRONT_MERGE || rq_rb_empty_node(&rq->rb_node))
+	if (type != RQ_ELV_FRONT_MERGE || !rq->elv_priv[1])
 		return;
-	noop_sort_del(nd, rq);
-	rq_sched_rb_add(&nd->sort[noop_dir(rq->op)], rq);
+	noop_front_del(rq);
+	noop_front_add(noop_of(q), rq);
 }
 
 /**

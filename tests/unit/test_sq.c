@@ -184,6 +184,17 @@ static struct rq_queue *mkq(unsigned nr_requests, unsigned features)
 	return q;
 }
 
+/* Stop the queue (request_fn is not called), or start it (and so run it). */
+static void set_stopped(struct rq_queue *q, bool stopped)
+{
+	rq_sq_lock(q);
+	if (stopped)
+		rq_sq_stop_queue(q);
+	else
+		rq_sq_start_queue(q);
+	rq_sq_unlock(q);
+}
+
 /* Every bio reaches request_fn and ends exactly once, in order. */
 static void test_basic_fifo(void **state)
 {
@@ -229,15 +240,11 @@ static void test_scheduler_merges(void **state)
 {
 	struct rq_queue *q = mkq(0, 0);
 
-	rq_sq_lock(q);
-	rq_sq_stop_queue(q);
-	rq_sq_unlock(q);
+	set_stopped(q, true);
 	for (unsigned i = 0; i < 8; i++)
 		rq_submit_bio(q, mkbio(RQ_OP_READ, 0, 1000 + i * 8));
 	assert_int_equal(drv.nr_seen, 0);
-	rq_sq_lock(q);
-	rq_sq_start_queue(q);
-	rq_sq_unlock(q);
+	set_stopped(q, false);
 	assert_int_equal(drv.nr_seen, 1);
 	assert_int_equal(drv.seen[0].bytes, 8 * 4096);
 	assert_int_equal(atomic_load(&ended), 8);
@@ -319,9 +326,7 @@ static void test_teardown(void **state)
 	drv.hold = true;
 	for (unsigned i = 0; i < 3; i++)
 		rq_submit_bio(q, mkbio(RQ_OP_READ, 0, i * 1000));
-	rq_sq_lock(q);
-	rq_sq_stop_queue(q);
-	rq_sq_unlock(q);
+	set_stopped(q, true);
 	for (unsigned i = 0; i < 5; i++)
 		rq_submit_bio(q, mkbio(RQ_OP_READ, 0, 50000 + i * 1000));
 	assert_int_equal(drv.nr_held, 3);
@@ -366,6 +371,168 @@ static void test_tags(void **state)
 	rq_sq_start_queue(q);
 	rq_sq_unlock(q);
 	assert_int_equal(atomic_load(&ended), 3);
+	rq_queue_destroy(q);
+}
+
+/* --------------------------------------- plugged requests taken ahead */
+
+/* Submits NOWAIT reads without a plug until one ends with AGAIN. */
+struct nowait_fill {
+	struct rq_queue *q;
+	uint64_t sector;
+	unsigned made; /* requests made before the pool said no */
+};
+
+static void *nowait_fill_fn(void *arg)
+{
+	struct nowait_fill *f = arg;
+
+	for (;;) {
+		int bad_before = atomic_load(&bad);
+
+		rq_submit_bio(f->q, mkbio(RQ_OP_READ, RQ_BIO_NOWAIT, f->sector + f->made * 1000));
+		if (atomic_load(&bad) != bad_before)
+			return NULL;
+		f->made++;
+	}
+}
+
+/* How many requests another thread (no plug) still gets from @q's pool. */
+static unsigned nowait_fill(struct rq_queue *q, uint64_t sector)
+{
+	struct nowait_fill f = { .q = q, .sector = sector };
+	pthread_t th;
+
+	assert_int_equal(pthread_create(&th, NULL, nowait_fill_fn, &f), 0);
+	pthread_join(th, NULL);
+	return f.made;
+}
+
+/*
+ * A plugging thread takes pool requests ahead, several per lock hold:
+ * they count against nr_requests (another thread never gets more than the
+ * limit leaves), at most SQ_PLUG_BATCH - 1 (15) sit idle, and what was
+ * not used is back once the plug issues: the pool then fills to exactly
+ * nr_requests.
+ */
+static void test_plug_requests_ahead_limit(void **state)
+{
+	struct rq_queue *q = mkq(64, 0);
+	struct rq_plug plug;
+	unsigned other;
+
+	drv.hold = true;
+	rq_start_plug(&plug);
+	for (unsigned i = 0; i < 3; i++)
+		rq_submit_bio(q, mkbio(RQ_OP_READ, 0, i * 1000));
+	assert_int_equal(drv.nr_held, 0);
+	other = nowait_fill(q, 1000000);
+	assert_true(other <= 64 - 3);
+	assert_true(other >= 64 - 3 - 15);
+	rq_finish_plug(&plug);
+	assert_int_equal(drv.nr_held, other + 3);
+	other += nowait_fill(q, 2000000);
+	assert_int_equal(drv.nr_held, 64);
+	assert_int_equal(other, 61);
+	for (unsigned i = 0; i < drv.nr_held; i++)
+		rq_sq_end_request_all(drv.held[i], RQ_STS_OK);
+	assert_int_equal(atomic_load(&ended), 64 + 2); /* and two AGAIN */
+	assert_int_equal(atomic_load(&bad), 2);
+	rq_queue_destroy(q);
+}
+
+/*
+ * A plugged bio still merges into a request waiting in the scheduler (the
+ * lockless "nothing queued" shortcut must not skip it), and the plug's
+ * own requests still merge with queued ones when the plug issues.
+ */
+static void test_plugged_bio_merges_queued(void **state)
+{
+	struct rq_queue *q = mkq(0, 0);
+	struct rq_queue_stats st;
+	struct rq_plug plug;
+
+	set_stopped(q, true);
+	rq_submit_bio(q, mkbio(RQ_OP_READ, 0, 5000));
+	rq_start_plug(&plug);
+	rq_submit_bio(q, mkbio(RQ_OP_READ, 0, 5008)); /* bio merge, queued request */
+	rq_submit_bio(q, mkbio(RQ_OP_WRITE, 0, 9000));
+	rq_submit_bio(q, mkbio(RQ_OP_READ, 0, 5016)); /* again: not the plug's tail */
+	rq_finish_plug(&plug);
+	rq_queue_get_stats(q, &st, sizeof(st));
+	assert_int_equal(st.merges_back, 2);
+	assert_int_equal(rq_sq_nr_sorted(q), 2);
+
+	/* scheduler empty: the plug's request joins the queued one at insert */
+	set_stopped(q, false);
+	set_stopped(q, true);
+	assert_int_equal(drv.nr_seen, 2);
+	assert_int_equal(drv.seen[0].bytes, 3 * 4096);
+	rq_submit_bio(q, mkbio(RQ_OP_READ, 0, 20000));
+	rq_start_plug(&plug);
+	rq_submit_bio(q, mkbio(RQ_OP_READ, 0, 20008));
+	rq_finish_plug(&plug);
+	set_stopped(q, false);
+	assert_int_equal(drv.nr_seen, 3);
+	assert_int_equal(drv.seen[2].bytes, 2 * 4096);
+	assert_int_equal(atomic_load(&ended), 6);
+	assert_int_equal(atomic_load(&bad), 0);
+	rq_queue_destroy(q);
+}
+
+/*
+ * One plug over two queues: each queue's requests come from its own pool and every request taken ahead goes back to the pool it came
+ * from (each pool fills to its limit afterwards).
+ */
+static void test_plug_two_queues(void **state)
+{
+	struct rq_queue *q1 = mkq(16, 0), *q2;
+	struct rq_plug plug;
+
+	assert_int_equal(rq_sq_alloc_queue(&(struct rq_sq_config){
+					   RQ_SQ_CONFIG_INIT, .ops = &drv_ops,
+					   .scheduler = "sqtest-fifo", .nr_requests = 16 }, &q2), 0);
+	drv.hold = true;
+	rq_start_plug(&plug);
+	/* 7 for q1 (batches of 1, 1, 2, 4: one left ahead), then 7 for q2 */
+	for (unsigned i = 0; i < 7; i++)
+		rq_submit_bio(q1, mkbio(RQ_OP_READ, 0, i * 1000));
+	for (unsigned i = 0; i < 7; i++)
+		rq_submit_bio(q2, mkbio(RQ_OP_READ, 0, i * 1000));
+	rq_finish_plug(&plug);
+	assert_int_equal(drv.nr_held, 14);
+	assert_int_equal(nowait_fill(q1, 1000000), 9);
+	assert_int_equal(nowait_fill(q2, 1000000), 9);
+	for (unsigned i = 0; i < drv.nr_held; i++)
+		rq_sq_end_request_all(drv.held[i], RQ_STS_OK);
+	assert_int_equal(atomic_load(&ended), 32 + 2);
+	rq_queue_destroy(q1);
+	rq_queue_destroy(q2);
+}
+
+/*
+ * A queue destroyed while the calling thread's plug holds its requests
+ * (and requests taken ahead): the plugged bios fail, and the thread's
+ * next plug, on a new queue (perhaps at the same address), works.
+ */
+static void test_plug_destroy_with_requests_ahead(void **state)
+{
+	struct rq_queue *q = mkq(0, 0);
+	struct rq_plug plug;
+
+	rq_start_plug(&plug);
+	for (unsigned i = 0; i < 3; i++)
+		rq_submit_bio(q, mkbio(RQ_OP_READ, 0, i * 1000));
+	rq_queue_destroy(q);
+	assert_int_equal(atomic_load(&ended), 3);
+	assert_int_equal(atomic_load(&bad), 3);
+	q = mkq(0, 0);
+	for (unsigned i = 0; i < 40; i++)
+		rq_submit_bio(q, mkbio(RQ_OP_READ, 0, i * 1000));
+	rq_finish_plug(&plug);
+	assert_int_equal(atomic_load(&ended), 40);
+	assert_int_equal(atomic_load(&bad), 0);
+	assert_int_equal(drv.nr_seen, 40);
 	rq_queue_destroy(q);
 }
 
@@ -436,6 +603,10 @@ int main(void)
 		cmocka_unit_test(test_teardown),
 		cmocka_unit_test(test_tags),
 		cmocka_unit_test(test_timeouts),
+		cmocka_unit_test(test_plug_requests_ahead_limit),
+		cmocka_unit_test(test_plugged_bio_merges_queued),
+		cmocka_unit_test(test_plug_two_queues),
+		cmocka_unit_test(test_plug_destroy_with_requests_ahead),
 	};
 
 	/* before the first queue: the service (timeout scan, delayed runs)
