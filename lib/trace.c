@@ -42,10 +42,14 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/sysinfo.h>
 #include <time.h>
 #include <unistd.h>
 #include <sched.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 
 #include "internal/alloc.h"
 #include "internal/queue.h"
@@ -98,20 +102,19 @@ _Static_assert(sizeof(struct bt_record) == 48, "blk_io_trace is 48 bytes");
 #define COMM_LEN 16
 
 /* The category an action belongs to, as blktrace files it. */
-static uint32_t act_category(unsigned act)
+static const uint32_t act_categories[TA_SPLIT + 1] = {
+	[TA_QUEUE] = TC_ACT(TC_QUEUE), [TA_BACKMERGE] = TC_ACT(TC_QUEUE),
+	[TA_FRONTMERGE] = TC_ACT(TC_QUEUE), [TA_GETRQ] = TC_ACT(TC_QUEUE),
+	[TA_SLEEPRQ] = TC_ACT(TC_QUEUE), [TA_REQUEUE] = TC_ACT(TC_REQUEUE),
+	[TA_ISSUE] = TC_ACT(TC_ISSUE), [TA_COMPLETE] = TC_ACT(TC_COMPLETE),
+	[TA_PLUG] = TC_ACT(TC_QUEUE), [TA_UNPLUG_IO] = TC_ACT(TC_QUEUE),
+	[TA_UNPLUG_TIMER] = TC_ACT(TC_QUEUE), [TA_INSERT] = TC_ACT(TC_QUEUE),
+	[TA_SPLIT] = 0,
+};
+
+static inline uint32_t act_category(unsigned act)
 {
-	switch (act) {
-	case TA_REQUEUE:
-		return TC_ACT(TC_REQUEUE);
-	case TA_ISSUE:
-		return TC_ACT(TC_ISSUE);
-	case TA_COMPLETE:
-		return TC_ACT(TC_COMPLETE);
-	case TA_SPLIT:
-		return 0;
-	default:
-		return TC_ACT(TC_QUEUE);
-	}
+	return act <= TA_SPLIT ? act_categories[act] : TC_ACT(TC_QUEUE);
 }
 
 /* Categories of each op: blktrace's direction is op_is_write() (a flush is neither). */
@@ -124,7 +127,7 @@ static const uint32_t op_category[RQ_OP_LAST] = {
 };
 
 /* The direction and flag categories of an op with @opf, as blktrace sets them. */
-static uint32_t rw_category(unsigned op, uint32_t opf)
+static inline __attribute__((always_inline)) uint32_t rw_category(unsigned op, uint32_t opf)
 {
 	uint32_t c = op < RQ_OP_LAST ? op_category[op] : TC_ACT(TC_READ);
 
@@ -141,22 +144,20 @@ static uint32_t rw_category(unsigned op, uint32_t opf)
 
 /* ------------------------------------------------------ rings, a trace */
 
-enum { PDU_NONE, PDU_BE64, PDU_COMM, PDU_TEXT };
-
-/* An event as a thread leaves it in its ring (the writer encodes it). */
-struct trace_ev {
-	uint64_t time;          /* the library's clock */
-	uint64_t sector;
-	uint64_t pdu;           /* PDU_BE64: the value */
-	uint32_t bytes;
-	uint32_t action;
-	uint32_t pid;
-	uint16_t cpu;
-	uint16_t error;
-	uint8_t pdu_kind;
+/*
+ * One slot of a thread's ring: the record as the file will hold it, but
+ * for what only the writer can know: @rec.time holds the raw stamp (TSC
+ * ticks, or the library's clock in the slow mode), and the writer fills
+ * in magic, sequence and device, scales the time and copies @rec and
+ * @rec.pdu_len bytes of @pdu out.  64 bytes: one cache line.
+ */
+struct trace_slot {
+	struct bt_record rec;
+	unsigned char pdu[16];
 };
+_Static_assert(sizeof(struct trace_slot) == 64, "a slot is a cache line");
 
-#define RING_EVENTS 16384u      /* per thread and trace: 768 KiB */
+#define RING_EVENTS 16384u      /* per thread and trace: 1 MiB */
 #define RING_WAIT_YIELDS 64     /* a full ring waits this long for the writer */
 
 /*
@@ -174,19 +175,26 @@ struct obs_thread {
 };
 
 struct trace_ring {
-	_Atomic uint64_t head;       /* owner: events committed */
-	_Atomic uint64_t tail;       /* writer: events taken */
-	_Atomic uint64_t last_time;  /* owner: time of the last commit */
-	_Atomic uint64_t dropped;    /* owner: events that found the ring full */
+	/* the owner's line */
+	_Atomic uint64_t head;       /* events committed */
+	uint64_t room;               /* head may grow to this before tail is read again */
+	uint64_t last_stamp;         /* slow mode: the last stamp (kept increasing) */
+	_Atomic uint64_t dropped;    /* events that found the ring full */
 	struct obs_thread *_Atomic owner;
 	struct trace_ring *next;     /* the trace's list (prepend, under lock) */
 	uint32_t tid;
 	char comm[COMM_LEN];
-	struct trace_ev ev[RING_EVENTS];
+	/* the writer's line */
+	_Alignas(64) _Atomic uint64_t tail; /* events taken */
+	uint64_t w_stamp;            /* the raw stamp of the last event taken */
+	uint64_t w_next;             /* the earliest time its next record may have */
+	_Alignas(64) struct trace_slot ev[RING_EVENTS];
 };
 
 struct rq_trace {
 	uint64_t id;                 /* never reused: the threads' cache key */
+	bool tsc;                    /* stamps are TSC ticks (rdtscp), else rq_clock_ns() */
+	uint64_t tick_base, nsec_base, mult; /* ticks -> ns, as rq_clock_ns() scales them */
 	uint64_t start_ns;
 	uint64_t last_time;          /* writer: the last record's time */
 	uint32_t dev;
@@ -284,6 +292,33 @@ static struct obs_thread *obs_thread_self(void)
 }
 
 /*
+ * The threads' marks against the writer's and the stopper's reads of them
+ * are Dekker's pattern: each side stores, then loads what the other side
+ * stores, which needs a full fence on both sides.  Event points make many
+ * marks and the writer reads them once a millisecond, so the fence is all
+ * on the writer's side where the kernel offers it: membarrier(2)'s private
+ * expedited command runs a full fence on every CPU running a thread of the
+ * process (a thread not running passed one when it was switched out), and
+ * a thread's mark needs only the compiler not to move it.  Without
+ * membarrier (or under ThreadSanitizer, which does not model it) every
+ * mark is followed by a fence.
+ */
+static _Atomic bool obs_asym_fence;
+static pthread_once_t obs_membarrier_once = PTHREAD_ONCE_INIT;
+
+#define MB_CMD_PRIVATE_EXPEDITED (1 << 3)          /* linux/membarrier.h */
+#define MB_CMD_REGISTER_PRIVATE_EXPEDITED (1 << 4)
+
+static void obs_membarrier_init(void)
+{
+#if !defined(__SANITIZE_THREAD__) && defined(SYS_membarrier)
+	if (syscall(SYS_membarrier, MB_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0 &&
+	    syscall(SYS_membarrier, MB_CMD_PRIVATE_EXPEDITED, 0, 0) == 0)
+		atomic_store(&obs_asym_fence, true);
+#endif
+}
+
+/*
  * A full fence.  GCC refuses atomic_thread_fence() under ThreadSanitizer,
  * which does not model fences; a TSan build orders through a seq_cst
  * read-modify-write of one word instead, which it does model.
@@ -299,47 +334,142 @@ static inline void obs_fence(void)
 #endif
 }
 
+/* The writer's or stopper's half: a fence on every thread of the process. */
+static void obs_fence_all(void)
+{
+	obs_fence();
+#if defined(SYS_membarrier)
+	if (atomic_load_explicit(&obs_asym_fence, memory_order_relaxed) &&
+	    syscall(SYS_membarrier, MB_CMD_PRIVATE_EXPEDITED, 0, 0) != 0)
+		abort(); /* registered, so it cannot fail */
+#endif
+}
+
+/* A thread enters an event point of a traced queue. */
+static inline void obs_enter(struct obs_thread *th)
+{
+	atomic_store_explicit(&th->active, 1, memory_order_relaxed);
+	if (likely(atomic_load_explicit(&obs_asym_fence, memory_order_relaxed)))
+		atomic_signal_fence(memory_order_seq_cst);
+	else
+		obs_fence();
+}
+
+static inline void obs_exit(struct obs_thread *th)
+{
+	atomic_store_explicit(&th->active, 0, memory_order_release);
+}
+
 /* Wait until no thread is inside an event point (its trace is unpublished). */
 static void obs_threads_quiesce(void)
 {
-	obs_fence();
+	obs_fence_all();
 	for (struct obs_thread *th = atomic_load(&obs_threads); th; th = th->next)
-		while (atomic_load_explicit(&th->active, memory_order_seq_cst))
+		while (atomic_load_explicit(&th->active, memory_order_acquire))
 			sched_yield();
 }
 
-/*
- * Commit one event to the calling thread's @r (its only writer).  A full
- * ring waits a little for the writer (it is behind), then drops the event
- * and counts it.
- */
-static void ring_push(struct rq_trace *t, struct trace_ring *r, const struct trace_ev *src)
+/* The stamp of an event now and the CPU it happens on. */
+static inline __attribute__((always_inline)) uint64_t trace_stamp(struct rq_trace *t, struct trace_ring *r, uint32_t *cpu)
 {
-	uint64_t h = atomic_load_explicit(&r->head, memory_order_relaxed);
-	uint64_t tl = atomic_load_explicit(&r->tail, memory_order_acquire);
-	uint64_t last = atomic_load_explicit(&r->last_time, memory_order_relaxed);
-	uint64_t now = rq_clock_ns();
-	struct trace_ev *ev;
+	uint64_t now;
 
-	if (now <= last)
-		now = last + 1;
+#if defined(__x86_64__)
+	if (likely(t->tsc)) {
+		unsigned aux;
+
+		/* one instruction: the TSC and the kernel's TSC_AUX, node << 12 | cpu */
+		now = __builtin_ia32_rdtscp(&aux);
+		*cpu = aux & 0xfff;
+		return now;
+	}
+#endif
+	/* a thread's stamps increase strictly, so its order survives the sort */
+	now = rq_clock_ns();
+	if (now <= r->last_stamp)
+		now = r->last_stamp + 1;
+	r->last_stamp = now;
+	*cpu = cur_cpu();
+	return now;
+}
+
+/* The writer's "now", in stamps: every stamp read before is at most this. */
+static uint64_t trace_stamp_now(const struct rq_trace *t)
+{
+#if defined(__x86_64__)
+	if (t->tsc) {
+		uint64_t now = __builtin_ia32_rdtsc();
+
+		__builtin_ia32_lfence(); /* read before what follows */
+		return now;
+	}
+#endif
+	return rq_clock_ns();
+}
+
+/* A stamp as nanoseconds of the library's clock. */
+static uint64_t trace_stamp_ns(const struct rq_trace *t, uint64_t stamp)
+{
+	if (!t->tsc)
+		return stamp;
+	if (stamp < t->tick_base)
+		return t->nsec_base;
+	return t->nsec_base +
+	       (uint64_t)(((unsigned __int128)(stamp - t->tick_base) * t->mult) >> 32);
+}
+
+/*
+ * @r is full as far as its owner last looked: look again, wait a little
+ * for the writer (it is behind), and if the ring stays full count the
+ * event as dropped.  True if there is room now.
+ */
+static bool __attribute__((noinline)) ring_wait(struct rq_trace *t, struct trace_ring *r,
+						uint64_t h)
+{
+	uint64_t tl = atomic_load_explicit(&r->tail, memory_order_acquire);
+
 	for (unsigned i = 0; h - tl >= RING_EVENTS && i < RING_WAIT_YIELDS; i++) {
 		sem_post(&t->wake);
 		sched_yield();
 		tl = atomic_load_explicit(&r->tail, memory_order_acquire);
 	}
-	if (h - tl >= RING_EVENTS) {
-		atomic_store_explicit(&r->dropped,
-				      atomic_load_explicit(&r->dropped, memory_order_relaxed) + 1,
-				      memory_order_relaxed);
+	r->room = tl + RING_EVENTS;
+	if (h - tl < RING_EVENTS)
+		return true;
+	atomic_store_explicit(&r->dropped,
+			      atomic_load_explicit(&r->dropped, memory_order_relaxed) + 1,
+			      memory_order_relaxed);
+	return false;
+}
+
+/*
+ * Write one record into the calling thread's @r (its only writer) and
+ * commit it.  Half way to where the owner last saw the ring full it wakes
+ * the writer once.
+ */
+static inline __attribute__((always_inline)) void ring_put(struct rq_trace *t, struct trace_ring *r, uint64_t sector,
+			    uint32_t bytes, uint32_t action, uint16_t error, const void *pdu,
+			    unsigned pdu_len)
+{
+	uint64_t h = atomic_load_explicit(&r->head, memory_order_relaxed);
+	struct trace_slot *s;
+	uint32_t cpu;
+
+	if (unlikely(h >= r->room) && !ring_wait(t, r, h))
 		return;
-	}
-	ev = &r->ev[h % RING_EVENTS];
-	*ev = *src;
-	ev->time = now;
-	atomic_store_explicit(&r->last_time, now, memory_order_relaxed);
+	s = &r->ev[h % RING_EVENTS];
+	s->rec.time = trace_stamp(t, r, &cpu);
+	s->rec.cpu = cpu;
+	s->rec.sector = sector;
+	s->rec.bytes = bytes;
+	s->rec.action = action;
+	s->rec.pid = r->tid;
+	s->rec.error = error;
+	s->rec.pdu_len = (uint16_t)pdu_len;
+	if (pdu_len)
+		memcpy(s->pdu, pdu, pdu_len);
 	atomic_store_explicit(&r->head, h + 1, memory_order_release);
-	if (h + 1 - tl == RING_EVENTS / 2)
+	if (unlikely(h + 1 == r->room - RING_EVENTS / 2))
 		sem_post(&t->wake);
 }
 
@@ -360,26 +490,21 @@ static struct trace_ring *ring_find(struct rq_trace *t, uint32_t tid)
 }
 
 /* The ring of @th in @t, made (with its name note) on first use. */
-static struct trace_ring *ring_self(struct rq_trace *t, struct obs_thread *th)
+static struct trace_ring *__attribute__((noinline)) ring_self(struct rq_trace *t,
+							      struct obs_thread *th)
 {
 	unsigned slot = (unsigned)(t->id % RING_CACHE);
-	struct trace_ring *r;
-	struct trace_ev note = { .action = TN_PROCESS | TC_ACT(TC_NOTIFY),
-				 .pdu_kind = PDU_COMM };
+	struct trace_ring *r = ring_find(t, atomic_load(&th->tid));
 
-	if (likely(tls_ring[slot].id == t->id))
-		return tls_ring[slot].ring;
-	r = ring_find(t, atomic_load(&th->tid));
 	if (r)
 		goto cache;
 	r = mem_zalloc(sizeof(*r));
 	if (!r)
 		return NULL;
 	r->tid = atomic_load(&th->tid);
+	r->room = RING_EVENTS;
 	memcpy(r->comm, th->comm, sizeof(r->comm));
-	note.pid = r->tid;
-	note.cpu = (uint16_t)cur_cpu();
-	ring_push(t, r, &note);
+	ring_put(t, r, 0, 0, TN_PROCESS | TC_ACT(TC_NOTIFY), 0, r->comm, COMM_LEN);
 	pthread_mutex_lock(&t->lock);
 	r->next = atomic_load_explicit(&t->rings, memory_order_relaxed);
 	atomic_store_explicit(&t->rings, r, memory_order_release);
@@ -393,11 +518,13 @@ cache:
 }
 
 /*
- * Record one event of @q if a trace runs.  The thread is marked active
- * before it looks for the trace (a stopper that unpublished it waits for
- * the mark to go) and before it reads the clock (the writer's ordering).
+ * Record one event of @q if a trace runs: the whole record, straight into
+ * the thread's ring.  The thread is marked active before it looks for the
+ * trace (a stopper that unpublished it waits for the mark to go) and
+ * before it reads the clock (the writer's ordering).
  */
-static void trace_emit(struct rq_queue *q, struct trace_ev *ev)
+static inline __attribute__((always_inline)) void trace_put(struct rq_queue *q, uint64_t sector, uint32_t bytes,
+			     uint32_t action, uint16_t error, const void *pdu, unsigned pdu_len)
 {
 	struct obs_thread *th = tls_obs_thread;
 	struct rq_trace *t;
@@ -405,18 +532,20 @@ static void trace_emit(struct rq_queue *q, struct trace_ev *ev)
 
 	if (unlikely(!th) && !(th = obs_thread_self()))
 		return;
-	atomic_store_explicit(&th->active, 1, memory_order_seq_cst);
-	t = atomic_load_explicit(&q->obs->trace, memory_order_seq_cst);
-	if (t) {
-		r = ring_self(t, th);
-		ev->pid = r ? r->tid : 0;
-		ev->cpu = (uint16_t)cur_cpu();
-		if (r)
-			ring_push(t, r, ev);
+	obs_enter(th);
+	t = atomic_load_explicit(&q->obs->trace, memory_order_acquire);
+	if (likely(t)) {
+		unsigned slot = (unsigned)(t->id % RING_CACHE);
+
+		r = tls_ring[slot].ring;
+		if (unlikely(tls_ring[slot].id != t->id))
+			r = ring_self(t, th);
+		if (likely(r))
+			ring_put(t, r, sector, bytes, action, error, pdu, pdu_len);
 		else
 			atomic_fetch_add(&t->lost, 1);
 	}
-	atomic_store_explicit(&th->active, 0, memory_order_release);
+	obs_exit(th);
 }
 
 /* ------------------------------------------------------------ the writer */
@@ -446,93 +575,79 @@ static bool out_flush(struct trace_out *o)
 	return true;
 }
 
-/* Append @len bytes (at most the buffer) to @o. */
-static bool out_put(struct trace_out *o, const void *p, size_t len)
+/*
+ * Give @rec its place in @cpu's file (@time, never before the last
+ * record's; the CPU's next sequence number) and append it with
+ * @rec->pdu_len bytes of @pdu.  For the writer's own records.
+ */
+static void out_record(struct rq_trace *t, unsigned cpu, struct bt_record *rec,
+		       const void *pdu, uint64_t time)
 {
-	bool ok = true;
-
-	if (o->len + len > sizeof(o->buf))
-		ok = out_flush(o);
-	memcpy(o->buf + o->len, p, len);
-	o->len += len;
-	return ok;
-}
-
-/* A payload's bytes: a big-endian u64, a thread's name, or a text. */
-static size_t event_pdu(const struct trace_ev *ev, const char *comm, unsigned char *pdu,
-			size_t room)
-{
-	size_t len;
-
-	if (ev->pdu_kind == PDU_BE64) {
-		for (unsigned i = 0; i < 8; i++)
-			pdu[i] = (unsigned char)(ev->pdu >> (56 - 8 * i));
-		return 8;
-	}
-	len = ev->pdu_kind == PDU_COMM ? COMM_LEN : strlen(comm) + 1;
-	if (len > room)
-		len = room;
-	memset(pdu, 0, len);
-	memcpy(pdu, comm, strnlen(comm, len - 1));
-	return len;
-}
-
-/* The record of @ev, @pdu_len bytes of payload to follow. */
-static void event_record(struct rq_trace *t, const struct trace_ev *ev, unsigned cpu,
-			 size_t pdu_len, struct bt_record *rec)
-{
-	uint64_t time = ev->time > t->start_ns ? ev->time - t->start_ns : 0;
+	struct trace_out *o = &t->out[cpu];
+	size_t len = sizeof(*rec) + rec->pdu_len;
 
 	if (time < t->last_time)
-		time = t->last_time; /* a late note never goes back in time */
+		time = t->last_time;
 	t->last_time = time;
 	rec->magic = BT_MAGIC | BT_VERSION;
 	rec->sequence = ++t->seq[cpu];
 	rec->time = time;
-	rec->sector = ev->sector;
-	rec->bytes = ev->bytes;
-	rec->action = ev->action;
-	rec->pid = ev->pid;
 	rec->device = t->dev;
 	rec->cpu = cpu;
-	rec->error = ev->error;
-	rec->pdu_len = (uint16_t)pdu_len;
-}
-
-/* An event with a payload (notes, split, unplug): through a copy. */
-static void write_event_pdu(struct rq_trace *t, const struct trace_ev *ev, unsigned cpu,
-			    const char *comm)
-{
-	struct trace_out *o = &t->out[cpu];
-	unsigned char pdu[64];
-	size_t len = event_pdu(ev, comm, pdu, sizeof(pdu));
-	struct bt_record rec;
-
-	event_record(t, ev, cpu, len, &rec);
-	if (!out_put(o, &rec, sizeof(rec)) || !out_put(o, pdu, len))
-		t->io_error = true;
-}
-
-/* Encode @ev and append it to its CPU's buffer. */
-static void write_event(struct rq_trace *t, const struct trace_ev *ev, const char *comm)
-{
-	unsigned cpu = ev->cpu < t->nr_cpus ? ev->cpu : t->nr_cpus - 1;
-	struct trace_out *o = &t->out[cpu];
-
 	t->nr_written++;
-	if (unlikely(ev->pdu_kind != PDU_NONE)) {
-		write_event_pdu(t, ev, cpu, comm);
-		return;
-	}
-	if (unlikely(o->len + sizeof(struct bt_record) > sizeof(o->buf)) && !out_flush(o))
+	if (o->len + len > sizeof(o->buf) && !out_flush(o))
 		t->io_error = true;
-	if (o->len + sizeof(struct bt_record) <= sizeof(o->buf)) {
-		struct bt_record rec;
+	memcpy(o->buf + o->len, rec, sizeof(*rec));
+	memcpy(o->buf + o->len + sizeof(*rec), pdu, rec->pdu_len);
+	o->len += len;
+}
 
-		event_record(t, ev, cpu, 0, &rec);
-		memcpy(o->buf + o->len, &rec, sizeof(rec));
-		o->len += sizeof(rec);
-	}
+/*
+ * Write ring @i's events from its position while they are no later than
+ * @next (at least one).  Each record gets its stamp scaled to nanoseconds
+ * since the trace started, kept strictly after the ring's last record
+ * (the thread's order survives blkparse's sort by time) and never before
+ * the last record written; its CPU's next sequence number; and goes to
+ * its CPU's buffer as the whole slot (the bytes past the record are
+ * overwritten by the next one or never written out).
+ */
+static void write_run(struct rq_trace *t, unsigned i, uint64_t next)
+{
+	struct trace_ring *r = t->cur[i];
+	uint64_t pos = t->pos[i], end = t->end[i];
+	uint64_t w_next = r->w_next, last = t->last_time;
+	struct trace_slot *s;
+
+	do {
+		uint64_t ns, time;
+		unsigned cpu;
+		struct trace_out *o;
+
+		s = &r->ev[pos % RING_EVENTS];
+		ns = trace_stamp_ns(t, s->rec.time);
+		time = ns > t->start_ns ? ns - t->start_ns : 0;
+		time = time < w_next ? w_next : time;
+		time = time < last ? last : time;
+		last = time;
+		w_next = time + 1;
+		cpu = s->rec.cpu < t->nr_cpus ? s->rec.cpu : t->nr_cpus - 1;
+		o = &t->out[cpu];
+		if (unlikely(o->len + sizeof(*s) > sizeof(o->buf)) && !out_flush(o))
+			t->io_error = true;
+		r->w_stamp = s->rec.time;
+		s->rec.magic = BT_MAGIC | BT_VERSION;
+		s->rec.sequence = ++t->seq[cpu];
+		s->rec.time = time;
+		s->rec.device = t->dev;
+		s->rec.cpu = cpu;
+		memcpy(o->buf + o->len, s, sizeof(*s));
+		o->len += sizeof(s->rec) + s->rec.pdu_len;
+		pos++;
+	} while (pos != end && r->ev[pos % RING_EVENTS].rec.time <= next);
+	t->nr_written += pos - t->pos[i];
+	t->pos[i] = pos;
+	r->w_next = w_next;
+	t->last_time = last;
 }
 
 /* Room for @n rings in the drain scratch; false without memory. */
@@ -555,61 +670,76 @@ static bool drain_room(struct rq_trace *t, unsigned n)
 }
 
 /*
+ * Take every ring's committed range into the drain scratch and lower
+ * @limit to what no thread can still precede: a thread inside an event
+ * point makes its next stamp after its last committed one, a thread
+ * outside after @limit (read before the marks, a fence on every thread
+ * between).  Each ring's mark is read before its head: a thread seen out
+ * has its events before the mark visible.  Return: the rings taken.
+ */
+static unsigned drain_collect(struct rq_trace *t, bool final, uint64_t *limit)
+{
+	unsigned n = 0;
+
+	for (struct trace_ring *r = atomic_load_explicit(&t->rings, memory_order_acquire);
+	     r && n < t->cur_cap; r = r->next) {
+		struct obs_thread *th = atomic_load_explicit(&r->owner, memory_order_relaxed);
+		bool active = !final && th &&
+			      atomic_load_explicit(&th->active, memory_order_acquire);
+
+		t->cur[n] = r;
+		t->pos[n] = atomic_load_explicit(&r->tail, memory_order_relaxed);
+		t->end[n] = atomic_load_explicit(&r->head, memory_order_acquire);
+		if (active) {
+			uint64_t last = t->end[n] > t->pos[n] ?
+						r->ev[(t->end[n] - 1) % RING_EVENTS].rec.time :
+						r->w_stamp;
+
+			if (last < *limit)
+				*limit = last;
+		}
+		n++;
+	}
+	return n;
+}
+
+/*
  * Write every final event (all with @final: no thread writes any more),
  * merged by time across the rings.  Context: the writer, or the stopper
  * once the writer is gone.
  */
 static void trace_drain(struct rq_trace *t, bool final)
 {
-	uint64_t limit = final ? UINT64_MAX : rq_clock_ns();
-	unsigned n = 0;
+	uint64_t limit = final ? UINT64_MAX : trace_stamp_now(t);
+	unsigned n;
 
-	obs_fence();
+	obs_fence_all();
 	if (!drain_room(t, atomic_load(&t->nr_rings)))
 		return;
-	for (struct trace_ring *r = atomic_load_explicit(&t->rings, memory_order_acquire);
-	     r && n < t->cur_cap; r = r->next) {
-		struct obs_thread *th = atomic_load_explicit(&r->owner, memory_order_relaxed);
-
-		if (!final && th && atomic_load_explicit(&th->active, memory_order_seq_cst)) {
-			uint64_t last = atomic_load_explicit(&r->last_time, memory_order_relaxed);
-
-			if (last < limit)
-				limit = last;
-		}
-		t->cur[n++] = r;
-	}
-	for (unsigned i = 0; i < n; i++) {
-		t->pos[i] = atomic_load_explicit(&t->cur[i]->tail, memory_order_relaxed);
-		t->end[i] = atomic_load_explicit(&t->cur[i]->head, memory_order_acquire);
-	}
+	n = drain_collect(t, final, &limit);
 	for (;;) {
-		const struct trace_ev *best = NULL;
-		uint64_t next = limit; /* the earliest head among the other rings */
+		struct trace_slot *best = NULL;
+		uint64_t next = limit; /* the earliest stamp among the other rings */
 		unsigned bi = 0;
 
 		for (unsigned i = 0; i < n; i++) {
-			const struct trace_ev *ev = &t->cur[i]->ev[t->pos[i] % RING_EVENTS];
+			struct trace_slot *s = &t->cur[i]->ev[t->pos[i] % RING_EVENTS];
 
-			if (t->pos[i] == t->end[i] || ev->time > limit)
+			if (t->pos[i] == t->end[i] || s->rec.time > limit)
 				continue;
-			if (!best || ev->time < best->time) {
-				if (best && best->time < next)
-					next = best->time;
-				best = ev;
+			if (!best || s->rec.time < best->rec.time) {
+				if (best && best->rec.time < next)
+					next = best->rec.time;
+				best = s;
 				bi = i;
-			} else if (ev->time < next) {
-				next = ev->time;
+			} else if (s->rec.time < next) {
+				next = s->rec.time;
 			}
 		}
 		if (!best)
 			break;
 		/* a run of the best ring up to where another ring comes first */
-		do {
-			write_event(t, best, t->cur[bi]->comm);
-			t->pos[bi]++;
-			best = &t->cur[bi]->ev[t->pos[bi] % RING_EVENTS];
-		} while (t->pos[bi] != t->end[bi] && best->time <= next);
+		write_run(t, bi, next);
 	}
 	for (unsigned i = 0; i < n; i++)
 		atomic_store_explicit(&t->cur[i]->tail, t->pos[i], memory_order_release);
@@ -706,6 +836,35 @@ static struct rq_trace *trace_alloc(struct rq_queue *q)
 	return t;
 }
 
+/*
+ * How @t's events are stamped: with rdtscp (the TSC and the CPU in one
+ * instruction) where rq_clock_ns() itself reads the TSC and the kernel
+ * keeps the CPU's number in TSC_AUX (checked against sched_getcpu());
+ * else with rq_clock_ns() and sched_getcpu(), as a test's virtual clock
+ * needs.
+ */
+static void trace_pick_clock(struct rq_trace *t)
+{
+#if defined(__x86_64__)
+	unsigned a, b, c, d, aux;
+
+	if (!__get_cpuid(0x80000001u, &a, &b, &c, &d) || !(d & (1u << 27)) ||
+	    !clock_tsc_params(&t->tick_base, &t->nsec_base, &t->mult))
+		return;
+	for (unsigned i = 0; i < 16; i++) {
+		int c1 = sched_getcpu();
+
+		__builtin_ia32_rdtscp(&aux);
+		if (c1 >= 0 && c1 == sched_getcpu()) {
+			t->tsc = (aux & 0xfff) == (unsigned)c1;
+			return;
+		}
+	}
+#else
+	(void)t;
+#endif
+}
+
 /* Start a trace of @q.  Context: q->sysfs_lock held. */
 int trace_start_locked(struct rq_queue *q, const char *dir, const char *name)
 {
@@ -726,6 +885,8 @@ int trace_start_locked(struct rq_queue *q, const char *dir, const char *name)
 	t = trace_alloc(q);
 	if (!t)
 		return -ENOMEM;
+	pthread_once(&obs_membarrier_once, obs_membarrier_init);
+	trace_pick_clock(t);
 	ret = trace_open_files(t, dir, name);
 	if (!ret) {
 		t->start_ns = rq_clock_ns();
@@ -774,12 +935,13 @@ int trace_stop_locked(struct rq_queue *q, struct rq_trace_info *info)
 	trace_fill_info(t, &own);
 	if (own.dropped) {
 		char text[64];
-		struct trace_ev ev = { .action = TN_MESSAGE | TC_ACT(TC_NOTIFY),
-				       .pdu_kind = PDU_TEXT, .time = rq_clock_ns() };
+		struct bt_record rec = { .action = TN_MESSAGE | TC_ACT(TC_NOTIFY) };
+		uint64_t now = rq_clock_ns();
+		int len = snprintf(text, sizeof(text), "librequest: %llu events dropped",
+				   (unsigned long long)own.dropped);
 
-		snprintf(text, sizeof(text), "librequest: %llu events dropped",
-			 (unsigned long long)own.dropped);
-		write_event(t, &ev, text);
+		rec.pdu_len = (uint16_t)(len + 1);
+		out_record(t, 0, &rec, text, now > t->start_ns ? now - t->start_ns : 0);
 		own.events++;
 	}
 	for (unsigned c = 0; c < t->nr_cpus; c++)
@@ -964,13 +1126,15 @@ void obs_bio(struct rq_queue *q, const struct rq_bio *bio, unsigned act, uint64_
 	unsigned f = atomic_load_explicit(&q->obs_flags, memory_order_relaxed);
 
 	if (f & OBS_TRACE) {
-		struct trace_ev ev = {
-			.sector = bio->iter.sector, .bytes = bio->iter.size,
-			.action = act | act_category(act) | rw_category(bio->op, bio->opf),
-			.pdu = pdu, .pdu_kind = act == TA_SPLIT ? PDU_BE64 : PDU_NONE,
-		};
+		uint32_t action = act | act_category(act) | rw_category(bio->op, bio->opf);
 
-		trace_emit(q, &ev);
+		if (unlikely(act == TA_SPLIT)) {
+			uint64_t be = __builtin_bswap64(pdu);
+
+			trace_put(q, bio->iter.sector, bio->iter.size, action, 0, &be, sizeof(be));
+		} else {
+			trace_put(q, bio->iter.sector, bio->iter.size, action, 0, NULL, 0);
+		}
 	}
 	if ((f & OBS_IOSTAT) && (act == TA_BACKMERGE || act == TA_FRONTMERGE))
 		stat_inc(q, ST_DS_MERGES + op_group(bio->op));
@@ -981,15 +1145,10 @@ void obs_rq(struct rq_request *rq, unsigned act)
 	struct rq_queue *q = rq->q;
 	unsigned f = atomic_load_explicit(&q->obs_flags, memory_order_relaxed);
 
-	if (f & OBS_TRACE) {
-		struct trace_ev ev = {
-			.sector = rq->sector, .bytes = rq->bytes,
-			.action = act | act_category(act) | rw_category(rq->op, rq->opf) |
-				  TC_ACT(TC_FS),
-		};
-
-		trace_emit(q, &ev);
-	}
+	if (f & OBS_TRACE)
+		trace_put(q, rq->sector, rq->bytes,
+			  act | act_category(act) | rw_category(rq->op, rq->opf) | TC_ACT(TC_FS),
+			  0, NULL, 0);
 	if (!(f & OBS_IOSTAT))
 		return;
 	if (act == TA_ISSUE) {
@@ -1026,11 +1185,11 @@ void obs_getrq(struct rq_request *rq, const struct rq_bio *bio)
 /* An event of the queue, not of a bio or request: S, P. */
 void obs_note(struct rq_queue *q, unsigned act, uint64_t depth)
 {
-	struct trace_ev ev = { .action = act | act_category(act), .pdu = depth,
-			       .pdu_kind = act == TA_UNPLUG_IO ? PDU_BE64 : PDU_NONE };
+	uint64_t be = __builtin_bswap64(depth);
 
 	if (atomic_load_explicit(&q->obs_flags, memory_order_relaxed) & OBS_TRACE)
-		trace_emit(q, &ev);
+		trace_put(q, 0, 0, act | act_category(act), 0, &be,
+			  act == TA_UNPLUG_IO ? sizeof(be) : 0);
 }
 
 void obs_unplug(struct rq_queue *q, const struct rq_list_node *list)
@@ -1049,14 +1208,10 @@ void obs_complete(struct rq_request *rq, rq_status_t status, unsigned bytes, uns
 	unsigned grp = op_group(rq->op);
 
 	if ((f & OBS_TRACE) && !(flags & OBS_C_QUIET)) {
-		struct trace_ev ev = {
-			.sector = rq->sector, .bytes = bytes,
-			.action = TA_COMPLETE | act_category(TA_COMPLETE) |
-				  rw_category(rq->op, rq->opf) | TC_ACT(TC_FS),
-			.error = (uint16_t)rq_status_to_errno(status),
-		};
-
-		trace_emit(q, &ev);
+		trace_put(q, rq->sector, bytes,
+			  TA_COMPLETE | TC_ACT(TC_COMPLETE) | rw_category(rq->op, rq->opf) |
+				  TC_ACT(TC_FS),
+			  status ? (uint16_t)rq_status_to_errno(status) : 0, NULL, 0);
 	}
 	if (!(f & OBS_IOSTAT))
 		return;
