@@ -346,7 +346,7 @@ static void obs_fence_all(void)
 }
 
 /* A thread enters an event point of a traced queue. */
-static inline void obs_enter(struct obs_thread *th)
+static inline __attribute__((always_inline)) void obs_enter(struct obs_thread *th)
 {
 	atomic_store_explicit(&th->active, 1, memory_order_relaxed);
 	if (likely(atomic_load_explicit(&obs_asym_fence, memory_order_relaxed)))
@@ -355,7 +355,7 @@ static inline void obs_enter(struct obs_thread *th)
 		obs_fence();
 }
 
-static inline void obs_exit(struct obs_thread *th)
+static inline __attribute__((always_inline)) void obs_exit(struct obs_thread *th)
 {
 	atomic_store_explicit(&th->active, 0, memory_order_release);
 }
@@ -408,7 +408,7 @@ static uint64_t trace_stamp_now(const struct rq_trace *t)
 }
 
 /* A stamp as nanoseconds of the library's clock. */
-static uint64_t trace_stamp_ns(const struct rq_trace *t, uint64_t stamp)
+static inline __attribute__((always_inline)) uint64_t trace_stamp_ns(const struct rq_trace *t, uint64_t stamp)
 {
 	if (!t->tsc)
 		return stamp;
@@ -602,6 +602,27 @@ static void out_record(struct rq_trace *t, unsigned cpu, struct bt_record *rec,
 	o->len += len;
 }
 
+/* The writer's place in one CPU's file during a run. */
+struct run_out {
+	unsigned cpu;
+	struct trace_out *o;
+	size_t len;
+	uint32_t seq;
+};
+
+/* Switch @ro to @cpu's buffer, keeping the last one's length and sequence. */
+static void run_out_switch(struct rq_trace *t, struct run_out *ro, unsigned cpu)
+{
+	if (ro->o) {
+		ro->o->len = ro->len;
+		t->seq[ro->cpu] = ro->seq;
+	}
+	ro->cpu = cpu;
+	ro->o = &t->out[cpu];
+	ro->len = ro->o->len;
+	ro->seq = t->seq[cpu];
+}
+
 /*
  * Write ring @i's events from its position while they are no later than
  * @next (at least one).  Each record gets its stamp scaled to nanoseconds
@@ -609,45 +630,65 @@ static void out_record(struct rq_trace *t, unsigned cpu, struct bt_record *rec,
  * (the thread's order survives blkparse's sort by time) and never before
  * the last record written; its CPU's next sequence number; and goes to
  * its CPU's buffer as the whole slot (the bytes past the record are
- * overwritten by the next one or never written out).
+ * overwritten by the next one or never written out).  What the loop
+ * reads of @t is in locals: stores to a byte buffer alias everything.
  */
 static void write_run(struct rq_trace *t, unsigned i, uint64_t next)
 {
 	struct trace_ring *r = t->cur[i];
+	const struct trace_slot *ev = r->ev;
 	uint64_t pos = t->pos[i], end = t->end[i];
-	uint64_t w_next = r->w_next, last = t->last_time;
-	struct trace_slot *s;
+	uint64_t w_next = r->w_next, last = t->last_time, stamp;
+	const bool tsc = t->tsc;
+	const uint64_t tick_base = t->tick_base, mult = t->mult, start = t->start_ns;
+	const int64_t base = (int64_t)(t->nsec_base - t->start_ns);
+	const unsigned nr_cpus = t->nr_cpus;
+	const uint32_t dev = t->dev;
+	struct run_out ro = { .o = NULL };
 
 	do {
-		uint64_t ns, time;
-		unsigned cpu;
-		struct trace_out *o;
+		const struct trace_slot *s = &ev[pos % RING_EVENTS];
+		struct bt_record *rec;
+		uint64_t time;
+		unsigned cpu = s->rec.cpu < nr_cpus ? s->rec.cpu : nr_cpus - 1;
 
-		s = &r->ev[pos % RING_EVENTS];
-		ns = trace_stamp_ns(t, s->rec.time);
-		time = ns > t->start_ns ? ns - t->start_ns : 0;
+		stamp = s->rec.time;
+		if (tsc) {
+			int64_t ns = base + (int64_t)(((unsigned __int128)(stamp - tick_base) * mult) >> 32);
+
+			time = ns > 0 && stamp >= tick_base ? (uint64_t)ns : 0;
+		} else {
+			time = stamp > start ? stamp - start : 0;
+		}
 		time = time < w_next ? w_next : time;
 		time = time < last ? last : time;
 		last = time;
 		w_next = time + 1;
-		cpu = s->rec.cpu < t->nr_cpus ? s->rec.cpu : t->nr_cpus - 1;
-		o = &t->out[cpu];
-		if (unlikely(o->len + sizeof(*s) > sizeof(o->buf)) && !out_flush(o))
-			t->io_error = true;
-		r->w_stamp = s->rec.time;
-		s->rec.magic = BT_MAGIC | BT_VERSION;
-		s->rec.sequence = ++t->seq[cpu];
-		s->rec.time = time;
-		s->rec.device = t->dev;
-		s->rec.cpu = cpu;
-		memcpy(o->buf + o->len, s, sizeof(*s));
-		o->len += sizeof(s->rec) + s->rec.pdu_len;
+		if (unlikely(cpu != ro.cpu || !ro.o))
+			run_out_switch(t, &ro, cpu);
+		if (unlikely(ro.len + sizeof(*s) > sizeof(ro.o->buf))) {
+			ro.o->len = ro.len;
+			if (!out_flush(ro.o))
+				t->io_error = true;
+			ro.len = 0;
+		}
+		rec = (struct bt_record *)(ro.o->buf + ro.len);
+		memcpy(rec, s, sizeof(*s));
+		rec->magic = BT_MAGIC | BT_VERSION;
+		rec->sequence = ++ro.seq;
+		rec->time = time;
+		rec->device = dev;
+		rec->cpu = cpu;
+		ro.len += sizeof(*rec) + rec->pdu_len;
 		pos++;
-	} while (pos != end && r->ev[pos % RING_EVENTS].rec.time <= next);
-	t->nr_written += pos - t->pos[i];
-	t->pos[i] = pos;
+	} while (pos != end && ev[pos % RING_EVENTS].rec.time <= next);
+	ro.o->len = ro.len;
+	t->seq[ro.cpu] = ro.seq;
+	r->w_stamp = stamp;
 	r->w_next = w_next;
 	t->last_time = last;
+	t->nr_written += pos - t->pos[i];
+	t->pos[i] = pos;
 }
 
 /* Room for @n rings in the drain scratch; false without memory. */
