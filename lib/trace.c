@@ -50,6 +50,14 @@
 #if defined(__x86_64__)
 #include <cpuid.h>
 #endif
+#if defined(__x86_64__) && defined(__has_include)
+#if __has_include(<sys/rseq.h>)
+#include <sys/rseq.h>
+#if defined(RSEQ_SIG)
+#define TRACE_RSEQ 1
+#endif
+#endif
+#endif
 
 #include "internal/alloc.h"
 #include "internal/queue.h"
@@ -157,7 +165,7 @@ struct trace_slot {
 };
 _Static_assert(sizeof(struct trace_slot) == 64, "a slot is a cache line");
 
-#define RING_EVENTS 16384u      /* per thread and trace: 1 MiB */
+#define RING_EVENTS 65536u      /* per thread and trace: 4 MiB */
 #define RING_WAIT_YIELDS 64     /* a full ring waits this long for the writer */
 
 /*
@@ -178,6 +186,7 @@ struct trace_ring {
 	/* the owner's line */
 	_Atomic uint64_t head;       /* events committed */
 	uint64_t room;               /* head may grow to this before tail is read again */
+	uint64_t wake_at;            /* at this head, wake the writer (half way to room) */
 	uint64_t last_stamp;         /* slow mode: the last stamp (kept increasing) */
 	_Atomic uint64_t dropped;    /* events that found the ring full */
 	struct obs_thread *_Atomic owner;
@@ -193,7 +202,8 @@ struct trace_ring {
 
 struct rq_trace {
 	uint64_t id;                 /* never reused: the threads' cache key */
-	bool tsc;                    /* stamps are TSC ticks (rdtscp), else rq_clock_ns() */
+	bool tsc;                    /* stamps are TSC ticks, else rq_clock_ns() */
+	bool rseq;                   /* with tsc: the CPU from rseq's cpu_id, else rdtscp */
 	uint64_t tick_base, nsec_base, mult; /* ticks -> ns, as rq_clock_ns() scales them */
 	uint64_t start_ns;
 	uint64_t last_time;          /* writer: the last record's time */
@@ -378,6 +388,14 @@ static inline __attribute__((always_inline)) uint64_t trace_stamp(struct rq_trac
 	if (likely(t->tsc)) {
 		unsigned aux;
 
+#if defined(TRACE_RSEQ)
+		if (likely(t->rseq)) {
+			/* the kernel keeps the thread's CPU here (rseq(2)), a plain load */
+			*cpu = *(volatile uint32_t *)((char *)__builtin_thread_pointer() +
+						      __rseq_offset + offsetof(struct rseq, cpu_id));
+			return __builtin_ia32_rdtsc();
+		}
+#endif
 		/* one instruction: the TSC and the kernel's TSC_AUX, node << 12 | cpu */
 		now = __builtin_ia32_rdtscp(&aux);
 		*cpu = aux & 0xfff;
@@ -434,6 +452,7 @@ static bool __attribute__((noinline)) ring_wait(struct rq_trace *t, struct trace
 		tl = atomic_load_explicit(&r->tail, memory_order_acquire);
 	}
 	r->room = tl + RING_EVENTS;
+	r->wake_at = tl + RING_EVENTS / 2;
 	if (h - tl < RING_EVENTS)
 		return true;
 	atomic_store_explicit(&r->dropped,
@@ -463,13 +482,12 @@ static inline __attribute__((always_inline)) void ring_put(struct rq_trace *t, s
 	s->rec.sector = sector;
 	s->rec.bytes = bytes;
 	s->rec.action = action;
-	s->rec.pid = r->tid;
 	s->rec.error = error;
 	s->rec.pdu_len = (uint16_t)pdu_len;
 	if (pdu_len)
 		memcpy(s->pdu, pdu, pdu_len);
 	atomic_store_explicit(&r->head, h + 1, memory_order_release);
-	if (unlikely(h + 1 == r->room - RING_EVENTS / 2))
+	if (unlikely(h == r->wake_at))
 		sem_post(&t->wake);
 }
 
@@ -503,6 +521,7 @@ static struct trace_ring *__attribute__((noinline)) ring_self(struct rq_trace *t
 		return NULL;
 	r->tid = atomic_load(&th->tid);
 	r->room = RING_EVENTS;
+	r->wake_at = RING_EVENTS / 2;
 	memcpy(r->comm, th->comm, sizeof(r->comm));
 	ring_put(t, r, 0, 0, TN_PROCESS | TC_ACT(TC_NOTIFY), 0, r->comm, COMM_LEN);
 	pthread_mutex_lock(&t->lock);
@@ -546,6 +565,27 @@ static inline __attribute__((always_inline)) void trace_put(struct rq_queue *q, 
 			atomic_fetch_add(&t->lost, 1);
 	}
 	obs_exit(th);
+}
+
+/*
+ * The event points' way in (hot: the obs_* functions are cold for their
+ * callers' sake, which would have GCC make them small rather than fast).
+ */
+static void __attribute__((hot, noinline)) trace_event(struct rq_queue *q, uint64_t sector,
+							uint32_t bytes, uint32_t action,
+							uint32_t error)
+{
+	trace_put(q, sector, bytes, action, (uint16_t)error, NULL, 0);
+}
+
+/* An event with an 8-byte payload: @pdu, big-endian in the record. */
+static void __attribute__((noinline)) trace_event_pdu(struct rq_queue *q, uint64_t sector,
+						      uint32_t bytes, uint32_t action,
+						      uint64_t pdu)
+{
+	uint64_t be = __builtin_bswap64(pdu);
+
+	trace_put(q, sector, bytes, action, 0, &be, sizeof(be));
 }
 
 /* ------------------------------------------------------------ the writer */
@@ -678,6 +718,7 @@ static void write_run(struct rq_trace *t, unsigned i, uint64_t next)
 		rec->sequence = ++ro.seq;
 		rec->time = time;
 		rec->device = dev;
+		rec->pid = r->tid;
 		rec->cpu = cpu;
 		ro.len += sizeof(*rec) + rec->pdu_len;
 		pos++;
@@ -898,9 +939,13 @@ static void trace_pick_clock(struct rq_trace *t)
 		__builtin_ia32_rdtscp(&aux);
 		if (c1 >= 0 && c1 == sched_getcpu()) {
 			t->tsc = (aux & 0xfff) == (unsigned)c1;
-			return;
+			break;
 		}
 	}
+#if defined(TRACE_RSEQ)
+	/* glibc registered rseq for every thread (its size is 0 if it could not) */
+	t->rseq = t->tsc && __rseq_size > 0 && __rseq_offset != 0;
+#endif
 #else
 	(void)t;
 #endif
@@ -1169,13 +1214,10 @@ void obs_bio(struct rq_queue *q, const struct rq_bio *bio, unsigned act, uint64_
 	if (f & OBS_TRACE) {
 		uint32_t action = act | act_category(act) | rw_category(bio->op, bio->opf);
 
-		if (unlikely(act == TA_SPLIT)) {
-			uint64_t be = __builtin_bswap64(pdu);
-
-			trace_put(q, bio->iter.sector, bio->iter.size, action, 0, &be, sizeof(be));
-		} else {
-			trace_put(q, bio->iter.sector, bio->iter.size, action, 0, NULL, 0);
-		}
+		if (unlikely(act == TA_SPLIT))
+			trace_event_pdu(q, bio->iter.sector, bio->iter.size, action, pdu);
+		else
+			trace_event(q, bio->iter.sector, bio->iter.size, action, 0);
 	}
 	if ((f & OBS_IOSTAT) && (act == TA_BACKMERGE || act == TA_FRONTMERGE))
 		stat_inc(q, ST_DS_MERGES + op_group(bio->op));
@@ -1187,9 +1229,9 @@ void obs_rq(struct rq_request *rq, unsigned act)
 	unsigned f = atomic_load_explicit(&q->obs_flags, memory_order_relaxed);
 
 	if (f & OBS_TRACE)
-		trace_put(q, rq->sector, rq->bytes,
-			  act | act_category(act) | rw_category(rq->op, rq->opf) | TC_ACT(TC_FS),
-			  0, NULL, 0);
+		trace_event(q, rq->sector, rq->bytes,
+			    act | act_category(act) | rw_category(rq->op, rq->opf) | TC_ACT(TC_FS),
+			    0);
 	if (!(f & OBS_IOSTAT))
 		return;
 	if (act == TA_ISSUE) {
@@ -1212,7 +1254,8 @@ void obs_getrq(struct rq_request *rq, const struct rq_bio *bio)
 
 	rq->rq_flags |= RQ_RQF_IO_STAT; /* its later points test this bit */
 	if (f & OBS_TRACE)
-		obs_bio(q, bio, TA_GETRQ, 0);
+		trace_event(q, bio->iter.sector, bio->iter.size,
+			    TA_GETRQ | TC_ACT(TC_QUEUE) | rw_category(bio->op, bio->opf), 0);
 	if (f & OBS_IOSTAT) {
 		uint64_t now = rq_clock_ns();
 
@@ -1226,11 +1269,12 @@ void obs_getrq(struct rq_request *rq, const struct rq_bio *bio)
 /* An event of the queue, not of a bio or request: S, P. */
 void obs_note(struct rq_queue *q, unsigned act, uint64_t depth)
 {
-	uint64_t be = __builtin_bswap64(depth);
-
-	if (atomic_load_explicit(&q->obs_flags, memory_order_relaxed) & OBS_TRACE)
-		trace_put(q, 0, 0, act | act_category(act), 0, &be,
-			  act == TA_UNPLUG_IO ? sizeof(be) : 0);
+	if (!(atomic_load_explicit(&q->obs_flags, memory_order_relaxed) & OBS_TRACE))
+		return;
+	if (act == TA_UNPLUG_IO)
+		trace_event_pdu(q, 0, 0, act | act_category(act), depth);
+	else
+		trace_event(q, 0, 0, act | act_category(act), 0);
 }
 
 void obs_unplug(struct rq_queue *q, const struct rq_list_node *list)
@@ -1249,10 +1293,10 @@ void obs_complete(struct rq_request *rq, rq_status_t status, unsigned bytes, uns
 	unsigned grp = op_group(rq->op);
 
 	if ((f & OBS_TRACE) && !(flags & OBS_C_QUIET)) {
-		trace_put(q, rq->sector, bytes,
-			  TA_COMPLETE | TC_ACT(TC_COMPLETE) | rw_category(rq->op, rq->opf) |
-				  TC_ACT(TC_FS),
-			  status ? (uint16_t)rq_status_to_errno(status) : 0, NULL, 0);
+		trace_event(q, rq->sector, bytes,
+			    TA_COMPLETE | TC_ACT(TC_COMPLETE) | rw_category(rq->op, rq->opf) |
+				    TC_ACT(TC_FS),
+			    status ? (uint16_t)rq_status_to_errno(status) : 0);
 	}
 	if (!(f & OBS_IOSTAT))
 		return;
