@@ -84,6 +84,11 @@ struct bt_record {
 	uint16_t pdu_len;
 };
 _Static_assert(sizeof(struct bt_record) == 48, "blk_io_trace is 48 bytes");
+/* the writer stores magic with sequence, pid with device as one word each (little endian) */
+_Static_assert(offsetof(struct bt_record, sequence) == 4 && offsetof(struct bt_record, device) ==
+		       offsetof(struct bt_record, pid) + 4,
+	       "adjacent pairs");
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the pairs are stored little endian");
 
 #define BT_MAGIC 0x65617400u
 #define BT_VERSION 0x07u
@@ -571,11 +576,84 @@ static inline __attribute__((always_inline)) void trace_put(struct rq_queue *q, 
  * The event points' way in (hot: the obs_* functions are cold for their
  * callers' sake, which would have GCC make them small rather than fast).
  */
+static void __attribute__((noinline)) trace_event_slow(struct rq_queue *q, uint64_t sector,
+						       uint32_t bytes, uint32_t action,
+						       uint32_t error)
+{
+	trace_put(q, sector, bytes, action, (uint16_t)error, NULL, 0);
+}
+
+static void __attribute__((noinline)) trace_wake(struct rq_trace *t)
+{
+	sem_post(&t->wake);
+}
+
+/*
+ * The common case as a leaf function (no call, so no frame): a thread
+ * with its record and its ring for the running trace, room in the ring,
+ * the TSC stamps, membarrier on the writer's side.  Anything else goes
+ * the general way, trace_put().
+ */
 static void __attribute__((hot, noinline)) trace_event(struct rq_queue *q, uint64_t sector,
 							uint32_t bytes, uint32_t action,
 							uint32_t error)
 {
-	trace_put(q, sector, bytes, action, (uint16_t)error, NULL, 0);
+#if defined(__x86_64__)
+	struct obs_thread *th = tls_obs_thread;
+	struct rq_trace *t;
+	struct trace_ring *r;
+	struct trace_slot *s;
+	unsigned slot;
+	uint64_t h;
+
+	if (unlikely(!th || !atomic_load_explicit(&obs_asym_fence, memory_order_relaxed)))
+		goto slow;
+	atomic_store_explicit(&th->active, 1, memory_order_relaxed);
+	atomic_signal_fence(memory_order_seq_cst);
+	t = atomic_load_explicit(&q->obs->trace, memory_order_acquire);
+	if (unlikely(!t))
+		goto out;
+	slot = (unsigned)(t->id % RING_CACHE);
+	r = tls_ring[slot].ring;
+	if (unlikely(tls_ring[slot].id != t->id || !t->tsc))
+		goto slow_out;
+	h = atomic_load_explicit(&r->head, memory_order_relaxed);
+	if (unlikely(h >= r->room))
+		goto slow_out;
+	s = &r->ev[h % RING_EVENTS];
+#if defined(TRACE_RSEQ)
+	if (likely(t->rseq)) {
+		s->rec.cpu = *(volatile uint32_t *)((char *)__builtin_thread_pointer() +
+						    __rseq_offset + offsetof(struct rseq, cpu_id));
+		s->rec.time = __builtin_ia32_rdtsc();
+	} else
+#endif
+	{
+		unsigned aux;
+
+		s->rec.time = __builtin_ia32_rdtscp(&aux);
+		s->rec.cpu = aux & 0xfff;
+	}
+	s->rec.sector = sector;
+	s->rec.bytes = bytes;
+	s->rec.action = action;
+	s->rec.error = (uint16_t)error;
+	s->rec.pdu_len = 0;
+	atomic_store_explicit(&r->head, h + 1, memory_order_release);
+	atomic_store_explicit(&th->active, 0, memory_order_release);
+	if (unlikely(h == r->wake_at))
+		trace_wake(t);
+	return;
+slow_out:
+	atomic_store_explicit(&th->active, 0, memory_order_release);
+slow:
+	trace_event_slow(q, sector, bytes, action, error);
+	return;
+out:
+	atomic_store_explicit(&th->active, 0, memory_order_release);
+#else
+	trace_event_slow(q, sector, bytes, action, error);
+#endif
 }
 
 /* An event with an 8-byte payload: @pdu, big-endian in the record. */
@@ -676,34 +754,32 @@ static void run_out_switch(struct rq_trace *t, struct run_out *ro, unsigned cpu)
 static void write_run(struct rq_trace *t, unsigned i, uint64_t next)
 {
 	struct trace_ring *r = t->cur[i];
-	const struct trace_slot *ev = r->ev;
-	uint64_t pos = t->pos[i], end = t->end[i];
-	uint64_t w_next = r->w_next, last = t->last_time, stamp;
-	const bool tsc = t->tsc;
-	const uint64_t tick_base = t->tick_base, mult = t->mult, start = t->start_ns;
-	const int64_t base = (int64_t)(t->nsec_base - t->start_ns);
+	const uint64_t first = t->pos[i], end = t->end[i];
+	uint64_t pos = first, w_next = r->w_next, last = t->last_time, stamp;
+	/* stamp -> time since start: base + (stamp - tick_base) * mult >> 32 */
+	const uint64_t tick_base = t->tsc ? t->tick_base : 0;
+	const uint64_t mult = t->tsc ? t->mult : 1ull << 32;
+	const int64_t base = (int64_t)((t->tsc ? t->nsec_base : 0) - t->start_ns);
 	const unsigned nr_cpus = t->nr_cpus;
-	const uint32_t dev = t->dev;
+	const uint64_t pid_dev = (uint64_t)t->dev << 32 | r->tid;
 	struct run_out ro = { .o = NULL };
 
 	do {
-		const struct trace_slot *s = &ev[pos % RING_EVENTS];
+		struct trace_slot *s = &r->ev[pos % RING_EVENTS];
 		struct bt_record *rec;
+		int64_t ns;
 		uint64_t time;
-		unsigned cpu = s->rec.cpu < nr_cpus ? s->rec.cpu : nr_cpus - 1;
+		unsigned cpu = s->rec.cpu;
 
 		stamp = s->rec.time;
-		if (tsc) {
-			int64_t ns = base + (int64_t)(((unsigned __int128)(stamp - tick_base) * mult) >> 32);
-
-			time = ns > 0 && stamp >= tick_base ? (uint64_t)ns : 0;
-		} else {
-			time = stamp > start ? stamp - start : 0;
-		}
+		ns = base + (int64_t)(((unsigned __int128)(stamp - tick_base) * mult) >> 32);
+		time = ns > 0 && stamp >= tick_base ? (uint64_t)ns : 0;
 		time = time < w_next ? w_next : time;
 		time = time < last ? last : time;
 		last = time;
 		w_next = time + 1;
+		if (unlikely(cpu >= nr_cpus))
+			s->rec.cpu = cpu = nr_cpus - 1;
 		if (unlikely(cpu != ro.cpu || !ro.o))
 			run_out_switch(t, &ro, cpu);
 		if (unlikely(ro.len + sizeof(*s) > sizeof(ro.o->buf))) {
@@ -714,21 +790,19 @@ static void write_run(struct rq_trace *t, unsigned i, uint64_t next)
 		}
 		rec = (struct bt_record *)(ro.o->buf + ro.len);
 		memcpy(rec, s, sizeof(*s));
-		rec->magic = BT_MAGIC | BT_VERSION;
-		rec->sequence = ++ro.seq;
+		/* magic and sequence, pid and device: adjacent pairs, one store each */
+		*(uint64_t *)&rec->magic = (uint64_t)++ro.seq << 32 | (BT_MAGIC | BT_VERSION);
 		rec->time = time;
-		rec->device = dev;
-		rec->pid = r->tid;
-		rec->cpu = cpu;
-		ro.len += sizeof(*rec) + rec->pdu_len;
+		*(uint64_t *)&rec->pid = pid_dev;
+		ro.len += sizeof(*rec) + s->rec.pdu_len;
 		pos++;
-	} while (pos != end && ev[pos % RING_EVENTS].rec.time <= next);
+	} while (pos != end && r->ev[pos % RING_EVENTS].rec.time <= next);
 	ro.o->len = ro.len;
 	t->seq[ro.cpu] = ro.seq;
 	r->w_stamp = stamp;
 	r->w_next = w_next;
 	t->last_time = last;
-	t->nr_written += pos - t->pos[i];
+	t->nr_written += pos - first;
 	t->pos[i] = pos;
 }
 
