@@ -93,6 +93,9 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the pairs are stored 
 #define BT_MAGIC 0x65617400u
 #define BT_VERSION 0x07u
 
+/* inlined even where GCC would rather not (the cold obs_* functions) */
+#define TRACE_INLINE static inline __attribute__((always_inline))
+
 /* categories (BLK_TC_*), shifted into the action word's top half */
 #define TC_READ (1u << 0)
 #define TC_WRITE (1u << 1)
@@ -140,7 +143,7 @@ static const uint32_t op_category[RQ_OP_LAST] = {
 };
 
 /* The direction and flag categories of an op with @opf, as blktrace sets them. */
-static inline __attribute__((always_inline)) uint32_t rw_category(unsigned op, uint32_t opf)
+TRACE_INLINE uint32_t rw_category(unsigned op, uint32_t opf)
 {
 	uint32_t c = op < RQ_OP_LAST ? op_category[op] : TC_ACT(TC_READ);
 
@@ -361,7 +364,7 @@ static void obs_fence_all(void)
 }
 
 /* A thread enters an event point of a traced queue. */
-static inline __attribute__((always_inline)) void obs_enter(struct obs_thread *th)
+TRACE_INLINE void obs_enter(struct obs_thread *th)
 {
 	atomic_store_explicit(&th->active, 1, memory_order_relaxed);
 	if (likely(atomic_load_explicit(&obs_asym_fence, memory_order_relaxed)))
@@ -370,7 +373,7 @@ static inline __attribute__((always_inline)) void obs_enter(struct obs_thread *t
 		obs_fence();
 }
 
-static inline __attribute__((always_inline)) void obs_exit(struct obs_thread *th)
+TRACE_INLINE void obs_exit(struct obs_thread *th)
 {
 	atomic_store_explicit(&th->active, 0, memory_order_release);
 }
@@ -385,7 +388,7 @@ static void obs_threads_quiesce(void)
 }
 
 /* The stamp of an event now and the CPU it happens on. */
-static inline __attribute__((always_inline)) uint64_t trace_stamp(struct rq_trace *t, struct trace_ring *r, uint32_t *cpu)
+TRACE_INLINE uint64_t trace_stamp(struct rq_trace *t, struct trace_ring *r, uint32_t *cpu)
 {
 	uint64_t now;
 
@@ -430,17 +433,6 @@ static uint64_t trace_stamp_now(const struct rq_trace *t)
 	return rq_clock_ns();
 }
 
-/* A stamp as nanoseconds of the library's clock. */
-static inline __attribute__((always_inline)) uint64_t trace_stamp_ns(const struct rq_trace *t, uint64_t stamp)
-{
-	if (!t->tsc)
-		return stamp;
-	if (stamp < t->tick_base)
-		return t->nsec_base;
-	return t->nsec_base +
-	       (uint64_t)(((unsigned __int128)(stamp - t->tick_base) * t->mult) >> 32);
-}
-
 /*
  * @r is full as far as its owner last looked: look again, wait a little
  * for the writer (it is behind), and if the ring stays full count the
@@ -471,9 +463,9 @@ static bool __attribute__((noinline)) ring_wait(struct rq_trace *t, struct trace
  * commit it.  Half way to where the owner last saw the ring full it wakes
  * the writer once.
  */
-static inline __attribute__((always_inline)) void ring_put(struct rq_trace *t, struct trace_ring *r, uint64_t sector,
-			    uint32_t bytes, uint32_t action, uint16_t error, const void *pdu,
-			    unsigned pdu_len)
+TRACE_INLINE void ring_put(struct rq_trace *t, struct trace_ring *r, uint64_t sector,
+			  uint32_t bytes, uint32_t action, uint16_t error, const void *pdu,
+			  unsigned pdu_len)
 {
 	uint64_t h = atomic_load_explicit(&r->head, memory_order_relaxed);
 	struct trace_slot *s;
@@ -547,8 +539,8 @@ cache:
  * trace (a stopper that unpublished it waits for the mark to go) and
  * before it reads the clock (the writer's ordering).
  */
-static inline __attribute__((always_inline)) void trace_put(struct rq_queue *q, uint64_t sector, uint32_t bytes,
-			     uint32_t action, uint16_t error, const void *pdu, unsigned pdu_len)
+TRACE_INLINE void trace_put(struct rq_queue *q, uint64_t sector, uint32_t bytes,
+			   uint32_t action, uint16_t error, const void *pdu, unsigned pdu_len)
 {
 	struct obs_thread *th = tls_obs_thread;
 	struct rq_trace *t;
