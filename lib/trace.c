@@ -3,32 +3,44 @@
  * The event points (internal/trace.h): blktrace-format traces, and the
  * diskstats and latency histograms counted while "iostats" is on.
  *
- * A trace.  Each thread that makes an event gets a ring buffer of its own
- * for the trace (made at its first event, found again through a small
+ * A trace.  Each thread that makes an event gets a ring of its own for
+ * the trace (made at its first event, found again through a small
  * per-thread cache keyed by the trace's id, which is never reused), and
  * only it writes there: no lock, no atomic read-modify-write, no heap
- * allocation per event.  A writer thread drains the rings every
- * millisecond, or as soon as one is half full, into one file per CPU
- * (NAME.blktrace.CPU, the CPU the event happened on), merging the rings
- * by time so each file is in time order and a thread's events keep their
- * order.  A thread whose ring is full drops the event and counts it; the
- * counts are reported (rq_queue_trace_get_info(), the trace_dropped
- * attribute, and a message record at the end of the trace).
+ * allocation per event.  The thread writes the whole blktrace record into
+ * its ring slot (sector, bytes, action, error, CPU, a raw stamp), so an
+ * event costs one stamp and a few stores: the stamp is the TSC (rdtsc,
+ * with the CPU from rseq's cpu_id, or rdtscp which gives both) where the
+ * library's clock itself is the TSC, else rq_clock_ns() and
+ * sched_getcpu().  A writer thread takes the rings every millisecond, or
+ * as soon as one is half full, merges them by stamp, and for each record
+ * fills in what only it knows (the stamp scaled to nanoseconds since the
+ * start, exactly as rq_clock_ns() scales it; the CPU file's sequence
+ * number; magic, pid and device) and copies it to its CPU's file buffer
+ * (NAME.blktrace.CPU, the CPU the event happened on).  Each file is in
+ * time order and a thread's events keep their order.  A thread whose ring
+ * is full drops the event and counts it; the counts are reported
+ * (rq_queue_trace_get_info(), the trace_dropped attribute, and a message
+ * record at the end of the trace).
  *
- * The writer must never write an event before one with an earlier time
- * that a thread is still committing.  A thread marks its ring busy before
- * it reads the clock and clears the mark after committing; the writer
- * reads the clock (T), then the marks: a thread not marked then reads its
- * clock after T, and a marked one commits an event later than its last
- * committed one.  So every event up to T, capped by the last committed
- * time of the marked rings, is final.  A thread's times are made strictly
- * increasing (+1 ns on a tie), so its order survives blkparse's sort.
+ * The writer must never write an event before one with an earlier stamp
+ * that a thread is still committing.  A thread marks itself active before
+ * it takes the stamp and clears the mark after committing; the writer
+ * takes a stamp (T), then reads the marks: a thread not marked then takes
+ * its stamp after T, and a marked one commits an event no earlier than
+ * its last committed one.  So every event up to T, capped by the last
+ * committed stamp of the marked rings, is final.  The store-then-load on
+ * both sides needs a full fence on both; the threads' half is
+ * membarrier(2), run by the writer (see obs_fence_all()).  A thread's
+ * times are made strictly increasing (+1 ns on a tie), so its order
+ * survives blkparse's sort.
  *
  * What may run at the same time:
  *   event points (obs_*)         everything; a thread touches only its ring
  *   the writer                   event points (reads rings up to their head)
- *   trace start / stop           event points (stop: RCU grace period before
- *                                the rings go); q->sysfs_lock orders them
+ *   trace start / stop           event points (stop: waits until no thread is
+ *                                marked before the rings go); q->sysfs_lock
+ *                                orders them
  *   diskstats / histogram reads  everything (lib/stats.c)
  */
 #define _GNU_SOURCE
