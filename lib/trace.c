@@ -1285,33 +1285,38 @@ static void iostat_done(struct rq_request *rq, unsigned grp)
 
 /* ------------------------------------------------------- the points */
 
+/*
+ * A point that only traces ends in a call in tail position (no frame of
+ * its own); with iostats on, an out-of-line function counts and then
+ * traces.
+ */
 void obs_bio(struct rq_queue *q, const struct rq_bio *bio, unsigned act, uint64_t pdu)
 {
 	unsigned f = atomic_load_explicit(&q->obs_flags, memory_order_relaxed);
+	uint32_t action;
 
-	if (f & OBS_TRACE) {
-		uint32_t action = act | act_category(act) | rw_category(bio->op, bio->opf);
-
-		if (unlikely(act == TA_SPLIT))
-			trace_event_pdu(q, bio->iter.sector, bio->iter.size, action, pdu);
-		else
-			trace_event(q, bio->iter.sector, bio->iter.size, action, 0);
-	}
 	if ((f & OBS_IOSTAT) && (act == TA_BACKMERGE || act == TA_FRONTMERGE))
 		stat_inc(q, ST_DS_MERGES + op_group(bio->op));
+	if (!(f & OBS_TRACE))
+		return;
+	action = act | act_category(act) | rw_category(bio->op, bio->opf);
+	if (unlikely(act == TA_SPLIT))
+		trace_event_pdu(q, bio->iter.sector, bio->iter.size, action, pdu);
+	else
+		trace_event(q, bio->iter.sector, bio->iter.size, action, 0);
 }
 
-void obs_rq(struct rq_request *rq, unsigned act)
+TRACE_INLINE void trace_rq(struct rq_request *rq, unsigned act)
+{
+	trace_event(rq->q, rq->sector, rq->bytes,
+		    act | act_category(act) | rw_category(rq->op, rq->opf) | TC_ACT(TC_FS), 0);
+}
+
+/* obs_rq() with iostats on: count, then trace if @f says so. */
+static void __attribute__((noinline)) iostat_rq(struct rq_request *rq, unsigned act, unsigned f)
 {
 	struct rq_queue *q = rq->q;
-	unsigned f = atomic_load_explicit(&q->obs_flags, memory_order_relaxed);
 
-	if (f & OBS_TRACE)
-		trace_event(q, rq->sector, rq->bytes,
-			    act | act_category(act) | rw_category(rq->op, rq->opf) | TC_ACT(TC_FS),
-			    0);
-	if (!(f & OBS_IOSTAT))
-		return;
 	if (act == TA_ISSUE) {
 		rq->io_start_time_ns = rq_clock_ns();
 		/* every issue follows a G, an R or a completed step, which cleared it */
@@ -1323,6 +1328,39 @@ void obs_rq(struct rq_request *rq, unsigned act)
 	} else if (act == TA_BACKMERGE) {
 		stat_inc(q, ST_DS_MERGES + op_group(rq->op));
 	}
+	if (f & OBS_TRACE)
+		trace_rq(rq, act);
+}
+
+void obs_rq(struct rq_request *rq, unsigned act)
+{
+	struct rq_queue *q = rq->q;
+	unsigned f = atomic_load_explicit(&q->obs_flags, memory_order_relaxed);
+
+	if (unlikely(f & OBS_IOSTAT))
+		iostat_rq(rq, act, f);
+	else if (f & OBS_TRACE)
+		trace_rq(rq, act);
+}
+
+TRACE_INLINE void trace_getrq_bio(struct rq_queue *q, const struct rq_bio *bio)
+{
+	trace_event(q, bio->iter.sector, bio->iter.size,
+		    TA_GETRQ | TC_ACT(TC_QUEUE) | rw_category(bio->op, bio->opf), 0);
+}
+
+/* obs_getrq() with iostats on: the start time, then trace if @f says so. */
+static void __attribute__((noinline)) iostat_getrq(struct rq_request *rq,
+						   const struct rq_bio *bio, unsigned f)
+{
+	uint64_t now = rq_clock_ns();
+
+	if (!rq->start_time_ns)
+		rq->start_time_ns = now;
+	rq_priv(rq)->obs_started = 0; /* not cleared at every allocation */
+	io_ticks_update(rq->q, now, false);
+	if (f & OBS_TRACE)
+		trace_getrq_bio(rq->q, bio);
 }
 
 void obs_getrq(struct rq_request *rq, const struct rq_bio *bio)
@@ -1331,17 +1369,10 @@ void obs_getrq(struct rq_request *rq, const struct rq_bio *bio)
 	unsigned f = atomic_load_explicit(&q->obs_flags, memory_order_relaxed);
 
 	rq->rq_flags |= RQ_RQF_IO_STAT; /* its later points test this bit */
-	if (f & OBS_TRACE)
-		trace_event(q, bio->iter.sector, bio->iter.size,
-			    TA_GETRQ | TC_ACT(TC_QUEUE) | rw_category(bio->op, bio->opf), 0);
-	if (f & OBS_IOSTAT) {
-		uint64_t now = rq_clock_ns();
-
-		if (!rq->start_time_ns)
-			rq->start_time_ns = now;
-		rq_priv(rq)->obs_started = 0; /* not cleared at every allocation */
-		io_ticks_update(q, now, false);
-	}
+	if (unlikely(f & OBS_IOSTAT))
+		iostat_getrq(rq, bio, f);
+	else if (f & OBS_TRACE)
+		trace_getrq_bio(q, bio);
 }
 
 /* An event of the queue, not of a bio or request: S, P. */
@@ -1364,20 +1395,20 @@ void obs_unplug(struct rq_queue *q, const struct rq_list_node *list)
 	obs_note(q, TA_UNPLUG_IO, depth);
 }
 
-void obs_complete(struct rq_request *rq, rq_status_t status, unsigned bytes, unsigned flags)
+TRACE_INLINE void trace_complete_rq(struct rq_request *rq, rq_status_t status, unsigned bytes)
+{
+	trace_event(rq->q, rq->sector, bytes,
+		    TA_COMPLETE | TC_ACT(TC_COMPLETE) | rw_category(rq->op, rq->opf) | TC_ACT(TC_FS),
+		    status ? (uint16_t)rq_status_to_errno(status) : 0);
+}
+
+/* obs_complete() with iostats on: count, then trace if @f says so. */
+static void __attribute__((noinline)) iostat_complete(struct rq_request *rq, rq_status_t status,
+						      unsigned bytes, unsigned flags, unsigned f)
 {
 	struct rq_queue *q = rq->q;
-	unsigned f = atomic_load_explicit(&q->obs_flags, memory_order_relaxed);
 	unsigned grp = op_group(rq->op);
 
-	if ((f & OBS_TRACE) && !(flags & OBS_C_QUIET)) {
-		trace_event(q, rq->sector, bytes,
-			    TA_COMPLETE | TC_ACT(TC_COMPLETE) | rw_category(rq->op, rq->opf) |
-				    TC_ACT(TC_FS),
-			    status ? (uint16_t)rq_status_to_errno(status) : 0);
-	}
-	if (!(f & OBS_IOSTAT))
-		return;
 	if (grp != RQ_LAT_FLUSH && bytes && !(flags & OBS_C_STEP))
 		stat_add(q, ST_DS_SECTORS + grp, bytes >> RQ_SECTOR_SHIFT);
 	if ((flags & (OBS_C_DONE | OBS_C_STEP)) && rq_priv(rq)->obs_started)
@@ -1386,6 +1417,19 @@ void obs_complete(struct rq_request *rq, rq_status_t status, unsigned bytes, uns
 	if ((rq->rq_flags & RQ_RQF_FLUSH_INTERNAL) ||
 	    ((flags & OBS_C_DONE) && grp != RQ_LAT_FLUSH))
 		iostat_done(rq, grp);
+	if ((f & OBS_TRACE) && !(flags & OBS_C_QUIET))
+		trace_complete_rq(rq, status, bytes);
+}
+
+void obs_complete(struct rq_request *rq, rq_status_t status, unsigned bytes, unsigned flags)
+{
+	struct rq_queue *q = rq->q;
+	unsigned f = atomic_load_explicit(&q->obs_flags, memory_order_relaxed);
+
+	if (unlikely(f & OBS_IOSTAT))
+		iostat_complete(rq, status, bytes, flags, f);
+	else if ((f & OBS_TRACE) && !(flags & OBS_C_QUIET))
+		trace_complete_rq(rq, status, bytes);
 }
 
 void obs_complete_all(struct rq_request *rq, rq_status_t status, unsigned flags)
