@@ -91,6 +91,25 @@ static void tsc_init(void)
 }
 #endif
 
+/*
+ * Internal (lib/trace.c, declared in internal/trace.h): how rq_clock_ns()
+ * turns TSC ticks into nanoseconds, so a trace can stamp events with the
+ * bare TSC and scale them later to exactly the times rq_clock_ns() gives.
+ * False while the clock does not read the TSC (an installed source, or a
+ * kernel clocksource other than "tsc").
+ */
+bool clock_tsc_params(uint64_t *tick_base, uint64_t *nsec_base, uint64_t *mult);
+bool clock_tsc_params(uint64_t *tick_base, uint64_t *nsec_base, uint64_t *mult)
+{
+	pthread_once(&tsc_once, tsc_init);
+	if (LOAD_ACQUIRE(clock_source) || !use_tsc)
+		return false;
+	*tick_base = tsc_base;
+	*nsec_base = ns_base;
+	*mult = tsc_mult;
+	return true;
+}
+
 /**
  * rq_clock_ns() - the library's clock, in nanoseconds.
  *

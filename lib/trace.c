@@ -3,32 +3,44 @@
  * The event points (internal/trace.h): blktrace-format traces, and the
  * diskstats and latency histograms counted while "iostats" is on.
  *
- * A trace.  Each thread that makes an event gets a ring buffer of its own
- * for the trace (made at its first event, found again through a small
+ * A trace.  Each thread that makes an event gets a ring of its own for
+ * the trace (made at its first event, found again through a small
  * per-thread cache keyed by the trace's id, which is never reused), and
  * only it writes there: no lock, no atomic read-modify-write, no heap
- * allocation per event.  A writer thread drains the rings every
- * millisecond, or as soon as one is half full, into one file per CPU
- * (NAME.blktrace.CPU, the CPU the event happened on), merging the rings
- * by time so each file is in time order and a thread's events keep their
- * order.  A thread whose ring is full drops the event and counts it; the
- * counts are reported (rq_queue_trace_get_info(), the trace_dropped
- * attribute, and a message record at the end of the trace).
+ * allocation per event.  The thread writes the whole blktrace record into
+ * its ring slot (sector, bytes, action, error, CPU, a raw stamp), so an
+ * event costs one stamp and a few stores: the stamp is the TSC (rdtsc,
+ * with the CPU from rseq's cpu_id, or rdtscp which gives both) where the
+ * library's clock itself is the TSC, else rq_clock_ns() and
+ * sched_getcpu().  A writer thread takes the rings every millisecond, or
+ * as soon as one is half full, merges them by stamp, and for each record
+ * fills in what only it knows (the stamp scaled to nanoseconds since the
+ * start, exactly as rq_clock_ns() scales it; the CPU file's sequence
+ * number; magic, pid and device) and copies it to its CPU's file buffer
+ * (NAME.blktrace.CPU, the CPU the event happened on).  Each file is in
+ * time order and a thread's events keep their order.  A thread whose ring
+ * is full drops the event and counts it; the counts are reported
+ * (rq_queue_trace_get_info(), the trace_dropped attribute, and a message
+ * record at the end of the trace).
  *
- * The writer must never write an event before one with an earlier time
- * that a thread is still committing.  A thread marks its ring busy before
- * it reads the clock and clears the mark after committing; the writer
- * reads the clock (T), then the marks: a thread not marked then reads its
- * clock after T, and a marked one commits an event later than its last
- * committed one.  So every event up to T, capped by the last committed
- * time of the marked rings, is final.  A thread's times are made strictly
- * increasing (+1 ns on a tie), so its order survives blkparse's sort.
+ * The writer must never write an event before one with an earlier stamp
+ * that a thread is still committing.  A thread marks itself active before
+ * it takes the stamp and clears the mark after committing; the writer
+ * takes a stamp (T), then reads the marks: a thread not marked then takes
+ * its stamp after T, and a marked one commits an event no earlier than
+ * its last committed one.  So every event up to T, capped by the last
+ * committed stamp of the marked rings, is final.  The store-then-load on
+ * both sides needs a full fence on both; the threads' half is
+ * membarrier(2), run by the writer (see obs_fence_all()).  A thread's
+ * times are made strictly increasing (+1 ns on a tie), so its order
+ * survives blkparse's sort.
  *
  * What may run at the same time:
  *   event points (obs_*)         everything; a thread touches only its ring
  *   the writer                   event points (reads rings up to their head)
- *   trace start / stop           event points (stop: RCU grace period before
- *                                the rings go); q->sysfs_lock orders them
+ *   trace start / stop           event points (stop: waits until no thread is
+ *                                marked before the rings go); q->sysfs_lock
+ *                                orders them
  *   diskstats / histogram reads  everything (lib/stats.c)
  */
 #define _GNU_SOURCE
@@ -42,10 +54,22 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/sysinfo.h>
 #include <time.h>
 #include <unistd.h>
 #include <sched.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+#if defined(__x86_64__) && defined(__has_include)
+#if __has_include(<sys/rseq.h>)
+#include <sys/rseq.h>
+#if defined(RSEQ_SIG)
+#define TRACE_RSEQ 1
+#endif
+#endif
+#endif
 
 #include "internal/alloc.h"
 #include "internal/queue.h"
@@ -72,9 +96,17 @@ struct bt_record {
 	uint16_t pdu_len;
 };
 _Static_assert(sizeof(struct bt_record) == 48, "blk_io_trace is 48 bytes");
+/* the writer stores magic with sequence, pid with device as one word each (little endian) */
+_Static_assert(offsetof(struct bt_record, sequence) == 4 && offsetof(struct bt_record, device) ==
+		       offsetof(struct bt_record, pid) + 4,
+	       "adjacent pairs");
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the pairs are stored little endian");
 
 #define BT_MAGIC 0x65617400u
 #define BT_VERSION 0x07u
+
+/* inlined even where GCC would rather not (the cold obs_* functions) */
+#define TRACE_INLINE static inline __attribute__((always_inline))
 
 /* categories (BLK_TC_*), shifted into the action word's top half */
 #define TC_READ (1u << 0)
@@ -98,20 +130,19 @@ _Static_assert(sizeof(struct bt_record) == 48, "blk_io_trace is 48 bytes");
 #define COMM_LEN 16
 
 /* The category an action belongs to, as blktrace files it. */
-static uint32_t act_category(unsigned act)
+static const uint32_t act_categories[TA_SPLIT + 1] = {
+	[TA_QUEUE] = TC_ACT(TC_QUEUE), [TA_BACKMERGE] = TC_ACT(TC_QUEUE),
+	[TA_FRONTMERGE] = TC_ACT(TC_QUEUE), [TA_GETRQ] = TC_ACT(TC_QUEUE),
+	[TA_SLEEPRQ] = TC_ACT(TC_QUEUE), [TA_REQUEUE] = TC_ACT(TC_REQUEUE),
+	[TA_ISSUE] = TC_ACT(TC_ISSUE), [TA_COMPLETE] = TC_ACT(TC_COMPLETE),
+	[TA_PLUG] = TC_ACT(TC_QUEUE), [TA_UNPLUG_IO] = TC_ACT(TC_QUEUE),
+	[TA_UNPLUG_TIMER] = TC_ACT(TC_QUEUE), [TA_INSERT] = TC_ACT(TC_QUEUE),
+	[TA_SPLIT] = 0,
+};
+
+static inline uint32_t act_category(unsigned act)
 {
-	switch (act) {
-	case TA_REQUEUE:
-		return TC_ACT(TC_REQUEUE);
-	case TA_ISSUE:
-		return TC_ACT(TC_ISSUE);
-	case TA_COMPLETE:
-		return TC_ACT(TC_COMPLETE);
-	case TA_SPLIT:
-		return 0;
-	default:
-		return TC_ACT(TC_QUEUE);
-	}
+	return act <= TA_SPLIT ? act_categories[act] : TC_ACT(TC_QUEUE);
 }
 
 /* Categories of each op: blktrace's direction is op_is_write() (a flush is neither). */
@@ -124,7 +155,7 @@ static const uint32_t op_category[RQ_OP_LAST] = {
 };
 
 /* The direction and flag categories of an op with @opf, as blktrace sets them. */
-static uint32_t rw_category(unsigned op, uint32_t opf)
+TRACE_INLINE uint32_t rw_category(unsigned op, uint32_t opf)
 {
 	uint32_t c = op < RQ_OP_LAST ? op_category[op] : TC_ACT(TC_READ);
 
@@ -141,22 +172,20 @@ static uint32_t rw_category(unsigned op, uint32_t opf)
 
 /* ------------------------------------------------------ rings, a trace */
 
-enum { PDU_NONE, PDU_BE64, PDU_COMM, PDU_TEXT };
-
-/* An event as a thread leaves it in its ring (the writer encodes it). */
-struct trace_ev {
-	uint64_t time;          /* the library's clock */
-	uint64_t sector;
-	uint64_t pdu;           /* PDU_BE64: the value */
-	uint32_t bytes;
-	uint32_t action;
-	uint32_t pid;
-	uint16_t cpu;
-	uint16_t error;
-	uint8_t pdu_kind;
+/*
+ * One slot of a thread's ring: the record as the file will hold it, but
+ * for what only the writer can know: @rec.time holds the raw stamp (TSC
+ * ticks, or the library's clock in the slow mode), and the writer fills
+ * in magic, sequence and device, scales the time and copies @rec and
+ * @rec.pdu_len bytes of @pdu out.  64 bytes: one cache line.
+ */
+struct trace_slot {
+	struct bt_record rec;
+	unsigned char pdu[16];
 };
+_Static_assert(sizeof(struct trace_slot) == 64, "a slot is a cache line");
 
-#define RING_EVENTS 16384u      /* per thread and trace: 768 KiB */
+#define RING_EVENTS 65536u      /* per thread and trace: 4 MiB */
 #define RING_WAIT_YIELDS 64     /* a full ring waits this long for the writer */
 
 /*
@@ -174,19 +203,28 @@ struct obs_thread {
 };
 
 struct trace_ring {
-	_Atomic uint64_t head;       /* owner: events committed */
-	_Atomic uint64_t tail;       /* writer: events taken */
-	_Atomic uint64_t last_time;  /* owner: time of the last commit */
-	_Atomic uint64_t dropped;    /* owner: events that found the ring full */
+	/* the owner's line */
+	_Atomic uint64_t head;       /* events committed */
+	uint64_t room;               /* head may grow to this before tail is read again */
+	uint64_t wake_at;            /* at this head, wake the writer (half way to room) */
+	uint64_t last_stamp;         /* slow mode: the last stamp (kept increasing) */
+	_Atomic uint64_t dropped;    /* events that found the ring full */
 	struct obs_thread *_Atomic owner;
 	struct trace_ring *next;     /* the trace's list (prepend, under lock) */
 	uint32_t tid;
 	char comm[COMM_LEN];
-	struct trace_ev ev[RING_EVENTS];
+	/* the writer's line */
+	_Alignas(64) _Atomic uint64_t tail; /* events taken */
+	uint64_t w_stamp;            /* the raw stamp of the last event taken */
+	uint64_t w_next;             /* the earliest time its next record may have */
+	_Alignas(64) struct trace_slot ev[RING_EVENTS];
 };
 
 struct rq_trace {
 	uint64_t id;                 /* never reused: the threads' cache key */
+	bool tsc;                    /* stamps are TSC ticks, else rq_clock_ns() */
+	bool rseq;                   /* with tsc: the CPU from rseq's cpu_id, else rdtscp */
+	uint64_t tick_base, nsec_base, mult; /* ticks -> ns, as rq_clock_ns() scales them */
 	uint64_t start_ns;
 	uint64_t last_time;          /* writer: the last record's time */
 	uint32_t dev;
@@ -284,6 +322,33 @@ static struct obs_thread *obs_thread_self(void)
 }
 
 /*
+ * The threads' marks against the writer's and the stopper's reads of them
+ * are Dekker's pattern: each side stores, then loads what the other side
+ * stores, which needs a full fence on both sides.  Event points make many
+ * marks and the writer reads them once a millisecond, so the fence is all
+ * on the writer's side where the kernel offers it: membarrier(2)'s private
+ * expedited command runs a full fence on every CPU running a thread of the
+ * process (a thread not running passed one when it was switched out), and
+ * a thread's mark needs only the compiler not to move it.  Without
+ * membarrier (or under ThreadSanitizer, which does not model it) every
+ * mark is followed by a fence.
+ */
+static _Atomic bool obs_asym_fence;
+static pthread_once_t obs_membarrier_once = PTHREAD_ONCE_INIT;
+
+#define MB_CMD_PRIVATE_EXPEDITED (1 << 3)          /* linux/membarrier.h */
+#define MB_CMD_REGISTER_PRIVATE_EXPEDITED (1 << 4)
+
+static void obs_membarrier_init(void)
+{
+#if !defined(__SANITIZE_THREAD__) && defined(SYS_membarrier)
+	if (syscall(SYS_membarrier, MB_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0 &&
+	    syscall(SYS_membarrier, MB_CMD_PRIVATE_EXPEDITED, 0, 0) == 0)
+		atomic_store(&obs_asym_fence, true);
+#endif
+}
+
+/*
  * A full fence.  GCC refuses atomic_thread_fence() under ThreadSanitizer,
  * which does not model fences; a TSan build orders through a seq_cst
  * read-modify-write of one word instead, which it does model.
@@ -299,47 +364,139 @@ static inline void obs_fence(void)
 #endif
 }
 
+/* The writer's or stopper's half: a fence on every thread of the process. */
+static void obs_fence_all(void)
+{
+	obs_fence();
+#if defined(SYS_membarrier)
+	if (atomic_load_explicit(&obs_asym_fence, memory_order_relaxed) &&
+	    syscall(SYS_membarrier, MB_CMD_PRIVATE_EXPEDITED, 0, 0) != 0)
+		abort(); /* registered, so it cannot fail */
+#endif
+}
+
+/* A thread enters an event point of a traced queue. */
+TRACE_INLINE void obs_enter(struct obs_thread *th)
+{
+	atomic_store_explicit(&th->active, 1, memory_order_relaxed);
+	if (likely(atomic_load_explicit(&obs_asym_fence, memory_order_relaxed)))
+		atomic_signal_fence(memory_order_seq_cst);
+	else
+		obs_fence();
+}
+
+TRACE_INLINE void obs_exit(struct obs_thread *th)
+{
+	atomic_store_explicit(&th->active, 0, memory_order_release);
+}
+
 /* Wait until no thread is inside an event point (its trace is unpublished). */
 static void obs_threads_quiesce(void)
 {
-	obs_fence();
+	obs_fence_all();
 	for (struct obs_thread *th = atomic_load(&obs_threads); th; th = th->next)
-		while (atomic_load_explicit(&th->active, memory_order_seq_cst))
+		while (atomic_load_explicit(&th->active, memory_order_acquire))
 			sched_yield();
 }
 
-/*
- * Commit one event to the calling thread's @r (its only writer).  A full
- * ring waits a little for the writer (it is behind), then drops the event
- * and counts it.
- */
-static void ring_push(struct rq_trace *t, struct trace_ring *r, const struct trace_ev *src)
+/* The stamp of an event now and the CPU it happens on. */
+TRACE_INLINE uint64_t trace_stamp(struct rq_trace *t, struct trace_ring *r, uint32_t *cpu)
 {
-	uint64_t h = atomic_load_explicit(&r->head, memory_order_relaxed);
-	uint64_t tl = atomic_load_explicit(&r->tail, memory_order_acquire);
-	uint64_t last = atomic_load_explicit(&r->last_time, memory_order_relaxed);
-	uint64_t now = rq_clock_ns();
-	struct trace_ev *ev;
+	uint64_t now;
 
-	if (now <= last)
-		now = last + 1;
+#if defined(__x86_64__)
+	if (likely(t->tsc)) {
+		unsigned aux;
+
+#if defined(TRACE_RSEQ)
+		if (likely(t->rseq)) {
+			/* the kernel keeps the thread's CPU here (rseq(2)), a plain load */
+			*cpu = *(volatile uint32_t *)((char *)__builtin_thread_pointer() +
+						      __rseq_offset + offsetof(struct rseq, cpu_id));
+			return __builtin_ia32_rdtsc();
+		}
+#endif
+		/* one instruction: the TSC and the kernel's TSC_AUX, node << 12 | cpu */
+		now = __builtin_ia32_rdtscp(&aux);
+		*cpu = aux & 0xfff;
+		return now;
+	}
+#endif
+	/* a thread's stamps increase strictly, so its order survives the sort */
+	now = rq_clock_ns();
+	if (now <= r->last_stamp)
+		now = r->last_stamp + 1;
+	r->last_stamp = now;
+	*cpu = cur_cpu();
+	return now;
+}
+
+/* The writer's "now", in stamps: every stamp read before is at most this. */
+static uint64_t trace_stamp_now(const struct rq_trace *t)
+{
+#if defined(__x86_64__)
+	if (t->tsc) {
+		uint64_t now = __builtin_ia32_rdtsc();
+
+		__builtin_ia32_lfence(); /* read before what follows */
+		return now;
+	}
+#endif
+	return rq_clock_ns();
+}
+
+/*
+ * @r is full as far as its owner last looked: look again, wait a little
+ * for the writer (it is behind), and if the ring stays full count the
+ * event as dropped.  True if there is room now.
+ */
+static bool __attribute__((noinline)) ring_wait(struct rq_trace *t, struct trace_ring *r,
+						uint64_t h)
+{
+	uint64_t tl = atomic_load_explicit(&r->tail, memory_order_acquire);
+
 	for (unsigned i = 0; h - tl >= RING_EVENTS && i < RING_WAIT_YIELDS; i++) {
 		sem_post(&t->wake);
 		sched_yield();
 		tl = atomic_load_explicit(&r->tail, memory_order_acquire);
 	}
-	if (h - tl >= RING_EVENTS) {
-		atomic_store_explicit(&r->dropped,
-				      atomic_load_explicit(&r->dropped, memory_order_relaxed) + 1,
-				      memory_order_relaxed);
+	r->room = tl + RING_EVENTS;
+	r->wake_at = tl + RING_EVENTS / 2;
+	if (h - tl < RING_EVENTS)
+		return true;
+	atomic_store_explicit(&r->dropped,
+			      atomic_load_explicit(&r->dropped, memory_order_relaxed) + 1,
+			      memory_order_relaxed);
+	return false;
+}
+
+/*
+ * Write one record into the calling thread's @r (its only writer) and
+ * commit it.  Half way to where the owner last saw the ring full it wakes
+ * the writer once.
+ */
+TRACE_INLINE void ring_put(struct rq_trace *t, struct trace_ring *r, uint64_t sector,
+			  uint32_t bytes, uint32_t action, uint16_t error, const void *pdu,
+			  unsigned pdu_len)
+{
+	uint64_t h = atomic_load_explicit(&r->head, memory_order_relaxed);
+	struct trace_slot *s;
+	uint32_t cpu;
+
+	if (unlikely(h >= r->room) && !ring_wait(t, r, h))
 		return;
-	}
-	ev = &r->ev[h % RING_EVENTS];
-	*ev = *src;
-	ev->time = now;
-	atomic_store_explicit(&r->last_time, now, memory_order_relaxed);
+	s = &r->ev[h % RING_EVENTS];
+	s->rec.time = trace_stamp(t, r, &cpu);
+	s->rec.cpu = cpu;
+	s->rec.sector = sector;
+	s->rec.bytes = bytes;
+	s->rec.action = action;
+	s->rec.error = error;
+	s->rec.pdu_len = (uint16_t)pdu_len;
+	if (pdu_len)
+		memcpy(s->pdu, pdu, pdu_len);
 	atomic_store_explicit(&r->head, h + 1, memory_order_release);
-	if (h + 1 - tl == RING_EVENTS / 2)
+	if (unlikely(h == r->wake_at))
 		sem_post(&t->wake);
 }
 
@@ -360,26 +517,22 @@ static struct trace_ring *ring_find(struct rq_trace *t, uint32_t tid)
 }
 
 /* The ring of @th in @t, made (with its name note) on first use. */
-static struct trace_ring *ring_self(struct rq_trace *t, struct obs_thread *th)
+static struct trace_ring *__attribute__((noinline)) ring_self(struct rq_trace *t,
+							      struct obs_thread *th)
 {
 	unsigned slot = (unsigned)(t->id % RING_CACHE);
-	struct trace_ring *r;
-	struct trace_ev note = { .action = TN_PROCESS | TC_ACT(TC_NOTIFY),
-				 .pdu_kind = PDU_COMM };
+	struct trace_ring *r = ring_find(t, atomic_load(&th->tid));
 
-	if (likely(tls_ring[slot].id == t->id))
-		return tls_ring[slot].ring;
-	r = ring_find(t, atomic_load(&th->tid));
 	if (r)
 		goto cache;
 	r = mem_zalloc(sizeof(*r));
 	if (!r)
 		return NULL;
 	r->tid = atomic_load(&th->tid);
+	r->room = RING_EVENTS;
+	r->wake_at = RING_EVENTS / 2;
 	memcpy(r->comm, th->comm, sizeof(r->comm));
-	note.pid = r->tid;
-	note.cpu = (uint16_t)cur_cpu();
-	ring_push(t, r, &note);
+	ring_put(t, r, 0, 0, TN_PROCESS | TC_ACT(TC_NOTIFY), 0, r->comm, COMM_LEN);
 	pthread_mutex_lock(&t->lock);
 	r->next = atomic_load_explicit(&t->rings, memory_order_relaxed);
 	atomic_store_explicit(&t->rings, r, memory_order_release);
@@ -393,11 +546,13 @@ cache:
 }
 
 /*
- * Record one event of @q if a trace runs.  The thread is marked active
- * before it looks for the trace (a stopper that unpublished it waits for
- * the mark to go) and before it reads the clock (the writer's ordering).
+ * Record one event of @q if a trace runs: the whole record, straight into
+ * the thread's ring.  The thread is marked active before it looks for the
+ * trace (a stopper that unpublished it waits for the mark to go) and
+ * before it reads the clock (the writer's ordering).
  */
-static void trace_emit(struct rq_queue *q, struct trace_ev *ev)
+TRACE_INLINE void trace_put(struct rq_queue *q, uint64_t sector, uint32_t bytes,
+			   uint32_t action, uint16_t error, const void *pdu, unsigned pdu_len)
 {
 	struct obs_thread *th = tls_obs_thread;
 	struct rq_trace *t;
@@ -405,18 +560,114 @@ static void trace_emit(struct rq_queue *q, struct trace_ev *ev)
 
 	if (unlikely(!th) && !(th = obs_thread_self()))
 		return;
-	atomic_store_explicit(&th->active, 1, memory_order_seq_cst);
-	t = atomic_load_explicit(&q->obs->trace, memory_order_seq_cst);
-	if (t) {
-		r = ring_self(t, th);
-		ev->pid = r ? r->tid : 0;
-		ev->cpu = (uint16_t)cur_cpu();
-		if (r)
-			ring_push(t, r, ev);
+	obs_enter(th);
+	t = atomic_load_explicit(&q->obs->trace, memory_order_acquire);
+	if (likely(t)) {
+		unsigned slot = (unsigned)(t->id % RING_CACHE);
+
+		r = tls_ring[slot].ring;
+		if (unlikely(tls_ring[slot].id != t->id))
+			r = ring_self(t, th);
+		if (likely(r))
+			ring_put(t, r, sector, bytes, action, error, pdu, pdu_len);
 		else
 			atomic_fetch_add(&t->lost, 1);
 	}
+	obs_exit(th);
+}
+
+/*
+ * The event points' way in (hot: the obs_* functions are cold for their
+ * callers' sake, which would have GCC make them small rather than fast).
+ */
+static void __attribute__((noinline)) trace_event_slow(struct rq_queue *q, uint64_t sector,
+						       uint32_t bytes, uint32_t action,
+						       uint32_t error)
+{
+	trace_put(q, sector, bytes, action, (uint16_t)error, NULL, 0);
+}
+
+static void __attribute__((noinline)) trace_wake(struct rq_trace *t)
+{
+	sem_post(&t->wake);
+}
+
+/*
+ * The common case as a leaf function (no call, so no frame): a thread
+ * with its record and its ring for the running trace, room in the ring,
+ * the TSC stamps, membarrier on the writer's side.  Anything else goes
+ * the general way, trace_put().
+ */
+static void __attribute__((hot, noinline)) trace_event(struct rq_queue *q, uint64_t sector,
+							uint32_t bytes, uint32_t action,
+							uint32_t error)
+{
+#if defined(__x86_64__)
+	struct obs_thread *th = tls_obs_thread;
+	struct rq_trace *t;
+	struct trace_ring *r;
+	struct trace_slot *s;
+	unsigned slot;
+	uint64_t h;
+
+	if (unlikely(!th || !atomic_load_explicit(&obs_asym_fence, memory_order_relaxed)))
+		goto slow;
+	atomic_store_explicit(&th->active, 1, memory_order_relaxed);
+	atomic_signal_fence(memory_order_seq_cst);
+	t = atomic_load_explicit(&q->obs->trace, memory_order_acquire);
+	if (unlikely(!t))
+		goto out;
+	slot = (unsigned)(t->id % RING_CACHE);
+	r = tls_ring[slot].ring;
+	if (unlikely(tls_ring[slot].id != t->id || !t->tsc))
+		goto slow_out;
+	h = atomic_load_explicit(&r->head, memory_order_relaxed);
+	if (unlikely(h >= r->room))
+		goto slow_out;
+	s = &r->ev[h % RING_EVENTS];
+#if defined(TRACE_RSEQ)
+	if (likely(t->rseq)) {
+		s->rec.cpu = *(volatile uint32_t *)((char *)__builtin_thread_pointer() +
+						    __rseq_offset + offsetof(struct rseq, cpu_id));
+		s->rec.time = __builtin_ia32_rdtsc();
+	} else
+#endif
+	{
+		unsigned aux;
+
+		s->rec.time = __builtin_ia32_rdtscp(&aux);
+		s->rec.cpu = aux & 0xfff;
+	}
+	s->rec.sector = sector;
+	s->rec.bytes = bytes;
+	s->rec.action = action;
+	s->rec.error = (uint16_t)error;
+	s->rec.pdu_len = 0;
+	atomic_store_explicit(&r->head, h + 1, memory_order_release);
 	atomic_store_explicit(&th->active, 0, memory_order_release);
+	if (unlikely(h == r->wake_at))
+		trace_wake(t);
+	return;
+slow_out:
+	atomic_store_explicit(&th->active, 0, memory_order_release);
+slow:
+	trace_event_slow(q, sector, bytes, action, error);
+	return;
+out:
+	atomic_store_explicit(&th->active, 0, memory_order_release);
+#else
+	trace_event_slow(q, sector, bytes, action, error);
+#endif
+}
+
+/* An event with an 8-byte payload: @pdu, big-endian in the record. */
+static void __attribute__((noinline)) trace_event_pdu(struct rq_queue *q, uint64_t sector,
+						      uint32_t bytes, uint32_t action,
+						      uint64_t pdu)
+{
+	uint64_t be = __builtin_bswap64(pdu);
+
+	trace_put(q, sector, bytes, action, 0, &be, sizeof(be));
 }
 
 /* ------------------------------------------------------------ the writer */
@@ -446,93 +697,117 @@ static bool out_flush(struct trace_out *o)
 	return true;
 }
 
-/* Append @len bytes (at most the buffer) to @o. */
-static bool out_put(struct trace_out *o, const void *p, size_t len)
+/*
+ * Give @rec its place in @cpu's file (@time, never before the last
+ * record's; the CPU's next sequence number) and append it with
+ * @rec->pdu_len bytes of @pdu.  For the writer's own records.
+ */
+static void out_record(struct rq_trace *t, unsigned cpu, struct bt_record *rec,
+		       const void *pdu, uint64_t time)
 {
-	bool ok = true;
-
-	if (o->len + len > sizeof(o->buf))
-		ok = out_flush(o);
-	memcpy(o->buf + o->len, p, len);
-	o->len += len;
-	return ok;
-}
-
-/* A payload's bytes: a big-endian u64, a thread's name, or a text. */
-static size_t event_pdu(const struct trace_ev *ev, const char *comm, unsigned char *pdu,
-			size_t room)
-{
-	size_t len;
-
-	if (ev->pdu_kind == PDU_BE64) {
-		for (unsigned i = 0; i < 8; i++)
-			pdu[i] = (unsigned char)(ev->pdu >> (56 - 8 * i));
-		return 8;
-	}
-	len = ev->pdu_kind == PDU_COMM ? COMM_LEN : strlen(comm) + 1;
-	if (len > room)
-		len = room;
-	memset(pdu, 0, len);
-	memcpy(pdu, comm, strnlen(comm, len - 1));
-	return len;
-}
-
-/* The record of @ev, @pdu_len bytes of payload to follow. */
-static void event_record(struct rq_trace *t, const struct trace_ev *ev, unsigned cpu,
-			 size_t pdu_len, struct bt_record *rec)
-{
-	uint64_t time = ev->time > t->start_ns ? ev->time - t->start_ns : 0;
+	struct trace_out *o = &t->out[cpu];
+	size_t len = sizeof(*rec) + rec->pdu_len;
 
 	if (time < t->last_time)
-		time = t->last_time; /* a late note never goes back in time */
+		time = t->last_time;
 	t->last_time = time;
 	rec->magic = BT_MAGIC | BT_VERSION;
 	rec->sequence = ++t->seq[cpu];
 	rec->time = time;
-	rec->sector = ev->sector;
-	rec->bytes = ev->bytes;
-	rec->action = ev->action;
-	rec->pid = ev->pid;
 	rec->device = t->dev;
 	rec->cpu = cpu;
-	rec->error = ev->error;
-	rec->pdu_len = (uint16_t)pdu_len;
-}
-
-/* An event with a payload (notes, split, unplug): through a copy. */
-static void write_event_pdu(struct rq_trace *t, const struct trace_ev *ev, unsigned cpu,
-			    const char *comm)
-{
-	struct trace_out *o = &t->out[cpu];
-	unsigned char pdu[64];
-	size_t len = event_pdu(ev, comm, pdu, sizeof(pdu));
-	struct bt_record rec;
-
-	event_record(t, ev, cpu, len, &rec);
-	if (!out_put(o, &rec, sizeof(rec)) || !out_put(o, pdu, len))
-		t->io_error = true;
-}
-
-/* Encode @ev and append it to its CPU's buffer. */
-static void write_event(struct rq_trace *t, const struct trace_ev *ev, const char *comm)
-{
-	unsigned cpu = ev->cpu < t->nr_cpus ? ev->cpu : t->nr_cpus - 1;
-	struct trace_out *o = &t->out[cpu];
-
 	t->nr_written++;
-	if (unlikely(ev->pdu_kind != PDU_NONE)) {
-		write_event_pdu(t, ev, cpu, comm);
-		return;
-	}
-	if (unlikely(o->len + sizeof(struct bt_record) > sizeof(o->buf)) && !out_flush(o))
+	if (o->len + len > sizeof(o->buf) && !out_flush(o))
 		t->io_error = true;
-	if (o->len + sizeof(struct bt_record) <= sizeof(o->buf)) {
-		struct bt_record rec;
+	memcpy(o->buf + o->len, rec, sizeof(*rec));
+	memcpy(o->buf + o->len + sizeof(*rec), pdu, rec->pdu_len);
+	o->len += len;
+}
 
-		event_record(t, ev, cpu, 0, &rec);
-		memcpy(o->buf + o->len, &rec, sizeof(rec));
-		o->len += sizeof(rec);
+/* The writer's place in one CPU's file during a run. */
+struct run_out {
+	unsigned cpu;
+	struct trace_out *o;
+	size_t len;
+	uint32_t seq;
+};
+
+/* Switch @ro to @cpu's buffer, keeping the last one's length and sequence. */
+static void run_out_switch(struct rq_trace *t, struct run_out *ro, unsigned cpu)
+{
+	if (ro->o) {
+		ro->o->len = ro->len;
+		t->seq[ro->cpu] = ro->seq;
 	}
+	ro->cpu = cpu;
+	ro->o = &t->out[cpu];
+	ro->len = ro->o->len;
+	ro->seq = t->seq[cpu];
+}
+
+/*
+ * Write ring @i's events from its position while they are no later than
+ * @next (at least one).  Each record gets its stamp scaled to nanoseconds
+ * since the trace started, kept strictly after the ring's last record
+ * (the thread's order survives blkparse's sort by time) and never before
+ * the last record written; its CPU's next sequence number; and goes to
+ * its CPU's buffer as the whole slot (the bytes past the record are
+ * overwritten by the next one or never written out).  What the loop
+ * reads of @t is in locals: stores to a byte buffer alias everything.
+ */
+static void write_run(struct rq_trace *t, unsigned i, uint64_t next)
+{
+	struct trace_ring *r = t->cur[i];
+	const uint64_t first = t->pos[i], end = t->end[i];
+	uint64_t pos = first, w_next = r->w_next, last = t->last_time, stamp;
+	/* stamp -> time since start: base + (stamp - tick_base) * mult >> 32 */
+	const uint64_t tick_base = t->tsc ? t->tick_base : 0;
+	const uint64_t mult = t->tsc ? t->mult : 1ull << 32;
+	const int64_t base = (int64_t)((t->tsc ? t->nsec_base : 0) - t->start_ns);
+	const unsigned nr_cpus = t->nr_cpus;
+	const uint64_t pid_dev = (uint64_t)t->dev << 32 | r->tid;
+	struct run_out ro = { .o = NULL };
+
+	do {
+		struct trace_slot *s = &r->ev[pos % RING_EVENTS];
+		struct bt_record *rec;
+		int64_t ns;
+		uint64_t time;
+		unsigned cpu = s->rec.cpu;
+
+		stamp = s->rec.time;
+		ns = base + (int64_t)(((unsigned __int128)(stamp - tick_base) * mult) >> 32);
+		time = ns > 0 && stamp >= tick_base ? (uint64_t)ns : 0;
+		time = time < w_next ? w_next : time;
+		time = time < last ? last : time;
+		last = time;
+		w_next = time + 1;
+		if (unlikely(cpu >= nr_cpus))
+			s->rec.cpu = cpu = nr_cpus - 1;
+		if (unlikely(cpu != ro.cpu || !ro.o))
+			run_out_switch(t, &ro, cpu);
+		if (unlikely(ro.len + sizeof(*s) > sizeof(ro.o->buf))) {
+			ro.o->len = ro.len;
+			if (!out_flush(ro.o))
+				t->io_error = true;
+			ro.len = 0;
+		}
+		rec = (struct bt_record *)(ro.o->buf + ro.len);
+		memcpy(rec, s, sizeof(*s));
+		/* magic and sequence, pid and device: adjacent pairs, one store each */
+		*(uint64_t *)&rec->magic = (uint64_t)++ro.seq << 32 | (BT_MAGIC | BT_VERSION);
+		rec->time = time;
+		*(uint64_t *)&rec->pid = pid_dev;
+		ro.len += sizeof(*rec) + s->rec.pdu_len;
+		pos++;
+	} while (pos != end && r->ev[pos % RING_EVENTS].rec.time <= next);
+	ro.o->len = ro.len;
+	t->seq[ro.cpu] = ro.seq;
+	r->w_stamp = stamp;
+	r->w_next = w_next;
+	t->last_time = last;
+	t->nr_written += pos - first;
+	t->pos[i] = pos;
 }
 
 /* Room for @n rings in the drain scratch; false without memory. */
@@ -555,61 +830,76 @@ static bool drain_room(struct rq_trace *t, unsigned n)
 }
 
 /*
+ * Take every ring's committed range into the drain scratch and lower
+ * @limit to what no thread can still precede: a thread inside an event
+ * point makes its next stamp after its last committed one, a thread
+ * outside after @limit (read before the marks, a fence on every thread
+ * between).  Each ring's mark is read before its head: a thread seen out
+ * has its events before the mark visible.  Return: the rings taken.
+ */
+static unsigned drain_collect(struct rq_trace *t, bool final, uint64_t *limit)
+{
+	unsigned n = 0;
+
+	for (struct trace_ring *r = atomic_load_explicit(&t->rings, memory_order_acquire);
+	     r && n < t->cur_cap; r = r->next) {
+		struct obs_thread *th = atomic_load_explicit(&r->owner, memory_order_relaxed);
+		bool active = !final && th &&
+			      atomic_load_explicit(&th->active, memory_order_acquire);
+
+		t->cur[n] = r;
+		t->pos[n] = atomic_load_explicit(&r->tail, memory_order_relaxed);
+		t->end[n] = atomic_load_explicit(&r->head, memory_order_acquire);
+		if (active) {
+			uint64_t last = t->end[n] > t->pos[n] ?
+						r->ev[(t->end[n] - 1) % RING_EVENTS].rec.time :
+						r->w_stamp;
+
+			if (last < *limit)
+				*limit = last;
+		}
+		n++;
+	}
+	return n;
+}
+
+/*
  * Write every final event (all with @final: no thread writes any more),
  * merged by time across the rings.  Context: the writer, or the stopper
  * once the writer is gone.
  */
 static void trace_drain(struct rq_trace *t, bool final)
 {
-	uint64_t limit = final ? UINT64_MAX : rq_clock_ns();
-	unsigned n = 0;
+	uint64_t limit = final ? UINT64_MAX : trace_stamp_now(t);
+	unsigned n;
 
-	obs_fence();
+	obs_fence_all();
 	if (!drain_room(t, atomic_load(&t->nr_rings)))
 		return;
-	for (struct trace_ring *r = atomic_load_explicit(&t->rings, memory_order_acquire);
-	     r && n < t->cur_cap; r = r->next) {
-		struct obs_thread *th = atomic_load_explicit(&r->owner, memory_order_relaxed);
-
-		if (!final && th && atomic_load_explicit(&th->active, memory_order_seq_cst)) {
-			uint64_t last = atomic_load_explicit(&r->last_time, memory_order_relaxed);
-
-			if (last < limit)
-				limit = last;
-		}
-		t->cur[n++] = r;
-	}
-	for (unsigned i = 0; i < n; i++) {
-		t->pos[i] = atomic_load_explicit(&t->cur[i]->tail, memory_order_relaxed);
-		t->end[i] = atomic_load_explicit(&t->cur[i]->head, memory_order_acquire);
-	}
+	n = drain_collect(t, final, &limit);
 	for (;;) {
-		const struct trace_ev *best = NULL;
-		uint64_t next = limit; /* the earliest head among the other rings */
+		struct trace_slot *best = NULL;
+		uint64_t next = limit; /* the earliest stamp among the other rings */
 		unsigned bi = 0;
 
 		for (unsigned i = 0; i < n; i++) {
-			const struct trace_ev *ev = &t->cur[i]->ev[t->pos[i] % RING_EVENTS];
+			struct trace_slot *s = &t->cur[i]->ev[t->pos[i] % RING_EVENTS];
 
-			if (t->pos[i] == t->end[i] || ev->time > limit)
+			if (t->pos[i] == t->end[i] || s->rec.time > limit)
 				continue;
-			if (!best || ev->time < best->time) {
-				if (best && best->time < next)
-					next = best->time;
-				best = ev;
+			if (!best || s->rec.time < best->rec.time) {
+				if (best && best->rec.time < next)
+					next = best->rec.time;
+				best = s;
 				bi = i;
-			} else if (ev->time < next) {
-				next = ev->time;
+			} else if (s->rec.time < next) {
+				next = s->rec.time;
 			}
 		}
 		if (!best)
 			break;
 		/* a run of the best ring up to where another ring comes first */
-		do {
-			write_event(t, best, t->cur[bi]->comm);
-			t->pos[bi]++;
-			best = &t->cur[bi]->ev[t->pos[bi] % RING_EVENTS];
-		} while (t->pos[bi] != t->end[bi] && best->time <= next);
+		write_run(t, bi, next);
 	}
 	for (unsigned i = 0; i < n; i++)
 		atomic_store_explicit(&t->cur[i]->tail, t->pos[i], memory_order_release);
@@ -706,6 +996,39 @@ static struct rq_trace *trace_alloc(struct rq_queue *q)
 	return t;
 }
 
+/*
+ * How @t's events are stamped: with rdtscp (the TSC and the CPU in one
+ * instruction) where rq_clock_ns() itself reads the TSC and the kernel
+ * keeps the CPU's number in TSC_AUX (checked against sched_getcpu());
+ * else with rq_clock_ns() and sched_getcpu(), as a test's virtual clock
+ * needs.
+ */
+static void trace_pick_clock(struct rq_trace *t)
+{
+#if defined(__x86_64__)
+	unsigned a, b, c, d, aux;
+
+	if (!__get_cpuid(0x80000001u, &a, &b, &c, &d) || !(d & (1u << 27)) ||
+	    !clock_tsc_params(&t->tick_base, &t->nsec_base, &t->mult))
+		return;
+	for (unsigned i = 0; i < 16; i++) {
+		int c1 = sched_getcpu();
+
+		__builtin_ia32_rdtscp(&aux);
+		if (c1 >= 0 && c1 == sched_getcpu()) {
+			t->tsc = (aux & 0xfff) == (unsigned)c1;
+			break;
+		}
+	}
+#if defined(TRACE_RSEQ)
+	/* glibc registered rseq for every thread (its size is 0 if it could not) */
+	t->rseq = t->tsc && __rseq_size > 0 && __rseq_offset != 0;
+#endif
+#else
+	(void)t;
+#endif
+}
+
 /* Start a trace of @q.  Context: q->sysfs_lock held. */
 int trace_start_locked(struct rq_queue *q, const char *dir, const char *name)
 {
@@ -726,6 +1049,8 @@ int trace_start_locked(struct rq_queue *q, const char *dir, const char *name)
 	t = trace_alloc(q);
 	if (!t)
 		return -ENOMEM;
+	pthread_once(&obs_membarrier_once, obs_membarrier_init);
+	trace_pick_clock(t);
 	ret = trace_open_files(t, dir, name);
 	if (!ret) {
 		t->start_ns = rq_clock_ns();
@@ -774,12 +1099,13 @@ int trace_stop_locked(struct rq_queue *q, struct rq_trace_info *info)
 	trace_fill_info(t, &own);
 	if (own.dropped) {
 		char text[64];
-		struct trace_ev ev = { .action = TN_MESSAGE | TC_ACT(TC_NOTIFY),
-				       .pdu_kind = PDU_TEXT, .time = rq_clock_ns() };
+		struct bt_record rec = { .action = TN_MESSAGE | TC_ACT(TC_NOTIFY) };
+		uint64_t now = rq_clock_ns();
+		int len = snprintf(text, sizeof(text), "librequest: %llu events dropped",
+				   (unsigned long long)own.dropped);
 
-		snprintf(text, sizeof(text), "librequest: %llu events dropped",
-			 (unsigned long long)own.dropped);
-		write_event(t, &ev, text);
+		rec.pdu_len = (uint16_t)(len + 1);
+		out_record(t, 0, &rec, text, now > t->start_ns ? now - t->start_ns : 0);
 		own.events++;
 	}
 	for (unsigned c = 0; c < t->nr_cpus; c++)
@@ -959,39 +1285,38 @@ static void iostat_done(struct rq_request *rq, unsigned grp)
 
 /* ------------------------------------------------------- the points */
 
+/*
+ * A point that only traces ends in a call in tail position (no frame of
+ * its own); with iostats on, an out-of-line function counts and then
+ * traces.
+ */
 void obs_bio(struct rq_queue *q, const struct rq_bio *bio, unsigned act, uint64_t pdu)
 {
 	unsigned f = atomic_load_explicit(&q->obs_flags, memory_order_relaxed);
+	uint32_t action;
 
-	if (f & OBS_TRACE) {
-		struct trace_ev ev = {
-			.sector = bio->iter.sector, .bytes = bio->iter.size,
-			.action = act | act_category(act) | rw_category(bio->op, bio->opf),
-			.pdu = pdu, .pdu_kind = act == TA_SPLIT ? PDU_BE64 : PDU_NONE,
-		};
-
-		trace_emit(q, &ev);
-	}
 	if ((f & OBS_IOSTAT) && (act == TA_BACKMERGE || act == TA_FRONTMERGE))
 		stat_inc(q, ST_DS_MERGES + op_group(bio->op));
+	if (!(f & OBS_TRACE))
+		return;
+	action = act | act_category(act) | rw_category(bio->op, bio->opf);
+	if (unlikely(act == TA_SPLIT))
+		trace_event_pdu(q, bio->iter.sector, bio->iter.size, action, pdu);
+	else
+		trace_event(q, bio->iter.sector, bio->iter.size, action, 0);
 }
 
-void obs_rq(struct rq_request *rq, unsigned act)
+TRACE_INLINE void trace_rq(struct rq_request *rq, unsigned act)
+{
+	trace_event(rq->q, rq->sector, rq->bytes,
+		    act | act_category(act) | rw_category(rq->op, rq->opf) | TC_ACT(TC_FS), 0);
+}
+
+/* obs_rq() with iostats on: count, then trace if @f says so. */
+static void __attribute__((noinline)) iostat_rq(struct rq_request *rq, unsigned act, unsigned f)
 {
 	struct rq_queue *q = rq->q;
-	unsigned f = atomic_load_explicit(&q->obs_flags, memory_order_relaxed);
 
-	if (f & OBS_TRACE) {
-		struct trace_ev ev = {
-			.sector = rq->sector, .bytes = rq->bytes,
-			.action = act | act_category(act) | rw_category(rq->op, rq->opf) |
-				  TC_ACT(TC_FS),
-		};
-
-		trace_emit(q, &ev);
-	}
-	if (!(f & OBS_IOSTAT))
-		return;
 	if (act == TA_ISSUE) {
 		rq->io_start_time_ns = rq_clock_ns();
 		/* every issue follows a G, an R or a completed step, which cleared it */
@@ -1003,6 +1328,39 @@ void obs_rq(struct rq_request *rq, unsigned act)
 	} else if (act == TA_BACKMERGE) {
 		stat_inc(q, ST_DS_MERGES + op_group(rq->op));
 	}
+	if (f & OBS_TRACE)
+		trace_rq(rq, act);
+}
+
+void obs_rq(struct rq_request *rq, unsigned act)
+{
+	struct rq_queue *q = rq->q;
+	unsigned f = atomic_load_explicit(&q->obs_flags, memory_order_relaxed);
+
+	if (unlikely(f & OBS_IOSTAT))
+		iostat_rq(rq, act, f);
+	else if (f & OBS_TRACE)
+		trace_rq(rq, act);
+}
+
+TRACE_INLINE void trace_getrq_bio(struct rq_queue *q, const struct rq_bio *bio)
+{
+	trace_event(q, bio->iter.sector, bio->iter.size,
+		    TA_GETRQ | TC_ACT(TC_QUEUE) | rw_category(bio->op, bio->opf), 0);
+}
+
+/* obs_getrq() with iostats on: the start time, then trace if @f says so. */
+static void __attribute__((noinline)) iostat_getrq(struct rq_request *rq,
+						   const struct rq_bio *bio, unsigned f)
+{
+	uint64_t now = rq_clock_ns();
+
+	if (!rq->start_time_ns)
+		rq->start_time_ns = now;
+	rq_priv(rq)->obs_started = 0; /* not cleared at every allocation */
+	io_ticks_update(rq->q, now, false);
+	if (f & OBS_TRACE)
+		trace_getrq_bio(rq->q, bio);
 }
 
 void obs_getrq(struct rq_request *rq, const struct rq_bio *bio)
@@ -1011,26 +1369,21 @@ void obs_getrq(struct rq_request *rq, const struct rq_bio *bio)
 	unsigned f = atomic_load_explicit(&q->obs_flags, memory_order_relaxed);
 
 	rq->rq_flags |= RQ_RQF_IO_STAT; /* its later points test this bit */
-	if (f & OBS_TRACE)
-		obs_bio(q, bio, TA_GETRQ, 0);
-	if (f & OBS_IOSTAT) {
-		uint64_t now = rq_clock_ns();
-
-		if (!rq->start_time_ns)
-			rq->start_time_ns = now;
-		rq_priv(rq)->obs_started = 0; /* not cleared at every allocation */
-		io_ticks_update(q, now, false);
-	}
+	if (unlikely(f & OBS_IOSTAT))
+		iostat_getrq(rq, bio, f);
+	else if (f & OBS_TRACE)
+		trace_getrq_bio(q, bio);
 }
 
 /* An event of the queue, not of a bio or request: S, P. */
 void obs_note(struct rq_queue *q, unsigned act, uint64_t depth)
 {
-	struct trace_ev ev = { .action = act | act_category(act), .pdu = depth,
-			       .pdu_kind = act == TA_UNPLUG_IO ? PDU_BE64 : PDU_NONE };
-
-	if (atomic_load_explicit(&q->obs_flags, memory_order_relaxed) & OBS_TRACE)
-		trace_emit(q, &ev);
+	if (!(atomic_load_explicit(&q->obs_flags, memory_order_relaxed) & OBS_TRACE))
+		return;
+	if (act == TA_UNPLUG_IO)
+		trace_event_pdu(q, 0, 0, act | act_category(act), depth);
+	else
+		trace_event(q, 0, 0, act | act_category(act), 0);
 }
 
 void obs_unplug(struct rq_queue *q, const struct rq_list_node *list)
@@ -1042,24 +1395,20 @@ void obs_unplug(struct rq_queue *q, const struct rq_list_node *list)
 	obs_note(q, TA_UNPLUG_IO, depth);
 }
 
-void obs_complete(struct rq_request *rq, rq_status_t status, unsigned bytes, unsigned flags)
+TRACE_INLINE void trace_complete_rq(struct rq_request *rq, rq_status_t status, unsigned bytes)
+{
+	trace_event(rq->q, rq->sector, bytes,
+		    TA_COMPLETE | TC_ACT(TC_COMPLETE) | rw_category(rq->op, rq->opf) | TC_ACT(TC_FS),
+		    status ? (uint16_t)rq_status_to_errno(status) : 0);
+}
+
+/* obs_complete() with iostats on: count, then trace if @f says so. */
+static void __attribute__((noinline)) iostat_complete(struct rq_request *rq, rq_status_t status,
+						      unsigned bytes, unsigned flags, unsigned f)
 {
 	struct rq_queue *q = rq->q;
-	unsigned f = atomic_load_explicit(&q->obs_flags, memory_order_relaxed);
 	unsigned grp = op_group(rq->op);
 
-	if ((f & OBS_TRACE) && !(flags & OBS_C_QUIET)) {
-		struct trace_ev ev = {
-			.sector = rq->sector, .bytes = bytes,
-			.action = TA_COMPLETE | act_category(TA_COMPLETE) |
-				  rw_category(rq->op, rq->opf) | TC_ACT(TC_FS),
-			.error = (uint16_t)rq_status_to_errno(status),
-		};
-
-		trace_emit(q, &ev);
-	}
-	if (!(f & OBS_IOSTAT))
-		return;
 	if (grp != RQ_LAT_FLUSH && bytes && !(flags & OBS_C_STEP))
 		stat_add(q, ST_DS_SECTORS + grp, bytes >> RQ_SECTOR_SHIFT);
 	if ((flags & (OBS_C_DONE | OBS_C_STEP)) && rq_priv(rq)->obs_started)
@@ -1068,6 +1417,19 @@ void obs_complete(struct rq_request *rq, rq_status_t status, unsigned bytes, uns
 	if ((rq->rq_flags & RQ_RQF_FLUSH_INTERNAL) ||
 	    ((flags & OBS_C_DONE) && grp != RQ_LAT_FLUSH))
 		iostat_done(rq, grp);
+	if ((f & OBS_TRACE) && !(flags & OBS_C_QUIET))
+		trace_complete_rq(rq, status, bytes);
+}
+
+void obs_complete(struct rq_request *rq, rq_status_t status, unsigned bytes, unsigned flags)
+{
+	struct rq_queue *q = rq->q;
+	unsigned f = atomic_load_explicit(&q->obs_flags, memory_order_relaxed);
+
+	if (unlikely(f & OBS_IOSTAT))
+		iostat_complete(rq, status, bytes, flags, f);
+	else if ((f & OBS_TRACE) && !(flags & OBS_C_QUIET))
+		trace_complete_rq(rq, status, bytes);
 }
 
 void obs_complete_all(struct rq_request *rq, rq_status_t status, unsigned flags)

@@ -72,6 +72,8 @@ int trace_stop_locked(struct rq_queue *q, struct rq_trace_info *info);
 const char *trace_path(struct rq_queue *q);
 int trace_info_locked(struct rq_queue *q, struct rq_trace_info *info);
 int iostat_set_locked(struct rq_queue *q, bool on);
+/* lib/clock.c: rq_clock_ns()'s TSC scaling, false while it does not read the TSC */
+bool clock_tsc_params(uint64_t *tick_base, uint64_t *nsec_base, uint64_t *mult);
 
 /*
  * Queues of the process with a trace running or iostats on (lib/trace.c).
