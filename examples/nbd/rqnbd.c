@@ -1446,7 +1446,7 @@ static void config_read(struct opts *o, struct nbd_config *cfg)
 		if (!o->bind_addr && cfg->bind_addr[0])
 			o->bind_addr = cfg->bind_addr;
 	}
-	if (!!o->unix_path == !!o->port)
+	if (o->unix_path ? !!o->port : !o->port && !o->check_config)
 		prog_usage_error("%s: [server] needs exactly one of unix and port (or give "
 				 "--unix or --port)", o->config);
 	if (o->bind_addr && !o->port)
