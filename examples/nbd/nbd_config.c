@@ -152,6 +152,8 @@ static int server_key(struct conf_parse *p, const char *k, const char *v)
 	struct nbd_config *c = p->cfg;
 	unsigned long long n;
 
+	if ((!strcmp(k, "unix") && c->port[0]) || (!strcmp(k, "port") && c->unix_path[0]))
+		return conf_error(p, "%s: [server] listens on unix or port, not both", k);
 	if (!strcmp(k, "unix")) {
 		if (*v != '/' || copy_str(c->unix_path, sizeof(c->unix_path), v))
 			return conf_error(p, "unix: '%s' is not an absolute path under %zu bytes",

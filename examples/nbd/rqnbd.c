@@ -1161,8 +1161,9 @@ static struct rq_io_group *live_group(struct rqnbd *r, const char *name)
 	return NULL;
 }
 
-/* Make the groups of @cfg that do not exist yet (weights are set under
- * the lock, at the switch).  Return: 0, or -ENOMEM / -ENOSPC. */
+/* Make the groups of @cfg that do not exist yet (weights are set at the
+ * switch).  Context: under r->lock for writing once serving.  Return: 0,
+ * or -ENOMEM / -ENOSPC. */
 static int live_groups_make(struct rqnbd *r, const struct nbd_config *cfg)
 {
 	unsigned i;
@@ -1423,13 +1424,17 @@ static void reload(struct rqnbd *r)
 		goto out;
 	}
 	if (nbd_config_load(r->o->config, n, err) || reload_merge(r, r->o->config, n, m, err,
-								  sizeof(err)) ||
-	    live_groups_make(r, m)) {
-		fprintf(stderr, "rqnbd: reload: %s; nothing changed\n",
-			err[0] ? err : "too many io groups");
+								  sizeof(err))) {
+		fprintf(stderr, "rqnbd: reload: %s; nothing changed\n", err);
 		goto out;
 	}
 	pthread_rwlock_wrlock(&r->lock);
+	if (live_groups_make(r, m)) { /* groups made stay unused: harmless */
+		pthread_rwlock_unlock(&r->lock);
+		fprintf(stderr, "rqnbd: reload: more than %u io groups made since start, or no "
+			"memory; nothing changed\n", RQNBD_MAX_LIVE_GROUPS);
+		goto out;
+	}
 	for (i = 0; i < m->ngroups; i++)
 		rq_iog_set_weight(live_group(r, m->groups[i].name), m->groups[i].weight);
 	old = r->cfg;
@@ -1486,7 +1491,7 @@ static void config_read(struct opts *o, struct nbd_config *cfg)
 		if (!o->bind_addr && cfg->bind_addr[0])
 			o->bind_addr = cfg->bind_addr;
 	}
-	if (!!o->unix_path == !!o->port)
+	if (o->unix_path ? !!o->port : !o->port && !o->check_config)
 		prog_usage_error("%s: [server] needs exactly one of unix and port (or give "
 				 "--unix or --port)", o->config);
 	if (o->bind_addr && !o->port)

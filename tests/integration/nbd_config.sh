@@ -162,6 +162,9 @@ $ok_export"
 bad 2 "port: '70000' is not a port number" <<<"[server]
 port = 70000
 $ok_export"
+bad 3 "port: [server] listens on unix or port, not both" <<<"[server]
+unix = /tmp/x.sock
+port = 10809"
 bad 2 "unix: 'rel.sock' is not an absolute path" <<<"[server]
 unix = rel.sock"
 printf '[export e]\nbackend = memory 1M\ndescription = a\0b\n' >"$tmp/nul.conf"
@@ -181,6 +184,7 @@ timeout 5 "$rqnbd" --check-config 2>"$tmp/err"
 printf '%s\n' "$ok_export" >"$tmp/nosock.conf"
 timeout 5 "$rqnbd" --config "$tmp/nosock.conf" 2>"$tmp/err"
 [ $? = 2 ] && grep -q "needs exactly one of unix and port" "$tmp/err" || fail "no socket: $(cat "$tmp/err")"
+"$rqnbd" --config "$tmp/nosock.conf" --check-config >/dev/null || fail "--check-config wants a socket"
 echo "usage errors refused"
 
 # a tunable or scheduler the queue refuses: exit 2 at start-up, its line named
