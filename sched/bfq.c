@@ -226,6 +226,7 @@ struct bfq_queue {
 	uint64_t last_used;      /* ns of the last request made for it */
 	/* weight raising */
 	unsigned wr_coeff;       /* 1, or BFQ_WR_COEFF while raised */
+	bool wr_counted;         /* counted in bs->wr_busy (busy and raised) */
 	uint64_t wr_end;         /* ns the raising ends */
 	uint64_t last_empty;     /* ns it last had nothing queued */
 	uint64_t busy_start;     /* ns it last became busy */
@@ -247,6 +248,7 @@ struct bfq_sched {
 	unsigned queued;              /* requests in bfq queues; READ_ONCE outside the lock */
 	unsigned nr_head;             /* requests on head_list; READ_ONCE outside the lock */
 	bool ready;                   /* has_work's answer needs no lock: see sched_unlock() */
+	unsigned wr_busy;             /* busy raised queues; READ_ONCE outside the lock */
 	unsigned in_flight;           /* handed out, not completed */
 	uint64_t head_pos;            /* end sector of the last dispatch */
 	bool idling;
@@ -264,6 +266,8 @@ struct bfq_data {
 	unsigned nr_sched;
 	struct bfq_sched *sched;
 	unsigned inflight_cap;        /* device depth + 1: see sched_ready() */
+	/* scheduler tags async I/O may hold: [a raised queue is busy][sync write] */
+	unsigned async_depths[2][2];
 	/* tunables */
 	unsigned slice_idle_us;
 	unsigned low_latency;
@@ -400,6 +404,22 @@ static unsigned ioc_class(const struct rq_io_context *ioc)
 	return c == RQ_IOPRIO_CLASS_RT ? 0 : c == RQ_IOPRIO_CLASS_IDLE ? 2 : 1;
 }
 
+/*
+ * Keep bs->wr_busy (the kernel's wr_busy_queues) equal to the number of
+ * busy queues whose weight is raised: bfq_limit_depth() gives async I/O
+ * fewer tags while there is one.  Called after @bfqq's busy state or
+ * raising changed; lock held.
+ */
+static void bfqq_wr_account(struct bfq_queue *bfqq)
+{
+	bool on = bfqq_busy(bfqq) && bfqq->wr_coeff > 1;
+
+	if (on == bfqq->wr_counted)
+		return;
+	bfqq->wr_counted = on;
+	WRITE_ONCE(bfqq->bs->wr_busy, bfqq->bs->wr_busy + (on ? 1u : -1u));
+}
+
 /* The queue's weight now: the context's (or its priority's), raised or not. */
 static unsigned bfqq_weight(const struct bfq_data *bd, struct bfq_queue *bfqq, uint64_t now)
 {
@@ -410,8 +430,10 @@ static unsigned bfqq_weight(const struct bfq_data *bd, struct bfq_queue *bfqq, u
 		w = ioc_weight_is_set(ioc) ? ioc_weight(ioc) : ioc_prio_to_weight(rq_ioc_prio(ioc));
 	else
 		w = ioc_prio_to_weight(RQ_IOC_PRIO_DEFAULT);
-	if (bfqq->wr_coeff > 1 && (!READ_ONCE(bd->low_latency) || now >= bfqq->wr_end))
+	if (bfqq->wr_coeff > 1 && (!READ_ONCE(bd->low_latency) || now >= bfqq->wr_end)) {
 		bfqq->wr_coeff = 1;
+		bfqq_wr_account(bfqq);
+	}
 	return w * bfqq->wr_coeff;
 }
 
@@ -901,6 +923,7 @@ static void bfqq_activate(struct bfq_data *bd, struct bfq_queue *bfqq, unsigned 
 		bfqq->max_budget = min_budget(bfqq->bs);
 	bfqq->entity.budget = bfqq->max_budget > next_sectors ? bfqq->max_budget : next_sectors;
 	entity_activate(&bfqq->entity);
+	bfqq_wr_account(bfqq);
 }
 
 /* Nothing queued any more in @bfqq: remember when, for weight raising. */
@@ -961,6 +984,7 @@ static void sched_expire(struct bfq_sched *bs, enum bfq_expire why, uint64_t now
 			       bfqq_weight(bd, bfqq, now));
 	} else {
 		entity_deactivate(e);
+		bfqq_wr_account(bfqq);
 	}
 	if (g->entity.parent && g->entity.on_st) {
 		struct bfq_entity *ne = group_pick(g);
@@ -976,6 +1000,72 @@ static bool bfqq_should_idle(struct bfq_data *bd, const struct bfq_queue *bfqq)
 	    (!bd->strict_guarantees && bfqq_seeky(bfqq)))
 		return false;
 	return !queue_frozen(bd) && !bfqq_ioc_gone(bfqq);
+}
+
+/*
+ * Would the kernel idle for @bfqq, the in-service queue, if it ran dry
+ * (bfq_better_to_idle())?  Always with strict_guarantees; never for an
+ * async queue, an IDLE-class queue or with slice_idle 0; else as
+ * bfqq_should_idle() (not seeky, context alive).
+ */
+static bool bfqq_better_to_idle(struct bfq_data *bd, const struct bfq_queue *bfqq)
+{
+	if (bd->strict_guarantees)
+		return true;
+	return bfqq->entity.cls != 2 && bfqq_should_idle(bd, bfqq);
+}
+
+/*
+ * The kernel's bfq_bfqq_higher_class_or_weight(): @bfqq is of a higher
+ * class than @cur, or weighs more (raising included); queues of different
+ * groups compare their groups' weights (a queue of the root group its own).
+ */
+static bool bfqq_higher_class_or_weight(const struct bfq_queue *bfqq,
+					const struct bfq_queue *cur)
+{
+	const struct bfq_group *pb = bfqq->entity.parent, *pc = cur->entity.parent;
+	unsigned wb = bfqq->entity.weight, wc = cur->entity.weight;
+
+	if (bfqq->entity.cls < cur->entity.cls)
+		return true;
+	if (pb != pc) {
+		if (pb->entity.parent)
+			wb = pb->entity.weight;
+		if (pc->entity.parent)
+			wc = pc->entity.weight;
+	}
+	return wb > wc;
+}
+
+/*
+ * The kernel's next_queue_may_preempt(): could the root group choose
+ * something else than the in-service entity next?  A queue of the root
+ * group leaves the choice while in service, and so does a group whose
+ * only active child is the in-service queue; a group with more active
+ * queues stays in it, and preemption is for whoever else the root would
+ * choose (queues of the same group never preempt each other).
+ */
+static bool sched_next_may_preempt(struct bfq_sched *bs, const struct bfq_queue *cur)
+{
+	struct bfq_group *g = cur->entity.parent;
+
+	if (!g->entity.parent || g->nr_active <= 1)
+		return true;
+	return group_pick(&bs->root) != &g->entity;
+}
+
+/*
+ * @bfqq just became busy while @cur is in service: end @cur's turn
+ * (BFQ_EXP_PREEMPTED) as the kernel's bfq_bfqq_handle_idle_busy_switch()
+ * does, when @bfqq is of a higher class or weight, or when @cur is not a
+ * queue worth idling for (async, seeky, IDLE class...), provided the
+ * next choice may differ from @cur.  Lock held.
+ */
+static bool bfqq_should_preempt(struct bfq_sched *bs, const struct bfq_queue *bfqq,
+				const struct bfq_queue *cur)
+{
+	return (bfqq_higher_class_or_weight(bfqq, cur) || !bfqq_better_to_idle(bs->bd, cur)) &&
+	       sched_next_may_preempt(bs, cur);
 }
 
 /*
@@ -1276,8 +1366,10 @@ static void bfq_finish_request(struct rq_request *rq)
 	bfq_lock(&bs->lock);
 	if (rq_bits(rq) & BFQ_RQ_QUEUED) {
 		bfqq_del_rq(rq->q, bfqq, rq, rq_clock_ns());
-		if (!bfqq->queued && bs->in_service != bfqq)
+		if (!bfqq->queued && bs->in_service != bfqq) {
 			entity_deactivate(&bfqq->entity);
+			bfqq_wr_account(bfqq);
+		}
 	}
 	if (rq_bits(rq) & BFQ_RQ_HEAD) {
 		rq_list_del_init(&rq->queuelist);
@@ -1362,10 +1454,7 @@ static void bfq_insert_requests(struct rq_hw_ctx *hctx, struct rq_list_node *lis
 			sched_set_idle(bs, false, 0); /* what it was waiting for */
 		} else if (!bfqq_busy(bfqq)) {
 			bfqq_activate(bd, bfqq, rq_request_sectors(rq), now);
-			/* an idling turn gives way to a more urgent queue */
-			if (cur && !cur->queued &&
-			    (bfqq->entity.cls < cur->entity.cls ||
-			     (bfqq->wr_coeff > 1 && cur->wr_coeff == 1)))
+			if (cur && bfqq_should_preempt(bs, bfqq, cur))
 				sched_expire(bs, BFQ_EXP_PREEMPTED, now);
 		}
 	}
