@@ -1246,6 +1246,23 @@ static void bfq_sched_init(struct bfq_data *bd, struct bfq_sched *bs, struct rq_
 	bs->root.nr_queues = 1; /* the fallback queue: the root is never freed anyway */
 }
 
+/*
+ * The kernel's async_depths for @nr scheduler tags (bfq_depth_updated()):
+ * async I/O may hold 1/2 of them, sync writes 3/4, and while a raised
+ * queue is busy 3/16 and 6/16, so sync reads always find tags.
+ */
+static void bfq_set_async_depths(struct bfq_data *bd, unsigned nr)
+{
+	static const unsigned sixteenths[2][2] = { { 8, 12 }, { 3, 6 } };
+
+	for (unsigned wr = 0; wr < 2; wr++)
+		for (unsigned sync = 0; sync < 2; sync++) {
+			unsigned d = nr * sixteenths[wr][sync] / 16;
+
+			WRITE_ONCE(bd->async_depths[wr][sync], d ? d : 1);
+		}
+}
+
 static int bfq_init_sched(struct rq_queue *q, void **data)
 {
 	struct bfq_data *bd = mem_zalloc(sizeof(*bd));
@@ -1261,6 +1278,7 @@ static int bfq_init_sched(struct rq_queue *q, void **data)
 	}
 	bd->q = q;
 	bd->inflight_cap = q->set->queue_depth - q->set->reserved_tags + 1;
+	bfq_set_async_depths(bd, rq_queue_nr_requests(q));
 	bd->slice_idle_us = BFQ_SLICE_IDLE_US;
 	bd->low_latency = BFQ_LOW_LATENCY;
 	bd->back_seek_max_kib = BFQ_BACK_SEEK_MAX_KIB;
@@ -1386,6 +1404,34 @@ static void bfq_finish_request(struct rq_request *rq)
 	sched_unlock(bs);
 	if (kick && bs->queued)
 		rq_mq_run_hw_queue(kick, true);
+}
+
+/* depth_updated: nr_requests changed (queue frozen): new async depths. */
+static void bfq_depth_updated(struct rq_hw_ctx *hctx)
+{
+	struct rq_queue *q = rq_hctx_queue(hctx);
+
+	bfq_set_async_depths(bfq_of(q), rq_queue_nr_requests(q));
+}
+
+/*
+ * limit_depth: the kernel's bfq_limit_depth().  Sync reads may use every
+ * scheduler tag; async requests and sync writes (RQ_BIO_SYNC or FUA) only
+ * async_depths of them, fewer while a raised queue of the hardware queue
+ * is busy: a writer filling the tags cannot make a reader wait for one.
+ * Lock-free (the counts are read with READ_ONCE).
+ */
+static void bfq_limit_depth(struct rq_alloc_data *data)
+{
+	struct bfq_data *bd = bfq_of(data->q);
+	bool sync = data->opf & (RQ_BIO_SYNC | RQ_BIO_FUA);
+	bool wr;
+
+	if (data->op == RQ_OP_READ)
+		return;
+	wr = READ_ONCE(sched_of_hctx(bd, data->hctx)->wr_busy) != 0;
+	data->shallow_depth = rq_sched_shallow_depth(data->hctx,
+						    READ_ONCE(bd->async_depths[wr][sync]));
 }
 
 static bool bfq_mergeable(const struct rq_request *rq)
@@ -1840,6 +1886,8 @@ const struct rq_elevator_type rq_bfq_type = {
 	.ops = {
 		.init_sched = bfq_init_sched,
 		.exit_sched = bfq_exit_sched,
+		.depth_updated = bfq_depth_updated,
+		.limit_depth = bfq_limit_depth,
 		.allow_merge = bfq_allow_merge,
 		.bio_merge = bfq_bio_merge,
 		.request_merge = bfq_request_merge,
