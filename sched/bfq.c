@@ -6,7 +6,9 @@
  * for its async ones).  A queue is served in turns: when its turn comes it
  * is the "in-service" queue and gets the device exclusively until it has
  * used its budget (a number of sectors), until its turn has lasted
- * timeout_sync, or until it has nothing left to send.  Which queue comes
+ * timeout_sync, until it has nothing left to send, or until a queue that
+ * becomes busy preempts it (higher class or weight, or an in-service queue
+ * not worth idling for: bfqq_should_preempt()).  Which queue comes
  * next is decided by B-WF2Q+ over budgets: every busy queue carries a
  * virtual start time S and finish time F = S + budget / weight in the
  * virtual time of its io group, and the next turn goes to the eligible
@@ -23,7 +25,8 @@
  * back when the window ends.
  *
  * Classes RT, BE and IDLE (from the context's priority) are served in
- * strict order inside each group.  With low_latency, queues that look
+ * strict order inside each group.  Async requests and sync writes may hold
+ * only part of the scheduler tags (bfq_limit_depth()), so reads find some.  With low_latency, queues that look
  * interactive (a context that starts doing I/O after being quiet for
  * a while) or soft real-time (one that comes back periodically and asks
  * for little bandwidth) have their weight multiplied for a while.
@@ -41,6 +44,8 @@
  * hold ends in sched_unlock(), which publishes bs->ready for has_work.
  *
  *   operation                                    lock
+ *   limit_depth                                  none (READ_ONCE of the
+ *                                                depths and bs->wr_busy)
  *   prepare_request                              none (the queue is found
  *                                                at the first insert)
  *   insert_requests, dispatch_request(s),        takes the bs->lock of the
