@@ -25,11 +25,12 @@
  * back when the window ends.
  *
  * Classes RT, BE and IDLE (from the context's priority) are served in
- * strict order inside each group.  Async requests and sync writes may hold
- * only part of the scheduler tags (bfq_limit_depth()), so reads find some.  With low_latency, queues that look
+ * strict order inside each group.  With low_latency, queues that look
  * interactive (a context that starts doing I/O after being quiet for
  * a while) or soft real-time (one that comes back periodically and asks
- * for little bandwidth) have their weight multiplied for a while.
+ * for little bandwidth) have their weight multiplied for a while.  Async
+ * requests and sync writes may hold only part of the scheduler tags
+ * (bfq_limit_depth()), so reads always find some.
  *
  * With several hardware queues each has a scheduler of its own (queues,
  * groups, virtual times, and the peak-rate estimate behind the automatic
@@ -1000,8 +1001,12 @@ static void sched_expire(struct bfq_sched *bs, enum bfq_expire why, uint64_t now
 
 static bool bfqq_should_idle(struct bfq_data *bd, const struct bfq_queue *bfqq)
 {
-	/* the cheap tests first: a seeky queue (the common case) reads no shared state */
-	if (!bfqq->sync || !bfqq->ioc || !bd->slice_idle_us ||
+	/*
+	 * the cheap tests first: a seeky queue (the common case) reads no
+	 * shared state; an IDLE-class queue is never idled for (it would
+	 * hold the device from the classes above: bfq_better_to_idle())
+	 */
+	if (!bfqq->sync || !bfqq->ioc || !bd->slice_idle_us || bfqq->entity.cls == 2 ||
 	    (!bd->strict_guarantees && bfqq_seeky(bfqq)))
 		return false;
 	return !queue_frozen(bd) && !bfqq_ioc_gone(bfqq);
@@ -1009,15 +1014,13 @@ static bool bfqq_should_idle(struct bfq_data *bd, const struct bfq_queue *bfqq)
 
 /*
  * Would the kernel idle for @bfqq, the in-service queue, if it ran dry
- * (bfq_better_to_idle())?  Always with strict_guarantees; never for an
- * async queue, an IDLE-class queue or with slice_idle 0; else as
- * bfqq_should_idle() (not seeky, context alive).
+ * (bfq_better_to_idle())?  Always with strict_guarantees (which protects
+ * every turn); else as bfqq_should_idle(): never for an async, seeky or
+ * IDLE-class queue, one of a released context, or with slice_idle 0.
  */
 static bool bfqq_better_to_idle(struct bfq_data *bd, const struct bfq_queue *bfqq)
 {
-	if (bd->strict_guarantees)
-		return true;
-	return bfqq->entity.cls != 2 && bfqq_should_idle(bd, bfqq);
+	return bd->strict_guarantees || bfqq_should_idle(bd, bfqq);
 }
 
 /*

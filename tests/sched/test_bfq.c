@@ -724,6 +724,35 @@ static void test_rt_reader_preempts(void **state)
 	}
 }
 
+/*
+ * An IDLE-class queue is not idled for (bfq_better_to_idle()): when its
+ * read completes, another IDLE context's read goes at once; a BE queue in
+ * the same place (another BE context's read arriving) keeps the disk idle
+ * for slice_idle, waiting for its next.
+ */
+static void test_idle_class_not_idled(void **state)
+{
+	(void)state;
+	for (unsigned idle = 0; idle < 2; idle++) {
+		uint16_t prio = idle ? RQ_IOPRIO_VALUE(RQ_IOPRIO_CLASS_IDLE, 0) : 0;
+		struct rq_io_context *a = rq_ioc_create(prio), *b = rq_ioc_create(prio);
+		struct mock_dev *m = make_dev();
+		static struct fx_rec rec[2];
+
+		set_attr(m, "low_latency", "0");
+		submit_read(m, &rec[0], a, 1000, 0);
+		complete_in_order(m, (const uint64_t[]){ 1000 }, 1);
+		fx_service_due();
+		submit_read(m, &rec[1], b, FAR_SECTOR, 0);
+		assert_int_equal(mock_nr_held(m), idle ? 1 : 0);
+		drain_recs(m, rec, 2);
+		fx_put(rec, 2);
+		mock_destroy(m);
+		rq_ioc_put(a);
+		rq_ioc_put(b);
+	}
+}
+
 /* Records of @recs[from, to) that ended with @status. */
 static unsigned count_status(struct fx_rec *recs, unsigned from, unsigned to, int status)
 {
@@ -799,6 +828,7 @@ int main(void)
 		cmocka_unit_test(test_released_context_ends_idling),
 		cmocka_unit_test(test_async_writer_preempted),
 		cmocka_unit_test(test_rt_reader_preempts),
+		cmocka_unit_test(test_idle_class_not_idled),
 		cmocka_unit_test(test_async_depth),
 	};
 
