@@ -725,6 +725,51 @@ static void test_rt_reader_preempts(void **state)
 }
 
 /*
+ * Groups (the kernel's bfq_bfqq_higher_class_or_weight() and
+ * next_queue_may_preempt()): a sequential reader of a group of weight 100
+ * in service, 48 reads queued.  A read of a context in a group of weight
+ * 1000 preempts it (queues of different groups compare their groups'
+ * weights).  A read of an RT context of the SAME group does not: the root
+ * group would choose that group again anyway, so the RT queue waits for
+ * the turn to end, then goes first inside the group.
+ */
+static void test_group_preemption(void **state)
+{
+	(void)state;
+	for (unsigned same = 0; same < 2; same++) {
+		struct rq_io_group *g1 = rq_iog_create(100), *g2 = rq_iog_create(1000);
+		struct rq_io_context *a = rq_ioc_create(0);
+		struct rq_io_context *b =
+			rq_ioc_create(same ? RQ_IOPRIO_VALUE(RQ_IOPRIO_CLASS_RT, 4) : 0);
+		struct mock_dev *m = make_dev();
+		static struct fx_rec rec[NR_BULK + 1];
+		unsigned before;
+
+		assert_int_equal(rq_ioc_set_group(a, g1), 0);
+		assert_int_equal(rq_ioc_set_group(b, same ? g1 : g2), 0);
+		set_attr(m, "low_latency", "0");
+		for (unsigned i = 0; i < NR_BULK; i++)
+			submit_read(m, &rec[i], a, 1000 + 8 * i, RQ_BIO_NOMERGE);
+		assert_int_equal(mock_nr_held(m), 1);
+		submit_read(m, &rec[NR_BULK], b, FAR_SECTOR, RQ_BIO_NOMERGE);
+		before = served_before(m, FAR_SECTOR, NR_BULK + 1);
+		print_message("group 100 in service, %s: served after %u\n",
+			      same ? "RT of the same group" : "group 1000", before);
+		if (same)
+			assert_int_equal(before, NR_BULK);
+		else
+			assert_true(before <= 2);
+		drain_recs(m, rec, NR_BULK + 1);
+		fx_put(rec, NR_BULK + 1);
+		mock_destroy(m);
+		rq_ioc_put(a);
+		rq_ioc_put(b);
+		rq_iog_put(g1);
+		rq_iog_put(g2);
+	}
+}
+
+/*
  * An IDLE-class queue is not idled for (bfq_better_to_idle()): when its
  * read completes, another IDLE context's read goes at once; a BE queue in
  * the same place (another BE context's read arriving) keeps the disk idle
@@ -828,6 +873,7 @@ int main(void)
 		cmocka_unit_test(test_released_context_ends_idling),
 		cmocka_unit_test(test_async_writer_preempted),
 		cmocka_unit_test(test_rt_reader_preempts),
+		cmocka_unit_test(test_group_preemption),
 		cmocka_unit_test(test_idle_class_not_idled),
 		cmocka_unit_test(test_async_depth),
 	};
