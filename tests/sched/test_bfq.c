@@ -654,6 +654,30 @@ static void drain_recs(struct mock_dev *m, struct fx_rec *recs, unsigned n)
 #define FAR_SECTOR 4000000ull
 
 /*
+ * On @m (low_latency off): NR_BULK 4 KiB @op requests of @a (the first
+ * goes to the disk at once: @a's turn is on), then a read of @b far away.
+ * Return how many requests the disk served before that read; everything
+ * is drained and @m destroyed.
+ */
+static unsigned bulk_then_read(struct mock_dev *m, struct rq_io_context *a, unsigned op,
+			       struct rq_io_context *b)
+{
+	static struct fx_rec rec[NR_BULK + 1];
+	unsigned before;
+
+	set_attr(m, "low_latency", "0");
+	for (unsigned i = 0; i < NR_BULK; i++)
+		submit_op(m, &rec[i], a, op, 1000 + 8 * i, RQ_BIO_NOMERGE);
+	assert_int_equal(mock_nr_held(m), 1);
+	submit_read(m, &rec[NR_BULK], b, FAR_SECTOR, RQ_BIO_NOMERGE);
+	before = served_before(m, FAR_SECTOR, NR_BULK + 1);
+	drain_recs(m, rec, NR_BULK + 1);
+	fx_put(rec, NR_BULK + 1);
+	mock_destroy(m);
+	return before;
+}
+
+/*
  * Issue 14: an async writer in service, with NR_BULK writes queued and a
  * budget far larger, and a reader's request arrives.  The writer's queue
  * is not one the kernel idles for (bfq_better_to_idle() is false for
@@ -666,22 +690,12 @@ static void drain_recs(struct mock_dev *m, struct fx_rec *recs, unsigned n)
 static void test_async_writer_preempted(void **state)
 {
 	struct rq_io_context *w = rq_ioc_create(0), *r = rq_ioc_create(0);
-	struct mock_dev *m = make_dev();
-	static struct fx_rec rec[NR_BULK + 1];
 	unsigned before;
 
 	(void)state;
-	set_attr(m, "low_latency", "0");
-	for (unsigned i = 0; i < NR_BULK; i++)
-		submit_op(m, &rec[i], w, RQ_OP_WRITE, 1000 + 8 * i, RQ_BIO_NOMERGE);
-	assert_int_equal(mock_nr_held(m), 1); /* the writer's turn is on */
-	submit_read(m, &rec[NR_BULK], r, FAR_SECTOR, RQ_BIO_NOMERGE);
-	before = served_before(m, FAR_SECTOR, NR_BULK + 1);
+	before = bulk_then_read(make_dev(), w, RQ_OP_WRITE, r);
 	print_message("async writer in service: read served after %u writes\n", before);
 	assert_true(before <= 2);
-	drain_recs(m, rec, NR_BULK + 1);
-	fx_put(rec, NR_BULK + 1);
-	mock_destroy(m);
 	rq_ioc_put(w);
 	rq_ioc_put(r);
 }
@@ -700,25 +714,14 @@ static void test_rt_reader_preempts(void **state)
 		struct rq_io_context *a = rq_ioc_create(0);
 		struct rq_io_context *b =
 			rq_ioc_create(rt ? RQ_IOPRIO_VALUE(RQ_IOPRIO_CLASS_RT, 4) : 0);
-		struct mock_dev *m = make_dev();
-		static struct fx_rec rec[NR_BULK + 1];
-		unsigned before;
+		unsigned before = bulk_then_read(make_dev(), a, RQ_OP_READ, b);
 
-		set_attr(m, "low_latency", "0");
-		for (unsigned i = 0; i < NR_BULK; i++)
-			submit_read(m, &rec[i], a, 1000 + 8 * i, RQ_BIO_NOMERGE);
-		assert_int_equal(mock_nr_held(m), 1);
-		submit_read(m, &rec[NR_BULK], b, FAR_SECTOR, RQ_BIO_NOMERGE);
-		before = served_before(m, FAR_SECTOR, NR_BULK + 1);
 		print_message("sequential BE reader in service, %s read: served after %u\n",
 			      rt ? "RT" : "BE", before);
 		if (rt)
 			assert_true(before <= 2);
 		else
 			assert_int_equal(before, NR_BULK);
-		drain_recs(m, rec, NR_BULK + 1);
-		fx_put(rec, NR_BULK + 1);
-		mock_destroy(m);
 		rq_ioc_put(a);
 		rq_ioc_put(b);
 	}
@@ -741,27 +744,17 @@ static void test_group_preemption(void **state)
 		struct rq_io_context *a = rq_ioc_create(0);
 		struct rq_io_context *b =
 			rq_ioc_create(same ? RQ_IOPRIO_VALUE(RQ_IOPRIO_CLASS_RT, 4) : 0);
-		struct mock_dev *m = make_dev();
-		static struct fx_rec rec[NR_BULK + 1];
 		unsigned before;
 
 		assert_int_equal(rq_ioc_set_group(a, g1), 0);
 		assert_int_equal(rq_ioc_set_group(b, same ? g1 : g2), 0);
-		set_attr(m, "low_latency", "0");
-		for (unsigned i = 0; i < NR_BULK; i++)
-			submit_read(m, &rec[i], a, 1000 + 8 * i, RQ_BIO_NOMERGE);
-		assert_int_equal(mock_nr_held(m), 1);
-		submit_read(m, &rec[NR_BULK], b, FAR_SECTOR, RQ_BIO_NOMERGE);
-		before = served_before(m, FAR_SECTOR, NR_BULK + 1);
+		before = bulk_then_read(make_dev(), a, RQ_OP_READ, b);
 		print_message("group 100 in service, %s: served after %u\n",
 			      same ? "RT of the same group" : "group 1000", before);
 		if (same)
 			assert_int_equal(before, NR_BULK);
 		else
 			assert_true(before <= 2);
-		drain_recs(m, rec, NR_BULK + 1);
-		fx_put(rec, NR_BULK + 1);
-		mock_destroy(m);
 		rq_ioc_put(a);
 		rq_ioc_put(b);
 		rq_iog_put(g1);
