@@ -6,7 +6,9 @@
  * for its async ones).  A queue is served in turns: when its turn comes it
  * is the "in-service" queue and gets the device exclusively until it has
  * used its budget (a number of sectors), until its turn has lasted
- * timeout_sync, or until it has nothing left to send.  Which queue comes
+ * timeout_sync, until it has nothing left to send, or until a queue that
+ * becomes busy preempts it (higher class or weight, or an in-service queue
+ * not worth idling for: bfqq_should_preempt()).  Which queue comes
  * next is decided by B-WF2Q+ over budgets: every busy queue carries a
  * virtual start time S and finish time F = S + budget / weight in the
  * virtual time of its io group, and the next turn goes to the eligible
@@ -26,7 +28,9 @@
  * strict order inside each group.  With low_latency, queues that look
  * interactive (a context that starts doing I/O after being quiet for
  * a while) or soft real-time (one that comes back periodically and asks
- * for little bandwidth) have their weight multiplied for a while.
+ * for little bandwidth) have their weight multiplied for a while.  Async
+ * requests and sync writes may hold only part of the scheduler tags
+ * (bfq_limit_depth()), so reads always find some.
  *
  * With several hardware queues each has a scheduler of its own (queues,
  * groups, virtual times, and the peak-rate estimate behind the automatic
@@ -41,6 +45,8 @@
  * hold ends in sched_unlock(), which publishes bs->ready for has_work.
  *
  *   operation                                    lock
+ *   limit_depth                                  none (READ_ONCE of the
+ *                                                depths and bs->wr_busy)
  *   prepare_request                              none (the queue is found
  *                                                at the first insert)
  *   insert_requests, dispatch_request(s),        takes the bs->lock of the
@@ -226,6 +232,7 @@ struct bfq_queue {
 	uint64_t last_used;      /* ns of the last request made for it */
 	/* weight raising */
 	unsigned wr_coeff;       /* 1, or BFQ_WR_COEFF while raised */
+	bool wr_counted;         /* counted in bs->wr_busy (busy and raised) */
 	uint64_t wr_end;         /* ns the raising ends */
 	uint64_t last_empty;     /* ns it last had nothing queued */
 	uint64_t busy_start;     /* ns it last became busy */
@@ -247,6 +254,7 @@ struct bfq_sched {
 	unsigned queued;              /* requests in bfq queues; READ_ONCE outside the lock */
 	unsigned nr_head;             /* requests on head_list; READ_ONCE outside the lock */
 	bool ready;                   /* has_work's answer needs no lock: see sched_unlock() */
+	unsigned wr_busy;             /* busy raised queues; READ_ONCE outside the lock */
 	unsigned in_flight;           /* handed out, not completed */
 	uint64_t head_pos;            /* end sector of the last dispatch */
 	bool idling;
@@ -264,6 +272,8 @@ struct bfq_data {
 	unsigned nr_sched;
 	struct bfq_sched *sched;
 	unsigned inflight_cap;        /* device depth + 1: see sched_ready() */
+	/* scheduler tags async I/O may hold: [a raised queue is busy][sync write] */
+	unsigned async_depths[2][2];
 	/* tunables */
 	unsigned slice_idle_us;
 	unsigned low_latency;
@@ -400,6 +410,22 @@ static unsigned ioc_class(const struct rq_io_context *ioc)
 	return c == RQ_IOPRIO_CLASS_RT ? 0 : c == RQ_IOPRIO_CLASS_IDLE ? 2 : 1;
 }
 
+/*
+ * Keep bs->wr_busy (the kernel's wr_busy_queues) equal to the number of
+ * busy queues whose weight is raised: bfq_limit_depth() gives async I/O
+ * fewer tags while there is one.  Called after @bfqq's busy state or
+ * raising changed; lock held.
+ */
+static void bfqq_wr_account(struct bfq_queue *bfqq)
+{
+	bool on = bfqq_busy(bfqq) && bfqq->wr_coeff > 1;
+
+	if (on == bfqq->wr_counted)
+		return;
+	bfqq->wr_counted = on;
+	WRITE_ONCE(bfqq->bs->wr_busy, bfqq->bs->wr_busy + (on ? 1u : -1u));
+}
+
 /* The queue's weight now: the context's (or its priority's), raised or not. */
 static unsigned bfqq_weight(const struct bfq_data *bd, struct bfq_queue *bfqq, uint64_t now)
 {
@@ -410,8 +436,10 @@ static unsigned bfqq_weight(const struct bfq_data *bd, struct bfq_queue *bfqq, u
 		w = ioc_weight_is_set(ioc) ? ioc_weight(ioc) : ioc_prio_to_weight(rq_ioc_prio(ioc));
 	else
 		w = ioc_prio_to_weight(RQ_IOC_PRIO_DEFAULT);
-	if (bfqq->wr_coeff > 1 && (!READ_ONCE(bd->low_latency) || now >= bfqq->wr_end))
+	if (bfqq->wr_coeff > 1 && (!READ_ONCE(bd->low_latency) || now >= bfqq->wr_end)) {
 		bfqq->wr_coeff = 1;
+		bfqq_wr_account(bfqq);
+	}
 	return w * bfqq->wr_coeff;
 }
 
@@ -901,6 +929,7 @@ static void bfqq_activate(struct bfq_data *bd, struct bfq_queue *bfqq, unsigned 
 		bfqq->max_budget = min_budget(bfqq->bs);
 	bfqq->entity.budget = bfqq->max_budget > next_sectors ? bfqq->max_budget : next_sectors;
 	entity_activate(&bfqq->entity);
+	bfqq_wr_account(bfqq);
 }
 
 /* Nothing queued any more in @bfqq: remember when, for weight raising. */
@@ -961,6 +990,7 @@ static void sched_expire(struct bfq_sched *bs, enum bfq_expire why, uint64_t now
 			       bfqq_weight(bd, bfqq, now));
 	} else {
 		entity_deactivate(e);
+		bfqq_wr_account(bfqq);
 	}
 	if (g->entity.parent && g->entity.on_st) {
 		struct bfq_entity *ne = group_pick(g);
@@ -971,11 +1001,79 @@ static void sched_expire(struct bfq_sched *bs, enum bfq_expire why, uint64_t now
 
 static bool bfqq_should_idle(struct bfq_data *bd, const struct bfq_queue *bfqq)
 {
-	/* the cheap tests first: a seeky queue (the common case) reads no shared state */
-	if (!bfqq->sync || !bfqq->ioc || !bd->slice_idle_us ||
+	/*
+	 * the cheap tests first: a seeky queue (the common case) reads no
+	 * shared state; an IDLE-class queue is never idled for (it would
+	 * hold the device from the classes above: bfq_better_to_idle())
+	 */
+	if (!bfqq->sync || !bfqq->ioc || !bd->slice_idle_us || bfqq->entity.cls == 2 ||
 	    (!bd->strict_guarantees && bfqq_seeky(bfqq)))
 		return false;
 	return !queue_frozen(bd) && !bfqq_ioc_gone(bfqq);
+}
+
+/*
+ * Would the kernel idle for @bfqq, the in-service queue, if it ran dry
+ * (bfq_better_to_idle())?  Always with strict_guarantees (which protects
+ * every turn); else as bfqq_should_idle(): never for an async, seeky or
+ * IDLE-class queue, one of a released context, or with slice_idle 0.
+ */
+static bool bfqq_better_to_idle(struct bfq_data *bd, const struct bfq_queue *bfqq)
+{
+	return bd->strict_guarantees || bfqq_should_idle(bd, bfqq);
+}
+
+/*
+ * The kernel's bfq_bfqq_higher_class_or_weight(): @bfqq is of a higher
+ * class than @cur, or weighs more (raising included); queues of different
+ * groups compare their groups' weights (a queue of the root group its own).
+ */
+static bool bfqq_higher_class_or_weight(const struct bfq_queue *bfqq,
+					const struct bfq_queue *cur)
+{
+	const struct bfq_group *pb = bfqq->entity.parent, *pc = cur->entity.parent;
+	unsigned wb = bfqq->entity.weight, wc = cur->entity.weight;
+
+	if (bfqq->entity.cls < cur->entity.cls)
+		return true;
+	if (pb != pc) {
+		if (pb->entity.parent)
+			wb = pb->entity.weight;
+		if (pc->entity.parent)
+			wc = pc->entity.weight;
+	}
+	return wb > wc;
+}
+
+/*
+ * The kernel's next_queue_may_preempt(): could the root group choose
+ * something else than the in-service entity next?  A queue of the root
+ * group leaves the choice while in service, and so does a group whose
+ * only active child is the in-service queue; a group with more active
+ * queues stays in it, and preemption is for whoever else the root would
+ * choose (queues of the same group never preempt each other).
+ */
+static bool sched_next_may_preempt(struct bfq_sched *bs, const struct bfq_queue *cur)
+{
+	struct bfq_group *g = cur->entity.parent;
+
+	if (!g->entity.parent || g->nr_active <= 1)
+		return true;
+	return group_pick(&bs->root) != &g->entity;
+}
+
+/*
+ * @bfqq just became busy while @cur is in service: end @cur's turn
+ * (BFQ_EXP_PREEMPTED) as the kernel's bfq_bfqq_handle_idle_busy_switch()
+ * does, when @bfqq is of a higher class or weight, or when @cur is not a
+ * queue worth idling for (async, seeky, IDLE class...), provided the
+ * next choice may differ from @cur.  Lock held.
+ */
+static bool bfqq_should_preempt(struct bfq_sched *bs, const struct bfq_queue *bfqq,
+				const struct bfq_queue *cur)
+{
+	return (bfqq_higher_class_or_weight(bfqq, cur) || !bfqq_better_to_idle(bs->bd, cur)) &&
+	       sched_next_may_preempt(bs, cur);
 }
 
 /*
@@ -1156,6 +1254,23 @@ static void bfq_sched_init(struct bfq_data *bd, struct bfq_sched *bs, struct rq_
 	bs->root.nr_queues = 1; /* the fallback queue: the root is never freed anyway */
 }
 
+/*
+ * The kernel's async_depths for @nr scheduler tags (bfq_depth_updated()):
+ * async I/O may hold 1/2 of them, sync writes 3/4, and while a raised
+ * queue is busy 3/16 and 6/16, so sync reads always find tags.
+ */
+static void bfq_set_async_depths(struct bfq_data *bd, unsigned nr)
+{
+	static const unsigned sixteenths[2][2] = { { 8, 12 }, { 3, 6 } };
+
+	for (unsigned wr = 0; wr < 2; wr++)
+		for (unsigned sync = 0; sync < 2; sync++) {
+			unsigned d = nr * sixteenths[wr][sync] / 16;
+
+			WRITE_ONCE(bd->async_depths[wr][sync], d ? d : 1);
+		}
+}
+
 static int bfq_init_sched(struct rq_queue *q, void **data)
 {
 	struct bfq_data *bd = mem_zalloc(sizeof(*bd));
@@ -1171,6 +1286,7 @@ static int bfq_init_sched(struct rq_queue *q, void **data)
 	}
 	bd->q = q;
 	bd->inflight_cap = q->set->queue_depth - q->set->reserved_tags + 1;
+	bfq_set_async_depths(bd, rq_queue_nr_requests(q));
 	bd->slice_idle_us = BFQ_SLICE_IDLE_US;
 	bd->low_latency = BFQ_LOW_LATENCY;
 	bd->back_seek_max_kib = BFQ_BACK_SEEK_MAX_KIB;
@@ -1276,8 +1392,10 @@ static void bfq_finish_request(struct rq_request *rq)
 	bfq_lock(&bs->lock);
 	if (rq_bits(rq) & BFQ_RQ_QUEUED) {
 		bfqq_del_rq(rq->q, bfqq, rq, rq_clock_ns());
-		if (!bfqq->queued && bs->in_service != bfqq)
+		if (!bfqq->queued && bs->in_service != bfqq) {
 			entity_deactivate(&bfqq->entity);
+			bfqq_wr_account(bfqq);
+		}
 	}
 	if (rq_bits(rq) & BFQ_RQ_HEAD) {
 		rq_list_del_init(&rq->queuelist);
@@ -1294,6 +1412,34 @@ static void bfq_finish_request(struct rq_request *rq)
 	sched_unlock(bs);
 	if (kick && bs->queued)
 		rq_mq_run_hw_queue(kick, true);
+}
+
+/* depth_updated: nr_requests changed (queue frozen): new async depths. */
+static void bfq_depth_updated(struct rq_hw_ctx *hctx)
+{
+	struct rq_queue *q = rq_hctx_queue(hctx);
+
+	bfq_set_async_depths(bfq_of(q), rq_queue_nr_requests(q));
+}
+
+/*
+ * limit_depth: the kernel's bfq_limit_depth().  Sync reads may use every
+ * scheduler tag; async requests and sync writes (RQ_BIO_SYNC or FUA) only
+ * async_depths of them, fewer while a raised queue of the hardware queue
+ * is busy: a writer filling the tags cannot make a reader wait for one.
+ * Lock-free (the counts are read with READ_ONCE).
+ */
+static void bfq_limit_depth(struct rq_alloc_data *data)
+{
+	struct bfq_data *bd = bfq_of(data->q);
+	bool sync = data->opf & (RQ_BIO_SYNC | RQ_BIO_FUA);
+	bool wr;
+
+	if (data->op == RQ_OP_READ)
+		return;
+	wr = READ_ONCE(sched_of_hctx(bd, data->hctx)->wr_busy) != 0;
+	data->shallow_depth = rq_sched_shallow_depth(data->hctx,
+						    READ_ONCE(bd->async_depths[wr][sync]));
 }
 
 static bool bfq_mergeable(const struct rq_request *rq)
@@ -1362,10 +1508,7 @@ static void bfq_insert_requests(struct rq_hw_ctx *hctx, struct rq_list_node *lis
 			sched_set_idle(bs, false, 0); /* what it was waiting for */
 		} else if (!bfqq_busy(bfqq)) {
 			bfqq_activate(bd, bfqq, rq_request_sectors(rq), now);
-			/* an idling turn gives way to a more urgent queue */
-			if (cur && !cur->queued &&
-			    (bfqq->entity.cls < cur->entity.cls ||
-			     (bfqq->wr_coeff > 1 && cur->wr_coeff == 1)))
+			if (cur && bfqq_should_preempt(bs, bfqq, cur))
 				sched_expire(bs, BFQ_EXP_PREEMPTED, now);
 		}
 	}
@@ -1751,6 +1894,8 @@ const struct rq_elevator_type rq_bfq_type = {
 	.ops = {
 		.init_sched = bfq_init_sched,
 		.exit_sched = bfq_exit_sched,
+		.depth_updated = bfq_depth_updated,
+		.limit_depth = bfq_limit_depth,
 		.allow_merge = bfq_allow_merge,
 		.bio_merge = bfq_bio_merge,
 		.request_merge = bfq_request_merge,

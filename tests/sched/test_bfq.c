@@ -488,15 +488,22 @@ static void test_strict_one_in_flight(void **state)
 	rq_ioc_put(a);
 }
 
-/* Submit a 4 KiB read of @ioc at @sector with @opf, counted in @rec. */
-static void submit_read(struct mock_dev *m, struct fx_rec *rec, struct rq_io_context *ioc,
-			uint64_t sector, uint32_t opf)
+/* Submit a 4 KiB @op of @ioc at @sector with @opf, counted in @rec. */
+static void submit_op(struct mock_dev *m, struct fx_rec *rec, struct rq_io_context *ioc,
+		      unsigned op, uint64_t sector, uint32_t opf)
 {
-	struct rq_bio *bio = fx_bio(rec, RQ_OP_READ, sector, databuf, BS);
+	struct rq_bio *bio = fx_bio(rec, op, sector, databuf, BS);
 
 	bio->opf |= opf;
 	bio->ioc = ioc;
 	rq_submit_bio(m->q, bio);
+}
+
+/* Submit a 4 KiB read of @ioc at @sector with @opf, counted in @rec. */
+static void submit_read(struct mock_dev *m, struct fx_rec *rec, struct rq_io_context *ioc,
+			uint64_t sector, uint32_t opf)
+{
+	submit_op(m, rec, ioc, RQ_OP_READ, sector, opf);
 }
 
 /* Complete the oldest held request @n times, checking the sectors @want. */
@@ -598,6 +605,251 @@ static void test_released_context_ends_idling(void **state)
 	}
 }
 
+/*
+ * Serve the disk one request at a time (1 ms of virtual time passes when
+ * bfq holds everything back) until the request at @sector is the one
+ * with the disk; return how many requests went before it (@limit: never).
+ */
+static unsigned served_before(struct mock_dev *m, uint64_t sector, unsigned limit)
+{
+	unsigned n = 0;
+
+	for (unsigned spins = 0; n < limit && spins < 100000; spins++) {
+		if (!mock_nr_held(m)) {
+			vclock_advance(1000000);
+			rq_mq_run_hw_queues(m->q, false);
+			continue;
+		}
+		if (mock_held(m, 0)->sector == sector)
+			return n;
+		mock_complete_one(m, 0, RQ_STS_OK);
+		fx_service_due();
+		n++;
+	}
+	return limit;
+}
+
+/* Complete everything until the @n records ended (idle windows pass on the virtual clock). */
+static void drain_recs(struct mock_dev *m, struct fx_rec *recs, unsigned n)
+{
+	for (unsigned spins = 0; spins < 100000; spins++) {
+		unsigned left = 0;
+
+		for (unsigned i = 0; i < n; i++)
+			left += !fx_done(&recs[i]);
+		if (!left)
+			return;
+		if (mock_nr_held(m)) {
+			mock_complete_one(m, 0, RQ_STS_OK);
+			fx_service_due();
+		} else {
+			vclock_advance(1000000);
+			rq_mq_run_hw_queues(m->q, false);
+		}
+	}
+	fail_msg("requests still in flight after draining");
+}
+
+#define NR_BULK 48u
+#define FAR_SECTOR 4000000ull
+
+/*
+ * On @m (low_latency off): NR_BULK 4 KiB @op requests of @a (the first
+ * goes to the disk at once: @a's turn is on), then a read of @b far away.
+ * Return how many requests the disk served before that read; everything
+ * is drained and @m destroyed.
+ */
+static unsigned bulk_then_read(struct mock_dev *m, struct rq_io_context *a, unsigned op,
+			       struct rq_io_context *b)
+{
+	static struct fx_rec rec[NR_BULK + 1];
+	unsigned before;
+
+	set_attr(m, "low_latency", "0");
+	for (unsigned i = 0; i < NR_BULK; i++)
+		submit_op(m, &rec[i], a, op, 1000 + 8 * i, RQ_BIO_NOMERGE);
+	assert_int_equal(mock_nr_held(m), 1);
+	submit_read(m, &rec[NR_BULK], b, FAR_SECTOR, RQ_BIO_NOMERGE);
+	before = served_before(m, FAR_SECTOR, NR_BULK + 1);
+	drain_recs(m, rec, NR_BULK + 1);
+	fx_put(rec, NR_BULK + 1);
+	mock_destroy(m);
+	return before;
+}
+
+/*
+ * Issue 14: an async writer in service, with NR_BULK writes queued and a
+ * budget far larger, and a reader's request arrives.  The writer's queue
+ * is not one the kernel idles for (bfq_better_to_idle() is false for
+ * async queues), so the reader's arrival ends its turn (BFQQE_PREEMPTED):
+ * the read goes to the disk after at most the writes already handed out
+ * (the one on the disk and the one the core holds), not after the whole
+ * batch.  low_latency is off: the reader is not raised, same class, same
+ * weight; only the in-service queue's kind decides.
+ */
+static void test_async_writer_preempted(void **state)
+{
+	struct rq_io_context *w = rq_ioc_create(0), *r = rq_ioc_create(0);
+	unsigned before;
+
+	(void)state;
+	before = bulk_then_read(make_dev(), w, RQ_OP_WRITE, r);
+	print_message("async writer in service: read served after %u writes\n", before);
+	assert_true(before <= 2);
+	rq_ioc_put(w);
+	rq_ioc_put(r);
+}
+
+/*
+ * A sequential sync reader in service (a queue bfq protects by idling)
+ * with NR_BULK reads queued.  A read of a context of the same class and
+ * weight waits for the end of its turn (it had all its reads served
+ * first); a read of an RT context ends the turn at once (higher class:
+ * bfq_bfqq_higher_class_or_weight()).
+ */
+static void test_rt_reader_preempts(void **state)
+{
+	(void)state;
+	for (unsigned rt = 0; rt < 2; rt++) {
+		struct rq_io_context *a = rq_ioc_create(0);
+		struct rq_io_context *b =
+			rq_ioc_create(rt ? RQ_IOPRIO_VALUE(RQ_IOPRIO_CLASS_RT, 4) : 0);
+		unsigned before = bulk_then_read(make_dev(), a, RQ_OP_READ, b);
+
+		print_message("sequential BE reader in service, %s read: served after %u\n",
+			      rt ? "RT" : "BE", before);
+		if (rt)
+			assert_true(before <= 2);
+		else
+			assert_int_equal(before, NR_BULK);
+		rq_ioc_put(a);
+		rq_ioc_put(b);
+	}
+}
+
+/*
+ * Groups (the kernel's bfq_bfqq_higher_class_or_weight() and
+ * next_queue_may_preempt()): a sequential reader of a group of weight 100
+ * in service, 48 reads queued.  A read of a context in a group of weight
+ * 1000 preempts it (queues of different groups compare their groups'
+ * weights).  A read of an RT context of the SAME group does not: the root
+ * group would choose that group again anyway, so the RT queue waits for
+ * the turn to end, then goes first inside the group.
+ */
+static void test_group_preemption(void **state)
+{
+	(void)state;
+	for (unsigned same = 0; same < 2; same++) {
+		struct rq_io_group *g1 = rq_iog_create(100), *g2 = rq_iog_create(1000);
+		struct rq_io_context *a = rq_ioc_create(0);
+		struct rq_io_context *b =
+			rq_ioc_create(same ? RQ_IOPRIO_VALUE(RQ_IOPRIO_CLASS_RT, 4) : 0);
+		unsigned before;
+
+		assert_int_equal(rq_ioc_set_group(a, g1), 0);
+		assert_int_equal(rq_ioc_set_group(b, same ? g1 : g2), 0);
+		before = bulk_then_read(make_dev(), a, RQ_OP_READ, b);
+		print_message("group 100 in service, %s: served after %u\n",
+			      same ? "RT of the same group" : "group 1000", before);
+		if (same)
+			assert_int_equal(before, NR_BULK);
+		else
+			assert_true(before <= 2);
+		rq_ioc_put(a);
+		rq_ioc_put(b);
+		rq_iog_put(g1);
+		rq_iog_put(g2);
+	}
+}
+
+/*
+ * An IDLE-class queue is not idled for (bfq_better_to_idle()): when its
+ * read completes, another IDLE context's read goes at once; a BE queue in
+ * the same place (another BE context's read arriving) keeps the disk idle
+ * for slice_idle, waiting for its next.
+ */
+static void test_idle_class_not_idled(void **state)
+{
+	(void)state;
+	for (unsigned idle = 0; idle < 2; idle++) {
+		uint16_t prio = idle ? RQ_IOPRIO_VALUE(RQ_IOPRIO_CLASS_IDLE, 0) : 0;
+		struct rq_io_context *a = rq_ioc_create(prio), *b = rq_ioc_create(prio);
+		struct mock_dev *m = make_dev();
+		static struct fx_rec rec[2];
+
+		set_attr(m, "low_latency", "0");
+		submit_read(m, &rec[0], a, 1000, 0);
+		complete_in_order(m, (const uint64_t[]){ 1000 }, 1);
+		fx_service_due();
+		submit_read(m, &rec[1], b, FAR_SECTOR, 0);
+		assert_int_equal(mock_nr_held(m), idle ? 1 : 0);
+		drain_recs(m, rec, 2);
+		fx_put(rec, 2);
+		mock_destroy(m);
+		rq_ioc_put(a);
+		rq_ioc_put(b);
+	}
+}
+
+/* Records of @recs[from, to) that ended with @status. */
+static unsigned count_status(struct fx_rec *recs, unsigned from, unsigned to, int status)
+{
+	unsigned n = 0;
+
+	for (unsigned i = from; i < to; i++)
+		if (fx_done(&recs[i]) && recs[i].status == status)
+			n++;
+	return n;
+}
+
+/*
+ * bfq_limit_depth (the kernel's async_depths): of nr_requests 128
+ * scheduler tags async writes may hold 64 (1/2), sync writes 96 (3/4),
+ * reads all; while a raised queue is busy async writes only 24 (3/16).
+ * NOWAIT bios that find no tag they may use end with AGAIN.
+ */
+static void test_async_depth(void **state)
+{
+	struct rq_io_context *w = rq_ioc_create(0), *s = rq_ioc_create(0), *r = rq_ioc_create(0);
+	struct mock_dev *m = make_dev();
+	static struct fx_rec rec[240];
+	unsigned n = 0;
+
+	(void)state;
+	set_attr(m, "low_latency", "0"); /* no raising in the first part */
+	for (unsigned i = 0; i < 100; i++, n++)
+		submit_op(m, &rec[n], w, RQ_OP_WRITE, 1000 + 8 * n, RQ_BIO_NOMERGE | RQ_BIO_NOWAIT);
+	assert_int_equal(count_status(rec, 0, 100, RQ_STS_AGAIN), 36);
+	for (unsigned i = 0; i < 40; i++, n++)
+		submit_op(m, &rec[n], s, RQ_OP_WRITE, 1000 + 8 * n,
+			  RQ_BIO_NOMERGE | RQ_BIO_NOWAIT | RQ_BIO_SYNC);
+	assert_int_equal(count_status(rec, 100, 140, RQ_STS_AGAIN), 8);
+	for (unsigned i = 0; i < 32; i++, n++)
+		submit_read(m, &rec[n], r, 1000 + 8 * n, RQ_BIO_NOMERGE | RQ_BIO_NOWAIT);
+	assert_int_equal(count_status(rec, 140, 172, RQ_STS_AGAIN), 0);
+	drain_recs(m, rec, n);
+
+	/* a raised reader (low_latency, a new context) is busy: 3/16 for async */
+	set_attr(m, "low_latency", "1");
+	{
+		struct rq_io_context *young = rq_ioc_create(0);
+
+		submit_read(m, &rec[n++], young, FAR_SECTOR, RQ_BIO_NOMERGE);
+		assert_int_equal(mock_nr_held(m), 1);
+		for (unsigned i = 0; i < 40; i++, n++)
+			submit_op(m, &rec[n], w, RQ_OP_WRITE, 1000 + 8 * n,
+				  RQ_BIO_NOMERGE | RQ_BIO_NOWAIT);
+		assert_int_equal(count_status(rec, n - 40, n, RQ_STS_AGAIN), 16);
+		drain_recs(m, rec, n);
+		rq_ioc_put(young);
+	}
+	fx_put(rec, n);
+	mock_destroy(m);
+	rq_ioc_put(w);
+	rq_ioc_put(s);
+	rq_ioc_put(r);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -612,6 +864,11 @@ int main(void)
 		cmocka_unit_test(test_next_from_start),
 		cmocka_unit_test(test_insert_fills_merge_cache),
 		cmocka_unit_test(test_released_context_ends_idling),
+		cmocka_unit_test(test_async_writer_preempted),
+		cmocka_unit_test(test_rt_reader_preempts),
+		cmocka_unit_test(test_group_preemption),
+		cmocka_unit_test(test_idle_class_not_idled),
+		cmocka_unit_test(test_async_depth),
 	};
 
 	/* before any queue: no service thread (see the top) */
