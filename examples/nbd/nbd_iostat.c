@@ -31,12 +31,16 @@ static uint64_t hist_pct_ns(const uint64_t *b, const uint64_t *prev, double pct)
 	return i < RQ_LAT_BUCKETS ? 1ull << i : 1ull << (RQ_LAT_BUCKETS - 1);
 }
 
-int nbd_iostat_start(struct nbd_iostat *s, struct rq_queue *q, unsigned interval_ms,
-		     uint64_t now_ms)
+int nbd_iostat_start(struct nbd_iostat *s, struct rq_queue *q, const char *name,
+		     unsigned interval_ms, uint64_t now_ms)
 {
 	int ret;
 
 	*s = (struct nbd_iostat){ .q = q, .interval_ms = interval_ms, .last_ms = now_ms };
+	if (name)
+		snprintf(s->prefix, sizeof(s->prefix), "rqnbd: %s: ", name);
+	else
+		snprintf(s->prefix, sizeof(s->prefix), "rqnbd: ");
 	ret = rq_queue_attr_set(q, "iostats", "1");
 	if (ret < 0)
 		return ret;
@@ -80,11 +84,12 @@ void nbd_iostat_tick(struct nbd_iostat *s, uint64_t now_ms, FILE *f)
 	ms = (double)(now_ms - s->last_ms);
 	secs = ms / 1000.0;
 	if (s->lines++ % 20 == 0)
-		fprintf(f, "rqnbd: iostat %8s %9s %7s %8s %8s %9s %7s %8s %7s %7s %6s %6s "
-			"%9s %9s\n", "r/s", "rkB/s", "rrqm/s", "r_await", "w/s", "wkB/s",
+		fprintf(f, "%siostat %8s %9s %7s %8s %8s %9s %7s %8s %7s %7s %6s %6s "
+			"%9s %9s\n", s->prefix, "r/s", "rkB/s", "rrqm/s", "r_await", "w/s", "wkB/s",
 			"wrqm/s", "w_await", "d/s", "f/s", "aqu-sz", "%util", "r_p99_us",
 			"w_p99_us");
-	fprintf(f, "rqnbd: iostat %8.1f %9.1f %7.1f %8.2f %8.1f %9.1f %7.1f %8.2f %7.1f %7.1f "
+	fputs(s->prefix, f);
+	fprintf(f, "iostat %8.1f %9.1f %7.1f %8.2f %8.1f %9.1f %7.1f %8.2f %7.1f %7.1f "
 		"%6.2f %6.1f %9.1f %9.1f\n",
 		rate(d.read_ios - p->read_ios, secs),
 		rate(d.read_sectors - p->read_sectors, secs) / 2,
@@ -106,26 +111,27 @@ void nbd_iostat_tick(struct nbd_iostat *s, uint64_t now_ms, FILE *f)
 	s->last_ms = now_ms;
 }
 
-/* One attribute as "rqnbd: NAME: VALUE" lines. */
-static void dump_attr(struct rq_queue *q, const char *name, FILE *f)
+/* One attribute as "PREFIX ATTR: VALUE" lines. */
+static void dump_attr(const struct nbd_iostat *s, const char *name, FILE *f)
 {
+	struct rq_queue *q = s->q;
 	char buf[8192], *line, *save = NULL;
 	int n = rq_queue_attr_get(q, name, buf, sizeof(buf));
 
 	if (n < 0) {
-		fprintf(f, "rqnbd: %s: %s\n", name, strerror(-n));
+		fprintf(f, "%s%s: %s\n", s->prefix, name, strerror(-n));
 		return;
 	}
 	for (line = strtok_r(buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save))
-		fprintf(f, "rqnbd: %s: %s\n", name, line);
+		fprintf(f, "%s%s: %s\n", s->prefix, name, line);
 }
 
 void nbd_iostat_dump(struct nbd_iostat *s, FILE *f)
 {
 	if (!s->q)
 		return;
-	dump_attr(s->q, "stat", f);
-	dump_attr(s->q, "inflight", f);
-	dump_attr(s->q, "latency_hist", f);
+	dump_attr(s, "stat", f);
+	dump_attr(s, "inflight", f);
+	dump_attr(s, "latency_hist", f);
 	fflush(f);
 }

@@ -25,6 +25,7 @@
  * See README.md in this folder and doc/nbd.md.
  */
 #define _GNU_SOURCE
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -274,13 +275,15 @@ static const struct rqnbd_option rqnbd_options[] = {
 	{ "group", "GROUP", OPT_STRING, FIELD(group), 0, 0,
 	  "... and GROUP (default: USER's group)", NULL },
 	{ "trace", "DIR", OPT_STRING, FIELD(trace_dir), 0, 0,
-	  "write a blktrace trace of the queue to\n"
-	  "DIR/rqnbd.blktrace.CPU until the server stops\n"
+	  "write a blktrace trace of each export's queue to\n"
+	  "DIR/rqnbd.blktrace.CPU (the default export) and\n"
+	  "DIR/rqnbd-NAME.blktrace.CPU until the server stops\n"
 	  "(blkparse -D DIR -i rqnbd)", NULL },
 	{ "iostat", "S", OPT_CUSTOM, 0, 0, 0,
 	  "count diskstats and latency histograms; every S\n"
 	  "seconds an iostat -x line on stderr (0: none);\n"
-	  "SIGUSR1 prints stat, inflight and latency_hist", set_iostat },
+	  "SIGUSR1 prints stat, inflight and latency_hist\n"
+	  "(with several exports, each line names its export)", set_iostat },
 	{ "tls", "MODE", OPT_CUSTOM, 0, 0, 0,
 	  "off (default), on (TLS and plain clients), require\n"
 	  "(options before NBD_OPT_STARTTLS are refused)", set_tls },
@@ -1091,42 +1094,11 @@ static void make_export(const struct opts *o, const struct nbd_conf_export *e,
 	}
 }
 
-/* --trace and --iostat: start what the options ask for on the device's queue. */
-static int observe_start(const struct opts *o, struct device *dev, struct nbd_iostat *io)
-{
-	int ret;
-
-	if (o->trace_dir && (ret = rq_queue_trace_start(dev->q, o->trace_dir, "rqnbd"))) {
-		fprintf(stderr, "rqnbd: --trace %s: %s\n", o->trace_dir, strerror(-ret));
-		return ret;
-	}
-	if (o->iostat && (ret = nbd_iostat_start(io, dev->q, o->iostat_ms, mono_ms()))) {
-		fprintf(stderr, "rqnbd: --iostat: %s\n", strerror(-ret));
-		if (o->trace_dir)
-			rq_queue_trace_stop(dev->q, NULL, 0);
-		return ret;
-	}
-	return 0;
-}
-
-/* The trace's end: its files complete, its totals said. */
-static void observe_stop(const struct opts *o, struct device *dev)
-{
-	struct rq_trace_info ti = { .events = 0 };
-	int ret;
-
-	if (!o->trace_dir)
-		return;
-	ret = rq_queue_trace_stop(dev->q, &ti, sizeof(ti));
-	fprintf(stderr, "rqnbd: trace %s/rqnbd: %llu events, %llu dropped%s\n", o->trace_dir,
-		(unsigned long long)ti.events, (unsigned long long)ti.dropped,
-		ret ? " (write error)" : "");
-}
-
 /* ---------------------------------------------------------------- tenants */
 
 #define RQNBD_PACED_NR_REQUESTS "128"  /* scheduler requests of a paced export */
 #define RQNBD_MAX_LIVE_GROUPS 256       /* io groups made over all reloads */
+#define RQNBD_TRACE_NAME_MAX 80         /* "rqnbd-" and an export's name, cut */
 
 /* An io group by its name in the file; kept until exit (contexts in it
  * hold their own references, a reload may name it again). */
@@ -1148,6 +1120,10 @@ struct rqnbd {
 	struct nbd_export exps[NBD_MAX_EXPORTS];
 	struct nbd_server *srv;
 	struct nbd_tls *tls;             /* --tls credentials, or NULL */
+	/* --trace and --iostat, one of each per export */
+	char trace_name[NBD_MAX_EXPORTS][RQNBD_TRACE_NAME_MAX];
+	unsigned ntraced;
+	struct nbd_iostat io[NBD_MAX_EXPORTS];
 };
 
 /* The live group named @name, or NULL.  Context: under r->lock. */
@@ -1542,6 +1518,106 @@ static int config_print(const struct nbd_config *cfg)
 
 /* ------------------------------------------------------------- main */
 
+/* ------------------------------------------------------- --trace, --iostat */
+
+/*
+ * The trace name of export @i: "rqnbd" for the default export (the first),
+ * "rqnbd-NAME" for the others, NAME cut to fit and every character but
+ * letters, digits, '.', '_' and '-' made '_' (names may hold '/').  Two
+ * names that come out alike get "-I" (the export's index) added.
+ */
+static void trace_name(struct rqnbd *r, unsigned i, char *out, size_t n)
+{
+	const char *name = r->cfg->exports[i].name;
+	size_t len, k;
+	unsigned j;
+
+	if (i == 0) {
+		snprintf(out, n, "rqnbd");
+		return;
+	}
+	len = (size_t)snprintf(out, n, "rqnbd-%.60s", name);
+	for (k = 6; k < len && k < n; k++)
+		if (!isalnum((unsigned char)out[k]) && !strchr("._-", out[k]))
+			out[k] = '_';
+	for (j = 0; j < i; j++)
+		if (!strcmp(r->trace_name[j], out)) {
+			snprintf(out + strlen(out), n - strlen(out), "-%u", i);
+			break;
+		}
+}
+
+/* The traces' ends: their files complete, their totals said. */
+static void observe_stop(struct rqnbd *r)
+{
+	unsigned i;
+
+	for (i = 0; i < r->ntraced; i++) {
+		struct rq_trace_info ti = { .events = 0 };
+		int ret = rq_queue_trace_stop(r->dev[i].q, &ti, sizeof(ti));
+
+		fprintf(stderr, "rqnbd: trace %s/%s: %llu events, %llu dropped%s\n",
+			r->o->trace_dir, r->trace_name[i], (unsigned long long)ti.events,
+			(unsigned long long)ti.dropped, ret ? " (write error)" : "");
+	}
+	r->ntraced = 0;
+}
+
+/*
+ * --trace and --iostat: start what the options ask for on every export's
+ * queue.  Return: 0 or -errno (said; what was started is stopped).
+ */
+static int observe_start(struct rqnbd *r)
+{
+	const struct opts *o = r->o;
+	unsigned i, n = r->cfg->nexports;
+	int ret = 0;
+
+	for (i = 0; i < n && o->trace_dir; i++) {
+		trace_name(r, i, r->trace_name[i], sizeof(r->trace_name[i]));
+		ret = rq_queue_trace_start(r->dev[i].q, o->trace_dir, r->trace_name[i]);
+		if (ret) {
+			fprintf(stderr, "rqnbd: --trace %s/%s: %s\n", o->trace_dir,
+				r->trace_name[i], strerror(-ret));
+			break;
+		}
+		r->ntraced = i + 1;
+	}
+	for (i = 0; !ret && i < n && o->iostat; i++) {
+		ret = nbd_iostat_start(&r->io[i], r->dev[i].q,
+				       n > 1 ? r->cfg->exports[i].name : NULL, o->iostat_ms,
+				       mono_ms());
+		if (ret)
+			fprintf(stderr, "rqnbd: --iostat: %s\n", strerror(-ret));
+	}
+	if (ret)
+		observe_stop(r);
+	return ret;
+}
+
+/* ms until the next iostat line of any export (0: now); -1: none. */
+static int observe_timeout(const struct rqnbd *r, uint64_t now)
+{
+	int t = -1;
+	unsigned i;
+
+	for (i = 0; i < r->cfg->nexports; i++) {
+		int ti = nbd_iostat_timeout(&r->io[i], now);
+
+		if (ti >= 0 && (t < 0 || ti < t))
+			t = ti;
+	}
+	return t;
+}
+
+static void observe_tick(struct rqnbd *r, uint64_t now)
+{
+	unsigned i;
+
+	for (i = 0; i < r->cfg->nexports; i++)
+		nbd_iostat_tick(&r->io[i], now, stderr);
+}
+
 /* Stop accepting, drain the connections, flush the devices, say the counters. */
 static int shutdown_all(struct rqnbd *r, struct acceptor *a)
 {
@@ -1564,7 +1640,7 @@ static int shutdown_all(struct rqnbd *r, struct acceptor *a)
 		if (s != RQ_STS_OK)
 			fs = s;
 	}
-	observe_stop(o, &r->dev[0]);
+	observe_stop(r);
 	ratelog_flush(&a->refused, now);
 	ratelog_flush(&a->nofd, now);
 	ratelog_flush(&a->evicted, now);
@@ -1617,19 +1693,20 @@ static int devices_open(struct rqnbd *r)
 	return 0;
 }
 
-/* Signals: SIGUSR1 prints the first queue's counters, SIGHUP reloads;
+/* Signals: SIGUSR1 prints every export's counters, SIGHUP reloads;
  * SIGINT and SIGTERM stop (true). */
-static bool on_signal(int sfd, struct nbd_iostat *io, struct rqnbd *r)
+static bool on_signal(int sfd, struct rqnbd *r)
 {
 	struct signalfd_siginfo si;
+	unsigned i;
 
 	if (read(sfd, &si, sizeof(si)) != sizeof(si))
 		return false;
 	if (si.ssi_signo == SIGUSR1) {
-		if (io->q)
-			nbd_iostat_dump(io, stderr);
-		else
+		if (!r->io[0].q)
 			fprintf(stderr, "rqnbd: SIGUSR1: no counters (start with --iostat S)\n");
+		for (i = 0; i < r->cfg->nexports; i++)
+			nbd_iostat_dump(&r->io[i], stderr);
 		return false;
 	}
 	if (si.ssi_signo == SIGHUP) {
@@ -1643,12 +1720,12 @@ static bool on_signal(int sfd, struct nbd_iostat *io, struct rqnbd *r)
 	return true;
 }
 
-static void accept_loop(struct acceptor *a, struct rqnbd *r, int sfd, struct nbd_iostat *io)
+static void accept_loop(struct acceptor *a, struct rqnbd *r, int sfd)
 {
 	for (;;) {
 		struct pollfd pfd[2] = { { a->lfd, POLLIN, 0 }, { sfd, POLLIN, 0 } };
 		uint64_t now = mono_ms();
-		int timeout = nbd_iostat_timeout(io, now);
+		int timeout = observe_timeout(r, now);
 
 		if (now < a->paused_until) {
 			pfd[0].fd = -1;
@@ -1661,8 +1738,8 @@ static void accept_loop(struct acceptor *a, struct rqnbd *r, int sfd, struct nbd
 			perror("rqnbd: poll");
 			return;
 		}
-		nbd_iostat_tick(io, mono_ms(), stderr);
-		if ((pfd[1].revents & POLLIN) && on_signal(sfd, io, r))
+		observe_tick(r, mono_ms());
+		if ((pfd[1].revents & POLLIN) && on_signal(sfd, r))
 			return;
 		if (pfd[0].revents & POLLIN) {
 			int n = 0;
@@ -1723,12 +1800,11 @@ static int serve(struct rqnbd *r, int sfd)
 		.nofd = { .what = "connections refused for want of descriptors" },
 		.evicted = { .what = "idle connections closed for new ones" },
 	};
-	struct nbd_iostat io = { .q = NULL };
 	struct opts *o = r->o;
 	unsigned i;
 	int ret;
 
-	ret = observe_start(o, &r->dev[0], &io);
+	ret = observe_start(r);
 	if (!ret)
 		ret = server_start(r);
 	if (ret)
@@ -1748,7 +1824,7 @@ static int serve(struct rqnbd *r, int sfd)
 	check_fd_limit(&o->lim);
 	for (i = 0; i < r->cfg->nexports; i++)
 		banner(o, &r->cfg->exports[i], &r->dev[i]);
-	accept_loop(&a, r, sfd, &io);
+	accept_loop(&a, r, sfd);
 	return shutdown_all(r, &a);
 }
 

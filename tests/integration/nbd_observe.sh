@@ -12,6 +12,13 @@
 #   - after SIGTERM the trace's totals say 0 dropped, and blkparse reads the
 #     per-CPU files: its completed writes add up to the 8 MiB written, and it
 #     counts as many C as D events; btt computes Q2C
+# Then two exports from --config, 4 MiB written to the second ("b:two"):
+#   - SIGUSR1 prints each export's attributes under its name: the second's
+#     stat line says 8192 sectors written, the default export's says none
+#   - each export has its own iostat lines, the second's with writes in them
+#   - each export has its own trace: rqnbd (the default export) and
+#     rqnbd-b_two (the name made a file name); blkparse reads the second's
+#     8192 sectors of completed writes, and the first's none
 # Skips (77) without nbdcopy, blkparse or btt.
 #
 #   nbd_observe.sh RQNBD
@@ -65,4 +72,39 @@ c=$(awk '$6 == "C"' "$tmp/parsed" | wc -l)
 (cd "$tmp/trace" && blkparse -q -i rqnbd -d "$tmp/bin" >/dev/null 2>&1 &&
 	btt -i "$tmp/bin" >"$tmp/btt" 2>&1) || fail "btt"
 grep -q '^Q2C ' "$tmp/btt" || fail "btt computed no Q2C"
-echo "ok: stat, inflight, latency_hist, iostat line, $d requests traced and read by blkparse and btt"
+
+# several exports: each watched under its own name
+mkdir "$tmp/trace2"
+: >"$nbd_log"
+cat >"$tmp/two.conf" <<EOF
+[export one]
+backend = memory 16M
+default = yes
+
+[export b:two]
+backend = memory 16M
+sched = mq-deadline
+EOF
+nbd_start --config "$tmp/two.conf" --trace "$tmp/trace2" --iostat 1
+head -c $((4 << 20)) "$tmp/data" >"$tmp/data4"
+nbdcopy "$tmp/data4" "nbd+unix:///b:two?socket=$sock" || fail "nbdcopy into export b:two"
+kill -USR1 "$nbd_pid"
+wait_log '^rqnbd: b:two: latency_hist: flush d2c'
+set -- $(sed -n 's/^rqnbd: b:two: stat: *//p' "$nbd_log" | tail -n 1)
+[ $# = 17 ] && [ "$7" = 8192 ] || fail "export b:two: stat is not 17 fields with 8192 sectors written: $*"
+set -- $(sed -n 's/^rqnbd: one: stat: *//p' "$nbd_log" | tail -n 1)
+[ $# = 17 ] && [ "$7" = 0 ] || fail "export one: stat is not 17 fields with nothing written: $*"
+wait_log '^rqnbd: b:two: iostat +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[1-9]'
+grep -qE '^rqnbd: one: iostat +[0-9.]+ ' "$nbd_log" || fail "no iostat line of export one"
+nbd_stop
+for n in rqnbd rqnbd-b_two; do
+	grep -qE "^rqnbd: trace $tmp/trace2/$n: [0-9]+ events, 0 dropped" "$nbd_log" ||
+		fail "no trace totals of $n with 0 dropped"
+done
+(cd "$tmp/trace2" && blkparse -i rqnbd-b_two >"$tmp/parsed2" 2>&1) || fail "blkparse rqnbd-b_two"
+sectors=$(awk '$6 == "C" && $7 ~ /W/ && $9 == "+" { n += $10 } END { print n + 0 }' "$tmp/parsed2")
+[ "$sectors" = 8192 ] || fail "blkparse rqnbd-b_two: $sectors sectors written, 4 MiB is 8192"
+(cd "$tmp/trace2" && blkparse -i rqnbd >"$tmp/parsed1" 2>&1) || fail "blkparse rqnbd (two exports)"
+sectors=$(awk '$6 == "C" && $7 ~ /W/ && $9 == "+" { n += $10 } END { print n + 0 }' "$tmp/parsed1")
+[ "$sectors" = 0 ] || fail "blkparse rqnbd: $sectors sectors written to the default export, none were"
+echo "ok: stat, inflight, latency_hist, iostat line, $d requests traced and read by blkparse and btt; two exports watched apart"
