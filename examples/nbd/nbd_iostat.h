@@ -4,7 +4,7 @@
  * --iostat seconds, and the queue's diskstats ("stat", "inflight") and
  * latency histograms ("latency_hist") on SIGUSR1, from the library's
  * diskstats and histogram API (include/librequest/stats.h).  One per
- * export; with several exports each line names its export.
+ * export; served from a --config file, each line names its export.
  */
 #ifndef RQNBD_IOSTAT_H
 #define RQNBD_IOSTAT_H
@@ -29,7 +29,7 @@ struct nbd_iostat {
 /*
  * nbd_iostat_start() - turn @q's "iostats" on and take the first sample;
  * a line every @interval_ms from @now_ms on (0: none, SIGUSR1 only).
- * @name: the export's name put in every line, or NULL (a single export).
+ * @name: the export's name put in every line, or NULL (rqnbd without --config).
  * Return: 0 or -errno from the attribute.
  */
 int nbd_iostat_start(struct nbd_iostat *s, struct rq_queue *q, const char *name,

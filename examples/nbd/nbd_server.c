@@ -158,6 +158,7 @@ struct nbd_conn {
 	const struct nbd_export *exp; /* the export chosen (or last asked about) */
 	unsigned exp_idx;
 	bool exp_counted;           /* counted in srv->exp_conns[exp_idx] */
+	unsigned exp_gen;           /* srv->exp_gen[exp_idx] when it was chosen */
 	char *name;                 /* the export name it was served by */
 	bool structured;            /* structured replies negotiated */
 	bool meta_alloc;            /* base:allocation selected */
@@ -196,9 +197,23 @@ struct nbd_conn {
 	struct nbd_cmd *cmds;       /* lim.conn_requests of them */
 };
 
+/*
+ * An export slot's life: FREE (never used, or freed), LIVE (listed and
+ * selectable), RETIRING (removed: neither listed nor selectable, still
+ * serving the connections it has; freed by its owner once they are gone).
+ * The first slot is LIVE for the server's life.  A slot's name and
+ * description are the server's own copies; connections read a slot only
+ * under the lock while choosing it, or while counted in exp_conns (then
+ * it cannot be freed).  exp_gen changes each time a slot is filled, so a
+ * choice made before a slot was refilled is seen to be stale.
+ */
+enum { EXP_FREE, EXP_LIVE, EXP_RETIRING };
+
 struct nbd_server {
-	struct nbd_export exps[NBD_MAX_EXPORTS];
-	unsigned nexps;
+	struct nbd_export exps[NBD_MAX_EXPORTS];   /* under lock (see above) */
+	unsigned nexps;                            /* under lock: slots ever used */
+	unsigned char exp_state[NBD_MAX_EXPORTS];  /* under lock */
+	unsigned exp_gen[NBD_MAX_EXPORTS];         /* under lock */
 	unsigned exp_conns[NBD_MAX_EXPORTS]; /* under lock: served each export */
 	struct nbd_policy policy;
 	struct nbd_limits lim;
@@ -236,14 +251,14 @@ static uint64_t now_ms(void)
 	return (uint64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* Transmission flags for this connection. */
-static uint16_t conn_tflags(const struct nbd_conn *c)
+/* Transmission flags for this connection, of an export @read_only or not. */
+static uint16_t conn_tflags(const struct nbd_conn *c, bool read_only)
 {
 	uint16_t f = NBD_FLAG_HAS_FLAGS | NBD_FLAG_SEND_FLUSH | NBD_FLAG_SEND_FUA |
 		     NBD_FLAG_SEND_TRIM | NBD_FLAG_SEND_WRITE_ZEROES |
 		     NBD_FLAG_CAN_MULTI_CONN | NBD_FLAG_SEND_CACHE | NBD_FLAG_SEND_FAST_ZERO;
 
-	if (c->exp->read_only)
+	if (read_only)
 		f |= NBD_FLAG_READ_ONLY;
 	if (c->structured)
 		f |= NBD_FLAG_SEND_DF; /* a read is always one data chunk */
@@ -460,32 +475,70 @@ static const char *conn_tls_identity(const struct nbd_conn *c)
 	return c->tls ? nbd_tls_identity(c->tls) : NULL;
 }
 
+/* What a handshake tells of an export, copied under the server's lock. */
+struct exp_view {
+	uint64_t size;
+	uint32_t min_block, pref_block, max_block;
+	bool read_only;
+	char name[NBD_MAX_STRING + 1];
+	char description[NBD_MAX_STRING + 1];
+};
+
+/* The LIVE export named @name (@len bytes), or -1.  Context: srv->lock. */
+static int export_by_name(const struct nbd_server *srv, const void *name, size_t len)
+{
+	for (unsigned k = 0; k < srv->nexps; k++)
+		if (srv->exp_state[k] == EXP_LIVE && strlen(srv->exps[k].name) == len &&
+		    !memcmp(srv->exps[k].name, name, len))
+			return (int)k;
+	return -1;
+}
+
+static void view_of(const struct nbd_export *e, struct exp_view *v)
+{
+	v->size = e->size;
+	v->min_block = e->min_block;
+	v->pref_block = e->pref_block;
+	v->max_block = e->max_block;
+	v->read_only = e->read_only;
+	snprintf(v->name, sizeof(v->name), "%s", e->name);
+	snprintf(v->description, sizeof(v->description), "%s",
+		 e->description ? e->description : "");
+}
+
 /*
- * The export @name (of @len bytes) selects: an export's own name, "" for
- * the first, else what the policy resolves it to.  Sets c->exp to it.
+ * The export @name (of @len bytes) selects: a LIVE export's own name, ""
+ * for the first, else what the policy resolves it to (if LIVE).  Sets
+ * c->exp to it and, with @v, copies what a reply tells of it.
  * Return: its index, or -1 (unknown).
  */
-static int hs_find_export(struct nbd_conn *c, const unsigned char *name, uint32_t len)
+static int hs_find_export(struct nbd_conn *c, const unsigned char *name, uint32_t len,
+			  struct exp_view *v)
 {
 	struct nbd_server *srv = c->srv;
 	char buf[NBD_MAX_STRING + 1];
-	int i = len ? -1 : 0;
+	int i, r = -1;
 
-	for (unsigned k = 0; len && k < srv->nexps && i < 0; k++)
-		if (strlen(srv->exps[k].name) == len && !memcmp(srv->exps[k].name, name, len))
-			i = (int)k;
+	pthread_mutex_lock(&srv->lock);
+	i = len ? export_by_name(srv, name, len) : 0;
+	pthread_mutex_unlock(&srv->lock);
 	if (i < 0 && srv->policy.resolve && len <= NBD_MAX_STRING &&
 	    !memchr(name, '\0', len)) {
 		memcpy(buf, name, len);
 		buf[len] = '\0';
-		i = srv->policy.resolve(srv->policy.arg, buf);
-		if (i >= (int)srv->nexps)
-			i = -1;
+		r = srv->policy.resolve(srv->policy.arg, buf);
 	}
+	pthread_mutex_lock(&srv->lock);
+	if (i < 0 && r >= 0 && r < (int)srv->nexps && srv->exp_state[r] == EXP_LIVE)
+		i = r;
 	if (i >= 0) {
 		c->exp = &srv->exps[i];
 		c->exp_idx = (unsigned)i;
+		c->exp_gen = srv->exp_gen[i];
+		if (v)
+			view_of(c->exp, v);
 	}
+	pthread_mutex_unlock(&srv->lock);
 	return i;
 }
 
@@ -499,19 +552,22 @@ static uint32_t hs_admit(struct nbd_conn *c, const unsigned char *name, uint32_t
 	struct nbd_server *srv = c->srv;
 	struct nbd_client_info ci;
 	char peer[64];
-	bool full;
+	bool full, gone;
 
 	free(c->name);
 	c->name = strndup((const char *)name, len);
 	if (!c->name)
 		return NBD_REP_ERR_SHUTDOWN;
 	pthread_mutex_lock(&srv->lock);
+	gone = srv->exp_state[c->exp_idx] != EXP_LIVE || srv->exp_gen[c->exp_idx] != c->exp_gen;
 	full = c->exp->max_conns && srv->exp_conns[c->exp_idx] >= c->exp->max_conns;
-	if (!full) {
+	if (!gone && !full) {
 		srv->exp_conns[c->exp_idx]++;
 		c->exp_counted = true;
 	}
 	pthread_mutex_unlock(&srv->lock);
+	if (gone) /* removed since it was chosen */
+		return NBD_REP_ERR_UNKNOWN;
 	if (full)
 		return NBD_REP_ERR_POLICY;
 	if (!srv->policy.admit)
@@ -532,7 +588,8 @@ static uint32_t hs_admit(struct nbd_conn *c, const unsigned char *name, uint32_t
  * -1 to close. */
 static int hs_info(struct nbd_conn *c, uint32_t opt, const unsigned char *d, uint32_t len)
 {
-	const struct nbd_export *exp;
+	struct exp_view v; /* 8 KiB, on a 1 MiB stack */
+	const struct exp_view *exp = &v;
 	struct nbd_info_req ir;
 	bool want_name, want_desc;
 	unsigned char info[14];
@@ -540,9 +597,8 @@ static int hs_info(struct nbd_conn *c, uint32_t opt, const unsigned char *d, uin
 
 	if (err)
 		return hs_reply(c, opt, err, NULL, 0);
-	if (hs_find_export(c, ir.name, ir.namelen) < 0)
+	if (hs_find_export(c, ir.name, ir.namelen, &v) < 0)
 		return hs_reply(c, opt, NBD_REP_ERR_UNKNOWN, NULL, 0);
-	exp = c->exp;
 	if (opt == NBD_OPT_GO && (err = hs_admit(c, ir.name, ir.namelen)))
 		return hs_reply(c, opt, err, NULL, 0);
 	want_name = ir.want_name;
@@ -550,7 +606,7 @@ static int hs_info(struct nbd_conn *c, uint32_t opt, const unsigned char *d, uin
 
 	nbd_put16(info, NBD_INFO_EXPORT);
 	nbd_put64(info + 2, exp->size);
-	nbd_put16(info + 10, conn_tflags(c));
+	nbd_put16(info + 10, conn_tflags(c, exp->read_only));
 	if (hs_reply(c, opt, NBD_REP_INFO, info, 12))
 		return -1;
 	/* sent whether asked or not: we enforce a 512-byte minimum */
@@ -569,7 +625,7 @@ static int hs_info(struct nbd_conn *c, uint32_t opt, const unsigned char *d, uin
 			size_t n;
 
 			if (pass == 1)
-				s = want_desc ? exp->description : NULL;
+				s = want_desc && exp->description[0] ? exp->description : NULL;
 			if (!s)
 				continue;
 			n = strlen(s);
@@ -592,10 +648,10 @@ static int hs_export_name(struct nbd_conn *c, const unsigned char *name, uint32_
 	unsigned char r10[10], zeros[124] = { 0 };
 	struct iovec iov[2] = { { r10, 10 }, { zeros, 124 } };
 
-	if (hs_find_export(c, name, len) < 0 || hs_admit(c, name, len))
+	if (hs_find_export(c, name, len, NULL) < 0 || hs_admit(c, name, len))
 		return -1; /* no way to say no but to hang up */
-	nbd_put64(r10, c->exp->size);
-	nbd_put16(r10 + 8, conn_tflags(c));
+	nbd_put64(r10, c->exp->size); /* counted: the slot stays */
+	nbd_put16(r10 + 8, conn_tflags(c, c->exp->read_only));
 	return hs_writev(c, iov, c->no_zeroes ? 1 : 2) ? -1 : 1;
 }
 
@@ -608,16 +664,23 @@ static int hs_list(struct nbd_conn *c, uint32_t opt, uint32_t len)
 
 	if (len)
 		return hs_reply(c, opt, NBD_REP_ERR_INVALID, NULL, 0);
-	for (i = 0; i < c->srv->nexps; i++) {
-		const struct nbd_export *e = &c->srv->exps[i];
-		size_t n = strnlen(e->name, NBD_MAX_STRING);
-		size_t dn = e->description ? strnlen(e->description, NBD_MAX_STRING) : 0;
+	for (i = 0; i < NBD_MAX_EXPORTS; i++) {
+		struct nbd_server *srv = c->srv;
+		size_t n = 0, dn = 0;
 
-		nbd_put32(rep, n);
-		memcpy(rep + 4, e->name, n);
-		if (dn)
-			memcpy(rep + 4 + n, e->description, dn);
-		if (hs_reply(c, opt, NBD_REP_SERVER, rep, 4 + n + dn))
+		pthread_mutex_lock(&srv->lock); /* not held while sending */
+		if (i < srv->nexps && srv->exp_state[i] == EXP_LIVE) {
+			const struct nbd_export *e = &srv->exps[i];
+
+			n = strnlen(e->name, NBD_MAX_STRING);
+			dn = e->description ? strnlen(e->description, NBD_MAX_STRING) : 0;
+			nbd_put32(rep, n);
+			memcpy(rep + 4, e->name, n);
+			memcpy(rep + 4 + n, e->description ? e->description : "", dn);
+			n += 4;
+		}
+		pthread_mutex_unlock(&srv->lock);
+		if (n && hs_reply(c, opt, NBD_REP_SERVER, rep, n + dn))
 			return -1;
 	}
 	return hs_reply(c, opt, NBD_REP_ACK, NULL, 0);
@@ -674,7 +737,7 @@ static int hs_meta(struct nbd_conn *c, uint32_t opt, const unsigned char *d, uin
 	err = nbd_meta_parse(d, len, &m);
 	if (err)
 		return hs_reply(c, opt, err, NULL, 0);
-	if (hs_find_export(c, m.name, m.namelen) < 0)
+	if (hs_find_export(c, m.name, m.namelen, NULL) < 0)
 		return hs_reply(c, opt, NBD_REP_ERR_UNKNOWN, NULL, 0);
 	found = list && !m.nqueries;
 	while (nbd_meta_next(&m, &q, &qlen))
@@ -1758,7 +1821,8 @@ static void conn_free(struct nbd_conn *c)
 static void conn_unlist(struct nbd_conn *c)
 {
 	struct nbd_server *srv = c->srv;
-	bool last;
+	bool last, counted = c->exp_counted;
+	unsigned idx = c->exp_idx;
 
 	pthread_mutex_lock(&srv->lock);
 	if (c->prev_conn)
@@ -1769,16 +1833,16 @@ static void conn_unlist(struct nbd_conn *c)
 		c->next_conn->prev_conn = c->prev_conn;
 	if (c->evicted)
 		srv->nevicting--;
-	if (c->exp_counted)
-		srv->exp_conns[c->exp_idx]--;
 	last = !--srv->nconns;
 	pthread_mutex_unlock(&srv->lock);
-	conn_free(c);
+	conn_free(c); /* its io context too: then the export may go */
 	/* the pool's cache, and whatever the malloc arenas kept */
 	nbd_pool_trim(srv->pool, last ? 0 : NBD_POOL_KEEP);
 	if (last)
 		malloc_trim(0);
 	pthread_mutex_lock(&srv->lock);
+	if (counted)
+		srv->exp_conns[idx]--;
 	if (!--srv->nthreads)
 		pthread_cond_broadcast(&srv->cond);
 	pthread_mutex_unlock(&srv->lock);
@@ -1840,26 +1904,55 @@ static bool limits_ok(const struct nbd_limits *l)
 	       l->conn_requests && l->handshake_ms && l->handshake_ms <= INT_MAX;
 }
 
-/* One export: sane blocks that fit the buffers, a name no other has. */
-static bool export_ok(const struct nbd_export *exps, unsigned i, const struct nbd_limits *l)
+/* One export: a queue, a name, sane blocks that fit the buffers. */
+static bool export_ok(const struct nbd_export *exp, const struct nbd_limits *l)
 {
-	const struct nbd_export *exp = &exps[i];
-	unsigned k;
+	return exp->q && exp->name && strlen(exp->name) <= NBD_MAX_STRING &&
+	       (!exp->description || strlen(exp->description) <= NBD_MAX_STRING) &&
+	       exp->min_block >= 512 && !(exp->min_block & (exp->min_block - 1)) &&
+	       exp->max_block >= exp->min_block && exp->max_block <= l->conn_buffer &&
+	       nbd_pool_class_size(exp->max_block) <= l->buffer_total;
+}
 
-	if (!exp->q || !exp->name || exp->min_block < 512 ||
-	    (exp->min_block & (exp->min_block - 1)) || exp->max_block < exp->min_block ||
-	    exp->max_block > l->conn_buffer ||
-	    nbd_pool_class_size(exp->max_block) > l->buffer_total)
-		return false;
-	for (k = 0; k < i; k++)
-		if (!strcmp(exps[k].name, exp->name))
-			return false;
-	return true;
+static void slot_clear(struct nbd_server *srv, unsigned i)
+{
+	free((char *)srv->exps[i].name);
+	free((char *)srv->exps[i].description);
+	memset(&srv->exps[i], 0, sizeof(srv->exps[i]));
+	srv->exp_state[i] = EXP_FREE;
+}
+
+/* Put @exp in the first FREE slot, LIVE.  Return: its index, -EINVAL (bad,
+ * or a LIVE export has its name), -ENOSPC, -ENOMEM.  Context: srv->lock. */
+static int slot_fill(struct nbd_server *srv, const struct nbd_export *exp)
+{
+	unsigned i;
+
+	if (!export_ok(exp, &srv->lim) ||
+	    export_by_name(srv, exp->name, strlen(exp->name)) >= 0)
+		return -EINVAL;
+	for (i = 0; i < NBD_MAX_EXPORTS && srv->exp_state[i] != EXP_FREE; i++)
+		;
+	if (i == NBD_MAX_EXPORTS)
+		return -ENOSPC;
+	srv->exps[i] = *exp;
+	srv->exps[i].name = strdup(exp->name);
+	srv->exps[i].description = exp->description ? strdup(exp->description) : NULL;
+	if (!srv->exps[i].name || (exp->description && !srv->exps[i].description)) {
+		slot_clear(srv, i);
+		return -ENOMEM;
+	}
+	srv->exp_state[i] = EXP_LIVE;
+	srv->exp_gen[i]++;
+	if (i >= srv->nexps)
+		srv->nexps = i + 1;
+	return (int)i;
 }
 
 /**
  * nbd_server_create() - see nbd_server.h.
- * @exp: the export.
+ * @exps: the exports.
+ * @nexps: how many.
  * @lim: the limits, or NULL.
  * @out: receives the server.
  * Return: 0 or a negative errno.
@@ -1870,6 +1963,7 @@ int nbd_server_create(const struct nbd_export *exps, unsigned nexps,
 	struct nbd_server *srv;
 	struct nbd_limits def;
 	unsigned i;
+	int ret = 0;
 
 	if (!lim) {
 		nbd_limits_default(&def);
@@ -1877,23 +1971,81 @@ int nbd_server_create(const struct nbd_export *exps, unsigned nexps,
 	}
 	if (!exps || !nexps || nexps > NBD_MAX_EXPORTS || !out || !limits_ok(lim))
 		return -EINVAL;
-	for (i = 0; i < nexps; i++)
-		if (!export_ok(exps, i, lim))
-			return -EINVAL;
 	srv = calloc(1, sizeof(*srv));
 	if (!srv)
 		return -ENOMEM;
-	if (nbd_pool_create(lim->buffer_total, &srv->pool)) {
-		free(srv);
-		return -ENOMEM;
-	}
-	memcpy(srv->exps, exps, nexps * sizeof(*exps));
-	srv->nexps = nexps;
 	srv->lim = *lim;
+	for (i = 0; i < nexps && ret >= 0; i++)
+		ret = slot_fill(srv, &exps[i]);
+	if (ret >= 0 && nbd_pool_create(lim->buffer_total, &srv->pool))
+		ret = -ENOMEM;
+	if (ret < 0) {
+		for (i = 0; i < srv->nexps; i++)
+			slot_clear(srv, i);
+		free(srv);
+		return ret;
+	}
 	pthread_mutex_init(&srv->lock, NULL);
 	pthread_cond_init(&srv->cond, NULL);
 	*out = srv;
 	return 0;
+}
+
+/**
+ * nbd_server_add_export() - see nbd_server.h.
+ * @srv: the server.
+ * @exp: the export (copied, strings too).
+ * Return: its index, or a negative errno.
+ */
+int nbd_server_add_export(struct nbd_server *srv, const struct nbd_export *exp)
+{
+	int ret;
+
+	if (!exp)
+		return -EINVAL;
+	pthread_mutex_lock(&srv->lock);
+	ret = slot_fill(srv, exp);
+	pthread_mutex_unlock(&srv->lock);
+	return ret;
+}
+
+/**
+ * nbd_server_retire_export() - see nbd_server.h.
+ * @srv: the server.
+ * @idx: a LIVE export's index, not the first.
+ * Return: the connections it still serves, or -EINVAL.
+ */
+int nbd_server_retire_export(struct nbd_server *srv, unsigned idx)
+{
+	int ret = -EINVAL;
+
+	pthread_mutex_lock(&srv->lock);
+	if (idx > 0 && idx < srv->nexps && srv->exp_state[idx] == EXP_LIVE) {
+		srv->exp_state[idx] = EXP_RETIRING;
+		ret = (int)srv->exp_conns[idx];
+	}
+	pthread_mutex_unlock(&srv->lock);
+	return ret;
+}
+
+/**
+ * nbd_server_free_export() - see nbd_server.h.
+ * @srv: the server.
+ * @idx: a RETIRING export's index.
+ * Return: 0, -EBUSY (it still serves connections), -EINVAL.
+ */
+int nbd_server_free_export(struct nbd_server *srv, unsigned idx)
+{
+	int ret = -EINVAL;
+
+	pthread_mutex_lock(&srv->lock);
+	if (idx < srv->nexps && srv->exp_state[idx] == EXP_RETIRING) {
+		ret = srv->exp_conns[idx] ? -EBUSY : 0;
+		if (!ret)
+			slot_clear(srv, idx);
+	}
+	pthread_mutex_unlock(&srv->lock);
+	return ret;
 }
 
 /* Who is at the other end of @fd: its IP address, or its uid on a unix socket. */
@@ -2200,6 +2352,8 @@ void nbd_server_destroy(struct nbd_server *srv)
 {
 	if (!srv)
 		return;
+	for (unsigned i = 0; i < srv->nexps; i++)
+		slot_clear(srv, i);
 	nbd_pool_destroy(srv->pool);
 	pthread_mutex_destroy(&srv->lock);
 	pthread_cond_destroy(&srv->cond);

@@ -175,8 +175,8 @@ struct nbd_server;
 /**
  * nbd_server_create() - a server for @nexps exports.
  * @exps: the exports, listed by NBD_OPT_LIST in this order; @exps[0] is the
- *	one the empty name selects.  Copied (strings must outlive the
- *	server).  Names must differ.
+ *	one the empty name selects.  Copied, their names and descriptions
+ *	too.  Names must differ.  Export @i has index @i.
  * @nexps: 1 to NBD_MAX_EXPORTS.
  * @lim: the limits (NULL: the defaults); copied.  Each export's max_block
  *	must fit in @lim->conn_buffer and @lim->buffer_total.
@@ -226,6 +226,39 @@ unsigned nbd_server_reapply(struct nbd_server *srv);
 
 /** nbd_server_export_conns() - connections served export @idx now. */
 unsigned nbd_server_export_conns(struct nbd_server *srv, unsigned idx);
+
+/*
+ * Exports while serving.  An export is LIVE (listed by NBD_OPT_LIST,
+ * selected by name), RETIRING (neither, but still serving the connections
+ * it has: their requests go to its queue as before), or its slot is free.
+ * The first export (index 0, the one "" selects) is LIVE for the server's
+ * life.
+ */
+
+/**
+ * nbd_server_add_export() - serve @exp from now on (copied, strings too).
+ * Return: its index (the first free slot: it stays the export's index, for
+ * nbd_client_info.export and the calls below), -EINVAL (@exp is bad as
+ * nbd_server_create() judges, or a LIVE export has its name), -ENOSPC
+ * (NBD_MAX_EXPORTS slots in use, retiring ones counted), -ENOMEM.
+ */
+int nbd_server_add_export(struct nbd_server *srv, const struct nbd_export *exp);
+
+/**
+ * nbd_server_retire_export() - stop listing and selecting LIVE export @idx
+ * (not 0).  A client that chose it and is not served yet is told
+ * NBD_REP_ERR_UNKNOWN; connections served it go on until they close.
+ * Return: the connections it still serves (free it once that is 0, see
+ * nbd_server_export_conns()), or -EINVAL.
+ */
+int nbd_server_retire_export(struct nbd_server *srv, unsigned idx);
+
+/**
+ * nbd_server_free_export() - forget RETIRING export @idx: the server no
+ * longer touches its queue or backend, and its slot may be filled again.
+ * Return: 0, -EBUSY (it still serves connections), -EINVAL.
+ */
+int nbd_server_free_export(struct nbd_server *srv, unsigned idx);
 
 /**
  * nbd_server_add() - serve an accepted connection on a new thread.

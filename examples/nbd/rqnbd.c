@@ -283,7 +283,7 @@ static const struct rqnbd_option rqnbd_options[] = {
 	  "count diskstats and latency histograms; every S\n"
 	  "seconds an iostat -x line on stderr (0: none);\n"
 	  "SIGUSR1 prints stat, inflight and latency_hist\n"
-	  "(with several exports, each line names its export)", set_iostat },
+	  "(with --config, each line names its export)", set_iostat },
 	{ "tls", "MODE", OPT_CUSTOM, 0, 0, 0,
 	  "off (default), on (TLS and plain clients), require\n"
 	  "(options before NBD_OPT_STARTTLS are refused)", set_tls },
@@ -1099,6 +1099,7 @@ static void make_export(const struct opts *o, const struct nbd_conf_export *e,
 #define RQNBD_PACED_NR_REQUESTS "128"  /* scheduler requests of a paced export */
 #define RQNBD_MAX_LIVE_GROUPS 256       /* io groups made over all reloads */
 #define RQNBD_TRACE_NAME_MAX 80         /* "rqnbd-" and an export's name, cut */
+#define RQNBD_RETIRE_POLL_MS 200        /* a removed export's clients: looked at */
 
 /* An io group by its name in the file; kept until exit (contexts in it
  * hold their own references, a reload may name it again). */
@@ -1122,8 +1123,18 @@ struct rqnbd {
 	struct nbd_tls *tls;             /* --tls credentials, or NULL */
 	/* --trace and --iostat, one of each per export */
 	char trace_name[NBD_MAX_EXPORTS][RQNBD_TRACE_NAME_MAX];
-	unsigned ntraced;
+	bool traced[NBD_MAX_EXPORTS];
 	struct nbd_iostat io[NBD_MAX_EXPORTS];
+	/* exports a reload removed that still serve clients (their slot in
+	 * cfg is empty; the device stays until the last client leaves) */
+	bool retiring[NBD_MAX_EXPORTS];
+	char gone[NBD_MAX_EXPORTS][NBD_CONF_NAME_MAX + 1];
+};
+
+/* What a reload changes in the list of exports (slots, see below). */
+struct reload_plan {
+	unsigned add[NBD_MAX_EXPORTS], nadd;   /* new exports: their slots in m */
+	unsigned rm[NBD_MAX_EXPORTS], nrm;     /* removed: their slots */
 };
 
 /* The live group named @name, or NULL.  Context: under r->lock. */
@@ -1300,29 +1311,57 @@ static bool export_same_shape(const struct nbd_conf_export *a, const struct nbd_
 }
 
 /*
- * The configuration a reload switches to: @n's groups, clients and policy
- * for unnamed clients; the running exports, with @n's scheduler and
- * tunables where @n still has them.  What cannot be taken is said.
- * Return: 0, or -EINVAL with @err (a scheduler or tunable refused).
+ * The slot a new export will get: the server fills its first free slot,
+ * and the server's free slots are the ones empty in @m that no retiring
+ * or removed export holds.
  */
-static int reload_merge(struct rqnbd *r, const char *file, struct nbd_config *n,
-			struct nbd_config *m, char *err, size_t errn)
+static int free_slot(const struct rqnbd *r, const struct nbd_config *m,
+		     const struct reload_plan *p)
 {
-	const struct nbd_config *cur = r->cfg;
 	unsigned i, k;
 
-	*m = *n;
+	for (i = 1; i < NBD_MAX_EXPORTS; i++) {
+		bool used = (i < m->nexports && m->exports[i].name[0]) || r->retiring[i];
+
+		for (k = 0; k < p->nrm && !used; k++)
+			used = p->rm[k] == i;
+		if (!used)
+			return (int)i;
+	}
+	return -1;
+}
+
+/*
+ * The exports of a reload: those running and still in @n keep their slot
+ * and take @n's scheduler and tunables (what else changed is said and
+ * kept); those running and not in @n are removed (their slot emptied in
+ * @m; the default export stays); those of @n not running are added in
+ * the slots the server will give them.  Return: 0 or -EINVAL with @err.
+ */
+static int reload_exports(struct rqnbd *r, const char *file, const struct nbd_config *n,
+			  struct nbd_config *m, struct reload_plan *p, char *err, size_t errn)
+{
+	const struct nbd_config *cur = r->cfg;
+	unsigned i;
+
 	m->nexports = cur->nexports;
+	memset(m->exports, 0, sizeof(m->exports));
 	memcpy(m->exports, cur->exports, sizeof(cur->exports[0]) * cur->nexports);
 	for (i = 0; i < cur->nexports; i++) {
 		struct nbd_conf_export *e = &m->exports[i];
-		int j = nbd_config_find_export(n, e->name);
+		int j = e->name[0] ? nbd_config_find_export(n, e->name) : -2;
 		char sched[256];
 
+		if (j == -2)
+			continue; /* an empty slot */
+		if (j < 0 && i == 0) {
+			fprintf(stderr, "rqnbd: reload: export '%s' is the default export: it "
+				"cannot be removed live: kept\n", e->name);
+			continue;
+		}
 		if (j < 0) {
-			fprintf(stderr, "rqnbd: reload: export '%s' is not in the file: still "
-				"served (%u clients; removing an export needs a restart)\n",
-				e->name, nbd_server_export_conns(r->srv, i));
+			p->rm[p->nrm++] = i;
+			memset(e, 0, sizeof(*e));
 			continue;
 		}
 		if (!export_same_shape(e, &n->exports[j]))
@@ -1339,10 +1378,47 @@ static int reload_merge(struct rqnbd *r, const char *file, struct nbd_config *n,
 		if (tunables_check(file, r->o, e, e->sched, err, errn))
 			return -EINVAL;
 	}
-	for (i = 0; i < n->nexports; i++)
-		if (nbd_config_find_export(cur, n->exports[i].name) < 0)
-			fprintf(stderr, "rqnbd: reload: export '%s' is new: not served (adding "
-				"an export needs a restart)\n", n->exports[i].name);
+	for (i = 0; i < n->nexports; i++) {
+		int slot;
+
+		if (nbd_config_find_export(cur, n->exports[i].name) >= 0)
+			continue;
+		if (tunables_check(file, r->o, &n->exports[i], n->exports[i].sched, err, errn))
+			return -EINVAL;
+		slot = free_slot(r, m, p);
+		if (slot < 0) {
+			snprintf(err, errn, "%s: export '%s': no room for more than %u exports "
+				 "(removed ones still served count)", file, n->exports[i].name,
+				 NBD_MAX_EXPORTS);
+			return -EINVAL;
+		}
+		m->exports[slot] = n->exports[i];
+		if (m->exports[slot].is_default)
+			fprintf(stderr, "rqnbd: reload: export '%s' is new: it cannot become "
+				"the default export live (the default stays '%s')\n",
+				n->exports[i].name, cur->exports[0].name);
+		m->exports[slot].is_default = false;
+		if ((unsigned)slot >= m->nexports)
+			m->nexports = (unsigned)slot + 1;
+		p->add[p->nadd++] = (unsigned)slot;
+	}
+	return 0;
+}
+
+/*
+ * The configuration a reload switches to: @n's groups, clients and policy
+ * for unnamed clients, and the exports of reload_exports().  Clients of
+ * exports no longer served are said and skipped.
+ * Return: 0, or -EINVAL with @err (a scheduler or tunable refused).
+ */
+static int reload_merge(struct rqnbd *r, const char *file, struct nbd_config *n,
+			struct nbd_config *m, struct reload_plan *p, char *err, size_t errn)
+{
+	unsigned i, k;
+
+	*m = *n;
+	if (reload_exports(r, file, n, m, p, err, errn))
+		return -EINVAL;
 	for (i = k = 0; i < n->nclients; i++) {
 		if (nbd_config_find_export(m, n->clients[i].export) < 0) {
 			fprintf(stderr, "rqnbd: reload: client '%s': export '%s' is not served: "
@@ -1382,16 +1458,246 @@ static bool reload_export(struct rqnbd *r, unsigned i, const struct nbd_conf_exp
 	return ret != 0;
 }
 
+/* ------------------------------------------------------- --trace, --iostat */
+
 /*
- * SIGHUP: read the file again; a bad file changes nothing.  Otherwise the
- * new groups, weights, clients and policy take over (and are applied to
- * every connection being served), then each export's scheduler and
+ * The trace name of export @i: "rqnbd" for the default export (the first),
+ * "rqnbd-NAME" for the others, NAME cut to fit and every character but
+ * letters, digits, '.', '_' and '-' made '_' (names may hold '/').  Two
+ * names that come out alike get "-I" (the export's index) added.
+ */
+static void trace_name(struct rqnbd *r, unsigned i, char *out, size_t n)
+{
+	const char *name = r->cfg->exports[i].name;
+	size_t len, k;
+	unsigned j;
+
+	if (i == 0) {
+		snprintf(out, n, "rqnbd");
+		return;
+	}
+	len = (size_t)snprintf(out, n, "rqnbd-%.60s", name);
+	for (k = 6; k < len && k < n; k++)
+		if (!isalnum((unsigned char)out[k]) && !strchr("._-", out[k]))
+			out[k] = '_';
+	for (j = 0; j < NBD_MAX_EXPORTS; j++)
+		if (j != i && r->traced[j] && !strcmp(r->trace_name[j], out)) {
+			snprintf(out + strlen(out), n - strlen(out), "-%u", i);
+			break;
+		}
+}
+
+/* Export @i's trace ends (its files complete, its totals said), and its
+ * iostat lines. */
+static void observe_export_stop(struct rqnbd *r, unsigned i)
+{
+	if (r->traced[i]) {
+		struct rq_trace_info ti = { .events = 0 };
+		int ret = rq_queue_trace_stop(r->dev[i].q, &ti, sizeof(ti));
+
+		fprintf(stderr, "rqnbd: trace %s/%s: %llu events, %llu dropped%s\n",
+			r->o->trace_dir, r->trace_name[i], (unsigned long long)ti.events,
+			(unsigned long long)ti.dropped, ret ? " (write error)" : "");
+		r->traced[i] = false;
+	}
+	memset(&r->io[i], 0, sizeof(r->io[i]));
+}
+
+static void observe_stop(struct rqnbd *r)
+{
+	for (unsigned i = 0; i < NBD_MAX_EXPORTS; i++)
+		observe_export_stop(r, i);
+}
+
+/*
+ * --trace and --iostat on export @i's queue.  The lines of an export
+ * served from a --config file name it.  Return: 0 or -errno (said).
+ */
+static int observe_export(struct rqnbd *r, unsigned i)
+{
+	const struct opts *o = r->o;
+	int ret = 0;
+
+	if (o->trace_dir) {
+		trace_name(r, i, r->trace_name[i], sizeof(r->trace_name[i]));
+		ret = rq_queue_trace_start(r->dev[i].q, o->trace_dir, r->trace_name[i]);
+		if (ret)
+			fprintf(stderr, "rqnbd: --trace %s/%s: %s\n", o->trace_dir,
+				r->trace_name[i], strerror(-ret));
+		r->traced[i] = !ret;
+	}
+	if (!ret && o->iostat) {
+		ret = nbd_iostat_start(&r->io[i], r->dev[i].q,
+				       o->config ? r->cfg->exports[i].name : NULL, o->iostat_ms,
+				       mono_ms());
+		if (ret)
+			fprintf(stderr, "rqnbd: --iostat: %s\n", strerror(-ret));
+	}
+	return ret;
+}
+
+/* --trace and --iostat on every export.  Return: 0 or -errno (said; what
+ * was started is stopped). */
+static int observe_start(struct rqnbd *r)
+{
+	unsigned i;
+	int ret = 0;
+
+	for (i = 0; i < r->cfg->nexports && !ret; i++)
+		ret = observe_export(r, i);
+	if (ret)
+		observe_stop(r);
+	return ret;
+}
+
+/* ms until the next iostat line of any export (0: now); -1: none. */
+static int observe_timeout(const struct rqnbd *r, uint64_t now)
+{
+	int t = -1;
+	unsigned i;
+
+	for (i = 0; i < NBD_MAX_EXPORTS; i++) {
+		int ti = nbd_iostat_timeout(&r->io[i], now);
+
+		if (ti >= 0 && (t < 0 || ti < t))
+			t = ti;
+	}
+	return t;
+}
+
+static void observe_tick(struct rqnbd *r, uint64_t now)
+{
+	unsigned i;
+
+	for (i = 0; i < NBD_MAX_EXPORTS; i++)
+		nbd_iostat_tick(&r->io[i], now, stderr);
+}
+
+/*
+ * Open the devices of the exports a reload adds (slots @p->add of @m).
+ * Return: 0, or -1 with every one closed again (said why).
+ */
+static int reload_open(struct rqnbd *r, struct nbd_config *m, const struct reload_plan *p)
+{
+	const struct nbd_conf_tunable *bad;
+	char err[NBD_CONF_ERR_MAX];
+	unsigned k;
+	int ret = 0;
+
+	for (k = 0; k < p->nadd && !ret; k++) {
+		unsigned i = p->add[k];
+		struct nbd_conf_export *e = &m->exports[i];
+
+		ret = device_open(r->o, e, &r->dev[i]);
+		if (ret) {
+			device_error(r->o, e, ret);
+			break;
+		}
+		if (!e->sched[0]) /* the queue's default, named for later reloads */
+			queue_sched(r->dev[i].q, e->sched, sizeof(e->sched));
+		ret = tunables_apply(r->dev[i].q, e, r->dev[i].paced, &bad);
+		if (ret) {
+			tunable_error(r->o->config, bad, ret, err, sizeof(err));
+			fprintf(stderr, "rqnbd: %s\n", err);
+			k++;
+			break;
+		}
+		make_export(r->o, e, &r->dev[i], &r->exps[i]);
+	}
+	if (!ret)
+		return 0;
+	while (k--) {
+		device_close(&r->dev[p->add[k]]);
+		memset(&r->dev[p->add[k]], 0, sizeof(r->dev[0]));
+	}
+	return -1;
+}
+
+/*
+ * Export @i (removed by a reload) serves no client any more: flush its
+ * device, end its trace, give its slot back to the server, close it.
+ */
+static void export_close(struct rqnbd *r, unsigned i)
+{
+	rq_status_t st = device_flush(&r->dev[i]);
+
+	observe_export_stop(r, i);
+	if (nbd_server_free_export(r->srv, i))
+		abort(); /* retiring and without clients: cannot fail */
+	device_close(&r->dev[i]);
+	memset(&r->dev[i], 0, sizeof(r->dev[i]));
+	r->retiring[i] = false;
+	fprintf(stderr, "rqnbd: export '%s' removed (final flush %s)\n", r->gone[i],
+		rq_status_name(st));
+}
+
+/* The exports a reload adds go to the server; those it removes leave the
+ * list, and close now or when their last client leaves. */
+static void reload_apply_exports(struct rqnbd *r, const struct nbd_config *old,
+				 const struct reload_plan *p)
+{
+	unsigned k;
+
+	for (k = 0; k < p->nadd; k++) {
+		unsigned i = p->add[k];
+		int idx = nbd_server_add_export(r->srv, &r->exps[i]);
+
+		if (idx != (int)i) { /* the slots agree (free_slot()): cannot happen */
+			fprintf(stderr, "rqnbd: reload: export '%s': the server gave slot %d, "
+				"not %u\n", r->cfg->exports[i].name, idx, i);
+			abort();
+		}
+		fprintf(stderr, "rqnbd: reload: export '%s' added\n", r->cfg->exports[i].name);
+		banner(r->o, &r->cfg->exports[i], &r->dev[i]);
+		observe_export(r, i);
+	}
+	for (k = 0; k < p->nrm; k++) {
+		unsigned i = p->rm[k];
+		int left = nbd_server_retire_export(r->srv, i);
+
+		snprintf(r->gone[i], sizeof(r->gone[i]), "%s", old->exports[i].name);
+		if (left == 0) {
+			export_close(r, i);
+			continue;
+		}
+		r->retiring[i] = true;
+		fprintf(stderr, "rqnbd: reload: export '%s' is not in the file: no longer "
+			"listed or opened; its %d client%s stay%s until they leave\n", r->gone[i],
+			left, left == 1 ? "" : "s", left == 1 ? "s" : "");
+	}
+}
+
+/* Exports removed while clients had them: close those the last client left. */
+static void retiring_check(struct rqnbd *r)
+{
+	unsigned i;
+
+	for (i = 1; i < NBD_MAX_EXPORTS; i++)
+		if (r->retiring[i] && !nbd_server_export_conns(r->srv, i))
+			export_close(r, i);
+}
+
+static bool any_retiring(const struct rqnbd *r)
+{
+	for (unsigned i = 1; i < NBD_MAX_EXPORTS; i++)
+		if (r->retiring[i])
+			return true;
+	return false;
+}
+
+/*
+ * SIGHUP: read the file again; a bad file (or a new export whose device
+ * cannot be set up) changes nothing.  Otherwise the new groups, weights,
+ * clients and policy take over (and are applied to every connection being
+ * served), new exports are served, removed ones leave the list (and close
+ * once their clients are gone), then each export's scheduler and
  * tunables.  Connections stay; a scheduler switch only holds their
  * requests while the queue is frozen.
  */
 static void reload(struct rqnbd *r)
 {
 	struct nbd_config *n = malloc(sizeof(*n)), *m = malloc(sizeof(*m)), *old;
+	struct reload_plan p = { .nadd = 0, .nrm = 0 };
 	char err[NBD_CONF_ERR_MAX];
 	unsigned i, moved, failed = 0;
 
@@ -1399,9 +1705,14 @@ static void reload(struct rqnbd *r)
 		fprintf(stderr, "rqnbd: reload: out of memory; nothing changed\n");
 		goto out;
 	}
-	if (nbd_config_load(r->o->config, n, err) || reload_merge(r, r->o->config, n, m, err,
+	if (nbd_config_load(r->o->config, n, err) || reload_merge(r, r->o->config, n, m, &p, err,
 								  sizeof(err))) {
 		fprintf(stderr, "rqnbd: reload: %s; nothing changed\n", err);
+		goto out;
+	}
+	if (reload_open(r, m, &p)) {
+		fprintf(stderr, "rqnbd: reload: %s: a new export cannot be served; nothing "
+			"changed\n", r->o->config);
 		goto out;
 	}
 	pthread_rwlock_wrlock(&r->lock);
@@ -1409,6 +1720,10 @@ static void reload(struct rqnbd *r)
 		pthread_rwlock_unlock(&r->lock);
 		fprintf(stderr, "rqnbd: reload: more than %u io groups made since start, or no "
 			"memory; nothing changed\n", RQNBD_MAX_LIVE_GROUPS);
+		for (i = 0; i < p.nadd; i++) {
+			device_close(&r->dev[p.add[i]]);
+			memset(&r->dev[p.add[i]], 0, sizeof(r->dev[0]));
+		}
 		goto out;
 	}
 	for (i = 0; i < m->ngroups; i++)
@@ -1417,8 +1732,10 @@ static void reload(struct rqnbd *r)
 	r->cfg = m;
 	m = old;
 	pthread_rwlock_unlock(&r->lock);
+	reload_apply_exports(r, m, &p);
 	for (i = 0; i < r->cfg->nexports; i++)
-		failed += reload_export(r, i, &r->cfg->exports[i]);
+		if (r->cfg->exports[i].name[0])
+			failed += reload_export(r, i, &r->cfg->exports[i]);
 	moved = nbd_server_reapply(r->srv);
 	fprintf(stderr, "rqnbd: reloaded %s: %u groups, %u clients, %u connections placed "
 		"again%s\n", r->o->config, r->cfg->ngroups, r->cfg->nclients, moved,
@@ -1518,106 +1835,6 @@ static int config_print(const struct nbd_config *cfg)
 
 /* ------------------------------------------------------------- main */
 
-/* ------------------------------------------------------- --trace, --iostat */
-
-/*
- * The trace name of export @i: "rqnbd" for the default export (the first),
- * "rqnbd-NAME" for the others, NAME cut to fit and every character but
- * letters, digits, '.', '_' and '-' made '_' (names may hold '/').  Two
- * names that come out alike get "-I" (the export's index) added.
- */
-static void trace_name(struct rqnbd *r, unsigned i, char *out, size_t n)
-{
-	const char *name = r->cfg->exports[i].name;
-	size_t len, k;
-	unsigned j;
-
-	if (i == 0) {
-		snprintf(out, n, "rqnbd");
-		return;
-	}
-	len = (size_t)snprintf(out, n, "rqnbd-%.60s", name);
-	for (k = 6; k < len && k < n; k++)
-		if (!isalnum((unsigned char)out[k]) && !strchr("._-", out[k]))
-			out[k] = '_';
-	for (j = 0; j < i; j++)
-		if (!strcmp(r->trace_name[j], out)) {
-			snprintf(out + strlen(out), n - strlen(out), "-%u", i);
-			break;
-		}
-}
-
-/* The traces' ends: their files complete, their totals said. */
-static void observe_stop(struct rqnbd *r)
-{
-	unsigned i;
-
-	for (i = 0; i < r->ntraced; i++) {
-		struct rq_trace_info ti = { .events = 0 };
-		int ret = rq_queue_trace_stop(r->dev[i].q, &ti, sizeof(ti));
-
-		fprintf(stderr, "rqnbd: trace %s/%s: %llu events, %llu dropped%s\n",
-			r->o->trace_dir, r->trace_name[i], (unsigned long long)ti.events,
-			(unsigned long long)ti.dropped, ret ? " (write error)" : "");
-	}
-	r->ntraced = 0;
-}
-
-/*
- * --trace and --iostat: start what the options ask for on every export's
- * queue.  Return: 0 or -errno (said; what was started is stopped).
- */
-static int observe_start(struct rqnbd *r)
-{
-	const struct opts *o = r->o;
-	unsigned i, n = r->cfg->nexports;
-	int ret = 0;
-
-	for (i = 0; i < n && o->trace_dir; i++) {
-		trace_name(r, i, r->trace_name[i], sizeof(r->trace_name[i]));
-		ret = rq_queue_trace_start(r->dev[i].q, o->trace_dir, r->trace_name[i]);
-		if (ret) {
-			fprintf(stderr, "rqnbd: --trace %s/%s: %s\n", o->trace_dir,
-				r->trace_name[i], strerror(-ret));
-			break;
-		}
-		r->ntraced = i + 1;
-	}
-	for (i = 0; !ret && i < n && o->iostat; i++) {
-		ret = nbd_iostat_start(&r->io[i], r->dev[i].q,
-				       n > 1 ? r->cfg->exports[i].name : NULL, o->iostat_ms,
-				       mono_ms());
-		if (ret)
-			fprintf(stderr, "rqnbd: --iostat: %s\n", strerror(-ret));
-	}
-	if (ret)
-		observe_stop(r);
-	return ret;
-}
-
-/* ms until the next iostat line of any export (0: now); -1: none. */
-static int observe_timeout(const struct rqnbd *r, uint64_t now)
-{
-	int t = -1;
-	unsigned i;
-
-	for (i = 0; i < r->cfg->nexports; i++) {
-		int ti = nbd_iostat_timeout(&r->io[i], now);
-
-		if (ti >= 0 && (t < 0 || ti < t))
-			t = ti;
-	}
-	return t;
-}
-
-static void observe_tick(struct rqnbd *r, uint64_t now)
-{
-	unsigned i;
-
-	for (i = 0; i < r->cfg->nexports; i++)
-		nbd_iostat_tick(&r->io[i], now, stderr);
-}
-
 /* Stop accepting, drain the connections, flush the devices, say the counters. */
 static int shutdown_all(struct rqnbd *r, struct acceptor *a)
 {
@@ -1634,8 +1851,8 @@ static int shutdown_all(struct rqnbd *r, struct acceptor *a)
 		unlink_unix(o->unix_path);
 	nbd_server_stop(r->srv);
 	nbd_server_wait(r->srv);
-	for (i = 0; i < r->cfg->nexports; i++) {
-		rq_status_t s = device_flush(&r->dev[i]);
+	for (i = 0; i < NBD_MAX_EXPORTS; i++) {
+		rq_status_t s = r->dev[i].q ? device_flush(&r->dev[i]) : RQ_STS_OK;
 
 		if (s != RQ_STS_OK)
 			fs = s;
@@ -1705,7 +1922,7 @@ static bool on_signal(int sfd, struct rqnbd *r)
 	if (si.ssi_signo == SIGUSR1) {
 		if (!r->io[0].q)
 			fprintf(stderr, "rqnbd: SIGUSR1: no counters (start with --iostat S)\n");
-		for (i = 0; i < r->cfg->nexports; i++)
+		for (i = 0; i < NBD_MAX_EXPORTS; i++)
 			nbd_iostat_dump(&r->io[i], stderr);
 		return false;
 	}
@@ -1727,6 +1944,9 @@ static void accept_loop(struct acceptor *a, struct rqnbd *r, int sfd)
 		uint64_t now = mono_ms();
 		int timeout = observe_timeout(r, now);
 
+		if (any_retiring(r) && (timeout < 0 || timeout > RQNBD_RETIRE_POLL_MS))
+			timeout = RQNBD_RETIRE_POLL_MS;
+
 		if (now < a->paused_until) {
 			pfd[0].fd = -1;
 			if (timeout < 0 || (uint64_t)timeout > a->paused_until - now)
@@ -1739,6 +1959,7 @@ static void accept_loop(struct acceptor *a, struct rqnbd *r, int sfd)
 			return;
 		}
 		observe_tick(r, mono_ms());
+		retiring_check(r);
 		if ((pfd[1].revents & POLLIN) && on_signal(sfd, r))
 			return;
 		if (pfd[0].revents & POLLIN) {
@@ -1866,7 +2087,7 @@ int main(int argc, char **argv)
 	ret = serve(&r, sfd);
 	nbd_server_destroy(r.srv);
 	nbd_tls_destroy(r.tls);
-	devices_close(&r, r.cfg->nexports);
+	devices_close(&r, NBD_MAX_EXPORTS); /* the removed ones were closed: zeroed */
 	for (i = 0; i < r.ngroups; i++)
 		rq_iog_put(r.groups[i].g);
 	close(sfd);

@@ -15,20 +15,6 @@ set -u
 need nbdinfo python3
 nbd_init "$1"
 rawnbd
-# go_error NAME: the NBD_REP_ERR_* (hex) GO of NAME gets, or "ok"
-go_error() {
-	python3 -c "import sys; sys.path.insert(0, '$tmp'); import rawnbd, struct
-c = rawnbd.Conn('$sock'); c.greet()
-c.opt(rawnbd.OPT_GO, struct.pack('>I', len(b'$1')) + b'$1' + struct.pack('>H', 0))
-r = c.replies()[-1][0]
-print('ok' if r == rawnbd.REP_ACK else '%x' % r)"
-}
-# nbd NAME CODE: python3 with c, a connection to export NAME (after GO)
-nbd() {
-	python3 -c "import sys; sys.path.insert(0, '$tmp'); import rawnbd
-c = rawnbd.Conn('$sock'); c.greet(); c.go(b'$1')
-$2"
-}
 
 truncate -s 3M "$tmp/disk.img"
 cat >"$tmp/a.conf" <<EOF

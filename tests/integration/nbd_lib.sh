@@ -10,6 +10,10 @@
 #   nbd_stop            SIGTERM, wait (bounded), check exit status 0
 #   need TOOL...        skip unless every TOOL is on PATH
 #   rawnbd              put rawnbd.py (a minimal NBD client in python3) in $tmp
+#   nbd NAME CODE       (after rawnbd) run python3 CODE with c, a connection
+#                       to export NAME after NBD_OPT_GO
+#   go_error NAME       (after rawnbd) "ok" or the NBD_REP_ERR_* (hex) a GO of NAME gets
+#   wait_log PATTERN    until rqnbd's log has a line matching PATTERN (20 s)
 #   $abuse              python3 nbd_abuse.py: hostile clients (see that file)
 #   $uri                nbd+unix:///?socket=$sock
 
@@ -74,6 +78,33 @@ nbd_stop() {
 	[ $rc = 0 ] || fail "rqnbd exited with $rc after SIGTERM"
 	[ -e "$sock" ] && fail "rqnbd left its socket behind"
 	return 0
+}
+
+# wait_log PATTERN: until the server's log has a line matching PATTERN (20 s)
+wait_log() {
+	for _ in $(seq 200); do
+		grep -qE "$1" "$nbd_log" && return 0
+		sleep 0.1
+	done
+	fail "no line matching '$1' in rqnbd's log within 20 s"
+}
+
+# go_error NAME: what NBD_OPT_GO of export NAME gets, "ok" or the
+# NBD_REP_ERR_* in hex (after rawnbd)
+go_error() {
+	python3 -c "import sys; sys.path.insert(0, '$tmp'); import rawnbd, struct
+c = rawnbd.Conn('$sock'); c.greet()
+c.opt(rawnbd.OPT_GO, struct.pack('>I', len(b'$1')) + b'$1' + struct.pack('>H', 0))
+r = c.replies()[-1][0]
+print('ok' if r == rawnbd.REP_ACK else '%x' % r)"
+}
+
+# nbd NAME CODE: python3 with c, a connection to export NAME (after GO;
+# after rawnbd)
+nbd() {
+	python3 -c "import sys; sys.path.insert(0, '$tmp'); import rawnbd
+c = rawnbd.Conn('$sock'); c.greet(); c.go(b'$1')
+$2"
 }
 
 # rawnbd: a small NBD client that can also misbehave (python3 stdlib only),

@@ -32,14 +32,6 @@ head -c $((8 << 20)) /dev/urandom >"$tmp/data"
 nbd_start --memory 64M --sched mq-deadline --queues 1 --trace "$tmp/trace" --iostat 1
 nbdcopy "$tmp/data" "$uri" || fail "nbdcopy into rqnbd"
 
-# wait_log PATTERN: until the server's log has a line matching PATTERN (20 s)
-wait_log() {
-	for _ in $(seq 200); do
-		grep -qE "$1" "$nbd_log" && return 0
-		sleep 0.1
-	done
-	fail "no line matching '$1' in rqnbd's log within 20 s"
-}
 
 kill -USR1 "$nbd_pid"
 wait_log '^rqnbd: latency_hist: flush d2c'

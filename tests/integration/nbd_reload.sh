@@ -8,7 +8,8 @@
 # switched live (none -> mq-deadline -> bfq -> kyber -> none on mq; cfq ->
 # deadline -> noop -> cfq on sq), tunables and group weights changed, a bad
 # file in the middle (reported with its line, nothing changed), then a file
-# that adds an export and resizes one (reported, skipped).  Nothing may be
+# that adds an export (served) and resizes one (reported, skipped), then
+# one without the added export (removed).  Nothing may be
 # lost: both fio runs end with no error and no verify failure, no
 # connection is dropped, rqnbd answers no request with an error.
 #
@@ -89,10 +90,11 @@ write_conf kyber cfq 200 "" '[export c]
 backend = memory 1M'
 sed -i 's/^backend = memory 64M$/backend = memory 32M/' "$conf"
 reload "kyber, cfq, a new export, resized ones"
-grep -q "export 'c' is new: not served" "$nbd_log" || fail "the new export was not reported"
+grep -q "export 'c' added" "$nbd_log" || fail "the new export was not added"
 grep -q "export 'a': backend, size.*cannot change live: kept" "$nbd_log" || fail "the resize was not reported"
 write_conf none cfq 100
 reload "none, cfq"
+grep -q "^rqnbd: export 'c' removed (final flush OK)" "$nbd_log" || fail "export c was not removed"
 
 wait $pa || fail "writer on a failed: $(tail -5 "$tmp/a.json.err")"
 wait $pb || fail "writer on b failed: $(tail -5 "$tmp/b.json.err")"
