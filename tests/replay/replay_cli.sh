@@ -94,7 +94,8 @@ if command -v blkparse > /dev/null; then
 	[ "$d" -ge 1 ] && [ "$d" -le 400 ] || fail "blkparse: $d D events"
 	[ "$c" = "$d" ] || fail "blkparse: $c C events for $d D events"
 	if command -v btt > /dev/null; then
-		btt -i "$tmp/sim.bin" > "$tmp/btt" 2>&1 || fail "btt failed: $(head -5 "$tmp/btt")"
+		# btt writes its per-device .dat files into the working directory
+		(cd "$tmp" && btt -i sim.bin > btt 2>&1) || fail "btt failed: $(head -5 "$tmp/btt")"
 		grep -q '^Q2C' "$tmp/btt" || fail "btt: no Q2C line"
 		grep -q '^D2C' "$tmp/btt" || fail "btt: no D2C line"
 	fi
