@@ -1045,7 +1045,12 @@ static bool dispatch_rq_list(struct rq_hw_ctx *hctx, struct rq_list_node *list)
 		/* any other status ends the request */
 		rq_mq_end_request(rq, ret);
 	}
-	if (busy && need_commit && ops->commit_rqs)
+	/*
+	 * The last request the driver took went with last=false, and nothing
+	 * it took since came with last: the round stopped early (busy), or the
+	 * request it was told was last ended with an error.  Kick it.
+	 */
+	if (need_commit && ops->commit_rqs)
 		ops->commit_rqs(hctx);
 	if (own_batch)
 		comp_batch_end(&cb);
