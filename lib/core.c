@@ -179,6 +179,11 @@ void rq_init_common(struct rq_request *rq, struct rq_queue *q, struct rq_hw_ctx 
 	rq->io_start_time_ns = 0;
 }
 
+void queue_limits_changed(struct rq_queue *q)
+{
+	limits_fast_lim(&q->limits, &q->fast);
+}
+
 /*
  * An internal request (the flush machinery's) on @hctx, with no tag of its
  * own: it borrows one or takes a driver tag at dispatch.
@@ -200,6 +205,9 @@ struct rq_request *queue_alloc_internal_request(struct rq_queue *q, struct rq_hw
  * Check, enter, split, and hand each piece to the front end.  Each piece
  * takes one usage reference (the first, the one entered) and the front
  * end drops it when the piece is merged away or its request is freed.
+ * The common read or write (bio_fast_ok(), then a size that max_sectors
+ * never splits) skips the full check and the split walk: one piece, one
+ * segment.
  */
 static void submit_bio_on(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_bio *bio)
 {
@@ -207,17 +215,29 @@ static void submit_bio_on(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_b
 	rq_status_t status;
 	int ret;
 
+	uint64_t capacity;
+	bool fast;
+
 	mbox_run_own();
-	status = bio_check(&q->limits, atomic_load_explicit(&q->capacity, memory_order_relaxed),
-			   bio);
-	if (unlikely(status != RQ_STS_OK)) {
-		stat_inc(q, ST_INVALID);
-		bio_end_with(bio, status);
-		return;
+	capacity = atomic_load_explicit(&q->capacity, memory_order_relaxed);
+	fast = bio_fast_ok(&q->fast, capacity, bio);
+	if (!fast) {
+		status = bio_check(&q->limits, capacity, bio);
+		if (unlikely(status != RQ_STS_OK)) {
+			stat_inc(q, ST_INVALID);
+			bio_end_with(bio, status);
+			return;
+		}
 	}
 	ret = plug_queue_enter(q, ctx) ? 0 : queue_enter(q, ctx, bio->opf & RQ_BIO_NOWAIT);
 	if (unlikely(ret)) {
 		bio_end_with(bio, ret == -EAGAIN ? RQ_STS_AGAIN : RQ_STS_IOERR);
+		return;
+	}
+	/* max_sectors may change under a freeze: read it inside the queue */
+	if (likely(fast) && likely(bio->iter.size <= q->fast.max_bytes)) {
+		trace_queue(q, bio);
+		fe->submit(q, ctx, bio, 1);
 		return;
 	}
 	if (unlikely((bio->opf & (RQ_BIO_PREFLUSH | RQ_BIO_FUA)) || bio->op == RQ_OP_FLUSH)) {
@@ -283,6 +303,7 @@ struct rq_queue *queue_alloc_common(const struct queue_common_config *cfg)
 	q->rq_size = cfg->rq_size;
 	q->queuedata = cfg->queuedata;
 	q->limits = *cfg->limits;
+	queue_limits_changed(q);
 	atomic_store(&q->capacity, cfg->capacity);
 	q->nr_cpus = cfg->nr_cpus ? cfg->nr_cpus : 1;
 	q->io_timeout_ms = cfg->timeout_ms ? cfg->timeout_ms : RQ_DEFAULT_TIMEOUT_MS;

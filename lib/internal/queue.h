@@ -185,6 +185,7 @@ struct rq_queue {
 	const struct rq_mq_ops *ops;   /* &set->ops (multi-queue only) */
 	void *queuedata;
 	struct rq_queue_limits limits;
+	struct bio_fast_lim fast;      /* from limits: queue_limits_changed() */
 	_Atomic uint64_t capacity;
 	unsigned nr_hw_queues;         /* 0 on the single-queue front end */
 	struct rq_hw_ctx **hctxs;
@@ -584,6 +585,8 @@ void queue_unquiesce_and_unfreeze(struct rq_queue *q);
 void timespec_in_ms(struct timespec *ts, unsigned ms);
 void rq_init_common(struct rq_request *rq, struct rq_queue *q, struct rq_hw_ctx *hctx,
 		    struct rq_sw_ctx *ctx);
+/* q->limits changed (or were set): derive q->fast.  Queue frozen or not yet used. */
+void queue_limits_changed(struct rq_queue *q);
 struct rq_request *queue_alloc_internal_request(struct rq_queue *q, struct rq_hw_ctx *hctx);
 
 /* What both front ends' constructors fill in the same way. */
