@@ -153,32 +153,6 @@ void queue_unquiesce_and_unfreeze(struct rq_queue *q)
 	rq_queue_unfreeze(q);
 }
 
-/* Reset the core's fields of a request about to be used (both front ends). */
-void rq_init_common(struct rq_request *rq, struct rq_queue *q, struct rq_hw_ctx *hctx,
-			   struct rq_sw_ctx *ctx)
-{
-	/* the timeout scan reads these without a lock */
-	__atomic_store_n(&rq->q, q, __ATOMIC_RELAXED);
-	__atomic_store_n(&rq->hctx, hctx, __ATOMIC_RELAXED);
-	rq_priv(rq)->ctx = ctx;
-	rq->cpu = (int32_t)ctx->cpu;
-	rq->rq_flags = 0;
-	__atomic_store_n(&rq->state, RQ_STATE_IDLE, __ATOMIC_RELAXED);
-	rq_priv(rq)->core_busy = 0;
-	rq_priv(rq)->deadline_ns = 0;
-	rq->fifo_time = 0;
-	rq->rq_next = NULL;
-	rq_priv(rq)->end_io = NULL;
-	rq_priv(rq)->end_io_data = NULL;
-	rq->elv_priv[0] = rq->elv_priv[1] = NULL;
-	rq_priv(rq)->hash.next = NULL;
-	rq_priv(rq)->hash.pprev = NULL;
-	rq_rb_clear_node(&rq->rb_node);
-	rq_list_init(&rq->queuelist);
-	rq_priv(rq)->flush.seq = 0;
-	rq->io_start_time_ns = 0;
-}
-
 void queue_limits_changed(struct rq_queue *q)
 {
 	limits_fast_lim(&q->limits, &q->fast);

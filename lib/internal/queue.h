@@ -583,8 +583,38 @@ void queue_start_dying(struct rq_queue *q);
 void queue_freeze_and_quiesce(struct rq_queue *q);
 void queue_unquiesce_and_unfreeze(struct rq_queue *q);
 void timespec_in_ms(struct timespec *ts, unsigned ms);
-void rq_init_common(struct rq_request *rq, struct rq_queue *q, struct rq_hw_ctx *hctx,
-		    struct rq_sw_ctx *ctx);
+
+/*
+ * Reset the core's fields of a request about to be used (both front ends).
+ * Inline: it is on every request's allocation, and the caller's own stores
+ * that follow (tags, op, sector ...) then merge with these.
+ */
+static inline void rq_init_common(struct rq_request *rq, struct rq_queue *q,
+				  struct rq_hw_ctx *hctx, struct rq_sw_ctx *ctx)
+{
+	struct rq_request_priv *p = rq_priv(rq);
+
+	/* the timeout scan reads these without a lock */
+	__atomic_store_n(&rq->q, q, __ATOMIC_RELAXED);
+	__atomic_store_n(&rq->hctx, hctx, __ATOMIC_RELAXED);
+	__atomic_store_n(&rq->state, RQ_STATE_IDLE, __ATOMIC_RELAXED);
+	p->ctx = ctx;
+	rq->cpu = (int32_t)ctx->cpu;
+	rq->rq_flags = 0;
+	p->core_busy = 0;
+	p->deadline_ns = 0;
+	rq->fifo_time = 0;
+	rq->rq_next = NULL;
+	p->end_io = NULL;
+	p->end_io_data = NULL;
+	rq->elv_priv[0] = rq->elv_priv[1] = NULL;
+	p->hash.next = NULL;
+	p->hash.pprev = NULL;
+	rq_rb_clear_node(&rq->rb_node);
+	rq_list_init(&rq->queuelist);
+	p->flush.seq = 0;
+	rq->io_start_time_ns = 0;
+}
 /* q->limits changed (or were set): derive q->fast.  Queue frozen or not yet used. */
 void queue_limits_changed(struct rq_queue *q);
 struct rq_request *queue_alloc_internal_request(struct rq_queue *q, struct rq_hw_ctx *hctx);
