@@ -516,7 +516,29 @@ static inline uint64_t core_clock_ns(void)
 	return t;
 }
 
-void plug_add(struct rq_plug *plug, struct rq_request *rq);
+#define PLUG_FLUSH_BYTES (128u * 1024u) /* BLK_PLUG_FLUSH_SIZE */
+void plug_add_slow(struct rq_plug *plug, struct rq_request *rq);
+
+/*
+ * Queue @rq on @plug.  Inline the common case: a plug already holding
+ * requests of the same queue, far from full; plug_add_slow() (plug.c) does
+ * the rest (first request, another queue, a flush when full) as one.
+ */
+static inline void plug_add(struct rq_plug *plug, struct rq_request *rq)
+{
+	struct rq_request *first = plug->head;
+
+	if (unlikely(!first || first->q != rq->q || plug->count >= RQ_PLUG_MAX_REQUESTS ||
+		     first->bytes >= PLUG_FLUSH_BYTES)) {
+		plug_add_slow(plug, rq);
+		return;
+	}
+	plug->tail->rq_next = rq;
+	rq->rq_next = NULL;
+	plug->tail = rq;
+	plug->count++;
+	plug->q = rq->q;
+}
 bool plug_merge_tail(struct rq_queue *q, struct rq_request *rq, struct rq_bio *bio,
 		     unsigned nr_segs);
 
@@ -555,7 +577,8 @@ static inline int plug_cached_tag(struct rq_plug *plug, struct rq_tags *tags,
 	unsigned long bits = plug->cached_tags;
 	unsigned bit;
 
-	if (plug->tag_cache != tags || !bits || bits == (bits & -bits))
+	/* the last bit of a batch that holds the queue (cache_q) drops that hold */
+	if (plug->tag_cache != tags || !bits || (bits == (bits & -bits) && plug->cache_q))
 		return plug_cached_tag_refill(plug, tags, sched_q, ctx, shallow);
 	bit = (unsigned)__builtin_ctzl(bits);
 	if (unlikely(shallow) && bit >= shallow)
