@@ -183,37 +183,17 @@ struct rq_request *queue_alloc_internal_request(struct rq_queue *q, struct rq_hw
  * never splits) skips the full check and the split walk: one piece, one
  * segment.
  */
-static void submit_bio_on(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_bio *bio)
+/*
+ * The entered bio that is not the fast case: flush bits a device without
+ * a write cache does not need, then the split loop.  Out of line, so the
+ * fast path keeps a small frame.
+ */
+static __attribute__((noinline)) void submit_bio_split(struct rq_queue *q,
+							struct rq_sw_ctx *ctx,
+							struct rq_bio *bio)
 {
 	const struct rq_fe_ops *fe = q->fe;
-	rq_status_t status;
-	int ret;
 
-	uint64_t capacity;
-	bool fast;
-
-	mbox_run_own();
-	capacity = atomic_load_explicit(&q->capacity, memory_order_relaxed);
-	fast = bio_fast_ok(&q->fast, capacity, bio);
-	if (!fast) {
-		status = bio_check(&q->limits, capacity, bio);
-		if (unlikely(status != RQ_STS_OK)) {
-			stat_inc(q, ST_INVALID);
-			bio_end_with(bio, status);
-			return;
-		}
-	}
-	ret = plug_queue_enter(q, ctx) ? 0 : queue_enter(q, ctx, bio->opf & RQ_BIO_NOWAIT);
-	if (unlikely(ret)) {
-		bio_end_with(bio, ret == -EAGAIN ? RQ_STS_AGAIN : RQ_STS_IOERR);
-		return;
-	}
-	/* max_sectors may change under a freeze: read it inside the queue */
-	if (likely(fast) && likely(bio->iter.size <= q->fast.max_bytes)) {
-		trace_queue(q, bio);
-		fe->submit(q, ctx, bio, 1);
-		return;
-	}
 	if (unlikely((bio->opf & (RQ_BIO_PREFLUSH | RQ_BIO_FUA)) || bio->op == RQ_OP_FLUSH)) {
 		if (!(q->limits.features & RQ_FEAT_WRITE_CACHE)) {
 			/* nothing volatile to flush: strip, and end empty flushes */
@@ -250,6 +230,38 @@ static void submit_bio_on(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_b
 		atomic_fetch_add_explicit(&ctx->usage, 1, memory_order_seq_cst);
 		fe->submit(q, ctx, piece, nr_segs);
 	}
+}
+
+static inline void submit_bio_on(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_bio *bio)
+{
+	uint64_t capacity;
+	rq_status_t status;
+	bool fast;
+	int ret;
+
+	mbox_run_own();
+	capacity = atomic_load_explicit(&q->capacity, memory_order_relaxed);
+	fast = bio_fast_ok(&q->fast, capacity, bio);
+	if (!fast) {
+		status = bio_check(&q->limits, capacity, bio);
+		if (unlikely(status != RQ_STS_OK)) {
+			stat_inc(q, ST_INVALID);
+			bio_end_with(bio, status);
+			return;
+		}
+	}
+	ret = plug_queue_enter(q, ctx) ? 0 : queue_enter(q, ctx, bio->opf & RQ_BIO_NOWAIT);
+	if (unlikely(ret)) {
+		bio_end_with(bio, ret == -EAGAIN ? RQ_STS_AGAIN : RQ_STS_IOERR);
+		return;
+	}
+	/* max_sectors may change under a freeze: read it inside the queue */
+	if (likely(fast) && likely(bio->iter.size <= q->fast.max_bytes)) {
+		trace_queue(q, bio);
+		q->fe->submit(q, ctx, bio, 1);
+		return;
+	}
+	submit_bio_split(q, ctx, bio);
 }
 
 RQ_EXPORT void rq_submit_bio(struct rq_queue *q, struct rq_bio *bio)

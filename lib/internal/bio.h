@@ -31,10 +31,35 @@ void bio_chain(struct rq_bio *child, struct rq_bio *parent);
 /** bio_advance() - drop @bytes from the front of @bio (sector moves too). */
 void bio_advance(struct rq_bio *bio, unsigned bytes);
 
+/* end_io of a chained piece (lib/bio.c): pass the status on, end the parent. */
+void bio_chain_endio(struct rq_bio *bio);
+
+/* Set @status on @bio unless it already carries an error: first error wins. */
+static inline void bio_set_status_once(struct rq_bio *bio, rq_status_t status)
+{
+	uint8_t expected = RQ_STS_OK;
+
+	if (status != RQ_STS_OK)
+		__atomic_compare_exchange_n((uint8_t *)&bio->status, &expected, status, false,
+					    __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+}
+
 /**
- * bio_end_with() - set @status (first error wins) and end @bio.
+ * bio_end_with() - set @status (first error wins) and end @bio.  A bio
+ * that is neither waiting for pieces nor a piece itself (every request's
+ * common case) runs its end_io here; the rest go through rq_bio_endio().
  */
-void bio_end_with(struct rq_bio *bio, rq_status_t status);
+static inline void bio_end_with(struct rq_bio *bio, rq_status_t status)
+{
+	bio_set_status_once(bio, status);
+	if (likely(!(__atomic_load_n(&bio->core_flags, __ATOMIC_ACQUIRE) & RQ_BIOF_CHAIN) &&
+		   bio->end_io != bio_chain_endio)) {
+		if (bio->end_io)
+			bio->end_io(bio);
+		return;
+	}
+	rq_bio_endio(bio);
+}
 
 /**
  * bio_check() - is @bio acceptable for a queue with @lim and @capacity
