@@ -604,20 +604,31 @@ static void hctx_restart(struct rq_hw_ctx *hctx)
 }
 
 /* Common end of an in-flight request whose state we just moved to COMPLETE. */
-static void mq_end_request_inflight(struct rq_request *rq, rq_status_t status)
+/* The end of a step of flush sequencing (rq_priv(rq)->end_io set). */
+static __attribute__((noinline)) void mq_end_request_seq(struct rq_request *rq,
+							  rq_status_t status)
+{
+	struct rq_hw_ctx *hctx = rq->hctx;
+	struct rq_queue *q = rq->q;
+	struct rq_sw_ctx *ctx = rq_priv(rq)->ctx;
+
+	/* internal sequencing (flush): hold the queue across its steps */
+	atomic_fetch_add_explicit(&ctx->usage, 1, memory_order_seq_cst);
+	hctx_request_left_driver(hctx);
+	rq_priv(rq)->end_io(rq, status);
+	hctx_restart(hctx);
+	queue_exit_ctx(q, ctx);
+}
+
+static inline __attribute__((always_inline)) void
+mq_end_request_inflight(struct rq_request *rq, rq_status_t status)
 {
 	struct rq_hw_ctx *hctx = rq->hctx;
 	struct rq_queue *q = rq->q;
 	struct rq_sw_ctx *ctx;
 
-	if (rq_priv(rq)->end_io) {
-		/* internal sequencing (flush): hold the queue across its steps */
-		ctx = rq_priv(rq)->ctx;
-		atomic_fetch_add_explicit(&ctx->usage, 1, memory_order_seq_cst);
-		hctx_request_left_driver(hctx);
-		rq_priv(rq)->end_io(rq, status);
-		hctx_restart(hctx);
-		queue_exit_ctx(q, ctx);
+	if (unlikely(rq_priv(rq)->end_io)) {
+		mq_end_request_seq(rq, status);
 		return;
 	}
 	/* @q, not ctx->q: the completer reads no line the submitter writes */
@@ -686,7 +697,7 @@ static void mq_end_request_batched(struct rq_request *rq, rq_status_t status, ui
 	long taken;
 
 	if (unlikely(rq_priv(rq)->end_io)) {
-		mq_end_request_inflight(rq, status);
+		mq_end_request_seq(rq, status);
 		return;
 	}
 	if (eq && eq->type->ops.completed_request && (rq->rq_flags & RQ_RQF_ELVPRIV)) {
