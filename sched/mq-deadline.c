@@ -467,43 +467,44 @@ static bool dl_fill_run(struct dl_hctx_queue *hq, struct dl_prio_queue *pq, enum
 _Static_assert(DL_RUN_MAX <= (1u << DL_KEY_SHIFT), "a run's index fits below the sector");
 
 /*
- * Sort the @n (at most DL_RUN_MAX) distinct keys of @key whose sectors lie
- * in [@lo, @hi], ascending, through @tmp.  A bucket sort: the span is cut
+ * Sort the @n (at most DL_RUN_MAX) distinct keys of @in whose sectors lie
+ * in [@lo, @hi] into @key[1..n], ascending (@key[0] is a sentinel).  A bucket sort: the span is cut
  * into at most 64 buckets of a power of two sectors each, a bucket keeps
  * its keys on a chain, a bitmap says which buckets hold any, and the keys
  * come back bucket by bucket; an insertion sort then puts the few that
  * shared a bucket in order.  About 20 instructions a key against ~70 for
  * an insertion sort of 32 random keys.
  */
-static void dl_sort_keys(uint64_t *key, uint64_t *tmp, unsigned n, uint64_t lo, uint64_t hi)
+static void dl_sort_keys(uint64_t *key, const uint64_t *in, unsigned n, uint64_t lo,
+			 uint64_t hi)
 {
 	uint8_t head[64], next[DL_RUN_MAX];
-	uint64_t span = hi - lo, used = 0;
+	uint64_t span = hi - lo, used = 0, *out = key + 1;
 	unsigned shift = 0, m = 0;
 
 	if (span >> 6)
 		shift = 64 - (unsigned)__builtin_clzll(span) - 6;
 	for (unsigned i = 0; i < n; i++) {
-		unsigned b = (unsigned)(((key[i] >> DL_KEY_SHIFT) - lo) >> shift);
+		unsigned b = (unsigned)(((in[i] >> DL_KEY_SHIFT) - lo) >> shift);
 
-		tmp[i] = key[i];
 		next[i] = used & (1ull << b) ? head[b] : UINT8_MAX;
 		head[b] = (uint8_t)i;
 		used |= 1ull << b;
 	}
+	key[0] = 0; /* a sentinel: no key is below it */
 	while (used) {
 		unsigned b = (unsigned)__builtin_ctzll(used);
 
 		used &= used - 1;
 		for (unsigned i = head[b]; i != UINT8_MAX; i = next[i]) {
-			uint64_t k = tmp[i];
-			unsigned j = m++;
+			uint64_t k = in[i];
+			uint64_t *p = out + m++;
 
-			while (j && key[j - 1] > k) {
-				key[j] = key[j - 1];
-				j--;
+			while (p[-1] > k) {
+				p[0] = p[-1];
+				p--;
 			}
-			key[j] = k;
+			p[0] = k;
 		}
 	}
 }
@@ -523,14 +524,16 @@ static void dl_sort_keys(uint64_t *key, uint64_t *tmp, unsigned n, uint64_t lo, 
 static bool dl_insert_runs(struct dl_data *dd, struct dl_hctx_queue *hq,
 			   struct rq_list_node *list, uint64_t now)
 {
-	struct rq_request *rqs[DL_RUN_MAX], *rq;
-	uint64_t key[DL_RUN_MAX], tmp[DL_RUN_MAX], end = 0, expire_ns[DL_NR_DIRS];
-	uint64_t lo = DL_KEY_MAX_SECTOR, hi = 0;
+	struct rq_request *rqs[DL_RUN_MAX], *rq, *first_mergeable = NULL;
+	uint64_t sorted[DL_RUN_MAX + 1], *key = sorted + 1, in[DL_RUN_MAX], end = 0;
+	uint64_t lo = DL_KEY_MAX_SECTOR, hi = 0, expire_ns[DL_NR_DIRS];
 	unsigned n = 0, mixed = 0, first_class;
 	enum dl_dir first_dir;
 
 	if (hq->nr_queued || rq_list_empty(list))
 		return false;
+	expire_ns[DL_READ] = READ_ONCE(dd->read_expire_ms) * NSEC_PER_MSEC;
+	expire_ns[DL_WRITE] = READ_ONCE(dd->write_expire_ms) * NSEC_PER_MSEC;
 	rq = rq_list_first_rq(list);
 	first_class = RQ_IOPRIO_CLASS(rq->ioprio);
 	first_dir = dl_dir_of(rq->op);
@@ -541,13 +544,17 @@ static bool dl_insert_runs(struct dl_data *dd, struct dl_hctx_queue *hq,
 		mixed |= (RQ_IOPRIO_CLASS(rq->ioprio) ^ first_class) |
 			 ((unsigned)dl_dir_of(rq->op) ^ (unsigned)first_dir);
 		rqs[n] = rq;
-		key[n] = rq->sector << DL_KEY_SHIFT | n;
+		in[n] = rq->sector << DL_KEY_SHIFT | n;
 		lo = min_t(uint64_t, lo, rq->sector);
 		hi = max_t(uint64_t, hi, rq->sector);
+		/* the FIFO's deadline (the tree path sets it again if it is taken) */
+		rq->fifo_time = now + expire_ns[dl_dir_of(rq->op)];
+		if (!first_mergeable && dl_mergeable(rq))
+			first_mergeable = rq;
 		n++;
 	}
 	/* by start sector, then place in the list */
-	dl_sort_keys(key, tmp, n, lo, hi);
+	dl_sort_keys(sorted, in, n, lo, hi);
 	if (!mixed) {
 		if (!dl_fill_run(hq, dl_pq_of(hq, rqs[0]), first_dir, rqs, key, n))
 			return false;
@@ -569,15 +576,7 @@ static bool dl_insert_runs(struct dl_data *dd, struct dl_hctx_queue *hq,
 		}
 	}
 	/* the FIFOs in arrival order */
-	expire_ns[DL_READ] = READ_ONCE(dd->read_expire_ms) * NSEC_PER_MSEC;
-	expire_ns[DL_WRITE] = READ_ONCE(dd->write_expire_ms) * NSEC_PER_MSEC;
-	hq->run_first = NULL;
-	for (unsigned i = 0; i < n; i++) {
-		rq = rqs[i];
-		if (!hq->run_first && dl_mergeable(rq))
-			hq->run_first = rq;
-		rq->fifo_time = now + expire_ns[dl_dir_of(rq->op)];
-	}
+	hq->run_first = first_mergeable;
 	if (!mixed) {
 		struct dl_prio_queue *pq = dl_pq(rqs[0]);
 
