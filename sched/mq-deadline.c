@@ -121,6 +121,7 @@ enum dl_prio {
 
 /* Requests one run can hold: a plug's flush on several queues (2 x 32). */
 #define DL_RUN_MAX (2 * RQ_PLUG_MAX_REQUESTS)
+_Static_assert(DL_RUN_MAX <= 64, "a run's live entries fit one 64-bit mask");
 
 /**
  * struct dl_run - requests of one class and direction kept as a sorted
@@ -128,12 +129,15 @@ enum dl_prio {
  * @head: entries before it have all been dispatched.
  * @len: entries in use; 0 when the class and direction use the tree.
  * @live: entries not dispatched yet.
+ * @live_mask: bit i set while entry i is not dispatched: the next live
+ *	entry at or after any place is one bit scan away.
  * @sector: the entries' start sectors, ascending (kept for dispatched
  *	entries too, so the array stays searchable).
  * @rq: the requests; NULL once dispatched.
  */
 struct dl_run {
 	unsigned head, len, live;
+	uint64_t live_mask;
 	uint64_t sector[DL_RUN_MAX];
 	struct rq_request *rq[DL_RUN_MAX];
 };
@@ -335,13 +339,21 @@ static void dl_add(struct dl_data *dd, struct rq_request *rq, uint64_t now)
 static void dl_run_del(struct dl_hctx_queue *hq, struct dl_run *run, unsigned i)
 {
 	run->rq[i] = NULL;
+	run->live_mask &= ~(1ull << i);
 	if (!--run->live) {
 		run->head = run->len = 0;
 		hq->nr_runs--;
 		return;
 	}
-	while (!run->rq[run->head])
-		run->head++;
+	run->head = (unsigned)__builtin_ctzll(run->live_mask);
+}
+
+/* The first live entry of @run at index @i or above, or NULL. */
+static inline struct rq_request *dl_run_live_from(const struct dl_run *run, unsigned i)
+{
+	uint64_t m = i < 64 ? run->live_mask & (~0ull << i) : 0;
+
+	return m ? run->rq[__builtin_ctzll(m)] : NULL;
 }
 
 /* Take @rq out of its tree or run, FIFO and the hash; lock held. */
@@ -378,10 +390,7 @@ static struct rq_request *dl_sorted_latter(struct rq_request *rq)
 	if (!dl_in_run(rq))
 		return rq_sched_rb_latter(rq);
 	run = &dl_pq(rq)->run[dl_dir_of(rq->op)];
-	for (unsigned i = dl_run_index(rq) + 1; i < run->len; i++)
-		if (run->rq[i])
-			return run->rq[i];
-	return NULL;
+	return dl_run_live_from(run, dl_run_index(rq) + 1);
 }
 
 /*
@@ -410,6 +419,7 @@ static void dl_materialise(struct dl_data *dd, struct dl_hctx_queue *hq)
 				rq->elv_priv[0] = DL_RQ_QUEUED;
 			}
 			run->head = run->len = run->live = 0;
+			run->live_mask = 0;
 			hq->nr_runs--;
 		}
 	}
@@ -456,6 +466,8 @@ static bool dl_fill_run(struct dl_hctx_queue *hq, struct dl_prio_queue *pq, enum
 	}
 	if (!base)
 		hq->nr_runs++;
+	/* bits base .. base + n - 1 (base + n <= 64, n >= 1) */
+	run->live_mask |= (~0ull >> (64 - n)) << base;
 	run->len = run->live = base + n;
 	pq->next_hint[dir] = NULL;
 	return true;
@@ -645,9 +657,7 @@ static struct rq_request *dl_next_sorted(struct dl_prio_queue *pq, enum dl_dir d
 			len -= half;
 		}
 		lo += len == 1 && run->sector[lo] < pos;
-		while (lo < run->len && !run->rq[lo])
-			lo++;
-		return lo < run->len ? run->rq[lo] : NULL;
+		return dl_run_live_from(run, lo);
 	}
 	while (n) {
 		struct rq_request *rq = RQ_CONTAINER_OF(n, struct rq_request, rb_node);
@@ -1150,12 +1160,9 @@ static unsigned dl_run_take(struct dl_hctx_queue *hq, struct dl_prio_queue *pq, 
 	unsigned n = 0;
 
 	while (rq && n < max) {
-		unsigned i = dl_run_index(rq), j = i + 1;
-		struct rq_request *next;
+		unsigned i = dl_run_index(rq);
+		struct rq_request *next = dl_run_live_from(run, i + 1);
 
-		while (j < run->len && !run->rq[j])
-			j++;
-		next = j < run->len ? run->rq[j] : NULL;
 		pq->latest_pos[dir] = rq->sector;
 		if (hq->run_first == rq)
 			hq->run_first = NULL;
