@@ -1156,22 +1156,36 @@ static unsigned dl_run_take(struct dl_hctx_queue *hq, struct dl_prio_queue *pq, 
 			    struct rq_list_node *list, unsigned max)
 {
 	struct dl_run *run = &pq->run[dir];
-	struct rq_request *rq = pq->next_hint[dir];
+	struct rq_request *rq = pq->next_hint[dir], *last = NULL;
+	uint64_t live = run->live_mask;
 	unsigned n = 0;
 
 	while (rq && n < max) {
 		unsigned i = dl_run_index(rq);
-		struct rq_request *next = dl_run_live_from(run, i + 1);
+		uint64_t above = i < 63 ? live & (~0ull << (i + 1)) : 0;
 
-		pq->latest_pos[dir] = rq->sector;
-		if (hq->run_first == rq)
-			hq->run_first = NULL;
-		dl_run_del(hq, run, i);
+		live &= ~(1ull << i);
+		run->rq[i] = NULL;
+		rq->elv_priv[0] = NULL;
 		rq_list_del_init(&rq->queuelist);
 		rq_list_add_tail(&rq->queuelist, list);
-		rq->elv_priv[0] = NULL;
 		n++;
-		rq = next;
+		last = rq;
+		rq = above ? run->rq[__builtin_ctzll(above)] : NULL;
+	}
+	if (!n)
+		return 0;
+	/* what dl_run_del() does per entry, once */
+	if (hq->run_first && !hq->run_first->elv_priv[0])
+		hq->run_first = NULL;
+	pq->latest_pos[dir] = last->sector;
+	run->live_mask = live;
+	run->live -= n;
+	if (!run->live) {
+		run->head = run->len = 0;
+		hq->nr_runs--;
+	} else {
+		run->head = (unsigned)__builtin_ctzll(live);
 	}
 	pq->next_hint[dir] = rq;
 	pq->nr_queued -= n;
