@@ -1194,40 +1194,50 @@ static unsigned dl_run_take(struct dl_hctx_queue *hq, struct dl_prio_queue *pq, 
 }
 
 /*
- * Start a new batch in @dir, the direction of the one that just ended, if
- * that is what dl_choose_in_prio() would do with the hint of @pq (the only
- * class queued) next: the other direction has nothing queued, so there is
- * no choice to make (writes_starved is not consulted; a write batch resets
- * the starvation count), and the FIFO head of @dir is not due, so the
- * batch starts in sector order, at the hint.  Lock held.
- * Return: true if the batch was started; false if the full decision is
- * needed.
+ * The request dl_choose_in_prio() would choose next in @dir (the last
+ * batch's direction) for @pq, the only class queued, whose requests of
+ * @dir are all in a run, if the choice is foregone; NULL when the full
+ * decision is needed.  While the batch has room, the first request at or
+ * after the last one sent continues it.  Otherwise (room or successor
+ * gone) a new batch starts, foregone when the other direction has nothing
+ * queued (writes_starved then has nothing to weigh; a write batch resets
+ * the starvation count, as the decision does): at the FIFO head if it is
+ * due or nothing lies further up, else in sector order.  The batch state
+ * moves as the decision moves it.  Lock held.
  */
-static bool dl_streak_new_batch(struct dl_hctx_queue *hq, struct dl_prio_queue *pq,
-				enum dl_dir dir, struct dl_clock *clk)
+static struct rq_request *dl_streak_next(struct dl_hctx_queue *hq, struct dl_prio_queue *pq,
+					 enum dl_dir dir, struct dl_clock *clk, unsigned fifo_batch)
 {
+	struct rq_request *rq = NULL, *head;
+
+	if (hq->batching < fifo_batch) {
+		rq = dl_next_sorted(pq, dir);
+		if (rq)
+			return rq;
+	}
 	if (!rq_list_empty(&pq->fifo[dir == DL_READ ? DL_WRITE : DL_READ]))
-		return false;
-	if (dl_now(clk) >= dl_fifo_head(pq, dir)->fifo_time)
-		return false;
+		return NULL;
+	head = dl_fifo_head(pq, dir);
+	if (hq->batching >= fifo_batch)
+		rq = dl_next_sorted(pq, dir);
+	if (!rq || dl_now(clk) >= head->fifo_time)
+		rq = head;
 	if (dir == DL_WRITE)
 		hq->starved = 0;
 	hq->batching = 0;
-	return true;
+	return rq;
 }
 
 /*
- * The rest of the batch in progress, taken straight from a sorted run:
- * up to @max requests onto @list, the ones dl_dispatch_locked() would
- * give, in its order, while nothing but the batch can decide.  That holds
- * while nothing was inserted at the head, one class alone has requests
- * queued (no aging, no higher class), the batch has room (fifo_batch) and
- * its direction's requests of that class are a run: dl_next_sorted() then
- * answers with the hint, the next live entry after the one sent last,
- * because a run's sectors strictly ascend.  So each request costs its
- * unlinking instead of a full decision.  A streak also goes on into a new
- * batch when that decision is foregone too (dl_streak_new_batch()).  Lock
- * held.
+ * Requests taken straight from a sorted run: up to @max onto @list, the
+ * ones dl_dispatch_locked() would give, in its order, while nothing but
+ * the batch can decide.  That holds while nothing was inserted at the
+ * head, one class alone has requests queued (no aging, no higher class)
+ * and the last batch's direction's requests of that class are a run; the
+ * next request is then dl_streak_next()'s, and after it, within the
+ * batch's room (fifo_batch), the next live entry of the run, because a
+ * run's sectors strictly ascend.  So a request costs its unlinking
+ * instead of a full decision.  Lock held.
  * Return: how many (0 when the decision is not foregone).
  */
 static unsigned dl_dispatch_run_streak(struct dl_data *dd, struct dl_hctx_queue *hq,
@@ -1238,14 +1248,14 @@ static unsigned dl_dispatch_run_streak(struct dl_data *dd, struct dl_hctx_queue 
 	unsigned fifo_batch = READ_ONCE(dd->fifo_batch), n = 0;
 	struct dl_prio_queue *pq = dl_only_class(hq);
 
-	if (!DL_USE_RUNS || !pq || !pq->run[dir].len || !rq_list_empty(&hq->dispatch))
+	if (!DL_USE_RUNS || !pq || !rq_list_empty(&hq->dispatch))
 		return 0;
-	while (n < max && pq->next_hint[dir]) {
-		if (hq->batching >= fifo_batch) {
-			if (!dl_streak_new_batch(hq, pq, dir, clk))
-				break;
-			continue;
-		}
+	while (n < max && pq->run[dir].len) {
+		struct rq_request *rq = dl_streak_next(hq, pq, dir, clk, fifo_batch);
+
+		if (!rq)
+			break;
+		pq->next_hint[dir] = rq;
 		n += dl_run_take(hq, pq, dir, list,
 				 min_t(unsigned, max - n, fifo_batch - hq->batching));
 	}
@@ -1275,11 +1285,12 @@ static unsigned dl_dispatch_requests(struct rq_hw_ctx *hctx, struct rq_list_node
 	if (!READ_ONCE(hq->nr_queued))
 		return 0;
 	pthread_mutex_lock(&hq->lock);
-	while (n < max && (rq = dl_dispatch_locked(dd, hq, &clk))) {
+	while (n < max) {
+		n += dl_dispatch_run_streak(dd, hq, list, max - n, &clk);
+		if (n == max || !(rq = dl_dispatch_locked(dd, hq, &clk)))
+			break;
 		rq_list_add_tail(&rq->queuelist, list);
 		n++;
-		if (n < max)
-			n += dl_dispatch_run_streak(dd, hq, list, max - n, &clk);
 	}
 	pthread_mutex_unlock(&hq->lock);
 	return n;
