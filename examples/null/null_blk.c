@@ -19,6 +19,7 @@
 #include <limits.h>
 #include <linux/futex.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,8 +38,10 @@
 #define NULL_DEFAULT_DEPTH 64
 #define NULL_DEFAULT_NSEC 10000ull
 #define NULL_DEFAULT_SIZE (1ull << 30)
-#define NULL_SPIN_LOOPS 256         /* idle polls before the thread sleeps */
 #define NULL_SLEEP_THRESHOLD_NS 20000 /* shorter waits spin on the clock */
+#define NULL_HANDOVER 8             /* requests ended per hand-over (multi-queue) */
+#define NULL_POLL_MIN_NS 2000       /* an idle thread polls this long at least, */
+#define NULL_POLL_MAX_NS 64000      /* this long at most, before it sleeps */
 
 #define NULL_CACHELINE 64
 
@@ -76,6 +79,7 @@ struct null_hq {
 
 	/* pushed by queue_rq, taken whole by the completion thread */
 	_Atomic(struct null_cmd *) pending __attribute__((aligned(NULL_CACHELINE)));
+	_Atomic int submit_cpu;     /* CPU of the last push, -1: unknown */
 
 	/* written by the completion thread (or queue_rq when inline) */
 	uint64_t completed __attribute__((aligned(NULL_CACHELINE)));
@@ -83,6 +87,7 @@ struct null_hq {
 	_Atomic uint32_t wake_seq;  /* futex word */
 	atomic_bool sleeping;
 	atomic_bool stop;
+	uint32_t poll_ns;           /* idle polling budget (completion thread) */
 } __attribute__((aligned(NULL_CACHELINE)));
 
 /* Memory backing: chunks[i][j] is page i * NULL_CHUNK_PAGES + j. */
@@ -140,6 +145,30 @@ static void null_futex_wait(_Atomic uint32_t *word, uint32_t val)
 static void null_futex_wake(_Atomic uint32_t *word)
 {
 	syscall(SYS_futex, word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
+
+/* CPUs this process may run on (read once): polling needs two. */
+static int null_usable_cpus(void)
+{
+	static _Atomic int nr;
+	int n = atomic_load_explicit(&nr, memory_order_relaxed);
+	cpu_set_t set;
+
+	if (n)
+		return n;
+	n = sched_getaffinity(0, sizeof(set), &set) ? 1 : CPU_COUNT(&set);
+	atomic_store_explicit(&nr, n > 0 ? n : 1, memory_order_relaxed);
+	return n;
+}
+
+/*
+ * Is polling for @peer_cpu's next move worth it?  Only when the process
+ * has two CPUs and the peer last ran on another one than the caller (on
+ * the same CPU, polling only delays it).
+ */
+static bool null_may_poll(int peer_cpu)
+{
+	return null_usable_cpus() > 1 && (peer_cpu < 0 || peer_cpu != sched_getcpu());
 }
 
 /**
@@ -376,6 +405,8 @@ static void null_hq_push_chain(struct null_hq *hq, struct null_cmd *first, struc
 {
 	struct null_cmd *head = atomic_load_explicit(&hq->pending, memory_order_relaxed);
 
+	/* the completion thread's polling hint, on the line the push writes */
+	atomic_store_explicit(&hq->submit_cpu, sched_getcpu(), memory_order_relaxed);
 	do {
 		last->next = head;
 	} while (!atomic_compare_exchange_weak_explicit(&hq->pending, &head, first,
@@ -435,18 +466,49 @@ static void null_hq_take(struct null_hq *hq, struct null_cmd **head,
 	*tail = first;
 }
 
-/* Sleep until something is pushed or stop is set. */
+static bool null_hq_has_work(struct null_hq *hq)
+{
+	return atomic_load_explicit(&hq->pending, memory_order_relaxed) ||
+	       atomic_load_explicit(&hq->stop, memory_order_relaxed);
+}
+
+/*
+ * Poll for a push before sleeping, for at most the thread's budget: a
+ * submitter on another CPU refills within microseconds, far sooner than a
+ * futex wake-up round trip.  The budget adapts: it doubles when a poll
+ * finds work and halves when one gives up.  Return: work was found.
+ */
+static bool null_hq_poll(struct null_hq *hq)
+{
+	uint64_t start;
+	unsigned i;
+
+	if (!null_may_poll(atomic_load_explicit(&hq->submit_cpu, memory_order_relaxed)))
+		return false;
+	if (!hq->poll_ns)
+		hq->poll_ns = NULL_POLL_MAX_NS / 4;
+	start = null_now_ns();
+	for (i = 1;; i++) {
+		if (null_hq_has_work(hq)) {
+			hq->poll_ns = hq->poll_ns * 2 < NULL_POLL_MAX_NS ? hq->poll_ns * 2
+									 : NULL_POLL_MAX_NS;
+			return true;
+		}
+		null_cpu_relax();
+		if (!(i % 16) && null_now_ns() - start >= hq->poll_ns)
+			break;
+	}
+	hq->poll_ns = hq->poll_ns / 2 > NULL_POLL_MIN_NS ? hq->poll_ns / 2 : NULL_POLL_MIN_NS;
+	return false;
+}
+
+/* Wait until something is pushed or stop is set: poll, then sleep. */
 static void null_hq_idle(struct null_hq *hq)
 {
 	uint32_t seq;
-	int i;
 
-	for (i = 0; i < NULL_SPIN_LOOPS; i++) {
-		if (atomic_load_explicit(&hq->pending, memory_order_relaxed) ||
-		    atomic_load_explicit(&hq->stop, memory_order_relaxed))
-			return;
-		null_cpu_relax();
-	}
+	if (null_hq_poll(hq))
+		return;
 	atomic_store(&hq->sleeping, true);
 	seq = atomic_load(&hq->wake_seq);
 	if (!atomic_load(&hq->pending) && !atomic_load(&hq->stop))
@@ -546,7 +608,7 @@ static void *null_complete_thread(void *arg)
 	struct null_dev *dev = hq->dev;
 	bool timer = dev->cfg.completion == NULL_COMPLETE_TIMER;
 	uint64_t delay = dev->cfg.completion_nsec;
-	struct null_cmd *head = NULL, *tail = NULL;
+	struct null_cmd *head = NULL, *tail = NULL, *stop;
 
 	/* precise sleeps for timer mode (default slack is 50 us) */
 	prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
@@ -564,8 +626,8 @@ static void *null_complete_thread(void *arg)
 		if (timer) {
 			/* one delay for all: FIFO order is deadline order */
 			uint64_t now = null_now_ns();
-			struct null_cmd *stop = head;
 
+			stop = head;
 			while (stop && now >= stop->queued_ns + delay)
 				stop = stop->next;
 			null_finish(hq, head, stop);
@@ -576,8 +638,17 @@ static void *null_complete_thread(void *arg)
 				null_wait_until(head->queued_ns + delay);
 			continue;
 		}
-		null_finish(hq, head, NULL);
-		head = tail = NULL;
+		/* multi-queue: hand back every NULL_HANDOVER requests, so the
+		   submitters refill while this thread ends the rest */
+		stop = head;
+		for (unsigned n = 0; stop && n < NULL_HANDOVER; n++)
+			stop = stop->next;
+		if (dev->cfg.queue_mode == NULL_Q_RQ)
+			stop = NULL;
+		null_finish(hq, head, stop);
+		head = stop;
+		if (!head)
+			tail = NULL;
 	}
 	return NULL;
 }
@@ -853,6 +924,7 @@ int null_create(const struct null_config *cfg, struct null_dev **out)
 	for (i = 0; i < dev->cfg.nr_hw_queues; i++) {
 		dev->hqs[i].dev = dev;
 		dev->hqs[i].idx = i;
+		atomic_init(&dev->hqs[i].submit_cpu, -1);
 	}
 	if (dev->cfg.memory_backed) {
 		ret = null_store_init(&dev->store, dev->cfg.size_bytes);
