@@ -32,6 +32,7 @@
 #include <inttypes.h>
 #include <linux/futex.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,7 +54,8 @@
 #include "progopt.h"
 
 #define CACHELINE 64
-#define SPIN_LOOPS 512
+#define POLL_MIN_NS 2000  /* a waiting submitter polls this long at least, */
+#define POLL_MAX_NS 64000 /* this long at most, before it sleeps */
 
 enum pattern { PAT_RANDREAD, PAT_RANDWRITE, PAT_READ, PAT_WRITE, PAT_RANDRW };
 static const char *const pattern_names[] = {
@@ -130,6 +132,7 @@ struct bench_thread {
 	uint64_t errors;
 	uint64_t lat_tick;
 	uint64_t alloc_bytes;
+	uint32_t poll_ns;             /* adaptive polling budget (wait_completion) */
 	bool measuring;
 	void *buf;
 	struct hist hist;
@@ -137,6 +140,7 @@ struct bench_thread {
 	_Atomic(struct bench_bio *) done_remote __attribute__((aligned(CACHELINE)));
 	_Atomic uint32_t wake_seq;
 	atomic_bool sleeping;
+	_Atomic int peer_cpu;         /* CPU of the last hand-back, -1: unknown */
 } __attribute__((aligned(CACHELINE)));
 
 static __thread struct bench_thread *current_thread;
@@ -304,6 +308,8 @@ static void tcache_off(void) { }
 static void bench_hand_back(struct bench_thread *t, struct bench_bio *first,
 			    struct bench_bio *last)
 {
+	/* the submitter's polling hint, on the line the push writes anyway */
+	atomic_store_explicit(&t->peer_cpu, sched_getcpu(), memory_order_relaxed);
 	last->next = atomic_load_explicit(&t->done_remote, memory_order_relaxed);
 	while (!atomic_compare_exchange_weak_explicit(&t->done_remote, &last->next, first,
 						      memory_order_seq_cst,
@@ -431,17 +437,61 @@ static unsigned reap(struct bench_thread *t)
 	return n;
 }
 
-/* Wait until at least one bio has ended (spin, then sleep on the futex). */
+/* CPUs this process may run on (read once): polling needs two. */
+static int usable_cpus(void)
+{
+	static _Atomic int nr;
+	int n = atomic_load_explicit(&nr, memory_order_relaxed);
+	cpu_set_t set;
+
+	if (n)
+		return n;
+	n = sched_getaffinity(0, sizeof(set), &set) ? 1 : CPU_COUNT(&set);
+	atomic_store_explicit(&nr, n > 0 ? n : 1, memory_order_relaxed);
+	return n;
+}
+
+/*
+ * Poll for ended bios before sleeping, for at most the thread's budget,
+ * and only when the completing thread last ran on another CPU: a
+ * completion thread hands back a chain every few requests, sooner than a
+ * futex round trip.  The budget doubles when a poll succeeds and halves
+ * when one gives up.  Return: bios were reaped.
+ */
+static bool poll_completion(struct bench_thread *t)
+{
+	int peer = atomic_load_explicit(&t->peer_cpu, memory_order_relaxed);
+	uint64_t start;
+	unsigned i;
+
+	if (usable_cpus() < 2 || (getenv("NOHINT") ? 0 : peer == sched_getcpu()))
+		return false;
+	if (!t->poll_ns)
+		t->poll_ns = POLL_MAX_NS / 4;
+	start = now_ns();
+	for (i = 1;; i++) {
+		if (atomic_load_explicit(&t->done_remote, memory_order_relaxed) && reap(t)) {
+			t->poll_ns = t->poll_ns * 2 < POLL_MAX_NS ? t->poll_ns * 2 : POLL_MAX_NS;
+			return true;
+		}
+		cpu_relax();
+		if (!(i % 16) && now_ns() - start >= t->poll_ns)
+			break;
+	}
+	t->poll_ns = t->poll_ns / 2 > POLL_MIN_NS ? t->poll_ns / 2 : POLL_MIN_NS;
+	return false;
+}
+
+/*
+ * Wait until at least one bio has ended: poll, then sleep on the futex
+ * (rq_affinity 2: in rq_wait_completions(), which polls by itself).
+ */
 static void wait_completion(struct bench_thread *t)
 {
 	uint32_t seq;
-	int i;
 
-	for (i = 0; i < SPIN_LOOPS; i++) {
-		if (reap(t))
-			return;
-		cpu_relax();
-	}
+	if (t->b->o.rq_affinity != 2 && poll_completion(t))
+		return;
 	while (!reap(t)) {
 		if (t->b->o.rq_affinity == 2) {
 			/* our bios end here: sleep on the library's mailbox (the
@@ -1046,6 +1096,7 @@ int main(int argc, char **argv)
 
 		t->b = &b;
 		t->idx = i;
+		atomic_init(&t->peer_cpu, -1);
 		t->rng = 0x9e3779b97f4a7c15ull * (i + 1) ^ 0xd1b54a32d192ed03ull;
 		t->region_first = region * i;
 		t->region_blocks = region;

@@ -168,7 +168,7 @@ static int null_usable_cpus(void)
  */
 static bool null_may_poll(int peer_cpu)
 {
-	return null_usable_cpus() > 1 && (peer_cpu < 0 || peer_cpu != sched_getcpu());
+	return null_usable_cpus() > 1 && (getenv("NOHINT") || peer_cpu < 0 || peer_cpu != sched_getcpu());
 }
 
 /**
@@ -609,6 +609,7 @@ static void *null_complete_thread(void *arg)
 	bool timer = dev->cfg.completion == NULL_COMPLETE_TIMER;
 	uint64_t delay = dev->cfg.completion_nsec;
 	struct null_cmd *head = NULL, *tail = NULL, *stop;
+	unsigned n;
 
 	/* precise sleeps for timer mode (default slack is 50 us) */
 	prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
@@ -638,13 +639,14 @@ static void *null_complete_thread(void *arg)
 				null_wait_until(head->queued_ns + delay);
 			continue;
 		}
-		/* multi-queue: hand back every NULL_HANDOVER requests, so the
-		   submitters refill while this thread ends the rest */
-		stop = head;
-		for (unsigned n = 0; stop && n < NULL_HANDOVER; n++)
-			stop = stop->next;
-		if (dev->cfg.queue_mode == NULL_Q_RQ)
-			stop = NULL;
+		/* multi-queue, a submitter on another CPU: hand back every
+		   NULL_HANDOVER requests, so it refills while this thread ends
+		   the rest (on this CPU it would only preempt us) */
+		stop = NULL;
+		if (dev->cfg.queue_mode != NULL_Q_RQ &&
+		    null_may_poll(atomic_load_explicit(&hq->submit_cpu, memory_order_relaxed)))
+			for (stop = head, n = 0; stop && n < NULL_HANDOVER; n++)
+				stop = stop->next;
 		null_finish(hq, head, stop);
 		head = stop;
 		if (!head)
