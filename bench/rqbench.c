@@ -464,7 +464,7 @@ static bool poll_completion(struct bench_thread *t)
 	uint64_t start;
 	unsigned i;
 
-	if (usable_cpus() < 2 || (getenv("NOHINT") ? 0 : peer == sched_getcpu()))
+	if (usable_cpus() < 2 || peer == sched_getcpu())
 		return false;
 	if (!t->poll_ns)
 		t->poll_ns = POLL_MAX_NS / 4;

@@ -168,7 +168,7 @@ static int null_usable_cpus(void)
  */
 static bool null_may_poll(int peer_cpu)
 {
-	return null_usable_cpus() > 1 && (getenv("NOHINT") || peer_cpu < 0 || peer_cpu != sched_getcpu());
+	return null_usable_cpus() > 1 && (peer_cpu < 0 || peer_cpu != sched_getcpu());
 }
 
 /**
