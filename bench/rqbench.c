@@ -437,23 +437,24 @@ static unsigned reap(struct bench_thread *t)
 	return n;
 }
 
-/* CPUs this process may run on (read once): polling needs two. */
-static int usable_cpus(void)
+/* Online CPUs (read once): polling needs two. */
+static long online_cpus(void)
 {
-	static _Atomic int nr;
-	int n = atomic_load_explicit(&nr, memory_order_relaxed);
-	cpu_set_t set;
+	static _Atomic long nr;
+	long n = atomic_load_explicit(&nr, memory_order_relaxed);
 
-	if (n)
-		return n;
-	n = sched_getaffinity(0, sizeof(set), &set) ? 1 : CPU_COUNT(&set);
-	atomic_store_explicit(&nr, n > 0 ? n : 1, memory_order_relaxed);
+	if (!n) {
+		n = sysconf(_SC_NPROCESSORS_ONLN);
+		n = n > 0 ? n : 1;
+		atomic_store_explicit(&nr, n, memory_order_relaxed);
+	}
 	return n;
 }
 
 /*
  * Poll for ended bios before sleeping, for at most the thread's budget,
- * and only when the completing thread last ran on another CPU: a
+ * and only when the completing thread last ran on another CPU (on the
+ * same one, polling would only delay it): a
  * completion thread hands back a chain every few requests, sooner than a
  * futex round trip.  The budget doubles when a poll succeeds and halves
  * when one gives up.  Return: bios were reaped.
@@ -464,7 +465,7 @@ static bool poll_completion(struct bench_thread *t)
 	uint64_t start;
 	unsigned i;
 
-	if (usable_cpus() < 2 || peer == sched_getcpu())
+	if (online_cpus() < 2 || peer < 0 || peer == sched_getcpu())
 		return false;
 	if (!t->poll_ns)
 		t->poll_ns = POLL_MAX_NS / 4;

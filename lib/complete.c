@@ -27,7 +27,6 @@
 #include <limits.h>
 #include <linux/futex.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -360,16 +359,16 @@ RQ_EXPORT int rq_process_completions(void)
 	return mb ? (int)mbox_drain(mb) : 0;
 }
 
-/* CPUs this process may run on, read once: polling needs two. */
-static unsigned mbox_usable_cpus(void)
+/* Online CPUs, read once: polling needs two. */
+static unsigned mbox_online_cpus(void)
 {
 	static _Atomic unsigned nr;
 	unsigned n = atomic_load_explicit(&nr, memory_order_relaxed);
-	cpu_set_t set;
 
 	if (!n) {
-		n = sched_getaffinity(0, sizeof(set), &set) ? 1u : (unsigned)CPU_COUNT(&set);
-		n = n ? n : 1;
+		long c = sysconf(_SC_NPROCESSORS_ONLN);
+
+		n = c > 0 ? (unsigned)c : 1u;
 		atomic_store_explicit(&nr, n, memory_order_relaxed);
 	}
 	return n;
@@ -386,7 +385,8 @@ static uint64_t mbox_now_ns(void)
 /*
  * rq_wait_completions(): poll @mb's stacks before sleeping, for the
  * owner's budget (at most @limit_ns), and only when the last push came
- * from another CPU of a process that has two: a completer there hands
+ * from another CPU than the owner's (on the same one, polling would only
+ * delay the pusher; one CPU for both never polls): a completer there hands
  * back its next chain sooner than a futex round trip.  The budget doubles
  * when a poll finds work and halves when one gives up.  While polling is
  * set, pushes neither wake the owner nor arm the service fallback; the
@@ -398,7 +398,7 @@ static bool mbox_poll(struct rq_mailbox *mb, uint64_t limit_ns)
 	uint64_t start, budget;
 	bool found;
 
-	if (mbox_usable_cpus() < 2 || peer == (int)cur_cpu() + 1)
+	if (mbox_online_cpus() < 2 || !peer || peer == (int)cur_cpu() + 1)
 		return false;
 	if (!mb->poll_ns)
 		mb->poll_ns = MBOX_POLL_MAX_NS / 4;

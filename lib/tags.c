@@ -41,14 +41,13 @@
  * Puts clear bits in the word directly; the word's "cleared" field stays 0
  * (room for a deferred-clear scheme, which a userspace put gains little from).
  */
-#define _GNU_SOURCE
 #include <errno.h>
 #include <limits.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/sysinfo.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "config.h"
 
@@ -643,7 +642,7 @@ static struct timespec deadline_after_ns(long ns)
 /*
  * Before sleeping for a bit, poll for one for a while: a completion on
  * another CPU frees tags within microseconds, sooner than a sleep and a
- * wake-up.  Only where the process may run on two CPUs (read once), and
+ * wake-up.  Only on a machine with two CPUs online (read once), and
  * for a per-thread budget of tries that doubles when a poll gets a bit and
  * halves when one gives up.  Return: the bit, or -1.
  */
@@ -655,9 +654,7 @@ static int sbq_poll_get(struct sbitmap_queue *sbq, unsigned cpu, unsigned shallo
 	unsigned i, j;
 
 	if (two < 0) {
-		cpu_set_t set;
-
-		two = !sched_getaffinity(0, sizeof(set), &set) && CPU_COUNT(&set) > 1;
+		two = sysconf(_SC_NPROCESSORS_ONLN) > 1;
 		atomic_store_explicit(&two_cpus, two, memory_order_relaxed);
 	}
 	if (!two)

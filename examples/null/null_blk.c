@@ -147,28 +147,29 @@ static void null_futex_wake(_Atomic uint32_t *word)
 	syscall(SYS_futex, word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
 }
 
-/* CPUs this process may run on (read once): polling needs two. */
-static int null_usable_cpus(void)
+/* Online CPUs (read once): polling needs two. */
+static long null_online_cpus(void)
 {
-	static _Atomic int nr;
-	int n = atomic_load_explicit(&nr, memory_order_relaxed);
-	cpu_set_t set;
+	static _Atomic long nr;
+	long n = atomic_load_explicit(&nr, memory_order_relaxed);
 
-	if (n)
-		return n;
-	n = sched_getaffinity(0, sizeof(set), &set) ? 1 : CPU_COUNT(&set);
-	atomic_store_explicit(&nr, n > 0 ? n : 1, memory_order_relaxed);
+	if (!n) {
+		n = sysconf(_SC_NPROCESSORS_ONLN);
+		n = n > 0 ? n : 1;
+		atomic_store_explicit(&nr, n, memory_order_relaxed);
+	}
 	return n;
 }
 
 /*
- * Is polling for @peer_cpu's next move worth it?  Only when the process
- * has two CPUs and the peer last ran on another one than the caller (on
- * the same CPU, polling only delays it).
+ * Is polling for @peer_cpu's next move worth it?  Only on a machine with
+ * two CPUs, once the peer is known to have last run on another CPU than
+ * the caller: on the same one (one CPU for both, by affinity or by the
+ * scheduler's choice), polling would only delay the peer.
  */
 static bool null_may_poll(int peer_cpu)
 {
-	return null_usable_cpus() > 1 && (peer_cpu < 0 || peer_cpu != sched_getcpu());
+	return null_online_cpus() > 1 && peer_cpu >= 0 && peer_cpu != sched_getcpu();
 }
 
 /**
