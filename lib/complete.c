@@ -13,8 +13,11 @@
  * what a mailbox hands back (q->fe->complete).  A completion batch pushes
  * each submitter's requests as one chain onto a second stack (batch_head),
  * which the owner ends as a batch (q->fe->end_batch); an owner with nothing
- * else to do sleeps in rq_wait_completions() and a push wakes it, once per
- * push, only while it sleeps.
+ * else to do waits in rq_wait_completions(): it polls its stacks for an
+ * adaptive budget when the last push came from another CPU, then sleeps,
+ * and a push wakes it, once per push, only while it sleeps.  A push to an
+ * owner that polls or sleeps there arms no service fallback: the owner
+ * looks at its stacks before it returns.
  *
  * What may run at the same time:
  *   mbox_push, mbox_push_batch      anything, any thread
