@@ -51,11 +51,10 @@
 
 #include "hist.h"
 #include "null_blk.h"
+#include "null_poll.h"
 #include "progopt.h"
 
 #define CACHELINE 64
-#define POLL_MIN_NS 2000  /* a waiting submitter polls this long at least, */
-#define POLL_MAX_NS 64000 /* this long at most, before it sleeps */
 
 enum pattern { PAT_RANDREAD, PAT_RANDWRITE, PAT_READ, PAT_WRITE, PAT_RANDRW };
 static const char *const pattern_names[] = {
@@ -437,50 +436,11 @@ static unsigned reap(struct bench_thread *t)
 	return n;
 }
 
-/* Online CPUs (read once): polling needs two. */
-static long online_cpus(void)
+static bool ended_remote(void *arg)
 {
-	static _Atomic long nr;
-	long n = atomic_load_explicit(&nr, memory_order_relaxed);
+	struct bench_thread *t = arg;
 
-	if (!n) {
-		n = sysconf(_SC_NPROCESSORS_ONLN);
-		n = n > 0 ? n : 1;
-		atomic_store_explicit(&nr, n, memory_order_relaxed);
-	}
-	return n;
-}
-
-/*
- * Poll for ended bios before sleeping, for at most the thread's budget,
- * and only when the completing thread last ran on another CPU (on the
- * same one, polling would only delay it): a
- * completion thread hands back a chain every few requests, sooner than a
- * futex round trip.  The budget doubles when a poll succeeds and halves
- * when one gives up.  Return: bios were reaped.
- */
-static bool poll_completion(struct bench_thread *t)
-{
-	int peer = atomic_load_explicit(&t->peer_cpu, memory_order_relaxed);
-	uint64_t start;
-	unsigned i;
-
-	if (online_cpus() < 2 || peer < 0 || peer == sched_getcpu())
-		return false;
-	if (!t->poll_ns)
-		t->poll_ns = POLL_MAX_NS / 4;
-	start = now_ns();
-	for (i = 1;; i++) {
-		if (atomic_load_explicit(&t->done_remote, memory_order_relaxed) && reap(t)) {
-			t->poll_ns = t->poll_ns * 2 < POLL_MAX_NS ? t->poll_ns * 2 : POLL_MAX_NS;
-			return true;
-		}
-		cpu_relax();
-		if (!(i % 16) && now_ns() - start >= t->poll_ns)
-			break;
-	}
-	t->poll_ns = t->poll_ns / 2 > POLL_MIN_NS ? t->poll_ns / 2 : POLL_MIN_NS;
-	return false;
+	return atomic_load_explicit(&t->done_remote, memory_order_relaxed);
 }
 
 /*
@@ -491,7 +451,11 @@ static void wait_completion(struct bench_thread *t)
 {
 	uint32_t seq;
 
-	if (t->b->o.rq_affinity != 2 && poll_completion(t))
+	/* a completion thread on another CPU hands back a chain every few
+	   requests, sooner than a futex round trip: poll first */
+	if (t->b->o.rq_affinity != 2 &&
+	    null_poll_worth(atomic_load_explicit(&t->peer_cpu, memory_order_relaxed)) &&
+	    null_poll(&t->poll_ns, ended_remote, t) && reap(t))
 		return;
 	while (!reap(t)) {
 		if (t->b->o.rq_affinity == 2) {

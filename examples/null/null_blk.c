@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "null_blk.h"
+#include "null_poll.h"
 
 #define NULL_PAGE_SHIFT 12
 #define NULL_PAGE_SIZE (1u << NULL_PAGE_SHIFT)
@@ -40,8 +41,6 @@
 #define NULL_DEFAULT_SIZE (1ull << 30)
 #define NULL_SLEEP_THRESHOLD_NS 20000 /* shorter waits spin on the clock */
 #define NULL_HANDOVER 8             /* requests ended per hand-over (multi-queue) */
-#define NULL_POLL_MIN_NS 2000       /* an idle thread polls this long at least, */
-#define NULL_POLL_MAX_NS 64000      /* this long at most, before it sleeps */
 
 #define NULL_CACHELINE 64
 
@@ -145,31 +144,6 @@ static void null_futex_wait(_Atomic uint32_t *word, uint32_t val)
 static void null_futex_wake(_Atomic uint32_t *word)
 {
 	syscall(SYS_futex, word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
-}
-
-/* Online CPUs (read once): polling needs two. */
-static long null_online_cpus(void)
-{
-	static _Atomic long nr;
-	long n = atomic_load_explicit(&nr, memory_order_relaxed);
-
-	if (!n) {
-		n = sysconf(_SC_NPROCESSORS_ONLN);
-		n = n > 0 ? n : 1;
-		atomic_store_explicit(&nr, n, memory_order_relaxed);
-	}
-	return n;
-}
-
-/*
- * Is polling for @peer_cpu's next move worth it?  Only on a machine with
- * two CPUs, once the peer is known to have last run on another CPU than
- * the caller: on the same one (one CPU for both, by affinity or by the
- * scheduler's choice), polling would only delay the peer.
- */
-static bool null_may_poll(int peer_cpu)
-{
-	return null_online_cpus() > 1 && peer_cpu >= 0 && peer_cpu != sched_getcpu();
 }
 
 /**
@@ -467,40 +441,18 @@ static void null_hq_take(struct null_hq *hq, struct null_cmd **head,
 	*tail = first;
 }
 
-static bool null_hq_has_work(struct null_hq *hq)
+static bool null_hq_has_work(void *arg)
 {
+	struct null_hq *hq = arg;
+
 	return atomic_load_explicit(&hq->pending, memory_order_relaxed) ||
 	       atomic_load_explicit(&hq->stop, memory_order_relaxed);
 }
 
-/*
- * Poll for a push before sleeping, for at most the thread's budget: a
- * submitter on another CPU refills within microseconds, far sooner than a
- * futex wake-up round trip.  The budget adapts: it doubles when a poll
- * finds work and halves when one gives up.  Return: work was found.
- */
-static bool null_hq_poll(struct null_hq *hq)
+/* Is the last submitter on another CPU (polling, early hand-over)? */
+static bool null_hq_peer_apart(struct null_hq *hq)
 {
-	uint64_t start;
-	unsigned i;
-
-	if (!null_may_poll(atomic_load_explicit(&hq->submit_cpu, memory_order_relaxed)))
-		return false;
-	if (!hq->poll_ns)
-		hq->poll_ns = NULL_POLL_MAX_NS / 4;
-	start = null_now_ns();
-	for (i = 1;; i++) {
-		if (null_hq_has_work(hq)) {
-			hq->poll_ns = hq->poll_ns * 2 < NULL_POLL_MAX_NS ? hq->poll_ns * 2
-									 : NULL_POLL_MAX_NS;
-			return true;
-		}
-		null_cpu_relax();
-		if (!(i % 16) && null_now_ns() - start >= hq->poll_ns)
-			break;
-	}
-	hq->poll_ns = hq->poll_ns / 2 > NULL_POLL_MIN_NS ? hq->poll_ns / 2 : NULL_POLL_MIN_NS;
-	return false;
+	return null_poll_worth(atomic_load_explicit(&hq->submit_cpu, memory_order_relaxed));
 }
 
 /* Wait until something is pushed or stop is set: poll, then sleep. */
@@ -508,7 +460,8 @@ static void null_hq_idle(struct null_hq *hq)
 {
 	uint32_t seq;
 
-	if (null_hq_poll(hq))
+	/* a submitter on another CPU refills sooner than a futex round trip */
+	if (null_hq_peer_apart(hq) && null_poll(&hq->poll_ns, null_hq_has_work, hq))
 		return;
 	atomic_store(&hq->sleeping, true);
 	seq = atomic_load(&hq->wake_seq);
@@ -644,8 +597,7 @@ static void *null_complete_thread(void *arg)
 		   NULL_HANDOVER requests, so it refills while this thread ends
 		   the rest (on this CPU it would only preempt us) */
 		stop = NULL;
-		if (dev->cfg.queue_mode != NULL_Q_RQ &&
-		    null_may_poll(atomic_load_explicit(&hq->submit_cpu, memory_order_relaxed)))
+		if (dev->cfg.queue_mode != NULL_Q_RQ && null_hq_peer_apart(hq))
 			for (stop = head, n = 0; stop && n < NULL_HANDOVER; n++)
 				stop = stop->next;
 		null_finish(hq, head, stop);
