@@ -32,6 +32,7 @@
 #include <inttypes.h>
 #include <linux/futex.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,10 +51,10 @@
 
 #include "hist.h"
 #include "null_blk.h"
+#include "null_poll.h"
 #include "progopt.h"
 
 #define CACHELINE 64
-#define SPIN_LOOPS 512
 
 enum pattern { PAT_RANDREAD, PAT_RANDWRITE, PAT_READ, PAT_WRITE, PAT_RANDRW };
 static const char *const pattern_names[] = {
@@ -130,6 +131,7 @@ struct bench_thread {
 	uint64_t errors;
 	uint64_t lat_tick;
 	uint64_t alloc_bytes;
+	uint32_t poll_ns;             /* adaptive polling budget (wait_completion) */
 	bool measuring;
 	void *buf;
 	struct hist hist;
@@ -137,6 +139,7 @@ struct bench_thread {
 	_Atomic(struct bench_bio *) done_remote __attribute__((aligned(CACHELINE)));
 	_Atomic uint32_t wake_seq;
 	atomic_bool sleeping;
+	_Atomic int peer_cpu;         /* CPU of the last hand-back, -1: unknown */
 } __attribute__((aligned(CACHELINE)));
 
 static __thread struct bench_thread *current_thread;
@@ -304,6 +307,8 @@ static void tcache_off(void) { }
 static void bench_hand_back(struct bench_thread *t, struct bench_bio *first,
 			    struct bench_bio *last)
 {
+	/* the submitter's polling hint, on the line the push writes anyway */
+	atomic_store_explicit(&t->peer_cpu, sched_getcpu(), memory_order_relaxed);
 	last->next = atomic_load_explicit(&t->done_remote, memory_order_relaxed);
 	while (!atomic_compare_exchange_weak_explicit(&t->done_remote, &last->next, first,
 						      memory_order_seq_cst,
@@ -431,17 +436,27 @@ static unsigned reap(struct bench_thread *t)
 	return n;
 }
 
-/* Wait until at least one bio has ended (spin, then sleep on the futex). */
+static bool ended_remote(void *arg)
+{
+	struct bench_thread *t = arg;
+
+	return atomic_load_explicit(&t->done_remote, memory_order_relaxed);
+}
+
+/*
+ * Wait until at least one bio has ended: poll, then sleep on the futex
+ * (rq_affinity 2: in rq_wait_completions(), which polls by itself).
+ */
 static void wait_completion(struct bench_thread *t)
 {
 	uint32_t seq;
-	int i;
 
-	for (i = 0; i < SPIN_LOOPS; i++) {
-		if (reap(t))
-			return;
-		cpu_relax();
-	}
+	/* a completion thread on another CPU hands back a chain every few
+	   requests, sooner than a futex round trip: poll first */
+	if (t->b->o.rq_affinity != 2 &&
+	    null_poll_worth(atomic_load_explicit(&t->peer_cpu, memory_order_relaxed)) &&
+	    null_poll(&t->poll_ns, ended_remote, t) && reap(t))
+		return;
 	while (!reap(t)) {
 		if (t->b->o.rq_affinity == 2) {
 			/* our bios end here: sleep on the library's mailbox (the
@@ -1046,6 +1061,7 @@ int main(int argc, char **argv)
 
 		t->b = &b;
 		t->idx = i;
+		atomic_init(&t->peer_cpu, -1);
 		t->rng = 0x9e3779b97f4a7c15ull * (i + 1) ^ 0xd1b54a32d192ed03ull;
 		t->region_first = region * i;
 		t->region_blocks = region;

@@ -13,8 +13,11 @@
  * what a mailbox hands back (q->fe->complete).  A completion batch pushes
  * each submitter's requests as one chain onto a second stack (batch_head),
  * which the owner ends as a batch (q->fe->end_batch); an owner with nothing
- * else to do sleeps in rq_wait_completions() and a push wakes it, once per
- * push, only while it sleeps.
+ * else to do waits in rq_wait_completions(): it polls its stacks for an
+ * adaptive budget when the last push came from another CPU, then sleeps,
+ * and a push wakes it, once per push, only while it sleeps.  A push to an
+ * owner that polls or sleeps there arms no service fallback: the owner
+ * looks at its stacks before it returns.
  *
  * What may run at the same time:
  *   mbox_push, mbox_push_batch      anything, any thread
@@ -100,6 +103,9 @@ __thread struct rq_mailbox *tls_mbox __attribute__((tls_model("initial-exec")));
 static pthread_mutex_t mbox_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct rq_mailbox *mbox_list;
 static _Atomic int mbox_pending; /* mailboxes that may hold requests */
+
+#define MBOX_POLL_MIN_NS 2000u  /* rq_wait_completions() polls this long at least, */
+#define MBOX_POLL_MAX_NS 64000u /* this long at most, before it sleeps */
 static pthread_key_t mbox_key;
 static pthread_once_t mbox_once = PTHREAD_ONCE_INIT;
 
@@ -194,37 +200,49 @@ struct rq_mailbox *mbox_self(void)
 /*
  * Wake @mb's owner if it sleeps in rq_wait_completions(): only the first
  * waker of a sleep pays for the system call.  Pairs with the owner's
- * store of sleeping before its last look at the stacks (both seq_cst).
+ * store of sleeping (or of polling, cleared) before its last look at the
+ * stacks (all seq_cst).  Return: the owner polls or sleeps there, so it
+ * looks at the stacks again before it returns: nothing more is needed.
  */
-static void mbox_wake(struct rq_mailbox *mb)
+static bool mbox_wake(struct rq_mailbox *mb)
 {
-	if (atomic_load(&mb->sleeping) && atomic_exchange(&mb->sleeping, false)) {
+	if (atomic_load(&mb->polling))
+		return true;
+	if (!atomic_load(&mb->sleeping))
+		return false;
+	if (atomic_exchange(&mb->sleeping, false)) {
 		atomic_fetch_add(&mb->wake_seq, 1);
 		syscall(SYS_futex, &mb->wake_seq, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
 	}
+	return true;
 }
 
 /*
  * Push the chain @first..@last (linked by rq_next) on @stack of @mb with
  * one compare-and-swap.  The push that finds the stack empty arms the
- * service fallback: one wake-up per chain at most, none while the owner
- * has not drained what it already has.
+ * service fallback, unless the owner polls or sleeps in
+ * rq_wait_completions() and so drains it anyway: one service kick per
+ * chain at most, none while the owner waits for it or has not drained
+ * what it already has.
  */
 static void mbox_push_chain(struct rq_mailbox *mb, _Atomic(struct rq_request *) *stack,
 			    struct rq_request *first, struct rq_request *last)
 {
 	struct rq_request *head = atomic_load_explicit(stack, memory_order_relaxed);
 
+	/* the owner's polling hint, on the line this push writes anyway */
+	atomic_store_explicit(&mb->push_cpu, (int)cur_cpu() + 1, memory_order_relaxed);
 	do {
 		last->rq_next = head;
 	} while (!atomic_compare_exchange_weak_explicit(stack, &head, first, memory_order_seq_cst,
 							memory_order_relaxed));
-	if (!head) {
+	if (!head)
 		__atomic_store_n(&mb->pushed_ns, service_clock_ns(), __ATOMIC_RELAXED);
-		atomic_store(&mbox_pending, 1);
+	if (!mbox_wake(mb) && !head) {
+		if (!atomic_load_explicit(&mbox_pending, memory_order_relaxed))
+			atomic_store(&mbox_pending, 1);
 		service_kick_in(1);
 	}
-	mbox_wake(mb);
 }
 
 /*
@@ -344,27 +362,102 @@ RQ_EXPORT int rq_process_completions(void)
 	return mb ? (int)mbox_drain(mb) : 0;
 }
 
+/* Online CPUs, read once: polling needs two. */
+static unsigned mbox_online_cpus(void)
+{
+	static _Atomic unsigned nr;
+	unsigned n = atomic_load_explicit(&nr, memory_order_relaxed);
+
+	if (!n) {
+		long c = sysconf(_SC_NPROCESSORS_ONLN);
+
+		n = c > 0 ? (unsigned)c : 1u;
+		atomic_store_explicit(&nr, n, memory_order_relaxed);
+	}
+	return n;
+}
+
+static uint64_t mbox_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/*
+ * rq_wait_completions(): poll @mb's stacks before sleeping, for the
+ * owner's budget (at most @limit_ns), and only when the last push came
+ * from another CPU than the owner's (on the same one, polling would only
+ * delay the pusher; one CPU for both never polls): a completer there hands
+ * back its next chain sooner than a futex round trip.  The budget doubles
+ * when a poll finds work and halves when one gives up.  While polling is
+ * set, pushes neither wake the owner nor arm the service fallback; the
+ * caller looks at the stacks after this returns.  Return: work was found.
+ */
+static bool mbox_poll(struct rq_mailbox *mb, uint64_t limit_ns)
+{
+	int peer = atomic_load_explicit(&mb->push_cpu, memory_order_relaxed);
+	uint64_t start, budget;
+	bool found;
+
+	if (mbox_online_cpus() < 2 || !peer || peer == (int)cur_cpu() + 1)
+		return false;
+	if (!mb->poll_ns)
+		mb->poll_ns = MBOX_POLL_MAX_NS / 4;
+	budget = mb->poll_ns < limit_ns ? mb->poll_ns : limit_ns;
+	atomic_store(&mb->polling, true);
+	start = mbox_now_ns();
+	for (unsigned i = 1; !(found = mbox_has_work(mb)); i++) {
+		cpu_relax();
+		if (!(i % 16) && mbox_now_ns() - start >= budget)
+			break;
+	}
+	atomic_store(&mb->polling, false);
+	if (found)
+		mb->poll_ns = mb->poll_ns * 2 < MBOX_POLL_MAX_NS ? mb->poll_ns * 2 : MBOX_POLL_MAX_NS;
+	else
+		mb->poll_ns = mb->poll_ns / 2 > MBOX_POLL_MIN_NS ? mb->poll_ns / 2 : MBOX_POLL_MIN_NS;
+	return found;
+}
+
+/* Sleep on @mb until a push wakes the owner or @tsp passes. */
+static void mbox_sleep(struct rq_mailbox *mb, const struct timespec *tsp)
+{
+	uint32_t seq = atomic_load(&mb->wake_seq);
+
+	atomic_store(&mb->sleeping, true);
+	if (!mbox_has_work(mb))
+		syscall(SYS_futex, &mb->wake_seq, FUTEX_WAIT_PRIVATE, seq, tsp, NULL, 0);
+	atomic_store(&mb->sleeping, false);
+}
+
 RQ_EXPORT int rq_wait_completions(uint64_t timeout_ns)
 {
 	struct rq_mailbox *mb = mbox_self();
 	struct timespec ts, *tsp = NULL;
+	uint64_t start;
 	unsigned n;
-	uint32_t seq;
 
 	if (!mb)
 		return -ENOMEM;
 	n = mbox_drain(mb);
 	if (n || !timeout_ns)
 		return (int)n;
-	if (timeout_ns != UINT64_MAX) {
-		ts.tv_sec = (time_t)(timeout_ns / 1000000000u);
-		ts.tv_nsec = (long)(timeout_ns % 1000000000u);
-		tsp = &ts;
+	start = mbox_now_ns();
+	if (!mbox_poll(mb, timeout_ns)) {
+		uint64_t spent = mbox_now_ns() - start;
+
+		if (spent >= timeout_ns)
+			return (int)mbox_drain(mb);
+		if (timeout_ns != UINT64_MAX) {
+			ts.tv_sec = (time_t)((timeout_ns - spent) / 1000000000u);
+			ts.tv_nsec = (long)((timeout_ns - spent) % 1000000000u);
+			tsp = &ts;
+		}
+		mbox_sleep(mb, tsp);
 	}
-	seq = atomic_load(&mb->wake_seq);
-	atomic_store(&mb->sleeping, true);
-	if (!mbox_has_work(mb))
-		syscall(SYS_futex, &mb->wake_seq, FUTEX_WAIT_PRIVATE, seq, tsp, NULL, 0);
-	atomic_store(&mb->sleeping, false);
+	/* a push that saw polling or sleeping set relies on this look */
+	atomic_thread_fence(memory_order_seq_cst);
 	return (int)mbox_drain(mb);
 }

@@ -103,6 +103,13 @@ void service_set_tick(void (*fn)(uint64_t now))
 	service_kick();
 }
 static _Atomic uint64_t svc_wake_at; /* an extra wake-up (mailboxes) */
+/*
+ * When the thread wakes by itself: 0 while it runs a pass (it looks at
+ * svc_wake_at before it sleeps again), UINT64_MAX before its first pass
+ * or while it sleeps without a deadline.  Lets service_kick_in() skip
+ * the kick when the thread comes by in time anyway.
+ */
+static _Atomic uint64_t svc_sleep_until = UINT64_MAX;
 
 static void *service_main(void *arg);
 
@@ -167,6 +174,29 @@ static uint64_t service_queue(struct rq_queue *q, uint64_t now, uint64_t next)
 }
 
 /*
+ * Publish when the thread will wake by itself (@next, or never when
+ * @idle), then take an earlier svc_wake_at.  Pairs with service_kick_in():
+ * it sets svc_wake_at, then reads svc_sleep_until (both seq_cst), so
+ * either this sees its deadline or it sees that the thread would be late
+ * and kicks.  Return: the deadline to sleep until.
+ */
+static uint64_t service_adopt_wake(uint64_t next, bool idle)
+{
+	uint64_t at;
+
+	atomic_store(&svc_sleep_until, idle ? UINT64_MAX : next);
+	at = atomic_load(&svc_wake_at);
+	if (at && at < next) {
+		at = atomic_exchange(&svc_wake_at, 0);
+		if (at && at < next) {
+			next = at;
+			atomic_store(&svc_sleep_until, next);
+		}
+	}
+	return next;
+}
+
+/*
  * One pass over everything due at @now: completion mailboxes, then every
  * queue.  Return: when the next thing falls due (service_clock_ns), or the
  * idle horizon a second ahead; *@idle when no queue exists.
@@ -178,6 +208,7 @@ static uint64_t service_pass(uint64_t now, bool *idle)
 	void (*tick)(uint64_t now) = atomic_load_explicit(&svc_tick, memory_order_acquire);
 
 	atomic_store_explicit(&svc_kicked, 0, memory_order_release);
+	atomic_store(&svc_sleep_until, 0);
 	if (tick)
 		tick(now);
 	pthread_mutex_lock(&svc_lock);
@@ -185,9 +216,7 @@ static uint64_t service_pass(uint64_t now, bool *idle)
 		next = service_queue(q, now, next);
 	*idle = !svc_queues;
 	pthread_mutex_unlock(&svc_lock);
-	if (atomic_load(&svc_wake_at) && atomic_load(&svc_wake_at) < next)
-		next = atomic_exchange(&svc_wake_at, 0);
-	return next;
+	return service_adopt_wake(next, *idle);
 }
 
 static void *service_main(void *arg)
@@ -270,7 +299,13 @@ RQ_EXPORT int64_t rq_service_run(void)
 	return next > now ? (int64_t)(next - now) : 0;
 }
 
-/* Have the service pass look again in @msecs (mailboxes, deferred bios). */
+/*
+ * Have the service pass look again in @msecs (mailboxes, deferred bios).
+ * The thread is kicked only when it would otherwise sleep past that (not
+ * while it runs a pass, nor while it sleeps until sooner): a stream of
+ * pushes costs one wake-up per @msecs, not one each.  Application-driven
+ * service is always kicked: its wait was returned to the application.
+ */
 void service_kick_in(unsigned msecs)
 {
 	uint64_t at = service_clock_ns() + (uint64_t)msecs * 1000000ull;
@@ -278,6 +313,9 @@ void service_kick_in(unsigned msecs)
 
 	while ((cur == 0 || at < cur) && !atomic_compare_exchange_weak(&svc_wake_at, &cur, at))
 		;
+	if (!atomic_load_explicit(&svc_manual, memory_order_acquire) &&
+	    atomic_load(&svc_sleep_until) <= at)
+		return;
 	service_kick();
 }
 

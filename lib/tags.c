@@ -47,6 +47,7 @@
 #include <string.h>
 #include <sys/sysinfo.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "config.h"
 
@@ -59,6 +60,8 @@
 #define SBQ_MAX_DEPTH 65536u
 #define SBQ_MAX_WAKE_BATCH 8u
 #define SBQ_SAFETY_WAIT_NS (5 * 1000 * 1000L)
+#define SBQ_POLL_MIN_TRIES 4u  /* tries for a freed bit before sleeping: at least, */
+#define SBQ_POLL_MAX_TRIES 64u /* at most (8 pauses apart) */
 
 /* ---------------------------------------------------------- node memory */
 
@@ -636,6 +639,38 @@ static struct timespec deadline_after_ns(long ns)
  * Context: any thread that may block; no lock a putter needs may be held.
  * Return: the bit, or -1 when @should_abort turned true.
  */
+/*
+ * Before sleeping for a bit, poll for one for a while: a completion on
+ * another CPU frees tags within microseconds, sooner than a sleep and a
+ * wake-up.  Only on a machine with two CPUs online (read once), and
+ * for a per-thread budget of tries that doubles when a poll gets a bit and
+ * halves when one gives up.  Return: the bit, or -1.
+ */
+static int sbq_poll_get(struct sbitmap_queue *sbq, unsigned cpu, unsigned shallow_depth)
+{
+	static _Atomic int two_cpus = -1;
+	static __thread unsigned budget = SBQ_POLL_MAX_TRIES / 4;
+	int two = atomic_load_explicit(&two_cpus, memory_order_relaxed), bit = -1;
+	unsigned i, j;
+
+	if (two < 0) {
+		two = sysconf(_SC_NPROCESSORS_ONLN) > 1;
+		atomic_store_explicit(&two_cpus, two, memory_order_relaxed);
+	}
+	if (!two)
+		return -1;
+	for (i = 0; i < budget && bit < 0; i++) {
+		for (j = 0; j < 8; j++)
+			cpu_relax();
+		bit = sbq_get_shallow(sbq, cpu, shallow_depth);
+	}
+	if (bit >= 0)
+		budget = budget * 2 < SBQ_POLL_MAX_TRIES ? budget * 2 : SBQ_POLL_MAX_TRIES;
+	else
+		budget = budget / 2 > SBQ_POLL_MIN_TRIES ? budget / 2 : SBQ_POLL_MIN_TRIES;
+	return bit;
+}
+
 int sbq_wait_get(struct sbitmap_queue *sbq, unsigned cpu, unsigned shallow_depth,
 		 void (*before_sleep)(void *arg), bool (*should_abort)(void *arg), void *arg)
 {
@@ -648,6 +683,9 @@ int sbq_wait_get(struct sbitmap_queue *sbq, unsigned cpu, unsigned shallow_depth
 		return bit;
 	if (before_sleep)
 		before_sleep(arg);
+	bit = sbq_poll_get(sbq, cpu, shallow_depth);
+	if (bit >= 0)
+		return bit;
 
 	ws = &sbq->ws[cpu % SBQ_WAIT_QUEUES];
 	pthread_mutex_lock(&ws->lock);

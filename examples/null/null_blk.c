@@ -19,6 +19,7 @@
 #include <limits.h>
 #include <linux/futex.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +29,7 @@
 #include <unistd.h>
 
 #include "null_blk.h"
+#include "null_poll.h"
 
 #define NULL_PAGE_SHIFT 12
 #define NULL_PAGE_SIZE (1u << NULL_PAGE_SHIFT)
@@ -37,8 +39,8 @@
 #define NULL_DEFAULT_DEPTH 64
 #define NULL_DEFAULT_NSEC 10000ull
 #define NULL_DEFAULT_SIZE (1ull << 30)
-#define NULL_SPIN_LOOPS 256         /* idle polls before the thread sleeps */
 #define NULL_SLEEP_THRESHOLD_NS 20000 /* shorter waits spin on the clock */
+#define NULL_HANDOVER 8             /* requests ended per hand-over (multi-queue) */
 
 #define NULL_CACHELINE 64
 
@@ -76,6 +78,7 @@ struct null_hq {
 
 	/* pushed by queue_rq, taken whole by the completion thread */
 	_Atomic(struct null_cmd *) pending __attribute__((aligned(NULL_CACHELINE)));
+	_Atomic int submit_cpu;     /* CPU of the last push, -1: unknown */
 
 	/* written by the completion thread (or queue_rq when inline) */
 	uint64_t completed __attribute__((aligned(NULL_CACHELINE)));
@@ -83,6 +86,7 @@ struct null_hq {
 	_Atomic uint32_t wake_seq;  /* futex word */
 	atomic_bool sleeping;
 	atomic_bool stop;
+	uint32_t poll_ns;           /* idle polling budget (completion thread) */
 } __attribute__((aligned(NULL_CACHELINE)));
 
 /* Memory backing: chunks[i][j] is page i * NULL_CHUNK_PAGES + j. */
@@ -376,6 +380,8 @@ static void null_hq_push_chain(struct null_hq *hq, struct null_cmd *first, struc
 {
 	struct null_cmd *head = atomic_load_explicit(&hq->pending, memory_order_relaxed);
 
+	/* the completion thread's polling hint, on the line the push writes */
+	atomic_store_explicit(&hq->submit_cpu, sched_getcpu(), memory_order_relaxed);
 	do {
 		last->next = head;
 	} while (!atomic_compare_exchange_weak_explicit(&hq->pending, &head, first,
@@ -435,18 +441,28 @@ static void null_hq_take(struct null_hq *hq, struct null_cmd **head,
 	*tail = first;
 }
 
-/* Sleep until something is pushed or stop is set. */
+static bool null_hq_has_work(void *arg)
+{
+	struct null_hq *hq = arg;
+
+	return atomic_load_explicit(&hq->pending, memory_order_relaxed) ||
+	       atomic_load_explicit(&hq->stop, memory_order_relaxed);
+}
+
+/* Is the last submitter on another CPU (polling, early hand-over)? */
+static bool null_hq_peer_apart(struct null_hq *hq)
+{
+	return null_poll_worth(atomic_load_explicit(&hq->submit_cpu, memory_order_relaxed));
+}
+
+/* Wait until something is pushed or stop is set: poll, then sleep. */
 static void null_hq_idle(struct null_hq *hq)
 {
 	uint32_t seq;
-	int i;
 
-	for (i = 0; i < NULL_SPIN_LOOPS; i++) {
-		if (atomic_load_explicit(&hq->pending, memory_order_relaxed) ||
-		    atomic_load_explicit(&hq->stop, memory_order_relaxed))
-			return;
-		null_cpu_relax();
-	}
+	/* a submitter on another CPU refills sooner than a futex round trip */
+	if (null_hq_peer_apart(hq) && null_poll(&hq->poll_ns, null_hq_has_work, hq))
+		return;
 	atomic_store(&hq->sleeping, true);
 	seq = atomic_load(&hq->wake_seq);
 	if (!atomic_load(&hq->pending) && !atomic_load(&hq->stop))
@@ -546,7 +562,8 @@ static void *null_complete_thread(void *arg)
 	struct null_dev *dev = hq->dev;
 	bool timer = dev->cfg.completion == NULL_COMPLETE_TIMER;
 	uint64_t delay = dev->cfg.completion_nsec;
-	struct null_cmd *head = NULL, *tail = NULL;
+	struct null_cmd *head = NULL, *tail = NULL, *stop;
+	unsigned n;
 
 	/* precise sleeps for timer mode (default slack is 50 us) */
 	prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
@@ -564,8 +581,8 @@ static void *null_complete_thread(void *arg)
 		if (timer) {
 			/* one delay for all: FIFO order is deadline order */
 			uint64_t now = null_now_ns();
-			struct null_cmd *stop = head;
 
+			stop = head;
 			while (stop && now >= stop->queued_ns + delay)
 				stop = stop->next;
 			null_finish(hq, head, stop);
@@ -576,8 +593,17 @@ static void *null_complete_thread(void *arg)
 				null_wait_until(head->queued_ns + delay);
 			continue;
 		}
-		null_finish(hq, head, NULL);
-		head = tail = NULL;
+		/* multi-queue, a submitter on another CPU: hand back every
+		   NULL_HANDOVER requests, so it refills while this thread ends
+		   the rest (on this CPU it would only preempt us) */
+		stop = NULL;
+		if (dev->cfg.queue_mode != NULL_Q_RQ && null_hq_peer_apart(hq))
+			for (stop = head, n = 0; stop && n < NULL_HANDOVER; n++)
+				stop = stop->next;
+		null_finish(hq, head, stop);
+		head = stop;
+		if (!head)
+			tail = NULL;
 	}
 	return NULL;
 }
@@ -853,6 +879,7 @@ int null_create(const struct null_config *cfg, struct null_dev **out)
 	for (i = 0; i < dev->cfg.nr_hw_queues; i++) {
 		dev->hqs[i].dev = dev;
 		dev->hqs[i].idx = i;
+		atomic_init(&dev->hqs[i].submit_cpu, -1);
 	}
 	if (dev->cfg.memory_backed) {
 		ret = null_store_init(&dev->store, dev->cfg.size_bytes);

@@ -421,6 +421,10 @@ struct rq_mailbox {
 	bool dead;                /* owner thread exited */
 	atomic_bool sleeping;     /* the owner waits in rq_wait_completions() */
 	_Atomic uint32_t wake_seq; /* its futex word */
+	/* adaptive polling in rq_wait_completions() (lib/complete.c) */
+	atomic_bool polling;      /* the owner polls the stacks: a push needs no wake-up */
+	_Atomic int push_cpu;     /* 1 + the CPU of the last push, 0: none yet */
+	uint32_t poll_ns;         /* the owner's polling budget (owner only) */
 } rq_cacheline_aligned;      /* alone on its line: pushers and owner only */
 
 extern __thread struct rq_mailbox *tls_mbox __attribute__((tls_model("initial-exec")));
