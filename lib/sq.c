@@ -19,6 +19,7 @@
  * request is handed to the oldest waiter directly.
  */
 #define _GNU_SOURCE
+#include <assert.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,18 +43,40 @@ struct sq_waiter {
 	bool abort;            /* queue dying */
 };
 
+/*
+ * Layout: what every submitter reads without the lock (the ops, the lock
+ * pointer, the sizes) comes first and is written only at set-up or a
+ * scheduler switch; the library's mutex has a line of its own; the state
+ * written under the lock starts on a fresh line, the submission side (pool,
+ * scheduler count, waiters) apart from the completion side (in-flight
+ * counts, bios to end), so a lock hold of one kind does not take the lines
+ * the other kind reads without it (nr_sorted, deferred_pending).
+ */
 struct rq_sq_data {
 	struct rq_sq_ops ops;            /* copy of the driver's, zero-filled */
 	struct rq_elevator_sq_ops eops;  /* copy of the scheduler's */
-	pthread_mutex_t own_lock;
 	pthread_mutex_t *lock;
+	size_t rq_size;
+	struct rq_request **slots;       /* slot -> request, pool_cap of them */
+	void **chunks;                   /* allocations backing the slots */
+	unsigned nr_chunks;
 
-	struct rq_list_node queue_head;  /* the dispatch queue */
-	uint64_t end_sector;             /* where the last dispatched request ended */
-	struct rq_request *boundary_rq;
+	pthread_mutex_t own_lock rq_cacheline_aligned;
+
+	/* submission side, under the lock */
+	unsigned nr_requests rq_cacheline_aligned; /* the pool's limit */
+	unsigned pool_cap;               /* requests that exist */
+	unsigned allocated;              /* handed out */
+	struct rq_request *free_list;    /* by rq_next */
+	struct sq_waiter *wait_head, *wait_tail;
 	unsigned nr_sorted;              /* requests inside the scheduler (written
 					    under the lock, read without it by
 					    sq_merge_candidates()) */
+
+	/* dispatch and completion side, under the lock */
+	struct rq_list_node queue_head rq_cacheline_aligned; /* the dispatch queue */
+	uint64_t end_sector;             /* where the last dispatched request ended */
+	struct rq_request *boundary_rq;
 	unsigned in_flight[2];           /* started: [async, sync] */
 	bool stopped;
 	int request_fn_active;           /* request_fn is running (no recursion) */
@@ -61,20 +84,11 @@ struct rq_sq_data {
 					    deferred bios when it drops it) */
 	bool rerun;                      /* work arrived while it ran */
 
-	/* the request pool */
-	size_t rq_size;
-	unsigned nr_requests;            /* the limit */
-	unsigned pool_cap;               /* requests that exist */
-	unsigned allocated;              /* handed out */
-	struct rq_request **slots;       /* slot -> request, pool_cap of them */
-	void **chunks;                   /* allocations backing the slots */
-	unsigned nr_chunks;
-	struct rq_request *free_list;    /* by rq_next */
-	struct sq_waiter *wait_head, *wait_tail;
-
-	/* bios ended under the lock, ended after it is dropped, and the usage
-	   references of their requests, dropped after that */
+	/* bios ended under the lock, ended after it is dropped in the order
+	   they ended (a FIFO by ->next), and the usage references of their
+	   requests, dropped after that */
 	struct rq_bio *deferred;
+	struct rq_bio **deferred_tail;   /* &deferred, or &last->next */
 	long deferred_refs;
 	_Atomic bool deferred_pending;
 	_Atomic uint64_t deferred_since; /* when it became pending (service clock) */
@@ -165,6 +179,7 @@ static struct rq_bio *sq_take_deferred(struct rq_sq_data *sqd, long *refs)
 
 	*refs = sqd->deferred_refs;
 	sqd->deferred = NULL;
+	sqd->deferred_tail = &sqd->deferred;
 	sqd->deferred_refs = 0;
 	atomic_store_explicit(&sqd->deferred_pending, false, memory_order_relaxed);
 	return bio;
@@ -234,16 +249,30 @@ static void sq_deferred_mark(struct rq_sq_data *sqd)
 		service_kick_in(1);
 }
 
+/*
+ * End the bios @first .. @last (linked by ->next, @last's NULL) with
+ * @status once the lock is dropped, after those queued before them: bios
+ * end in the order they were finished, as they would have under the lock.
+ * Lock held.
+ */
+static void sq_bios_end_later(struct rq_sq_data *sqd, struct rq_bio *first, struct rq_bio *last,
+			      rq_status_t status)
+{
+	if (unlikely(status != RQ_STS_OK)) {
+		for (struct rq_bio *bio = first; bio; bio = bio->next)
+			if (bio->status == RQ_STS_OK)
+				bio->status = status;
+	}
+	*sqd->deferred_tail = first;
+	sqd->deferred_tail = &last->next;
+	sq_deferred_mark(sqd);
+}
+
 /* End @bio with @status once the lock is dropped.  Lock held. */
 static void sq_bio_end_later(struct rq_queue *q, struct rq_bio *bio, rq_status_t status)
 {
-	struct rq_sq_data *sqd = sqd_of(q);
-
-	if (status != RQ_STS_OK && bio->status == RQ_STS_OK)
-		bio->status = status;
-	bio->next = sqd->deferred;
-	sqd->deferred = bio;
-	sq_deferred_mark(sqd);
+	bio->next = NULL;
+	sq_bios_end_later(sqd_of(q), bio, bio, status);
 }
 
 /* ----------------------------------------------------------- run queue */
@@ -445,9 +474,26 @@ static void pool_serve_waiters(struct rq_sq_data *sqd)
 	}
 }
 
+/*
+ * Is the queue lock held (by some thread)?  For assertions: glibc's lock
+ * word is a plain read; elsewhere a trylock that must fail.
+ */
+static inline bool sq_lock_is_held(struct rq_sq_data *sqd)
+{
+#if defined(__GLIBC__)
+	return __atomic_load_n(&sqd->lock->__data.__lock, __ATOMIC_RELAXED) != 0;
+#else
+	if (pthread_mutex_trylock(sqd->lock))
+		return true;
+	pthread_mutex_unlock(sqd->lock);
+	return false;
+#endif
+}
+
 /* Back to the pool; the oldest waiter gets it if the limit allows.  Lock held. */
 static inline void pool_put(struct rq_sq_data *sqd, struct rq_request *rq)
 {
+	assert(sq_lock_is_held(sqd));
 	sqd->allocated--;
 	rq->rq_next = sqd->free_list;
 	sqd->free_list = rq;
@@ -887,6 +933,44 @@ static bool sq_update_request(struct rq_request *rq, rq_status_t status, unsigne
 	return request_advance(rq, status, bytes, sq_bio_end_later);
 }
 
+/*
+ * @rq's remaining bios end with @status (later, in order), it goes back to
+ * the pool, and its usage reference is dropped after its bios have ended.
+ * Lock held.
+ */
+static void sq_request_leave(struct rq_request *rq, rq_status_t status)
+{
+	struct rq_sq_data *sqd = sqd_of(rq->q);
+
+	if (rq->bio) {
+		rq->biotail->next = NULL;
+		sq_bios_end_later(sqd, rq->bio, rq->biotail, status);
+	}
+	rq->bytes = 0;
+	if (sq_release_request(rq)) {
+		sqd->deferred_refs++;
+		sq_deferred_mark(sqd);
+	}
+}
+
+/*
+ * Plug teardown (fe->plug_fail): @rq of a dying queue never reached the
+ * scheduler; it leaves as a completed one does, under the lock the pool
+ * needs, its bios ending once the lock drops.  No lock held.
+ */
+static void sq_plug_fail(struct rq_request *rq, rq_status_t status)
+{
+	struct rq_queue *q = rq->q;
+
+	sq_lock(sqd_of(q));
+	if (status != RQ_STS_OK)
+		stat_inc(q, ST_ERRORS);
+	stat_inc(q, ST_COMPLETED);
+	trace_complete_all(rq, status, OBS_C_DONE);
+	sq_request_leave(rq, status);
+	sq_unlock_end(q);
+}
+
 /* The request is done: scheduler told, bios ended (later), pool.  Lock held. */
 static void sq_finish_request(struct rq_request *rq, rq_status_t status)
 {
@@ -908,18 +992,7 @@ static void sq_finish_request(struct rq_request *rq, rq_status_t status)
 	stat_inc(q, ST_COMPLETED);
 	if ((rq->rq_flags & RQ_RQF_ELVPRIV) && sqd->eops.completed)
 		sqd->eops.completed(q, rq);
-	while (rq->bio) {
-		struct rq_bio *bio = rq->bio;
-
-		rq->bio = bio->next;
-		sq_bio_end_later(q, bio, status);
-	}
-	rq->bytes = 0;
-	if (sq_release_request(rq)) {
-		/* the request's usage reference goes after its bios have ended */
-		sqd->deferred_refs++;
-		sq_deferred_mark(sqd);
-	}
+	sq_request_leave(rq, status);
 }
 
 RQ_EXPORT bool rq_sq_end_request_locked(struct rq_request *rq, rq_status_t status, unsigned bytes)
@@ -1373,16 +1446,18 @@ static void sq_lock_init(pthread_mutex_t *lock)
 /* The front end's own part of a new queue: driver ops, lock, pool. */
 static struct rq_sq_data *sq_data_alloc(const struct rq_sq_config *cfg, unsigned nr)
 {
-	struct rq_sq_data *sqd = mem_zalloc(sizeof(*sqd));
+	struct rq_sq_data *sqd = mem_alloc_aligned(RQ_CACHELINE, sizeof(*sqd));
 
 	if (!sqd)
 		return NULL;
+	memset(sqd, 0, sizeof(*sqd));
 	memcpy(&sqd->ops, cfg->ops, cfg->ops->size < sizeof(sqd->ops) ? cfg->ops->size :
 									  sizeof(sqd->ops));
 	sqd->ops.size = sizeof(sqd->ops);
 	sq_lock_init(&sqd->own_lock);
 	sqd->lock = cfg->queue_lock ? cfg->queue_lock : &sqd->own_lock;
 	rq_list_init(&sqd->queue_head);
+	sqd->deferred_tail = &sqd->deferred;
 	sqd->rq_size = request_size(cfg->cmd_size);
 	sqd->nr_requests = nr;
 	return sqd;
@@ -1421,7 +1496,7 @@ RQ_EXPORT int rq_sq_alloc_queue(const struct rq_sq_config *cfg, struct rq_queue 
 	if (sqd)
 		q = queue_alloc_common(&cc);
 	if (!q) {
-		mem_free(sqd, sizeof(*sqd));
+		mem_free_aligned(sqd, sizeof(*sqd), RQ_CACHELINE);
 		return -ENOMEM;
 	}
 	q->fe_data = sqd;
@@ -1463,7 +1538,7 @@ static void sq_queue_free(struct rq_queue *q)
 	mem_free(sqd->tag_index, 0);
 	flush_queue_exit(q);
 	pthread_mutex_destroy(&sqd->own_lock);
-	mem_free(sqd, sizeof(*sqd));
+	mem_free_aligned(sqd, sizeof(*sqd), RQ_CACHELINE);
 	queue_free_common(q);
 }
 
@@ -1550,6 +1625,7 @@ static const struct rq_fe_ops sq_fe_ops = {
 	.submit = sq_submit,
 	.plug_issue = sq_plug_issue,
 	.release_request = sq_release_request,
+	.plug_fail = sq_plug_fail,
 	.bio_hctx = sq_bio_hctx,
 	.complete = sq_complete,
 	.run_queues = sq_run_queues,
