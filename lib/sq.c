@@ -588,7 +588,7 @@ static void pool_abort_waiters(struct rq_sq_data *sqd)
  * and set_request (noop, deadline): those decide per request, under the
  * lock, so with cfq nothing changes.
  */
-#define SQ_PLUG_BATCH 16
+#define SQ_PLUG_BATCH 32 /* RQ_PLUG_MAX_REQUESTS: one hold per plug of one queue */
 #define SQ_PLUG_BIG_BIO (64u * 1024u) /* bytes */
 
 struct sq_plug_cache {
@@ -670,12 +670,17 @@ static void sq_cache_return_locked(struct rq_queue *q)
 	c->used = 0;
 }
 
+static unsigned sq_plug_batch(struct rq_queue *q, const struct rq_plug *plug,
+			      const struct rq_bio *bio);
+
 /*
- * A request of @q for a plugged bio: from the cache, refilled with up to
- * @want in one lock hold when empty.  NULL when the pool is near its limit
- * or the cache holds another queue's: the caller goes the locked way.
+ * A request of @q for plugged @bio: from the cache, refilled with
+ * sq_plug_batch() requests in one lock hold when empty.  NULL when the
+ * pool is near its limit or the cache holds another queue's: the caller
+ * goes the locked way.
  */
-static struct rq_request *sq_cache_get(struct rq_queue *q, unsigned want)
+static struct rq_request *sq_cache_get(struct rq_queue *q, const struct rq_plug *plug,
+				       const struct rq_bio *bio)
 {
 	struct rq_sq_data *sqd = sqd_of(q);
 	struct rq_request *rq = sq_cache_pop(q);
@@ -683,7 +688,7 @@ static struct rq_request *sq_cache_get(struct rq_queue *q, unsigned want)
 	if (rq || tls_sq_cache.head)
 		return rq; /* a hit, or another queue's requests (kept for its flush) */
 	sq_lock(sqd);
-	sq_cache_fill_locked(q, want);
+	sq_cache_fill_locked(q, sq_plug_batch(q, plug, bio));
 	sq_unlock(sqd);
 	return sq_cache_pop(q);
 }
@@ -1212,7 +1217,7 @@ static bool sq_submit_plugged(struct rq_queue *q, struct rq_sw_ctx *ctx, struct 
 
 	if (!sq_cache_allowed(sqd) || sq_merge_candidates(sqd))
 		return false;
-	rq = sq_cache_get(q, sq_plug_batch(q, plug, bio));
+	rq = sq_cache_get(q, plug, bio);
 	if (!rq)
 		return false;
 	sq_plug_request(q, ctx, plug, rq, bio, nr_segs);
@@ -1293,19 +1298,64 @@ static void sq_submit(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_bio *
 	sq_unlock_end(q);
 }
 
+/*
+ * Insert merges of one unplug.  At insert a request can only join a request
+ * in the scheduler that ends where it starts (the one-hit cache, the hash).
+ * When the scheduler was empty as the unplug began, those are the unplug's
+ * own requests inserted before it, or requests that took some of them in
+ * and so end where one of them ended.  The unplug notes each end sector in
+ * a 256-bit filter (false positives only); a request whose start is not in
+ * it is inserted without the attempt, which would find nothing.  A plug's
+ * requests thus still join each other (A, B, A+1: A+1 joins A), and with
+ * requests queued before the unplug every insert tries as before.
+ */
+struct sq_ends {
+	uint64_t w[4];
+};
+
+static inline uint64_t *sq_ends_word(struct sq_ends *e, uint64_t sector, uint64_t *bit)
+{
+	unsigned b = (unsigned)((sector >> 3) ^ (sector >> 11)) & 255u;
+
+	*bit = 1ull << (b & 63u);
+	return &e->w[b >> 6];
+}
+
+/* Insert @rq, trying insert merges only if @e (NULL: always) says one may succeed. */
+static void sq_insert_filtered(struct rq_queue *q, struct rq_request *rq, struct sq_ends *e)
+{
+	uint64_t *w, bit, end;
+
+	if (!e) {
+		sq_insert_merge(q, rq);
+		return;
+	}
+	end = rq_request_end_sector(rq); /* before a merge empties it */
+	w = sq_ends_word(e, rq->sector, &bit);
+	if (*w & bit)
+		sq_insert_merge(q, rq);
+	else
+		sq_insert_sorted(q, rq);
+	w = sq_ends_word(e, end, &bit);
+	*w |= bit;
+}
+
 /* Unplug: the plugged requests of one queue into the scheduler, then run. */
 static void sq_plug_issue(struct rq_list_node *list, struct rq_request *first)
 {
 	struct rq_queue *q = first->q;
 	struct rq_sq_data *sqd = sqd_of(q);
+	struct sq_ends ends = { { 0 } };
+	bool filter;
 
 	sq_lock(sqd);
 	sq_cache_return_locked(q);
+	filter = !sqd->nr_sorted;
 	while (!rq_list_empty(list)) {
 		struct rq_request *rq = rq_list_first_rq(list);
 
 		rq_list_del_init(&rq->queuelist);
-		sq_insert_merge(q, rq);
+		sq_insert_filtered(q, rq, filter ? &ends : NULL);
 	}
 	sq_run_queue_locked(q);
 	sq_unlock_end(q);
