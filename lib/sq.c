@@ -265,14 +265,16 @@ static void sq_bios_end_later(struct rq_sq_data *sqd, struct rq_bio *first, stru
 	}
 	*sqd->deferred_tail = first;
 	sqd->deferred_tail = &last->next;
-	sq_deferred_mark(sqd);
 }
 
 /* End @bio with @status once the lock is dropped.  Lock held. */
 static void sq_bio_end_later(struct rq_queue *q, struct rq_bio *bio, rq_status_t status)
 {
+	struct rq_sq_data *sqd = sqd_of(q);
+
 	bio->next = NULL;
-	sq_bios_end_later(sqd_of(q), bio, bio, status);
+	sq_bios_end_later(sqd, bio, bio, status);
+	sq_deferred_mark(sqd);
 }
 
 /* ----------------------------------------------------------- run queue */
@@ -932,10 +934,28 @@ static struct rq_sw_ctx *sq_release_request(struct rq_request *rq)
 	return ctx;
 }
 
-/* Partial completion; bios wholly done end after the lock drops.  Lock held. */
+/*
+ * Completion of @bytes of @rq; bios wholly done end after the lock drops.
+ * When @bytes covers the request, as request_advance() does it (every bio
+ * advanced to its end, rq->sector to the end, no bytes left) but with the
+ * bios queued to end as one chain.  Return: true while bytes remain.
+ * Lock held.
+ */
 static bool sq_update_request(struct rq_request *rq, rq_status_t status, unsigned bytes)
 {
-	return request_advance(rq, status, bytes, sq_bio_end_later);
+	struct rq_sq_data *sqd = sqd_of(rq->q);
+
+	if (!bytes || bytes < rq->bytes || !rq->bio)
+		return request_advance(rq, status, bytes, sq_bio_end_later);
+	for (struct rq_bio *bio = rq->bio; bio; bio = bio->next)
+		bio_advance(bio, bio->iter.size);
+	rq->sector = rq_request_end_sector(rq);
+	rq->bytes = 0;
+	rq->biotail->next = NULL;
+	sq_bios_end_later(sqd, rq->bio, rq->biotail, status);
+	rq->bio = rq->biotail = NULL;
+	sq_deferred_mark(sqd);
+	return false;
 }
 
 /*
@@ -947,15 +967,20 @@ static void sq_request_leave(struct rq_request *rq, rq_status_t status)
 {
 	struct rq_sq_data *sqd = sqd_of(rq->q);
 
+	bool mark = rq->bio;
+
 	if (rq->bio) {
 		rq->biotail->next = NULL;
 		sq_bios_end_later(sqd, rq->bio, rq->biotail, status);
+		rq->bio = rq->biotail = NULL;
 	}
 	rq->bytes = 0;
 	if (sq_release_request(rq)) {
 		sqd->deferred_refs++;
-		sq_deferred_mark(sqd);
+		mark = true;
 	}
+	if (mark)
+		sq_deferred_mark(sqd);
 }
 
 /*
