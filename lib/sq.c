@@ -235,18 +235,22 @@ RQ_EXPORT void rq_sq_unlock(struct rq_queue *q)
  * request_fn) it drains on the way out; otherwise the driver took the lock
  * itself, so the service thread drains within a millisecond.  Lock held.
  */
-static void sq_deferred_mark(struct rq_sq_data *sqd)
+static void sq_deferred_mark_slow(struct rq_sq_data *sqd)
 {
 	bool kick = !sqd->lib_locked && !sqd->request_fn_active;
 
-	/* only lock holders write the flag: a plain test, no locked exchange */
-	if (atomic_load_explicit(&sqd->deferred_pending, memory_order_relaxed))
-		return;
 	atomic_store_explicit(&sqd->deferred_since, kick ? service_clock_ns() : UINT64_MAX,
 			      memory_order_relaxed);
 	atomic_store_explicit(&sqd->deferred_pending, true, memory_order_release);
 	if (kick)
 		service_kick_in(1);
+}
+
+static inline void sq_deferred_mark(struct rq_sq_data *sqd)
+{
+	/* only lock holders write the flag: a plain test, no locked exchange */
+	if (!atomic_load_explicit(&sqd->deferred_pending, memory_order_relaxed))
+		sq_deferred_mark_slow(sqd);
 }
 
 /*
