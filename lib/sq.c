@@ -586,8 +586,9 @@ static void pool_abort_waiters(struct rq_sq_data *sqd)
  * A batch is as large as the plug's use of requests so far, or the last
  * plug's (1, 1, 2, 4, ... up to SQ_PLUG_BATCH), so few sit idle; it is
  * taken only while nobody waits for the pool and at least twice the batch
- * is free under nr_requests.  Closer to the limit requests are taken one
- * by one under the lock as before, and waiters keep their arrival order.
+ * is free under nr_requests (nearer the limit the batch is halved until
+ * it is).  Closer still requests are taken one by one under the lock as
+ * before, and waiters keep their arrival order.
  * What differs from Linux 4.x: far from the limit, up to SQ_PLUG_BATCH - 1
  * requests per plugging thread are counted before they are made, until its
  * plug issues.  Only for schedulers without the per-request hooks may_queue
@@ -622,23 +623,32 @@ static void sq_cache_fill_locked(struct rq_queue *q, unsigned want)
 {
 	struct rq_sq_data *sqd = sqd_of(q);
 	struct sq_plug_cache *c = &tls_sq_cache;
-	struct rq_request *rq;
+	struct rq_request *first = sqd->free_list, *last = NULL, *rq;
+	unsigned n = 0;
 
+	/* nearer the limit, a smaller batch: twice it must still be free */
+	while (want > 1 && sqd->allocated + 2 * want > sqd->nr_requests)
+		want /= 2;
 	if (sqd->wait_head || sqd->allocated + 2 * want > sqd->nr_requests)
 		return;
 	if (c->q != q) {
 		c->q = q;
 		c->used = c->last = 0;
 	}
-	while (c->nr < want && (rq = sqd->free_list)) {
-		sqd->free_list = rq->rq_next;
-		rq->rq_next = c->head;
-		if (!c->head)
-			c->tail = rq;
-		c->head = rq;
-		c->nr++;
-		sqd->allocated++;
+	/* the first want - nr of the free list, spliced whole */
+	for (rq = first; rq && c->nr + n < want; rq = rq->rq_next) {
+		last = rq;
+		n++;
 	}
+	if (!n)
+		return;
+	sqd->free_list = rq;
+	last->rq_next = c->head;
+	if (!c->head)
+		c->tail = last;
+	c->head = first;
+	c->nr += n;
+	sqd->allocated += n;
 }
 
 /* A request of @q from the thread's cache, or NULL.  Lock not needed. */
