@@ -38,6 +38,7 @@
 
 static pthread_mutex_t drv_lock;    /* the queue lock: the driver's, error-checking */
 static bool drv_hold;               /* keep requests instead of ending them */
+static bool drv_paused;             /* take none: they wait in the scheduler */
 static struct rq_request *held[MAX_HELD];
 static unsigned nr_held;
 static struct { uint64_t sector; uint32_t bytes; } seen[MAX_HELD];
@@ -47,7 +48,7 @@ static void drv_request_fn(struct rq_queue *q)
 {
 	struct rq_request *rq;
 
-	while ((rq = rq_sq_fetch_request(q))) {
+	while (!drv_paused && (rq = rq_sq_fetch_request(q))) {
 		assert_true(nr_seen < MAX_HELD);
 		seen[nr_seen].sector = rq->sector;
 		seen[nr_seen].bytes = rq->bytes;
@@ -66,36 +67,17 @@ static const struct rq_sq_ops drv_ops = {
 
 /* ------------------------------------------- a FIFO that checks the lock */
 
-struct fifo {
-	struct rq_list_node list;
-};
-
+static struct rq_list_node fifo = { &fifo, &fifo }; /* one queue at a time */
 static _Atomic int nr_put_locked, nr_put_unlocked;
-
-static int fifo_init(struct rq_queue *q, void **data)
-{
-	struct fifo *f = calloc(1, sizeof(*f));
-
-	if (!f)
-		return -ENOMEM;
-	rq_list_init(&f->list);
-	*data = f;
-	return 0;
-}
-
-static void fifo_exit(struct rq_queue *q, void *data)
-{
-	free(data);
-}
 
 static void fifo_add(struct rq_queue *q, struct rq_request *rq)
 {
-	rq_list_add_tail(&rq->queuelist, &((struct fifo *)rq_sched_data(q))->list);
+	rq_list_add_tail(&rq->queuelist, &fifo);
 }
 
 static int fifo_dispatch(struct rq_queue *q, bool force)
 {
-	struct rq_request *rq = rq_list_first_rq(&((struct fifo *)rq_sched_data(q))->list);
+	struct rq_request *rq = rq_list_first_rq(&fifo);
 
 	if (!rq)
 		return 0;
@@ -128,8 +110,6 @@ static void fifo_put_request(struct rq_request *rq)
 
 static const struct rq_elevator_sq_ops fifo_sq_ops = {
 	RQ_ELV_SQ_OPS_INIT,
-	.init_queue = fifo_init,
-	.exit_queue = fifo_exit,
 	.add_request = fifo_add,
 	.dispatch = fifo_dispatch,
 	.merge_req = fifo_merge_req,
@@ -196,7 +176,7 @@ static struct rq_queue *mkq(const char *sched)
 	pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ERRORCHECK);
 	pthread_mutex_init(&drv_lock, &attr);
 	pthread_mutexattr_destroy(&attr);
-	drv_hold = false;
+	drv_hold = drv_paused = false;
 	nr_held = nr_seen = 0;
 	atomic_store(&ended, 0);
 	atomic_store(&bad, 0);
@@ -213,14 +193,11 @@ static void destroy(struct rq_queue *q)
 	pthread_mutex_destroy(&drv_lock);
 }
 
-static void set_stopped(struct rq_queue *q, bool stopped)
+/* The driver takes what waits in the scheduler. */
+static void drv_resume(struct rq_queue *q)
 {
-	rq_sq_lock(q);
-	if (stopped)
-		rq_sq_stop_queue(q);
-	else
-		rq_sq_start_queue(q);
-	rq_sq_unlock(q);
+	drv_paused = false;
+	rq_sq_run_queue(q);
 }
 
 /* ------------------------------------------------------------- tests */
@@ -250,16 +227,37 @@ static void test_plug_fail_under_queue_lock(void **state)
 	put_bios(bios, 3);
 }
 
-/* Submit @n bios at @sectors (in units of SECS) on one plug, with the queue stopped. */
-static void plug_submit(struct rq_queue *q, const uint64_t *sectors, unsigned n,
-			struct rq_bio **bios)
-{
-	struct rq_plug plug;
+struct want {
+	uint64_t sector;          /* in units of SECS */
+	unsigned bios;
+};
 
+/*
+ * With the driver paused, bios at @sectors (units of SECS) on one plug;
+ * then the driver takes requests as @want says, in order.
+ */
+static void unplug_expect(struct rq_queue *q, const uint64_t *sectors, unsigned n,
+			  const struct want *want, unsigned nr_want)
+{
+	struct rq_bio *bios[8];
+	struct rq_plug plug;
+	int before = atomic_load(&ended);
+
+	drv_paused = true;
+	nr_seen = 0;
 	rq_start_plug(&plug);
 	for (unsigned i = 0; i < n; i++)
 		rq_submit_bio(q, bios[i] = mkbio(sectors[i] * SECS));
 	rq_finish_plug(&plug);
+	assert_int_equal(rq_sq_nr_sorted(q), nr_want);
+	drv_resume(q);
+	assert_int_equal(nr_seen, nr_want);
+	for (unsigned i = 0; i < nr_want; i++) {
+		assert_int_equal(seen[i].sector, want[i].sector * SECS);
+		assert_int_equal(seen[i].bytes, want[i].bios * BS);
+	}
+	assert_int_equal(atomic_load(&ended), before + (int)n);
+	put_bios(bios, n);
 }
 
 struct submit_arg {
@@ -287,61 +285,38 @@ static void *submit_thread(void *p)
  */
 static void test_plug_insert_merges_own(void **state)
 {
-	static const uint64_t one[] = { 0, 1000, 1 };
-	static const uint64_t two[] = { 0, 500, 1, 900, 2 };
+	static const uint64_t one[] = { 0, 1000, 1 }, two[] = { 0, 500, 1, 900, 2 };
+	static const struct want want_one[] = { { 0, 2 }, { 1000, 1 } };
+	static const struct want want_two[] = { { 0, 3 }, { 500, 1 }, { 900, 1 } };
 	struct rq_queue *q = mkq("noop");
+	struct submit_arg a = { .q = q, .bio = mkbio(2000 * SECS) };
 	struct rq_queue_stats st;
-	struct rq_bio *bios[5];
+	struct rq_bio *bio;
+	struct rq_plug plug;
+	pthread_t t;
 
-	set_stopped(q, true);
-	plug_submit(q, one, 3, bios);
-	assert_int_equal(rq_sq_nr_sorted(q), 2);
-	set_stopped(q, false);
-	assert_int_equal(nr_seen, 2);
-	assert_int_equal(seen[0].sector, 0);
-	assert_int_equal(seen[0].bytes, 2 * BS);
-	assert_int_equal(seen[1].sector, 1000 * SECS);
-	assert_int_equal(atomic_load(&ended), 3);
-	put_bios(bios, 3);
-
-	set_stopped(q, true);
-	nr_seen = 0;
-	plug_submit(q, two, 5, bios);
-	assert_int_equal(rq_sq_nr_sorted(q), 3);
-	set_stopped(q, false);
-	assert_int_equal(nr_seen, 3);
-	assert_int_equal(seen[0].sector, 0);
-	assert_int_equal(seen[0].bytes, 3 * BS);
-	assert_int_equal(seen[1].sector, 500 * SECS);
-	assert_int_equal(seen[2].sector, 900 * SECS);
-	assert_int_equal(atomic_load(&ended), 8);
-	assert_int_equal(atomic_load(&bad), 0);
+	unplug_expect(q, one, 3, want_one, 2);
+	unplug_expect(q, two, 5, want_two, 3);
 	rq_queue_get_stats(q, &st, sizeof(st));
 	assert_int_equal(st.merges_rq, 3);
-	put_bios(bios, 5);
 
-	{
-		struct submit_arg a = { .q = q, .bio = mkbio(2000 * SECS) };
-		struct rq_plug plug;
-		pthread_t t;
-
-		set_stopped(q, true);
-		nr_seen = 0;
-		rq_start_plug(&plug);
-		rq_submit_bio(q, bios[0] = mkbio(2001 * SECS));
-		assert_int_equal(pthread_create(&t, NULL, submit_thread, &a), 0);
-		assert_int_equal(pthread_join(t, NULL), 0);
-		assert_int_equal(rq_sq_nr_sorted(q), 1);
-		rq_finish_plug(&plug);
-		assert_int_equal(rq_sq_nr_sorted(q), 1);
-		set_stopped(q, false);
-		assert_int_equal(nr_seen, 1);
-		assert_int_equal(seen[0].sector, 2000 * SECS);
-		assert_int_equal(seen[0].bytes, 2 * BS);
-		assert_int_equal(atomic_load(&ended), 10);
-		rq_bio_put(bios[0]);
-		rq_bio_put(a.bio);
-	}
+	drv_paused = true;
+	nr_seen = 0;
+	rq_start_plug(&plug);
+	rq_submit_bio(q, bio = mkbio(2001 * SECS));
+	assert_int_equal(pthread_create(&t, NULL, submit_thread, &a), 0);
+	assert_int_equal(pthread_join(t, NULL), 0);
+	assert_int_equal(rq_sq_nr_sorted(q), 1);
+	rq_finish_plug(&plug);
+	assert_int_equal(rq_sq_nr_sorted(q), 1);
+	drv_resume(q);
+	assert_int_equal(nr_seen, 1);
+	assert_int_equal(seen[0].sector, 2000 * SECS);
+	assert_int_equal(seen[0].bytes, 2 * BS);
+	assert_int_equal(atomic_load(&ended), 10);
+	assert_int_equal(atomic_load(&bad), 0);
+	rq_bio_put(bio);
+	rq_bio_put(a.bio);
 	destroy(q);
 }
 
@@ -357,9 +332,13 @@ static void test_bios_end_in_order(void **state)
 	static const uint64_t sectors[] = { 0, 1, 100, 101 };
 	struct rq_queue *q = mkq("noop");
 	struct rq_bio *bios[4];
+	struct rq_plug plug;
 
 	drv_hold = true;
-	plug_submit(q, sectors, 4, bios);
+	rq_start_plug(&plug);
+	for (unsigned i = 0; i < 4; i++)
+		rq_submit_bio(q, bios[i] = mkbio(sectors[i] * SECS));
+	rq_finish_plug(&plug);
 	assert_int_equal(nr_held, 2);
 	assert_int_equal(held[0]->sector, 0);
 	assert_int_equal(held[1]->sector, 100 * SECS);
