@@ -980,8 +980,7 @@ static bool sq_update_request(struct rq_request *rq, rq_status_t status, unsigne
 static void sq_request_leave(struct rq_request *rq, rq_status_t status)
 {
 	struct rq_sq_data *sqd = sqd_of(rq->q);
-
-	bool mark = rq->bio;
+	bool mark = rq->bio != NULL;
 
 	if (rq->bio) {
 		rq->biotail->next = NULL;
