@@ -324,6 +324,9 @@ void plug_fail_queue(struct rq_queue *q)
 		*link = rq->rq_next;
 		rq->rq_next = NULL;
 		plug->count--;
-		request_fail(rq, RQ_STS_IOERR);
+		if (q->fe->plug_fail)
+			q->fe->plug_fail(rq, RQ_STS_IOERR); /* sq: the pool wants its lock */
+		else
+			request_fail(rq, RQ_STS_IOERR);
 	}
 }

@@ -19,6 +19,7 @@
  * request is handed to the oldest waiter directly.
  */
 #define _GNU_SOURCE
+#include <assert.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,18 +43,40 @@ struct sq_waiter {
 	bool abort;            /* queue dying */
 };
 
+/*
+ * Layout: what every submitter reads without the lock (the ops, the lock
+ * pointer, the sizes) comes first and is written only at set-up or a
+ * scheduler switch; the library's mutex has a line of its own; the state
+ * written under the lock starts on a fresh line, the submission side (pool,
+ * scheduler count, waiters) apart from the completion side (in-flight
+ * counts, bios to end), so a lock hold of one kind does not take the lines
+ * the other kind reads without it (nr_sorted, deferred_pending).
+ */
 struct rq_sq_data {
 	struct rq_sq_ops ops;            /* copy of the driver's, zero-filled */
 	struct rq_elevator_sq_ops eops;  /* copy of the scheduler's */
-	pthread_mutex_t own_lock;
 	pthread_mutex_t *lock;
+	size_t rq_size;
+	struct rq_request **slots;       /* slot -> request, pool_cap of them */
+	void **chunks;                   /* allocations backing the slots */
+	unsigned nr_chunks;
 
-	struct rq_list_node queue_head;  /* the dispatch queue */
-	uint64_t end_sector;             /* where the last dispatched request ended */
-	struct rq_request *boundary_rq;
+	pthread_mutex_t own_lock rq_cacheline_aligned;
+
+	/* submission side, under the lock */
+	unsigned nr_requests rq_cacheline_aligned; /* the pool's limit */
+	unsigned pool_cap;               /* requests that exist */
+	unsigned allocated;              /* handed out */
+	struct rq_request *free_list;    /* by rq_next */
+	struct sq_waiter *wait_head, *wait_tail;
 	unsigned nr_sorted;              /* requests inside the scheduler (written
 					    under the lock, read without it by
 					    sq_merge_candidates()) */
+
+	/* dispatch and completion side, under the lock */
+	struct rq_list_node queue_head rq_cacheline_aligned; /* the dispatch queue */
+	uint64_t end_sector;             /* where the last dispatched request ended */
+	struct rq_request *boundary_rq;
 	unsigned in_flight[2];           /* started: [async, sync] */
 	bool stopped;
 	int request_fn_active;           /* request_fn is running (no recursion) */
@@ -61,20 +84,11 @@ struct rq_sq_data {
 					    deferred bios when it drops it) */
 	bool rerun;                      /* work arrived while it ran */
 
-	/* the request pool */
-	size_t rq_size;
-	unsigned nr_requests;            /* the limit */
-	unsigned pool_cap;               /* requests that exist */
-	unsigned allocated;              /* handed out */
-	struct rq_request **slots;       /* slot -> request, pool_cap of them */
-	void **chunks;                   /* allocations backing the slots */
-	unsigned nr_chunks;
-	struct rq_request *free_list;    /* by rq_next */
-	struct sq_waiter *wait_head, *wait_tail;
-
-	/* bios ended under the lock, ended after it is dropped, and the usage
-	   references of their requests, dropped after that */
+	/* bios ended under the lock, ended after it is dropped in the order
+	   they ended (a FIFO by ->next), and the usage references of their
+	   requests, dropped after that */
 	struct rq_bio *deferred;
+	struct rq_bio **deferred_tail;   /* &deferred, or &last->next */
 	long deferred_refs;
 	_Atomic bool deferred_pending;
 	_Atomic uint64_t deferred_since; /* when it became pending (service clock) */
@@ -165,6 +179,7 @@ static struct rq_bio *sq_take_deferred(struct rq_sq_data *sqd, long *refs)
 
 	*refs = sqd->deferred_refs;
 	sqd->deferred = NULL;
+	sqd->deferred_tail = &sqd->deferred;
 	sqd->deferred_refs = 0;
 	atomic_store_explicit(&sqd->deferred_pending, false, memory_order_relaxed);
 	return bio;
@@ -220,13 +235,10 @@ RQ_EXPORT void rq_sq_unlock(struct rq_queue *q)
  * request_fn) it drains on the way out; otherwise the driver took the lock
  * itself, so the service thread drains within a millisecond.  Lock held.
  */
-static void sq_deferred_mark(struct rq_sq_data *sqd)
+static void sq_deferred_mark_slow(struct rq_sq_data *sqd)
 {
 	bool kick = !sqd->lib_locked && !sqd->request_fn_active;
 
-	/* only lock holders write the flag: a plain test, no locked exchange */
-	if (atomic_load_explicit(&sqd->deferred_pending, memory_order_relaxed))
-		return;
 	atomic_store_explicit(&sqd->deferred_since, kick ? service_clock_ns() : UINT64_MAX,
 			      memory_order_relaxed);
 	atomic_store_explicit(&sqd->deferred_pending, true, memory_order_release);
@@ -234,15 +246,38 @@ static void sq_deferred_mark(struct rq_sq_data *sqd)
 		service_kick_in(1);
 }
 
+static inline void sq_deferred_mark(struct rq_sq_data *sqd)
+{
+	/* only lock holders write the flag: a plain test, no locked exchange */
+	if (!atomic_load_explicit(&sqd->deferred_pending, memory_order_relaxed))
+		sq_deferred_mark_slow(sqd);
+}
+
+/*
+ * End the bios @first .. @last (linked by ->next, @last's NULL) with
+ * @status once the lock is dropped, after those queued before them: bios
+ * end in the order they were finished, as they would have under the lock.
+ * Lock held.
+ */
+static void sq_bios_end_later(struct rq_sq_data *sqd, struct rq_bio *first, struct rq_bio *last,
+			      rq_status_t status)
+{
+	if (unlikely(status != RQ_STS_OK)) {
+		for (struct rq_bio *bio = first; bio; bio = bio->next)
+			if (bio->status == RQ_STS_OK)
+				bio->status = status;
+	}
+	*sqd->deferred_tail = first;
+	sqd->deferred_tail = &last->next;
+}
+
 /* End @bio with @status once the lock is dropped.  Lock held. */
 static void sq_bio_end_later(struct rq_queue *q, struct rq_bio *bio, rq_status_t status)
 {
 	struct rq_sq_data *sqd = sqd_of(q);
 
-	if (status != RQ_STS_OK && bio->status == RQ_STS_OK)
-		bio->status = status;
-	bio->next = sqd->deferred;
-	sqd->deferred = bio;
+	bio->next = NULL;
+	sq_bios_end_later(sqd, bio, bio, status);
 	sq_deferred_mark(sqd);
 }
 
@@ -445,9 +480,26 @@ static void pool_serve_waiters(struct rq_sq_data *sqd)
 	}
 }
 
+/*
+ * Is the queue lock held (by some thread)?  For assertions: glibc's lock
+ * word is a plain read; elsewhere a trylock that must fail.
+ */
+static inline bool sq_lock_is_held(struct rq_sq_data *sqd)
+{
+#if defined(__GLIBC__)
+	return __atomic_load_n(&sqd->lock->__data.__lock, __ATOMIC_RELAXED) != 0;
+#else
+	if (pthread_mutex_trylock(sqd->lock))
+		return true;
+	pthread_mutex_unlock(sqd->lock);
+	return false;
+#endif
+}
+
 /* Back to the pool; the oldest waiter gets it if the limit allows.  Lock held. */
 static inline void pool_put(struct rq_sq_data *sqd, struct rq_request *rq)
 {
+	assert(sq_lock_is_held(sqd));
 	sqd->allocated--;
 	rq->rq_next = sqd->free_list;
 	sqd->free_list = rq;
@@ -534,15 +586,16 @@ static void pool_abort_waiters(struct rq_sq_data *sqd)
  * A batch is as large as the plug's use of requests so far, or the last
  * plug's (1, 1, 2, 4, ... up to SQ_PLUG_BATCH), so few sit idle; it is
  * taken only while nobody waits for the pool and at least twice the batch
- * is free under nr_requests.  Closer to the limit requests are taken one
- * by one under the lock as before, and waiters keep their arrival order.
+ * is free under nr_requests (nearer the limit the batch is halved until
+ * it is).  Closer still requests are taken one by one under the lock as
+ * before, and waiters keep their arrival order.
  * What differs from Linux 4.x: far from the limit, up to SQ_PLUG_BATCH - 1
  * requests per plugging thread are counted before they are made, until its
  * plug issues.  Only for schedulers without the per-request hooks may_queue
  * and set_request (noop, deadline): those decide per request, under the
  * lock, so with cfq nothing changes.
  */
-#define SQ_PLUG_BATCH 16
+#define SQ_PLUG_BATCH 32 /* RQ_PLUG_MAX_REQUESTS: one hold per plug of one queue */
 #define SQ_PLUG_BIG_BIO (64u * 1024u) /* bytes */
 
 struct sq_plug_cache {
@@ -570,23 +623,32 @@ static void sq_cache_fill_locked(struct rq_queue *q, unsigned want)
 {
 	struct rq_sq_data *sqd = sqd_of(q);
 	struct sq_plug_cache *c = &tls_sq_cache;
-	struct rq_request *rq;
+	struct rq_request *first = sqd->free_list, *last = NULL, *rq;
+	unsigned n = 0;
 
+	/* nearer the limit, a smaller batch: twice it must still be free */
+	while (want > 1 && sqd->allocated + 2 * want > sqd->nr_requests)
+		want /= 2;
 	if (sqd->wait_head || sqd->allocated + 2 * want > sqd->nr_requests)
 		return;
 	if (c->q != q) {
 		c->q = q;
 		c->used = c->last = 0;
 	}
-	while (c->nr < want && (rq = sqd->free_list)) {
-		sqd->free_list = rq->rq_next;
-		rq->rq_next = c->head;
-		if (!c->head)
-			c->tail = rq;
-		c->head = rq;
-		c->nr++;
-		sqd->allocated++;
+	/* the first want - nr of the free list, spliced whole */
+	for (rq = first; rq && c->nr + n < want; rq = rq->rq_next) {
+		last = rq;
+		n++;
 	}
+	if (!n)
+		return;
+	sqd->free_list = rq;
+	last->rq_next = c->head;
+	if (!c->head)
+		c->tail = last;
+	c->head = first;
+	c->nr += n;
+	sqd->allocated += n;
 }
 
 /* A request of @q from the thread's cache, or NULL.  Lock not needed. */
@@ -624,12 +686,17 @@ static void sq_cache_return_locked(struct rq_queue *q)
 	c->used = 0;
 }
 
+static unsigned sq_plug_batch(struct rq_queue *q, const struct rq_plug *plug,
+			      const struct rq_bio *bio);
+
 /*
- * A request of @q for a plugged bio: from the cache, refilled with up to
- * @want in one lock hold when empty.  NULL when the pool is near its limit
- * or the cache holds another queue's: the caller goes the locked way.
+ * A request of @q for plugged @bio: from the cache, refilled with
+ * sq_plug_batch() requests in one lock hold when empty.  NULL when the
+ * pool is near its limit or the cache holds another queue's: the caller
+ * goes the locked way.
  */
-static struct rq_request *sq_cache_get(struct rq_queue *q, unsigned want)
+static struct rq_request *sq_cache_get(struct rq_queue *q, const struct rq_plug *plug,
+				       const struct rq_bio *bio)
 {
 	struct rq_sq_data *sqd = sqd_of(q);
 	struct rq_request *rq = sq_cache_pop(q);
@@ -637,7 +704,7 @@ static struct rq_request *sq_cache_get(struct rq_queue *q, unsigned want)
 	if (rq || tls_sq_cache.head)
 		return rq; /* a hit, or another queue's requests (kept for its flush) */
 	sq_lock(sqd);
-	sq_cache_fill_locked(q, want);
+	sq_cache_fill_locked(q, sq_plug_batch(q, plug, bio));
 	sq_unlock(sqd);
 	return sq_cache_pop(q);
 }
@@ -881,10 +948,70 @@ static struct rq_sw_ctx *sq_release_request(struct rq_request *rq)
 	return ctx;
 }
 
-/* Partial completion; bios wholly done end after the lock drops.  Lock held. */
+/*
+ * Completion of @bytes of @rq; bios wholly done end after the lock drops.
+ * When @bytes covers the request, as request_advance() does it (every bio
+ * advanced to its end, rq->sector to the end, no bytes left) but with the
+ * bios queued to end as one chain.  Return: true while bytes remain.
+ * Lock held.
+ */
 static bool sq_update_request(struct rq_request *rq, rq_status_t status, unsigned bytes)
 {
-	return request_advance(rq, status, bytes, sq_bio_end_later);
+	struct rq_sq_data *sqd = sqd_of(rq->q);
+
+	if (!bytes || bytes < rq->bytes || !rq->bio)
+		return request_advance(rq, status, bytes, sq_bio_end_later);
+	for (struct rq_bio *bio = rq->bio; bio; bio = bio->next)
+		bio_advance(bio, bio->iter.size);
+	rq->sector = rq_request_end_sector(rq);
+	rq->bytes = 0;
+	rq->biotail->next = NULL;
+	sq_bios_end_later(sqd, rq->bio, rq->biotail, status);
+	rq->bio = rq->biotail = NULL;
+	sq_deferred_mark(sqd);
+	return false;
+}
+
+/*
+ * @rq's remaining bios end with @status (later, in order), it goes back to
+ * the pool, and its usage reference is dropped after its bios have ended.
+ * Lock held.
+ */
+static void sq_request_leave(struct rq_request *rq, rq_status_t status)
+{
+	struct rq_sq_data *sqd = sqd_of(rq->q);
+	bool mark = rq->bio != NULL;
+
+	if (rq->bio) {
+		rq->biotail->next = NULL;
+		sq_bios_end_later(sqd, rq->bio, rq->biotail, status);
+		rq->bio = rq->biotail = NULL;
+	}
+	rq->bytes = 0;
+	if (sq_release_request(rq)) {
+		sqd->deferred_refs++;
+		mark = true;
+	}
+	if (mark)
+		sq_deferred_mark(sqd);
+}
+
+/*
+ * Plug teardown (fe->plug_fail): @rq of a dying queue never reached the
+ * scheduler; it leaves as a completed one does, under the lock the pool
+ * needs, its bios ending once the lock drops.  No lock held.
+ */
+static void sq_plug_fail(struct rq_request *rq, rq_status_t status)
+{
+	struct rq_queue *q = rq->q;
+
+	sq_lock(sqd_of(q));
+	if (status != RQ_STS_OK)
+		stat_inc(q, ST_ERRORS);
+	stat_inc(q, ST_COMPLETED);
+	trace_complete_all(rq, status, OBS_C_DONE);
+	sq_request_leave(rq, status);
+	sq_unlock_end(q);
 }
 
 /* The request is done: scheduler told, bios ended (later), pool.  Lock held. */
@@ -908,18 +1035,7 @@ static void sq_finish_request(struct rq_request *rq, rq_status_t status)
 	stat_inc(q, ST_COMPLETED);
 	if ((rq->rq_flags & RQ_RQF_ELVPRIV) && sqd->eops.completed)
 		sqd->eops.completed(q, rq);
-	while (rq->bio) {
-		struct rq_bio *bio = rq->bio;
-
-		rq->bio = bio->next;
-		sq_bio_end_later(q, bio, status);
-	}
-	rq->bytes = 0;
-	if (sq_release_request(rq)) {
-		/* the request's usage reference goes after its bios have ended */
-		sqd->deferred_refs++;
-		sq_deferred_mark(sqd);
-	}
+	sq_request_leave(rq, status);
 }
 
 RQ_EXPORT bool rq_sq_end_request_locked(struct rq_request *rq, rq_status_t status, unsigned bytes)
@@ -1139,7 +1255,7 @@ static bool sq_submit_plugged(struct rq_queue *q, struct rq_sw_ctx *ctx, struct 
 
 	if (!sq_cache_allowed(sqd) || sq_merge_candidates(sqd))
 		return false;
-	rq = sq_cache_get(q, sq_plug_batch(q, plug, bio));
+	rq = sq_cache_get(q, plug, bio);
 	if (!rq)
 		return false;
 	sq_plug_request(q, ctx, plug, rq, bio, nr_segs);
@@ -1220,19 +1336,64 @@ static void sq_submit(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_bio *
 	sq_unlock_end(q);
 }
 
+/*
+ * Insert merges of one unplug.  At insert a request can only join a request
+ * in the scheduler that ends where it starts (the one-hit cache, the hash).
+ * When the scheduler was empty as the unplug began, those are the unplug's
+ * own requests inserted before it, or requests that took some of them in
+ * and so end where one of them ended.  The unplug notes each end sector in
+ * a 256-bit filter (false positives only); a request whose start is not in
+ * it is inserted without the attempt, which would find nothing.  A plug's
+ * requests thus still join each other (A, B, A+1: A+1 joins A), and with
+ * requests queued before the unplug every insert tries as before.
+ */
+struct sq_ends {
+	uint64_t w[4];
+};
+
+static inline uint64_t *sq_ends_word(struct sq_ends *e, uint64_t sector, uint64_t *bit)
+{
+	unsigned b = (unsigned)((sector >> 3) ^ (sector >> 11)) & 255u;
+
+	*bit = 1ull << (b & 63u);
+	return &e->w[b >> 6];
+}
+
+/* Insert @rq, trying insert merges only if @e (NULL: always) says one may succeed. */
+static void sq_insert_filtered(struct rq_queue *q, struct rq_request *rq, struct sq_ends *e)
+{
+	uint64_t *w, bit, end;
+
+	if (!e) {
+		sq_insert_merge(q, rq);
+		return;
+	}
+	end = rq_request_end_sector(rq); /* before a merge empties it */
+	w = sq_ends_word(e, rq->sector, &bit);
+	if (*w & bit)
+		sq_insert_merge(q, rq);
+	else
+		sq_insert_sorted(q, rq);
+	w = sq_ends_word(e, end, &bit);
+	*w |= bit;
+}
+
 /* Unplug: the plugged requests of one queue into the scheduler, then run. */
 static void sq_plug_issue(struct rq_list_node *list, struct rq_request *first)
 {
 	struct rq_queue *q = first->q;
 	struct rq_sq_data *sqd = sqd_of(q);
+	struct sq_ends ends = { { 0 } };
+	bool filter;
 
 	sq_lock(sqd);
 	sq_cache_return_locked(q);
+	filter = !sqd->nr_sorted;
 	while (!rq_list_empty(list)) {
 		struct rq_request *rq = rq_list_first_rq(list);
 
 		rq_list_del_init(&rq->queuelist);
-		sq_insert_merge(q, rq);
+		sq_insert_filtered(q, rq, filter ? &ends : NULL);
 	}
 	sq_run_queue_locked(q);
 	sq_unlock_end(q);
@@ -1373,16 +1534,18 @@ static void sq_lock_init(pthread_mutex_t *lock)
 /* The front end's own part of a new queue: driver ops, lock, pool. */
 static struct rq_sq_data *sq_data_alloc(const struct rq_sq_config *cfg, unsigned nr)
 {
-	struct rq_sq_data *sqd = mem_zalloc(sizeof(*sqd));
+	struct rq_sq_data *sqd = mem_alloc_aligned(RQ_CACHELINE, sizeof(*sqd));
 
 	if (!sqd)
 		return NULL;
+	memset(sqd, 0, sizeof(*sqd));
 	memcpy(&sqd->ops, cfg->ops, cfg->ops->size < sizeof(sqd->ops) ? cfg->ops->size :
 									  sizeof(sqd->ops));
 	sqd->ops.size = sizeof(sqd->ops);
 	sq_lock_init(&sqd->own_lock);
 	sqd->lock = cfg->queue_lock ? cfg->queue_lock : &sqd->own_lock;
 	rq_list_init(&sqd->queue_head);
+	sqd->deferred_tail = &sqd->deferred;
 	sqd->rq_size = request_size(cfg->cmd_size);
 	sqd->nr_requests = nr;
 	return sqd;
@@ -1421,7 +1584,7 @@ RQ_EXPORT int rq_sq_alloc_queue(const struct rq_sq_config *cfg, struct rq_queue 
 	if (sqd)
 		q = queue_alloc_common(&cc);
 	if (!q) {
-		mem_free(sqd, sizeof(*sqd));
+		mem_free_aligned(sqd, sizeof(*sqd), RQ_CACHELINE);
 		return -ENOMEM;
 	}
 	q->fe_data = sqd;
@@ -1463,7 +1626,7 @@ static void sq_queue_free(struct rq_queue *q)
 	mem_free(sqd->tag_index, 0);
 	flush_queue_exit(q);
 	pthread_mutex_destroy(&sqd->own_lock);
-	mem_free(sqd, sizeof(*sqd));
+	mem_free_aligned(sqd, sizeof(*sqd), RQ_CACHELINE);
 	queue_free_common(q);
 }
 
@@ -1550,6 +1713,7 @@ static const struct rq_fe_ops sq_fe_ops = {
 	.submit = sq_submit,
 	.plug_issue = sq_plug_issue,
 	.release_request = sq_release_request,
+	.plug_fail = sq_plug_fail,
 	.bio_hctx = sq_bio_hctx,
 	.complete = sq_complete,
 	.run_queues = sq_run_queues,

@@ -7,7 +7,8 @@
  * queued before it, nor the reverse.  What it does besides is merging:
  *
  *   back merges    the core's one-hit cache and end-sector hash find the
- *                  request a bio continues (add_request hashes it);
+ *                  request a bio continues (the core hashes a
+ *                  request as it inserts it);
  *   front merges   a hash by start sector finds the request a bio ends
  *                  just before (the merge hook): O(1) per add, lookup and
  *                  removal, where a sorted tree cost a walk and rebalancing
@@ -93,12 +94,15 @@ static void noop_front_del(struct rq_request *rq)
 	rq->elv_priv[0] = rq->elv_priv[1] = NULL;
 }
 
-/* Forget @rq: FIFO, sort tree and the core's hash.  Queue lock held. */
+/*
+ * Forget @rq: FIFO and front-merge hash.  The core's back-merge hash is the
+ * core's: it hashes a request as it inserts it and unhashes it as it leaves
+ * (rq_sq_dispatch_*(), a request merge).  Queue lock held.
+ */
 static void noop_remove(struct rq_queue *q, struct noop_data *nd, struct rq_request *rq)
 {
 	rq_list_del_init(&rq->queuelist);
 	noop_front_del(rq);
-	rq_sched_hash_del(q, rq);
 }
 
 /*
@@ -142,7 +146,7 @@ static void noop_exit_queue(struct rq_queue *q, void *data)
 
 /**
  * noop_add_request() - queue @rq at the FIFO tail; mergeable requests also
- * go in the front-merge hash and the core's hash (back merges).
+ * go in the front-merge hash (the core has put them in its back-merge hash).
  * Context: queue lock held.
  */
 static void noop_add_request(struct rq_queue *q, struct rq_request *rq)
@@ -151,10 +155,8 @@ static void noop_add_request(struct rq_queue *q, struct rq_request *rq)
 
 	rq_list_add_tail(&rq->queuelist, &nd->fifo);
 	rq->elv_priv[0] = rq->elv_priv[1] = NULL;
-	if (noop_rq_mergeable(rq)) {
+	if (noop_rq_mergeable(rq))
 		noop_front_add(nd, rq);
-		rq_sched_hash_add(q, rq);
-	}
 }
 
 /**

@@ -239,7 +239,8 @@ struct rq_queue {
 /*
  * struct rq_fe_ops - a front end, as the layers below it see it.  Each
  * front end defines one (mq_fe_ops in mq.c, sq_fe_ops in sq.c) and sets
- * q->fe when it makes a queue.  Every hook is required.
+ * q->fe when it makes a queue.  Every hook is required unless it says
+ * "optional".
  */
 struct rq_fe_ops {
 	const char *name;              /* "mq" or "sq" */
@@ -264,6 +265,14 @@ struct rq_fe_ops {
 	 * dropped).
 	 */
 	struct rq_sw_ctx *(*release_request)(struct rq_request *rq);
+	/*
+	 * @plug_fail: optional.  Teardown: @rq, a request of a dying queue on
+	 * the calling thread's plug (never inserted), ends with @status and
+	 * leaves as request_fail() would have it, under whatever lock the
+	 * front end's release needs.  NULL: request_fail().  Context:
+	 * plug_fail_queue(), no lock held.
+	 */
+	void (*plug_fail)(struct rq_request *rq, rq_status_t status);
 	/*
 	 * @bio_hctx: the hw queue a bio submitted now would be queued on
 	 * (merge.c asks outside a submission of @q; NULL without hw queues).

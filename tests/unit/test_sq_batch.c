@@ -1,0 +1,377 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/*
+ * The single-queue front end's batched lock holds keep the kernel's
+ * behaviour:
+ *
+ *   test_plug_fail_under_queue_lock  a queue destroyed under the caller's
+ *       plug gives the plugged requests back to its pool with the queue
+ *       lock held (the scheduler's put_request sees it held), and their
+ *       bios fail once each;
+ *   test_plug_insert_merges_own  an unplug skips insert merges that cannot
+ *       succeed, yet a plug's requests still join each other at insert
+ *       (A, B, A+1; and a request that grew by such a merge takes the
+ *       next one: its new end counts);
+ *   test_bios_end_in_order  bios finished under the lock end after it
+ *       drops in the order they were finished: by request in completion
+ *       order, by bio within a request, partial completions included.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include <librequest/librequest.h>
+
+/* ------------------------------------------------------------ driver */
+
+#define MAX_HELD 64
+#define MAX_ENDS 256
+#define BS 4096u
+#define SECS (BS >> 9)
+
+static pthread_mutex_t drv_lock;    /* the queue lock: the driver's, error-checking */
+static bool drv_hold;               /* keep requests instead of ending them */
+static bool drv_paused;             /* take none: they wait in the scheduler */
+static struct rq_request *held[MAX_HELD];
+static unsigned nr_held;
+static struct { uint64_t sector; uint32_t bytes; } seen[MAX_HELD];
+static unsigned nr_seen;
+
+static void drv_request_fn(struct rq_queue *q)
+{
+	struct rq_request *rq;
+
+	while (!drv_paused && (rq = rq_sq_fetch_request(q))) {
+		assert_true(nr_seen < MAX_HELD);
+		seen[nr_seen].sector = rq->sector;
+		seen[nr_seen].bytes = rq->bytes;
+		nr_seen++;
+		if (drv_hold)
+			held[nr_held++] = rq;
+		else
+			rq_sq_end_request_all_locked(rq, RQ_STS_OK);
+	}
+}
+
+static const struct rq_sq_ops drv_ops = {
+	RQ_SQ_OPS_INIT,
+	.request_fn = drv_request_fn,
+};
+
+/* ------------------------------------------- a FIFO that checks the lock */
+
+static struct rq_list_node fifo = { &fifo, &fifo }; /* one queue at a time */
+static _Atomic int nr_put_locked, nr_put_unlocked;
+
+static void fifo_add(struct rq_queue *q, struct rq_request *rq)
+{
+	rq_list_add_tail(&rq->queuelist, &fifo);
+}
+
+static int fifo_dispatch(struct rq_queue *q, bool force)
+{
+	struct rq_request *rq = rq_list_first_rq(&fifo);
+
+	if (!rq)
+		return 0;
+	rq_list_del_init(&rq->queuelist);
+	rq_sq_dispatch_add_tail(q, rq);
+	return 1;
+}
+
+static void fifo_merge_req(struct rq_queue *q, struct rq_request *rq, struct rq_request *next)
+{
+	rq_list_del_init(&next->queuelist);
+}
+
+/*
+ * A request leaves for the pool: the calling thread must hold the queue
+ * lock.  The error-checking mutex says so: locking it again is EDEADLK.
+ */
+static void fifo_put_request(struct rq_request *rq)
+{
+	int ret = pthread_mutex_lock(&drv_lock);
+
+	if (ret == EDEADLK) {
+		atomic_fetch_add(&nr_put_locked, 1);
+		return;
+	}
+	atomic_fetch_add(&nr_put_unlocked, 1);
+	if (!ret)
+		pthread_mutex_unlock(&drv_lock);
+}
+
+static const struct rq_elevator_sq_ops fifo_sq_ops = {
+	RQ_ELV_SQ_OPS_INIT,
+	.add_request = fifo_add,
+	.dispatch = fifo_dispatch,
+	.merge_req = fifo_merge_req,
+	.put_request = fifo_put_request,
+};
+
+static const struct rq_elevator_type fifo_type = {
+	RQ_ELV_TYPE_INIT,
+	.name = "sqbatch-fifo",
+	.features = RQ_ELV_F_SQ,
+	.sq_ops = &fifo_sq_ops,
+};
+
+/* ------------------------------------------------------------- bios */
+
+static char buf[BS];
+static _Atomic int ended, bad;
+static struct rq_bio *end_order[MAX_ENDS];
+static _Atomic unsigned nr_ends;
+
+static void record_end_io(struct rq_bio *bio)
+{
+	unsigned i = atomic_fetch_add(&nr_ends, 1);
+
+	if (i < MAX_ENDS)
+		end_order[i] = bio;
+	if (bio->status != RQ_STS_OK)
+		atomic_fetch_add(&bad, 1);
+	atomic_fetch_add(&ended, 1);
+}
+
+static struct rq_bio *mkbio(uint64_t sector)
+{
+	struct rq_bio *bio = rq_bio_alloc(1);
+
+	assert_non_null(bio);
+	assert_int_equal(rq_bio_add_vec(bio, buf, BS), 0);
+	bio->op = RQ_OP_READ;
+	bio->iter.sector = sector;
+	bio->end_io = record_end_io;
+	return bio;
+}
+
+static void put_bios(struct rq_bio **bios, unsigned n)
+{
+	for (unsigned i = 0; i < n; i++)
+		rq_bio_put(bios[i]);
+}
+
+static struct rq_queue *mkq(const char *sched)
+{
+	pthread_mutexattr_t attr;
+	struct rq_sq_config cfg = {
+		RQ_SQ_CONFIG_INIT,
+		.ops = &drv_ops,
+		.scheduler = sched,
+		.queue_lock = &drv_lock,
+	};
+	struct rq_queue *q;
+	int ret = rq_sched_register(&fifo_type);
+
+	assert_true(ret == 0 || ret == -EEXIST);
+	pthread_mutexattr_init(&attr);
+	pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ERRORCHECK);
+	pthread_mutex_init(&drv_lock, &attr);
+	pthread_mutexattr_destroy(&attr);
+	drv_hold = drv_paused = false;
+	nr_held = nr_seen = 0;
+	atomic_store(&ended, 0);
+	atomic_store(&bad, 0);
+	atomic_store(&nr_ends, 0);
+	atomic_store(&nr_put_locked, 0);
+	atomic_store(&nr_put_unlocked, 0);
+	assert_int_equal(rq_sq_alloc_queue(&cfg, &q), 0);
+	return q;
+}
+
+static void destroy(struct rq_queue *q)
+{
+	rq_queue_destroy(q);
+	pthread_mutex_destroy(&drv_lock);
+}
+
+/* The driver takes what waits in the scheduler. */
+static void drv_resume(struct rq_queue *q)
+{
+	drv_paused = false;
+	rq_sq_run_queue(q);
+}
+
+/* ------------------------------------------------------------- tests */
+
+/*
+ * Plugged requests of a queue destroyed under the plug go back to the pool
+ * with the queue lock held by the destroying thread (put_request sees it),
+ * and each of their bios fails once.  Before the fix they went back with
+ * no lock at all, racing with completions on the pool's free list.
+ */
+static void test_plug_fail_under_queue_lock(void **state)
+{
+	struct rq_queue *q = mkq("sqbatch-fifo");
+	struct rq_bio *bios[3];
+	struct rq_plug plug;
+
+	rq_start_plug(&plug);
+	for (unsigned i = 0; i < 3; i++)
+		rq_submit_bio(q, bios[i] = mkbio(i * 1000));
+	assert_int_equal(atomic_load(&ended), 0);
+	destroy(q);
+	rq_finish_plug(&plug);
+	assert_int_equal(atomic_load(&ended), 3);
+	assert_int_equal(atomic_load(&bad), 3);
+	assert_int_equal(atomic_load(&nr_put_unlocked), 0);
+	assert_int_equal(atomic_load(&nr_put_locked), 3);
+	put_bios(bios, 3);
+}
+
+struct want {
+	uint64_t sector;          /* in units of SECS */
+	unsigned bios;
+};
+
+/*
+ * With the driver paused, bios at @sectors (units of SECS) on one plug;
+ * then the driver takes requests as @want says, in order.
+ */
+static void unplug_expect(struct rq_queue *q, const uint64_t *sectors, unsigned n,
+			  const struct want *want, unsigned nr_want)
+{
+	struct rq_bio *bios[8];
+	struct rq_plug plug;
+	int before = atomic_load(&ended);
+
+	drv_paused = true;
+	nr_seen = 0;
+	rq_start_plug(&plug);
+	for (unsigned i = 0; i < n; i++)
+		rq_submit_bio(q, bios[i] = mkbio(sectors[i] * SECS));
+	rq_finish_plug(&plug);
+	assert_int_equal(rq_sq_nr_sorted(q), nr_want);
+	drv_resume(q);
+	assert_int_equal(nr_seen, nr_want);
+	for (unsigned i = 0; i < nr_want; i++) {
+		assert_int_equal(seen[i].sector, want[i].sector * SECS);
+		assert_int_equal(seen[i].bytes, want[i].bios * BS);
+	}
+	assert_int_equal(atomic_load(&ended), before + (int)n);
+	put_bios(bios, n);
+}
+
+struct submit_arg {
+	struct rq_queue *q;
+	struct rq_bio *bio;
+};
+
+static void *submit_thread(void *p)
+{
+	struct submit_arg *a = p;
+
+	rq_submit_bio(a->q, a->bio);
+	return NULL;
+}
+
+/*
+ * A plug's own requests join at insert, with noop and an empty scheduler
+ * (where the unplug filters its insert merges): A, B, A+1 gives A+(A+1)
+ * and B; A, X, A+1, Y, A+2 gives one request of three bios (A+1 joined A,
+ * so A now ends where A+2 starts) and X, Y.  And with a request queued
+ * (by another thread) while the plug held the one that continues it, the
+ * two join at insert.  A filter that skipped the plug's own requests,
+ * noted only the ends of inserted ones, or stayed on with requests queued
+ * before the unplug, fails.
+ */
+static void test_plug_insert_merges_own(void **state)
+{
+	static const uint64_t one[] = { 0, 1000, 1 }, two[] = { 0, 500, 1, 900, 2 };
+	static const struct want want_one[] = { { 0, 2 }, { 1000, 1 } };
+	static const struct want want_two[] = { { 0, 3 }, { 500, 1 }, { 900, 1 } };
+	struct rq_queue *q = mkq("noop");
+	struct submit_arg a = { .q = q, .bio = mkbio(2000 * SECS) };
+	struct rq_queue_stats st;
+	struct rq_bio *bio;
+	struct rq_plug plug;
+	pthread_t t;
+
+	unplug_expect(q, one, 3, want_one, 2);
+	unplug_expect(q, two, 5, want_two, 3);
+	rq_queue_get_stats(q, &st, sizeof(st));
+	assert_int_equal(st.merges_rq, 3);
+
+	drv_paused = true;
+	nr_seen = 0;
+	rq_start_plug(&plug);
+	rq_submit_bio(q, bio = mkbio(2001 * SECS));
+	assert_int_equal(pthread_create(&t, NULL, submit_thread, &a), 0);
+	assert_int_equal(pthread_join(t, NULL), 0);
+	assert_int_equal(rq_sq_nr_sorted(q), 1);
+	rq_finish_plug(&plug);
+	assert_int_equal(rq_sq_nr_sorted(q), 1);
+	drv_resume(q);
+	assert_int_equal(nr_seen, 1);
+	assert_int_equal(seen[0].sector, 2000 * SECS);
+	assert_int_equal(seen[0].bytes, 2 * BS);
+	assert_int_equal(atomic_load(&ended), 10);
+	assert_int_equal(atomic_load(&bad), 0);
+	rq_bio_put(bio);
+	rq_bio_put(a.bio);
+	destroy(q);
+}
+
+/*
+ * Bios ended under the lock end, after it drops, in the order they were
+ * ended: the driver holds two requests of two bios each (plug merges) and,
+ * in one lock hold, ends the second request whole, then the first by one
+ * bio and then the rest.  Expected: 2a 2b 1a 1b.  Ending them last in
+ * first out (a stack) gives 1b 1a 2b 2a.
+ */
+static void test_bios_end_in_order(void **state)
+{
+	static const uint64_t sectors[] = { 0, 1, 100, 101 };
+	struct rq_queue *q = mkq("noop");
+	struct rq_bio *bios[4];
+	struct rq_plug plug;
+
+	drv_hold = true;
+	rq_start_plug(&plug);
+	for (unsigned i = 0; i < 4; i++)
+		rq_submit_bio(q, bios[i] = mkbio(sectors[i] * SECS));
+	rq_finish_plug(&plug);
+	assert_int_equal(nr_held, 2);
+	assert_int_equal(held[0]->sector, 0);
+	assert_int_equal(held[1]->sector, 100 * SECS);
+
+	rq_sq_lock(q);
+	assert_false(rq_sq_end_request_locked(held[1], RQ_STS_OK, 2 * BS));
+	assert_true(rq_sq_end_request_locked(held[0], RQ_STS_OK, BS));
+	assert_false(rq_sq_end_request_locked(held[0], RQ_STS_OK, BS));
+	assert_int_equal(atomic_load(&ended), 0); /* not under the lock */
+	rq_sq_unlock(q);
+
+	assert_int_equal(atomic_load(&nr_ends), 4);
+	assert_ptr_equal(end_order[0], bios[2]);
+	assert_ptr_equal(end_order[1], bios[3]);
+	assert_ptr_equal(end_order[2], bios[0]);
+	assert_ptr_equal(end_order[3], bios[1]);
+	/* every single-queue completion leaves a bio at its end */
+	for (unsigned i = 0; i < 4; i++) {
+		assert_int_equal(bios[i]->iter.size, 0);
+		assert_int_equal(bios[i]->iter.sector, (sectors[i] + 1) * SECS);
+	}
+	assert_int_equal(atomic_load(&bad), 0);
+	put_bios(bios, 4);
+	destroy(q);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_plug_fail_under_queue_lock),
+		cmocka_unit_test(test_plug_insert_merges_own),
+		cmocka_unit_test(test_bios_end_in_order),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
