@@ -839,24 +839,6 @@ static struct rq_request *bfqq_find_next_rq(const struct bfq_data *bd, struct bf
 }
 
 /*
- * Queue @rq in @bfqq; it becomes the next to send if it is better than the
- * one chosen so far, measured from the END of the last dispatch (the
- * kernel's bfq_add_request() and bfqd->last_position).
- */
-static void bfqq_add_rq(struct bfq_queue *bfqq, struct rq_request *rq, bool at_head)
-{
-	if (at_head)
-		rq_list_add(&rq->queuelist, &bfqq->fifo);
-	else
-		rq_list_add_tail(&rq->queuelist, &bfqq->fifo);
-	rq_sched_rb_add(&bfqq->sort, rq);
-	bfqq->next_rq = bfq_choose_req(bfqq->bs->bd, bfqq->next_rq, rq, bfqq->bs->head_pos);
-	rq_set_bits(rq, rq_bits(rq) | BFQ_RQ_QUEUED);
-	bfqq->queued++;
-	WRITE_ONCE(bfqq->bs->queued, bfqq->bs->queued + 1);
-}
-
-/*
  * Take @rq out of its queue (and the hash); @bfqq may empty (the caller
  * decides).  If @rq was the next to send, the next one is chosen from it
  * (bfqq_find_next_rq(), FIFO looked at @now).
@@ -1348,15 +1330,19 @@ static void bfq_prepare_request(struct rq_request *rq)
  * the queue holds a reference on the context, so rq->ioc stays valid as
  * long as the request is the scheduler's.  Lock held.
  */
-static struct bfq_queue *bfq_attach_rq(struct bfq_sched *bs, struct rq_request *rq)
+static void bfq_pin_rq(struct bfq_queue *bfqq, struct rq_request *rq)
 {
-	uint64_t now = rq->start_time_ns; /* the core read the clock when it made @rq */
-	struct bfq_queue *bfqq = bfqq_lookup(bs, rq->ioc, rq_is_sync(rq), true, now);
-
 	bfqq->ref++;
-	bfqq->last_used = now;
+	bfqq->last_used = rq->start_time_ns; /* the core read the clock when it made @rq */
 	rq->elv_priv[0] = bfqq;
 	rq_set_bits(rq, 0);
+}
+
+static struct bfq_queue *bfq_attach_rq(struct bfq_sched *bs, struct rq_request *rq)
+{
+	struct bfq_queue *bfqq = bfqq_lookup(bs, rq->ioc, rq_is_sync(rq), true, rq->start_time_ns);
+
+	bfq_pin_rq(bfqq, rq);
 	return bfqq;
 }
 
@@ -1467,24 +1453,252 @@ static bool bfqq_has_neighbour(struct bfq_queue *bfqq, const struct rq_request *
 	return before && rq_request_end_sector(before) == rq->sector;
 }
 
+/* ------------------------------------------------- runs of one queue */
+
+/*
+ * A plug's flush usually hands over a run of requests of one context and
+ * kind (so of one bfq queue), in random sector order, to a queue with
+ * nothing queued (the dispatch drained it).  Inserting them one by one
+ * costs an rb-tree walk and rebalance, a neighbour search and a
+ * bfq_choose_req() each, with branches no predictor learns.  The run is
+ * instead sorted once (stable: equal sectors keep their arrival order, as
+ * rq_sched_rb_add() keeps them) and built into a balanced tree; everything
+ * that depends on arrival order (FIFO, deadlines, seek history, hash, the
+ * one-hit cache, activation) still goes request by request, in arrival
+ * order.  The result is the same tree contents, the same next request and
+ * the same state as the one-by-one inserts: see bfq_insert_run().
+ */
+#define BFQ_RUN_MAX 64                  /* requests sorted on the stack at most */
+
+/*
+ * The colour bit of rq_rb_node.parent_color: 0 red (what rq_rb_link_node()
+ * leaves), 1 black; lib/rbtree.c's layout.
+ */
+#define BFQ_RB_BLACK ((uintptr_t)1)
+
+/*
+ * Stable insertion sort of @n requests by sector (n <= BFQ_RUN_MAX); the
+ * keys are copied beside the pointers, and key[0] = 0 stops every scan
+ * (no sector is below 0), so the inner loop tests one thing.
+ */
+static void run_sort(struct rq_request **v, unsigned n)
+{
+	uint64_t key[BFQ_RUN_MAX + 1];
+	struct rq_request *p[BFQ_RUN_MAX + 1];
+
+	key[0] = 0;
+	for (unsigned i = 0; i < n; i++) {
+		uint64_t k = v[i]->sector;
+		unsigned j = i + 1;
+
+		for (; key[j - 1] > k; j--) {
+			key[j] = key[j - 1];
+			p[j] = p[j - 1];
+		}
+		key[j] = k;
+		p[j] = v[i];
+	}
+	memcpy(v, p + 1, n * sizeof(*v));
+}
+
+/*
+ * The balanced tree of the sorted v[lo, hi) under @parent at @depth: every
+ * level above @red_depth is full, so colouring the nodes of @red_depth red
+ * and all others black gives every path the same number of black nodes,
+ * and no red node has a red child.  In-order it is v[] itself.
+ */
+static struct rq_rb_node *run_build(struct rq_request **v, unsigned lo, unsigned hi,
+				    struct rq_rb_node *parent, unsigned depth, unsigned red_depth)
+{
+	unsigned mid = lo + (hi - lo) / 2;
+	struct rq_rb_node *n = &v[mid]->rb_node;
+
+	/* lo < hi: the callers make no call for an empty range */
+	n->parent_color = (uintptr_t)parent | (depth == red_depth ? 0 : BFQ_RB_BLACK);
+	n->left = lo < mid ? run_build(v, lo, mid, n, depth + 1, red_depth) : NULL;
+	n->right = mid + 1 < hi ? run_build(v, mid + 1, hi, n, depth + 1, red_depth) : NULL;
+	return n;
+}
+
+/* Build the sorted v[0, n) into the empty @root. */
+static void run_build_tree(struct rq_rb_root *root, struct rq_request **v, unsigned n)
+{
+	unsigned height = 0;
+
+	while ((1u << height) <= n) /* levels: the smallest h with 2^h > n */
+		height++;
+	/* the deepest level is red, unless it is the root's */
+	root->node = n ? run_build(v, 0, n, NULL, 0, height > 1 ? height - 1 : UINT_MAX) : NULL;
+}
+
+/*
+ * Could a request of the sorted run v[0, n) find another of it ending
+ * where it starts (an insert merge)?  Conservative: yes as soon as one
+ * starts at or before the end of a request sorted before it.
+ */
+static bool run_may_merge(struct rq_request **v, unsigned n)
+{
+	uint64_t end = 0;
+
+	for (unsigned i = 0; i < n; i++) {
+		if (i && v[i]->sector <= end && bfq_mergeable(v[i]))
+			return true;
+		if (rq_request_end_sector(v[i]) > end)
+			end = rq_request_end_sector(v[i]);
+	}
+	return false;
+}
+
+/*
+ * The next request of a queue that had none, after the sorted run v[0, n)
+ * was added: what folding bfq_choose_req() over the run from @last gives,
+ * in arrival order or (ties are between equal sectors, which the stable
+ * sort left in arrival order) in sorted order.  Without metadata requests
+ * the winner is one of three: the lowest sector (if behind back_seek_max,
+ * wrapped), the first of the nearest sector behind @last, the first at or
+ * after @last; the three have different sectors, so no tie is left.
+ */
+static struct rq_request *run_next_rq(const struct bfq_data *bd, struct rq_request **v, unsigned n,
+				      uint64_t last)
+{
+	struct rq_request *best = NULL;
+	unsigned c = 0, f;
+	bool meta = false;
+
+	for (unsigned i = 0; i < n; i++)
+		meta |= (v[i]->opf & RQ_BIO_META) != 0;
+	if (meta) {
+		for (unsigned i = 0; i < n; i++)
+			best = bfq_choose_req(bd, best, v[i], last);
+		return best;
+	}
+	while (c < n && v[c]->sector < last)
+		c++;
+	best = v[0];
+	if (c) {
+		for (f = c - 1; f && v[f - 1]->sector == v[c - 1]->sector; f--)
+			;
+		best = bfq_choose_req(bd, best, v[f], last);
+	}
+	if (c < n)
+		best = bfq_choose_req(bd, best, v[c], last);
+	return best;
+}
+
+/*
+ * @rq's arrival in @bfqq, up to the tree: FIFO place and deadline, seek
+ * history, hash and, if @fill, the one-hit cache when it is empty (what
+ * bfq_insert_requests() does per request, in the same order).  A run asks
+ * for the cache only until a mergeable request was offered it: the cache
+ * is not empty after that, and nothing in a run empties it.  Lock held.
+ */
+static void bfqq_arrive(struct rq_queue *q, struct bfq_queue *bfqq, struct rq_request *rq,
+			bool fill)
+{
+	const struct bfq_data *bd = bfqq->bs->bd;
+
+	rq->fifo_time = rq->start_time_ns +
+			(uint64_t)(bfqq->sync ? bd->fifo_expire_sync_ms : bd->fifo_expire_async_ms) *
+				NSEC_PER_MSEC;
+	bfqq_update_seek(bfqq, rq);
+	rq_list_add_tail(&rq->queuelist, &bfqq->fifo);
+	rq_set_bits(rq, rq_bits(rq) | BFQ_RQ_QUEUED);
+	if (bfq_mergeable(rq)) {
+		rq_sched_hash_add(q, rq);
+		if (fill)
+			rq_sched_last_merge_fill(q, rq);
+	}
+}
+
+/*
+ * @bfqq has a request again (the first of a run, or one inserted alone):
+ * end the in-service queue's idle wait, or activate @bfqq (and maybe
+ * preempt the in-service queue), as the kernel's bfq_add_request().
+ */
+static void bfqq_got_request(struct bfq_sched *bs, struct bfq_queue *bfqq, struct rq_request *rq)
+{
+	struct bfq_queue *cur = bs->in_service;
+
+	if (cur == bfqq) {
+		sched_set_idle(bs, false, 0); /* what it was waiting for */
+	} else if (!bfqq_busy(bfqq)) {
+		bfqq_activate(bs->bd, bfqq, rq_request_sectors(rq), rq->start_time_ns);
+		if (cur && bfqq_should_preempt(bs, bfqq, cur))
+			sched_expire(bs, BFQ_EXP_PREEMPTED, rq->start_time_ns);
+	}
+}
+
+/*
+ * Insert the whole of @list as one run, if it is one: new requests (no
+ * queue yet: not requeued) of one context and kind, at most BFQ_RUN_MAX,
+ * into a queue with nothing queued, none of them able to insert-merge.
+ * The same state as inserting them one by one (the loop of
+ * bfq_insert_requests()): the tree holds the same requests in the same
+ * order, the next request is the same (run_next_rq()), and the FIFO,
+ * hash, cache, seek history, pins and activation go in arrival order as
+ * before; activation and preemption look at no tree, so making them after
+ * the tree is built changes nothing.  False, with nothing done, when it is
+ * not a run.  Lock held.
+ */
+static bool bfq_insert_run(struct rq_queue *q, struct bfq_sched *bs, struct rq_list_node *list)
+{
+	struct rq_request *first = rq_list_first_rq(list), *v[BFQ_RUN_MAX], *rq;
+	struct bfq_queue *bfqq;
+	unsigned n = 0;
+	bool sync, fill = true;
+
+	if (!first)
+		return false;
+	sync = rq_is_sync(first);
+	for (struct rq_list_node *it = list->next; it != list; it = it->next) {
+		rq = RQ_CONTAINER_OF(it, struct rq_request, queuelist);
+		if (n == BFQ_RUN_MAX || rq_bfqq(rq) || rq->ioc != first->ioc ||
+		    rq_is_sync(rq) != sync)
+			return false;
+		v[n++] = rq;
+	}
+	bfqq = bfqq_lookup(bs, first->ioc, sync, true, first->start_time_ns);
+	if (bfqq->sort.node)
+		return false;
+	run_sort(v, n);
+	if (run_may_merge(v, n))
+		return false;
+	while ((rq = rq_list_first_rq(list))) {
+		rq_list_del_init(&rq->queuelist);
+		bfq_pin_rq(bfqq, rq);
+		bfqq_arrive(q, bfqq, rq, fill);
+		fill &= !bfq_mergeable(rq);
+	}
+	run_build_tree(&bfqq->sort, v, n);
+	bfqq->next_rq = bfq_choose_req(bs->bd, bfqq->next_rq, run_next_rq(bs->bd, v, n, bs->head_pos),
+				       bs->head_pos);
+	bfqq->queued += n;
+	WRITE_ONCE(bs->queued, bs->queued + n);
+	bfqq_got_request(bs, bfqq, first);
+	return true;
+}
+
 static void bfq_insert_requests(struct rq_hw_ctx *hctx, struct rq_list_node *list, unsigned flags)
 {
 	struct rq_queue *q = rq_hctx_queue(hctx);
-	struct bfq_data *bd = bfq_of(q);
-	struct bfq_sched *bs = sched_of_hctx(bd, hctx);
+	struct bfq_sched *bs = sched_of_hctx(bfq_of(q), hctx);
+	struct bfq_queue *bfqq = NULL;
 	struct rq_list_node free_list;
 	struct rq_request *rq;
 
 	rq_list_init(&free_list);
 	bfq_lock(&bs->lock);
+	if (!(flags & RQ_INSERT_AT_HEAD) && bfq_insert_run(q, bs, list))
+		goto out;
 	while ((rq = rq_list_first_rq(list))) {
-		struct bfq_queue *bfqq = rq_bfqq(rq), *cur;
-		/* arrival time: when the core made the request (saves a clock read) */
-		uint64_t now = rq->start_time_ns;
-
 		rq_list_del_init(&rq->queuelist);
-		if (!bfqq)
-			bfqq = bfq_attach_rq(bs, rq); /* first insert (a requeue has one) */
+		if (rq_bfqq(rq))
+			bfqq = rq_bfqq(rq); /* a requeue keeps its queue */
+		else if (bfqq && bfqq != &bs->oom_q && rq->ioc == bfqq->ioc &&
+			 rq_is_sync(rq) == bfqq->sync)
+			bfq_pin_rq(bfqq, rq); /* the batch's previous request's queue */
+		else
+			bfqq = bfq_attach_rq(bs, rq); /* first insert */
 		if (flags & RQ_INSERT_AT_HEAD) {
 			rq_list_add_tail(&rq->queuelist, &bs->head_list);
 			WRITE_ONCE(bs->nr_head, bs->nr_head + 1);
@@ -1494,24 +1708,14 @@ static void bfq_insert_requests(struct rq_hw_ctx *hctx, struct rq_list_node *lis
 		if (bfq_mergeable(rq) && bfqq_has_neighbour(bfqq, rq) &&
 		    rq_sched_try_insert_merge(q, rq, &free_list))
 			continue;
-		rq->fifo_time = now + (uint64_t)(bfqq->sync ? bd->fifo_expire_sync_ms :
-							      bd->fifo_expire_async_ms) *
-					      NSEC_PER_MSEC;
-		bfqq_update_seek(bfqq, rq);
-		bfqq_add_rq(bfqq, rq, false);
-		if (bfq_mergeable(rq)) {
-			rq_sched_hash_add(q, rq);
-			rq_sched_last_merge_fill(q, rq);
-		}
-		cur = bs->in_service;
-		if (cur == bfqq) {
-			sched_set_idle(bs, false, 0); /* what it was waiting for */
-		} else if (!bfqq_busy(bfqq)) {
-			bfqq_activate(bd, bfqq, rq_request_sectors(rq), now);
-			if (cur && bfqq_should_preempt(bs, bfqq, cur))
-				sched_expire(bs, BFQ_EXP_PREEMPTED, now);
-		}
+		bfqq_arrive(q, bfqq, rq, true);
+		rq_sched_rb_add(&bfqq->sort, rq);
+		bfqq->next_rq = bfq_choose_req(bs->bd, bfqq->next_rq, rq, bs->head_pos);
+		bfqq->queued++;
+		WRITE_ONCE(bs->queued, bs->queued + 1);
+		bfqq_got_request(bs, bfqq, rq);
 	}
+out:
 	sched_unlock(bs);
 	while ((rq = rq_list_first_rq(&free_list))) {
 		rq_list_del_init(&rq->queuelist);
@@ -1583,6 +1787,31 @@ static struct rq_request *bfq_dispatch_request(struct rq_hw_ctx *hctx)
 }
 
 /*
+ * The in-service queue's next request, when it may simply go: no head
+ * request, room below the in-flight cap, the turn neither timed out nor
+ * out of budget.  Exactly the case where has_work says yes and
+ * sched_ready() takes the in-service queue's next request in its first
+ * round without ending or starting a turn; NULL otherwise (then the full
+ * path decides).  Lock held.
+ */
+static struct rq_request *sched_next_in_turn(const struct bfq_sched *bs, uint64_t now)
+{
+	const struct bfq_data *bd = bs->bd;
+	const struct bfq_queue *bfqq = bs->in_service;
+	struct rq_request *rq;
+
+	if (!bfqq || !bfqq->queued || bs->nr_head ||
+	    bs->in_flight >= (bd->strict_guarantees ? 1 : bd->inflight_cap) ||
+	    (bfqq->budget_timeout && now >= bfqq->budget_timeout))
+		return NULL;
+	rq = bfqq->next_rq;
+	if (bfqq->entity.service &&
+	    bfqq->entity.service + rq_request_sectors(rq) > bfqq->entity.budget)
+		return NULL;
+	return rq;
+}
+
+/*
  * dispatch_requests: up to @max requests, the ones the core's loop of
  * has_work and dispatch_request calls would hand out (each taken only
  * while has_work says so, exactly: a turn that runs dry is left to the
@@ -1602,11 +1831,18 @@ static unsigned bfq_dispatch_requests(struct rq_hw_ctx *hctx, struct rq_list_nod
 		return 0; /* as has_work: whoever adds a request runs the queue after */
 	now = rq_clock_ns();
 	bfq_lock(&bs->lock);
-	while (n < max && sched_has_work_locked(bs, &now, &delay)) {
-		struct rq_request *rq = sched_next_locked(hctx->q, bs, now, &delay);
+	while (n < max) {
+		struct rq_request *rq = sched_next_in_turn(bs, now);
 
-		if (!rq)
-			break;
+		if (rq) {
+			sched_dispatch_rq(hctx->q, bs, bs->in_service, rq, now);
+		} else {
+			if (!sched_has_work_locked(bs, &now, &delay))
+				break;
+			rq = sched_next_locked(hctx->q, bs, now, &delay);
+			if (!rq)
+				break;
+		}
 		rq_list_add_tail(&rq->queuelist, list);
 		n++;
 	}
