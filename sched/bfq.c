@@ -838,6 +838,17 @@ static struct rq_request *bfqq_find_next_rq(const struct bfq_data *bd, struct bf
 	return bfq_choose_req(bd, next, prev, last->sector);
 }
 
+/* @rq leaves @bfqq's FIFO, the hash and the counts (its tree is the caller's). */
+static void bfqq_unqueue(struct rq_queue *q, struct bfq_queue *bfqq, struct rq_request *rq)
+{
+	rq_list_del_init(&rq->queuelist);
+	rq_set_bits(rq, rq_bits(rq) & ~BFQ_RQ_QUEUED);
+	if (rq->rq_flags & RQ_RQF_HASHED)
+		rq_sched_hash_del(q, rq);
+	bfqq->queued--;
+	WRITE_ONCE(bfqq->bs->queued, bfqq->bs->queued - 1);
+}
+
 /*
  * Take @rq out of its queue (and the hash); @bfqq may empty (the caller
  * decides).  If @rq was the next to send, the next one is chosen from it
@@ -852,15 +863,10 @@ static void bfqq_del_rq(struct rq_queue *q, struct bfq_queue *bfqq, struct rq_re
 		else
 			bfqq->fifo_checked = true; /* what looking would have done */
 	}
-	rq_list_del_init(&rq->queuelist);
 	rq_sched_rb_del(&bfqq->sort, rq);
 	if (!bfqq->sort.node)
 		bfqq->next_rq = NULL;
-	rq_set_bits(rq, rq_bits(rq) & ~BFQ_RQ_QUEUED);
-	if (rq->rq_flags & RQ_RQF_HASHED)
-		rq_sched_hash_del(q, rq);
-	bfqq->queued--;
-	WRITE_ONCE(bfqq->bs->queued, bfqq->bs->queued - 1);
+	bfqq_unqueue(q, bfqq, rq);
 }
 
 /* Seek history: was @rq far from the context's previous request? */
@@ -1130,14 +1136,13 @@ static struct bfq_queue *sched_ready(struct bfq_sched *bs, uint64_t now,
 	return NULL;
 }
 
-/* Hand @rq of the in-service @bfqq out: charge it, move the head. */
-static void sched_dispatch_rq(struct rq_queue *q, struct bfq_sched *bs, struct bfq_queue *bfqq,
-			      struct rq_request *rq, uint64_t now)
+/* @rq of the in-service @bfqq, out of the queue, goes to the driver: charge it, move the head. */
+static void sched_account_dispatch(struct bfq_sched *bs, struct bfq_queue *bfqq,
+				   struct rq_request *rq, uint64_t now)
 {
 	struct bfq_data *bd = bs->bd;
 	unsigned sectors = rq_request_sectors(rq);
 
-	bfqq_del_rq(q, bfqq, rq, now);
 	entity_charge(&bfqq->entity, sectors);
 	bfqq->burst_sectors += sectors;
 	bfqq->dispatched++;
@@ -1149,6 +1154,14 @@ static void sched_dispatch_rq(struct rq_queue *q, struct bfq_sched *bs, struct b
 			    ((unsigned long)sectors << BFQ_RQ_SECTOR_SHIFT));
 	if (!bfqq->queued)
 		bfqq_emptied(bd, bfqq, now);
+}
+
+/* Hand @rq of the in-service @bfqq out: out of the queue, then charged. */
+static void sched_dispatch_rq(struct rq_queue *q, struct bfq_sched *bs, struct bfq_queue *bfqq,
+			      struct rq_request *rq, uint64_t now)
+{
+	bfqq_del_rq(q, bfqq, rq, now);
+	sched_account_dispatch(bs, bfqq, rq, now);
 }
 
 /* A request of @bfqq left the driver (or never reached it); lock held. */
@@ -1812,6 +1825,128 @@ static struct rq_request *sched_next_in_turn(const struct bfq_sched *bs, uint64_
 }
 
 /*
+ * Many requests of the in-service queue in one go (sched_drain_in_turn()):
+ * its tree as the sorted array v[0, k) with neighbour links, so a request
+ * leaves in O(1) instead of an rb-tree erase, and what is left is built
+ * back into a tree at the end (run_build_tree(); the shape of a tree is
+ * not seen by anyone, only its order).
+ */
+#define BFQ_DRAIN_NONE 0xffu
+
+struct bfq_drain {
+	struct rq_request *v[BFQ_RUN_MAX];
+	uint8_t prev[BFQ_RUN_MAX], next[BFQ_RUN_MAX]; /* BFQ_DRAIN_NONE: none */
+	unsigned k;                                   /* requests in v */
+	unsigned head;                                /* the lowest one left */
+};
+
+/* Append the requests of the subtree @n to d->v in order. */
+static void drain_flatten(struct bfq_drain *d, struct rq_rb_node *n)
+{
+	for (; n; n = n->right) {
+		drain_flatten(d, n->left);
+		d->v[d->k++] = RQ_CONTAINER_OF(n, struct rq_request, rb_node);
+	}
+}
+
+static unsigned drain_index(const struct bfq_drain *d, const struct rq_request *rq)
+{
+	unsigned i = 0;
+
+	while (d->v[i] != rq)
+		i++;
+	return i;
+}
+
+/*
+ * bfqq_find_next_rq() on the array: the request to send after v[cur],
+ * which is about to leave (still linked), as an index.
+ */
+static unsigned drain_find_next(const struct bfq_drain *d, const struct bfq_data *bd,
+				struct bfq_queue *bfqq, unsigned cur, uint64_t now)
+{
+	struct rq_request *last = d->v[cur], *prev = NULL, *next = NULL, *oldest;
+	unsigned ip = d->prev[cur], in = d->next[cur];
+
+	if (!bfqq->fifo_checked) {
+		bfqq->fifo_checked = true;
+		oldest = rq_list_first_rq(&bfqq->fifo);
+		if (oldest && oldest != last && now >= oldest->fifo_time)
+			return drain_index(d, oldest);
+	}
+	if (ip != BFQ_DRAIN_NONE)
+		prev = d->v[ip];
+	if (in == BFQ_DRAIN_NONE && d->head != cur)
+		in = d->head; /* after the last: wrap to the first */
+	if (in != BFQ_DRAIN_NONE)
+		next = d->v[in];
+	return bfq_choose_req(bd, next, prev, last->sector) == next ? in : ip;
+}
+
+static void drain_unlink(struct bfq_drain *d, unsigned i)
+{
+	unsigned p = d->prev[i], n = d->next[i];
+
+	if (p != BFQ_DRAIN_NONE)
+		d->next[p] = (uint8_t)n;
+	else
+		d->head = n;
+	if (n != BFQ_DRAIN_NONE)
+		d->prev[n] = (uint8_t)p;
+}
+
+/*
+ * Dispatch requests of the in-service queue onto @list while its turn
+ * goes on, as the one-at-a-time path would (sched_next_in_turn(), then
+ * sched_dispatch_rq()), in the same order with the same state, at most
+ * @room of them: the caller made sure the queue's first request may go and
+ * that @room more would fit the batch and the in-flight cap; the budget is
+ * checked before each, as sched_next_in_turn() does.  The queue has
+ * 2..BFQ_RUN_MAX requests.  Returns how many went (at least one).
+ */
+static unsigned sched_drain_in_turn(struct rq_queue *q, struct bfq_sched *bs,
+				    struct rq_list_node *list, unsigned room, uint64_t now)
+{
+	struct bfq_queue *bfqq = bs->in_service;
+	struct bfq_drain d;
+	unsigned cur, i, left = 0, n = 0;
+
+	d.k = 0;
+	drain_flatten(&d, bfqq->sort.node);
+	for (i = 0; i < d.k; i++) {
+		d.prev[i] = (uint8_t)(i ? i - 1 : BFQ_DRAIN_NONE);
+		d.next[i] = (uint8_t)(i + 1 < d.k ? i + 1 : BFQ_DRAIN_NONE);
+	}
+	d.head = 0;
+	cur = drain_index(&d, bfqq->next_rq);
+	for (;;) {
+		struct rq_request *rq = d.v[cur];
+		unsigned nxt = BFQ_DRAIN_NONE;
+
+		if (bfqq->entity.service &&
+		    bfqq->entity.service + rq_request_sectors(rq) > bfqq->entity.budget)
+			break;
+		if (bfqq->queued > 1)
+			nxt = drain_find_next(&d, bs->bd, bfqq, cur, now);
+		else
+			bfqq->fifo_checked = true; /* what looking would have done */
+		drain_unlink(&d, cur);
+		rq_rb_clear_node(&rq->rb_node);
+		bfqq_unqueue(q, bfqq, rq);
+		bfqq->next_rq = nxt != BFQ_DRAIN_NONE ? d.v[nxt] : NULL;
+		sched_account_dispatch(bs, bfqq, rq, now);
+		rq_list_add_tail(&rq->queuelist, list);
+		if (++n == room || nxt == BFQ_DRAIN_NONE)
+			break;
+		cur = nxt;
+	}
+	for (i = d.head; i != BFQ_DRAIN_NONE; i = d.next[i])
+		d.v[left++] = d.v[i]; /* in order, and left <= i */
+	run_build_tree(&bfqq->sort, d.v, left);
+	return n;
+}
+
+/*
  * dispatch_requests: up to @max requests, the ones the core's loop of
  * has_work and dispatch_request calls would hand out (each taken only
  * while has_work says so, exactly: a turn that runs dry is left to the
@@ -1825,15 +1960,24 @@ static unsigned bfq_dispatch_requests(struct rq_hw_ctx *hctx, struct rq_list_nod
 	struct bfq_data *bd = bfq_of(rq_hctx_queue(hctx));
 	struct bfq_sched *bs = sched_of_hctx(bd, hctx);
 	uint64_t now;
-	unsigned n = 0, delay = 0;
+	unsigned n = 0, delay = 0, cap;
 
 	if (!READ_ONCE(bs->queued) && !READ_ONCE(bs->nr_head))
 		return 0; /* as has_work: whoever adds a request runs the queue after */
 	now = rq_clock_ns();
 	bfq_lock(&bs->lock);
+	cap = bd->strict_guarantees ? 1 : bd->inflight_cap; /* tunables: any lock held */
 	while (n < max) {
 		struct rq_request *rq = sched_next_in_turn(bs, now);
+		unsigned k = rq ? bs->in_service->queued : 0, room = max - n;
 
+		/* rq: in_flight < cap; room: how many the cap and the batch let go */
+		if (room > cap - bs->in_flight)
+			room = cap - bs->in_flight;
+		if (k > 1 && k <= BFQ_RUN_MAX && room > 1) {
+			n += sched_drain_in_turn(hctx->q, bs, list, room, now);
+			continue;
+		}
 		if (rq) {
 			sched_dispatch_rq(hctx->q, bs, bs->in_service, rq, now);
 		} else {
