@@ -1514,34 +1514,45 @@ static void run_sort(struct rq_request **v, unsigned n)
 	memcpy(v, p + 1, n * sizeof(*v));
 }
 
+/* A range of a run still to build, and where its subtree hangs. */
+struct run_range {
+	unsigned lo, hi, depth;
+	struct rq_rb_node *parent, **link;
+};
+
 /*
- * The balanced tree of the sorted v[lo, hi) under @parent at @depth: every
- * level above @red_depth is full, so colouring the nodes of @red_depth red
- * and all others black gives every path the same number of black nodes,
- * and no red node has a red child.  In-order it is v[] itself.
+ * Build the sorted v[0, n) into @root as a balanced tree, top-down
+ * without recursion: each node takes the middle of its range and its
+ * children the halves.  Every level above the deepest is full, so
+ * colouring the deepest level red (unless it is the root's) and all others
+ * black gives every path the same number of black nodes, and no red node
+ * has a red child.  In order it is v[] itself.
  */
-static struct rq_rb_node *run_build(struct rq_request **v, unsigned lo, unsigned hi,
-				    struct rq_rb_node *parent, unsigned depth, unsigned red_depth)
-{
-	unsigned mid = lo + (hi - lo) / 2;
-	struct rq_rb_node *n = &v[mid]->rb_node;
-
-	/* lo < hi: the callers make no call for an empty range */
-	n->parent_color = (uintptr_t)parent | (depth == red_depth ? 0 : BFQ_RB_BLACK);
-	n->left = lo < mid ? run_build(v, lo, mid, n, depth + 1, red_depth) : NULL;
-	n->right = mid + 1 < hi ? run_build(v, mid + 1, hi, n, depth + 1, red_depth) : NULL;
-	return n;
-}
-
-/* Build the sorted v[0, n) into the empty @root. */
 static void run_build_tree(struct rq_rb_root *root, struct rq_request **v, unsigned n)
 {
-	unsigned height = 0;
+	struct run_range st[BFQ_RUN_MAX];
+	unsigned height = 0, red_depth, sp = 0;
 
+	root->node = NULL;
+	if (!n)
+		return;
 	while ((1u << height) <= n) /* levels: the smallest h with 2^h > n */
 		height++;
-	/* the deepest level is red, unless it is the root's */
-	root->node = n ? run_build(v, 0, n, NULL, 0, height > 1 ? height - 1 : UINT_MAX) : NULL;
+	red_depth = height > 1 ? height - 1 : UINT_MAX;
+	st[sp++] = (struct run_range){ 0, n, 0, NULL, &root->node };
+	while (sp) {
+		struct run_range t = st[--sp];
+		unsigned mid = t.lo + (t.hi - t.lo) / 2;
+		struct rq_rb_node *node = &v[mid]->rb_node;
+
+		node->parent_color = (uintptr_t)t.parent | (t.depth == red_depth ? 0 : BFQ_RB_BLACK);
+		node->left = node->right = NULL;
+		*t.link = node;
+		if (mid + 1 < t.hi)
+			st[sp++] = (struct run_range){ mid + 1, t.hi, t.depth + 1, node, &node->right };
+		if (t.lo < mid)
+			st[sp++] = (struct run_range){ t.lo, mid, t.depth + 1, node, &node->left };
+	}
 }
 
 /*
