@@ -1481,7 +1481,7 @@ static bool bfqq_has_neighbour(struct bfq_queue *bfqq, const struct rq_request *
  * order.  The result is the same tree contents, the same next request and
  * the same state as the one-by-one inserts: see bfq_insert_run().
  */
-#define BFQ_RUN_MAX 64                  /* requests sorted on the stack at most */
+#define BFQ_RUN_MAX 64                  /* requests sorted on the stack at most (6 bits) */
 
 /*
  * The colour bit of rq_rb_node.parent_color: 0 red (what rq_rb_link_node()
@@ -1490,28 +1490,33 @@ static bool bfqq_has_neighbour(struct bfq_queue *bfqq, const struct rq_request *
 #define BFQ_RB_BLACK ((uintptr_t)1)
 
 /*
- * Stable insertion sort of @n requests by sector (n <= BFQ_RUN_MAX); the
- * keys are copied beside the pointers, and key[0] = 0 stops every scan
- * (no sector is below 0), so the inner loop tests one thing.
+ * Sort the run v[0, n) (n <= BFQ_RUN_MAX) by sector, stably: an insertion
+ * sort of keys sector << 6 | arrival index, so equal sectors stay in
+ * arrival order and the inner loop moves one word; key[0] = 0 stops every
+ * scan.  False, with v[] untouched, if a sector does not fit the key
+ * (2^58 sectors and more: 128 PiB).
  */
-static void run_sort(struct rq_request **v, unsigned n)
+#define BFQ_RUN_IDX_BITS 6
+
+static bool run_sort(struct rq_request **v, unsigned n)
 {
 	uint64_t key[BFQ_RUN_MAX + 1];
-	struct rq_request *p[BFQ_RUN_MAX + 1];
+	struct rq_request *in[BFQ_RUN_MAX];
 
 	key[0] = 0;
 	for (unsigned i = 0; i < n; i++) {
-		uint64_t k = v[i]->sector;
-		unsigned j = i + 1;
+		uint64_t k = v[i]->sector << BFQ_RUN_IDX_BITS | i, *at = &key[i + 1];
 
-		for (; key[j - 1] > k; j--) {
-			key[j] = key[j - 1];
-			p[j] = p[j - 1];
-		}
-		key[j] = k;
-		p[j] = v[i];
+		if (v[i]->sector >> (64 - BFQ_RUN_IDX_BITS))
+			return false;
+		for (; at[-1] > k; at--)
+			at[0] = at[-1];
+		*at = k;
 	}
-	memcpy(v, p + 1, n * sizeof(*v));
+	memcpy(in, v, n * sizeof(*v));
+	for (unsigned i = 0; i < n; i++)
+		v[i] = in[key[i + 1] & ((1u << BFQ_RUN_IDX_BITS) - 1)];
+	return true;
 }
 
 /* A range of a run still to build, and where its subtree hangs. */
@@ -1684,8 +1689,7 @@ static bool bfq_insert_run(struct rq_queue *q, struct bfq_sched *bs, struct rq_l
 	bfqq = bfqq_lookup(bs, first->ioc, sync, true, first->start_time_ns);
 	if (bfqq->sort.node)
 		return false;
-	run_sort(v, n);
-	if (run_may_merge(v, n))
+	if (!run_sort(v, n) || run_may_merge(v, n))
 		return false;
 	while ((rq = rq_list_first_rq(list))) {
 		rq_list_del_init(&rq->queuelist);
