@@ -32,6 +32,13 @@
  * requests and sync writes may hold only part of the scheduler tags
  * (bfq_limit_depth()), so reads always find some.
  *
+ * A plug's batch of one queue, inserted where that queue has nothing, is
+ * sorted once and built into a balanced tree (bfq_insert_run()), and a
+ * turn's requests are dispatched from the sorted array of its tree
+ * (sched_drain_in_turn()): the same requests in the same order and the
+ * same state as inserting and dispatching them one at a time, with the
+ * per-request work (FIFO, seek history, hash, charges) still per request.
+ *
  * With several hardware queues each has a scheduler of its own (queues,
  * groups, virtual times, and the peak-rate estimate behind the automatic
  * max_budget): a request is only ever dispatched on its own hardware
