@@ -1666,7 +1666,7 @@ static void bfqq_got_request(struct bfq_sched *bs, struct bfq_queue *bfqq, struc
 
 /*
  * Insert the whole of @list as one run, if it is one: new requests (no
- * queue yet: not requeued) of one context and kind, at most BFQ_RUN_MAX,
+ * queue yet: not requeued) of one context and kind, 2 to BFQ_RUN_MAX,
  * into a queue with nothing queued, none of them able to insert-merge.
  * The same state as inserting them one by one (the loop of
  * bfq_insert_requests()): the tree holds the same requests in the same
@@ -1683,8 +1683,6 @@ static bool bfq_insert_run(struct rq_queue *q, struct bfq_sched *bs, struct rq_l
 	unsigned n = 0;
 	bool sync, fill = true;
 
-	if (!first)
-		return false;
 	sync = rq_is_sync(first);
 	for (struct rq_list_node *it = list->next; it != list; it = it->next) {
 		rq = RQ_CONTAINER_OF(it, struct rq_request, queuelist);
@@ -1723,7 +1721,9 @@ static void bfq_insert_requests(struct rq_hw_ctx *hctx, struct rq_list_node *lis
 
 	rq_list_init(&free_list);
 	bfq_lock(&bs->lock);
-	if (!(flags & RQ_INSERT_AT_HEAD) && bfq_insert_run(q, bs, list))
+	/* a run is two requests or more (list->next->next: a second one) */
+	if (!(flags & RQ_INSERT_AT_HEAD) && list->next->next != list &&
+	    bfq_insert_run(q, bs, list))
 		goto out;
 	while ((rq = rq_list_first_rq(list))) {
 		rq_list_del_init(&rq->queuelist);
