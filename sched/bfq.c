@@ -202,6 +202,9 @@ struct bfq_level {
 	uint64_t vtime;          /* the level's virtual time V */
 	uint64_t wsum;           /* sum of active weights */
 	unsigned nr;
+	/* the last charge's vt_delta(), kept: a division per request is slow */
+	unsigned charge_sectors;
+	uint64_t charge_wsum, charge_delta;
 };
 
 struct bfq_group {
@@ -531,8 +534,14 @@ static void entity_charge(struct bfq_entity *e, unsigned sectors)
 		struct bfq_level *lv = entity_level(e);
 
 		e->service += sectors;
-		if (lv->wsum)
-			lv->vtime += vt_delta(sectors, lv->wsum);
+		if (!lv->wsum)
+			continue;
+		if (sectors != lv->charge_sectors || lv->wsum != lv->charge_wsum) {
+			lv->charge_sectors = sectors;
+			lv->charge_wsum = lv->wsum;
+			lv->charge_delta = vt_delta(sectors, lv->wsum);
+		}
+		lv->vtime += lv->charge_delta;
 	}
 }
 
