@@ -32,6 +32,13 @@
  * requests and sync writes may hold only part of the scheduler tags
  * (bfq_limit_depth()), so reads always find some.
  *
+ * A plug's batch of one queue, inserted where that queue has nothing, is
+ * sorted once and built into a balanced tree (bfq_insert_run()), and a
+ * turn's requests are dispatched from the sorted array of its tree
+ * (sched_drain_in_turn()): the same requests in the same order and the
+ * same state as inserting and dispatching them one at a time, with the
+ * per-request work (FIFO, seek history, hash, charges) still per request.
+ *
  * With several hardware queues each has a scheduler of its own (queues,
  * groups, virtual times, and the peak-rate estimate behind the automatic
  * max_budget): a request is only ever dispatched on its own hardware
@@ -195,6 +202,9 @@ struct bfq_level {
 	uint64_t vtime;          /* the level's virtual time V */
 	uint64_t wsum;           /* sum of active weights */
 	unsigned nr;
+	/* the last charge's vt_delta(), kept: a division per request is slow */
+	unsigned charge_sectors;
+	uint64_t charge_wsum, charge_delta;
 };
 
 struct bfq_group {
@@ -524,8 +534,14 @@ static void entity_charge(struct bfq_entity *e, unsigned sectors)
 		struct bfq_level *lv = entity_level(e);
 
 		e->service += sectors;
-		if (lv->wsum)
-			lv->vtime += vt_delta(sectors, lv->wsum);
+		if (!lv->wsum)
+			continue;
+		if (sectors != lv->charge_sectors || lv->wsum != lv->charge_wsum) {
+			lv->charge_sectors = sectors;
+			lv->charge_wsum = lv->wsum;
+			lv->charge_delta = vt_delta(sectors, lv->wsum);
+		}
+		lv->vtime += lv->charge_delta;
 	}
 }
 
@@ -838,22 +854,15 @@ static struct rq_request *bfqq_find_next_rq(const struct bfq_data *bd, struct bf
 	return bfq_choose_req(bd, next, prev, last->sector);
 }
 
-/*
- * Queue @rq in @bfqq; it becomes the next to send if it is better than the
- * one chosen so far, measured from the END of the last dispatch (the
- * kernel's bfq_add_request() and bfqd->last_position).
- */
-static void bfqq_add_rq(struct bfq_queue *bfqq, struct rq_request *rq, bool at_head)
+/* @rq leaves @bfqq's FIFO, the hash and the counts (its tree is the caller's). */
+static void bfqq_unqueue(struct rq_queue *q, struct bfq_queue *bfqq, struct rq_request *rq)
 {
-	if (at_head)
-		rq_list_add(&rq->queuelist, &bfqq->fifo);
-	else
-		rq_list_add_tail(&rq->queuelist, &bfqq->fifo);
-	rq_sched_rb_add(&bfqq->sort, rq);
-	bfqq->next_rq = bfq_choose_req(bfqq->bs->bd, bfqq->next_rq, rq, bfqq->bs->head_pos);
-	rq_set_bits(rq, rq_bits(rq) | BFQ_RQ_QUEUED);
-	bfqq->queued++;
-	WRITE_ONCE(bfqq->bs->queued, bfqq->bs->queued + 1);
+	rq_list_del_init(&rq->queuelist);
+	rq_set_bits(rq, rq_bits(rq) & ~BFQ_RQ_QUEUED);
+	if (rq->rq_flags & RQ_RQF_HASHED)
+		rq_sched_hash_del(q, rq);
+	bfqq->queued--;
+	WRITE_ONCE(bfqq->bs->queued, bfqq->bs->queued - 1);
 }
 
 /*
@@ -870,15 +879,10 @@ static void bfqq_del_rq(struct rq_queue *q, struct bfq_queue *bfqq, struct rq_re
 		else
 			bfqq->fifo_checked = true; /* what looking would have done */
 	}
-	rq_list_del_init(&rq->queuelist);
 	rq_sched_rb_del(&bfqq->sort, rq);
 	if (!bfqq->sort.node)
 		bfqq->next_rq = NULL;
-	rq_set_bits(rq, rq_bits(rq) & ~BFQ_RQ_QUEUED);
-	if (rq->rq_flags & RQ_RQF_HASHED)
-		rq_sched_hash_del(q, rq);
-	bfqq->queued--;
-	WRITE_ONCE(bfqq->bs->queued, bfqq->bs->queued - 1);
+	bfqq_unqueue(q, bfqq, rq);
 }
 
 /* Seek history: was @rq far from the context's previous request? */
@@ -1148,14 +1152,13 @@ static struct bfq_queue *sched_ready(struct bfq_sched *bs, uint64_t now,
 	return NULL;
 }
 
-/* Hand @rq of the in-service @bfqq out: charge it, move the head. */
-static void sched_dispatch_rq(struct rq_queue *q, struct bfq_sched *bs, struct bfq_queue *bfqq,
-			      struct rq_request *rq, uint64_t now)
+/* @rq of the in-service @bfqq, out of the queue, goes to the driver: charge it, move the head. */
+static void sched_account_dispatch(struct bfq_sched *bs, struct bfq_queue *bfqq,
+				   struct rq_request *rq, uint64_t now)
 {
 	struct bfq_data *bd = bs->bd;
 	unsigned sectors = rq_request_sectors(rq);
 
-	bfqq_del_rq(q, bfqq, rq, now);
 	entity_charge(&bfqq->entity, sectors);
 	bfqq->burst_sectors += sectors;
 	bfqq->dispatched++;
@@ -1167,6 +1170,14 @@ static void sched_dispatch_rq(struct rq_queue *q, struct bfq_sched *bs, struct b
 			    ((unsigned long)sectors << BFQ_RQ_SECTOR_SHIFT));
 	if (!bfqq->queued)
 		bfqq_emptied(bd, bfqq, now);
+}
+
+/* Hand @rq of the in-service @bfqq out: out of the queue, then charged. */
+static void sched_dispatch_rq(struct rq_queue *q, struct bfq_sched *bs, struct bfq_queue *bfqq,
+			      struct rq_request *rq, uint64_t now)
+{
+	bfqq_del_rq(q, bfqq, rq, now);
+	sched_account_dispatch(bs, bfqq, rq, now);
 }
 
 /* A request of @bfqq left the driver (or never reached it); lock held. */
@@ -1348,15 +1359,19 @@ static void bfq_prepare_request(struct rq_request *rq)
  * the queue holds a reference on the context, so rq->ioc stays valid as
  * long as the request is the scheduler's.  Lock held.
  */
-static struct bfq_queue *bfq_attach_rq(struct bfq_sched *bs, struct rq_request *rq)
+static void bfq_pin_rq(struct bfq_queue *bfqq, struct rq_request *rq)
 {
-	uint64_t now = rq->start_time_ns; /* the core read the clock when it made @rq */
-	struct bfq_queue *bfqq = bfqq_lookup(bs, rq->ioc, rq_is_sync(rq), true, now);
-
 	bfqq->ref++;
-	bfqq->last_used = now;
+	bfqq->last_used = rq->start_time_ns; /* the core read the clock when it made @rq */
 	rq->elv_priv[0] = bfqq;
 	rq_set_bits(rq, 0);
+}
+
+static struct bfq_queue *bfq_attach_rq(struct bfq_sched *bs, struct rq_request *rq)
+{
+	struct bfq_queue *bfqq = bfqq_lookup(bs, rq->ioc, rq_is_sync(rq), true, rq->start_time_ns);
+
+	bfq_pin_rq(bfqq, rq);
 	return bfqq;
 }
 
@@ -1467,24 +1482,267 @@ static bool bfqq_has_neighbour(struct bfq_queue *bfqq, const struct rq_request *
 	return before && rq_request_end_sector(before) == rq->sector;
 }
 
+/* ------------------------------------------------- runs of one queue */
+
+/*
+ * A plug's flush usually hands over a run of requests of one context and
+ * kind (so of one bfq queue), in random sector order, to a queue with
+ * nothing queued (the dispatch drained it).  Inserting them one by one
+ * costs an rb-tree walk and rebalance, a neighbour search and a
+ * bfq_choose_req() each, with branches no predictor learns.  The run is
+ * instead sorted once (stable: equal sectors keep their arrival order, as
+ * rq_sched_rb_add() keeps them) and built into a balanced tree; everything
+ * that depends on arrival order (FIFO, deadlines, seek history, hash, the
+ * one-hit cache, activation) still goes request by request, in arrival
+ * order.  The result is the same tree contents, the same next request and
+ * the same state as the one-by-one inserts: see bfq_insert_run().
+ */
+#define BFQ_RUN_MAX 64                  /* requests sorted on the stack at most (6 bits) */
+
+/*
+ * The colour bit of rq_rb_node.parent_color: 0 red (what rq_rb_link_node()
+ * leaves), 1 black; lib/rbtree.c's layout.
+ */
+#define BFQ_RB_BLACK ((uintptr_t)1)
+
+/*
+ * Sort the run v[0, n) (n <= BFQ_RUN_MAX) by sector, stably: an insertion
+ * sort of keys sector << 6 | arrival index, so equal sectors stay in
+ * arrival order and the inner loop moves one word; key[0] = 0 stops every
+ * scan.  False, with v[] untouched, if a sector does not fit the key
+ * (2^58 sectors and more: 128 PiB).
+ */
+#define BFQ_RUN_IDX_BITS 6
+
+static bool run_sort(struct rq_request **v, unsigned n)
+{
+	uint64_t key[BFQ_RUN_MAX + 1];
+	struct rq_request *in[BFQ_RUN_MAX];
+
+	key[0] = 0;
+	for (unsigned i = 0; i < n; i++) {
+		uint64_t k = v[i]->sector << BFQ_RUN_IDX_BITS | i, *at = &key[i + 1];
+
+		if (v[i]->sector >> (64 - BFQ_RUN_IDX_BITS))
+			return false;
+		for (; at[-1] > k; at--)
+			at[0] = at[-1];
+		*at = k;
+	}
+	memcpy(in, v, n * sizeof(*v));
+	for (unsigned i = 0; i < n; i++)
+		v[i] = in[key[i + 1] & ((1u << BFQ_RUN_IDX_BITS) - 1)];
+	return true;
+}
+
+/* A range of a run still to build, and where its subtree hangs. */
+struct run_range {
+	unsigned lo, hi, depth;
+	struct rq_rb_node *parent, **link;
+};
+
+/*
+ * Build the sorted v[0, n) into @root as a balanced tree, top-down
+ * without recursion: each node takes the middle of its range and its
+ * children the halves.  Every level above the deepest is full, so
+ * colouring the deepest level red (unless it is the root's) and all others
+ * black gives every path the same number of black nodes, and no red node
+ * has a red child.  In order it is v[] itself.
+ */
+static void run_build_tree(struct rq_rb_root *root, struct rq_request **v, unsigned n)
+{
+	struct run_range st[BFQ_RUN_MAX];
+	unsigned height = 0, red_depth, sp = 0;
+
+	root->node = NULL;
+	if (!n)
+		return;
+	while ((1u << height) <= n) /* levels: the smallest h with 2^h > n */
+		height++;
+	red_depth = height > 1 ? height - 1 : UINT_MAX;
+	st[sp++] = (struct run_range){ 0, n, 0, NULL, &root->node };
+	while (sp) {
+		struct run_range t = st[--sp];
+		unsigned mid = t.lo + (t.hi - t.lo) / 2;
+		struct rq_rb_node *node = &v[mid]->rb_node;
+
+		node->parent_color = (uintptr_t)t.parent | (t.depth == red_depth ? 0 : BFQ_RB_BLACK);
+		node->left = node->right = NULL;
+		*t.link = node;
+		if (mid + 1 < t.hi)
+			st[sp++] = (struct run_range){ mid + 1, t.hi, t.depth + 1, node, &node->right };
+		if (t.lo < mid)
+			st[sp++] = (struct run_range){ t.lo, mid, t.depth + 1, node, &node->left };
+	}
+}
+
+/*
+ * Could a request of the sorted run v[0, n) find another of it ending
+ * where it starts (an insert merge)?  Conservative: yes as soon as one
+ * starts at or before the end of a request sorted before it.
+ */
+static bool run_may_merge(struct rq_request **v, unsigned n)
+{
+	uint64_t end = 0;
+
+	for (unsigned i = 0; i < n; i++) {
+		if (i && v[i]->sector <= end && bfq_mergeable(v[i]))
+			return true;
+		if (rq_request_end_sector(v[i]) > end)
+			end = rq_request_end_sector(v[i]);
+	}
+	return false;
+}
+
+/*
+ * The next request of a queue that had none, after the sorted run v[0, n)
+ * was added: what folding bfq_choose_req() over the run from @last gives,
+ * in arrival order or (ties are between equal sectors, which the stable
+ * sort left in arrival order) in sorted order.  Without metadata requests
+ * the winner is one of three: the lowest sector (if behind back_seek_max,
+ * wrapped), the first of the nearest sector behind @last, the first at or
+ * after @last; the three have different sectors, so no tie is left.
+ */
+static struct rq_request *run_next_rq(const struct bfq_data *bd, struct rq_request **v, unsigned n,
+				      uint64_t last)
+{
+	struct rq_request *best = NULL;
+	unsigned c = 0, f;
+	bool meta = false;
+
+	for (unsigned i = 0; i < n; i++)
+		meta |= (v[i]->opf & RQ_BIO_META) != 0;
+	if (meta) {
+		for (unsigned i = 0; i < n; i++)
+			best = bfq_choose_req(bd, best, v[i], last);
+		return best;
+	}
+	while (c < n && v[c]->sector < last)
+		c++;
+	best = v[0];
+	if (c) {
+		for (f = c - 1; f && v[f - 1]->sector == v[c - 1]->sector; f--)
+			;
+		best = bfq_choose_req(bd, best, v[f], last);
+	}
+	if (c < n)
+		best = bfq_choose_req(bd, best, v[c], last);
+	return best;
+}
+
+/*
+ * @rq's arrival in @bfqq, up to the tree: FIFO place and deadline, seek
+ * history, hash and, if @fill, the one-hit cache when it is empty (what
+ * bfq_insert_requests() does per request, in the same order).  A run asks
+ * for the cache only until a mergeable request was offered it: the cache
+ * is not empty after that, and nothing in a run empties it.  Lock held.
+ */
+static void bfqq_arrive(struct rq_queue *q, struct bfq_queue *bfqq, struct rq_request *rq,
+			bool fill)
+{
+	const struct bfq_data *bd = bfqq->bs->bd;
+
+	rq->fifo_time = rq->start_time_ns +
+			(uint64_t)(bfqq->sync ? bd->fifo_expire_sync_ms : bd->fifo_expire_async_ms) *
+				NSEC_PER_MSEC;
+	bfqq_update_seek(bfqq, rq);
+	rq_list_add_tail(&rq->queuelist, &bfqq->fifo);
+	rq_set_bits(rq, rq_bits(rq) | BFQ_RQ_QUEUED);
+	if (bfq_mergeable(rq)) {
+		rq_sched_hash_add(q, rq);
+		if (fill)
+			rq_sched_last_merge_fill(q, rq);
+	}
+}
+
+/*
+ * @bfqq has a request again (the first of a run, or one inserted alone):
+ * end the in-service queue's idle wait, or activate @bfqq (and maybe
+ * preempt the in-service queue), as the kernel's bfq_add_request().
+ */
+static void bfqq_got_request(struct bfq_sched *bs, struct bfq_queue *bfqq, struct rq_request *rq)
+{
+	struct bfq_queue *cur = bs->in_service;
+
+	if (cur == bfqq) {
+		sched_set_idle(bs, false, 0); /* what it was waiting for */
+	} else if (!bfqq_busy(bfqq)) {
+		bfqq_activate(bs->bd, bfqq, rq_request_sectors(rq), rq->start_time_ns);
+		if (cur && bfqq_should_preempt(bs, bfqq, cur))
+			sched_expire(bs, BFQ_EXP_PREEMPTED, rq->start_time_ns);
+	}
+}
+
+/*
+ * Insert the whole of @list as one run, if it is one: new requests (no
+ * queue yet: not requeued) of one context and kind, 2 to BFQ_RUN_MAX,
+ * into a queue with nothing queued, none of them able to insert-merge.
+ * The same state as inserting them one by one (the loop of
+ * bfq_insert_requests()): the tree holds the same requests in the same
+ * order, the next request is the same (run_next_rq()), and the FIFO,
+ * hash, cache, seek history, pins and activation go in arrival order as
+ * before; activation and preemption look at no tree, so making them after
+ * the tree is built changes nothing.  False, with nothing done, when it is
+ * not a run.  Lock held.
+ */
+static bool bfq_insert_run(struct rq_queue *q, struct bfq_sched *bs, struct rq_list_node *list)
+{
+	struct rq_request *first = rq_list_first_rq(list), *v[BFQ_RUN_MAX], *rq;
+	struct bfq_queue *bfqq;
+	unsigned n = 0;
+	bool sync, fill = true;
+
+	sync = rq_is_sync(first);
+	for (struct rq_list_node *it = list->next; it != list; it = it->next) {
+		rq = RQ_CONTAINER_OF(it, struct rq_request, queuelist);
+		if (n == BFQ_RUN_MAX || rq_bfqq(rq) || rq->ioc != first->ioc ||
+		    rq_is_sync(rq) != sync)
+			return false;
+		v[n++] = rq;
+	}
+	bfqq = bfqq_lookup(bs, first->ioc, sync, true, first->start_time_ns);
+	if (bfqq->sort.node)
+		return false;
+	if (!run_sort(v, n) || run_may_merge(v, n))
+		return false;
+	while ((rq = rq_list_first_rq(list))) {
+		rq_list_del_init(&rq->queuelist);
+		bfq_pin_rq(bfqq, rq);
+		bfqq_arrive(q, bfqq, rq, fill);
+		fill &= !bfq_mergeable(rq);
+	}
+	run_build_tree(&bfqq->sort, v, n);
+	bfqq->next_rq = bfq_choose_req(bs->bd, bfqq->next_rq, run_next_rq(bs->bd, v, n, bs->head_pos),
+				       bs->head_pos);
+	bfqq->queued += n;
+	WRITE_ONCE(bs->queued, bs->queued + n);
+	bfqq_got_request(bs, bfqq, first);
+	return true;
+}
+
 static void bfq_insert_requests(struct rq_hw_ctx *hctx, struct rq_list_node *list, unsigned flags)
 {
 	struct rq_queue *q = rq_hctx_queue(hctx);
-	struct bfq_data *bd = bfq_of(q);
-	struct bfq_sched *bs = sched_of_hctx(bd, hctx);
+	struct bfq_sched *bs = sched_of_hctx(bfq_of(q), hctx);
+	struct bfq_queue *bfqq = NULL;
 	struct rq_list_node free_list;
 	struct rq_request *rq;
 
 	rq_list_init(&free_list);
 	bfq_lock(&bs->lock);
+	/* a run is two requests or more (list->next->next: a second one) */
+	if (!(flags & RQ_INSERT_AT_HEAD) && list->next->next != list &&
+	    bfq_insert_run(q, bs, list))
+		goto out;
 	while ((rq = rq_list_first_rq(list))) {
-		struct bfq_queue *bfqq = rq_bfqq(rq), *cur;
-		/* arrival time: when the core made the request (saves a clock read) */
-		uint64_t now = rq->start_time_ns;
-
 		rq_list_del_init(&rq->queuelist);
-		if (!bfqq)
-			bfqq = bfq_attach_rq(bs, rq); /* first insert (a requeue has one) */
+		if (rq_bfqq(rq))
+			bfqq = rq_bfqq(rq); /* a requeue keeps its queue */
+		else if (bfqq && bfqq != &bs->oom_q && rq->ioc == bfqq->ioc &&
+			 rq_is_sync(rq) == bfqq->sync)
+			bfq_pin_rq(bfqq, rq); /* the batch's previous request's queue */
+		else
+			bfqq = bfq_attach_rq(bs, rq); /* first insert */
 		if (flags & RQ_INSERT_AT_HEAD) {
 			rq_list_add_tail(&rq->queuelist, &bs->head_list);
 			WRITE_ONCE(bs->nr_head, bs->nr_head + 1);
@@ -1494,24 +1752,14 @@ static void bfq_insert_requests(struct rq_hw_ctx *hctx, struct rq_list_node *lis
 		if (bfq_mergeable(rq) && bfqq_has_neighbour(bfqq, rq) &&
 		    rq_sched_try_insert_merge(q, rq, &free_list))
 			continue;
-		rq->fifo_time = now + (uint64_t)(bfqq->sync ? bd->fifo_expire_sync_ms :
-							      bd->fifo_expire_async_ms) *
-					      NSEC_PER_MSEC;
-		bfqq_update_seek(bfqq, rq);
-		bfqq_add_rq(bfqq, rq, false);
-		if (bfq_mergeable(rq)) {
-			rq_sched_hash_add(q, rq);
-			rq_sched_last_merge_fill(q, rq);
-		}
-		cur = bs->in_service;
-		if (cur == bfqq) {
-			sched_set_idle(bs, false, 0); /* what it was waiting for */
-		} else if (!bfqq_busy(bfqq)) {
-			bfqq_activate(bd, bfqq, rq_request_sectors(rq), now);
-			if (cur && bfqq_should_preempt(bs, bfqq, cur))
-				sched_expire(bs, BFQ_EXP_PREEMPTED, now);
-		}
+		bfqq_arrive(q, bfqq, rq, true);
+		rq_sched_rb_add(&bfqq->sort, rq);
+		bfqq->next_rq = bfq_choose_req(bs->bd, bfqq->next_rq, rq, bs->head_pos);
+		bfqq->queued++;
+		WRITE_ONCE(bs->queued, bs->queued + 1);
+		bfqq_got_request(bs, bfqq, rq);
 	}
+out:
 	sched_unlock(bs);
 	while ((rq = rq_list_first_rq(&free_list))) {
 		rq_list_del_init(&rq->queuelist);
@@ -1583,6 +1831,153 @@ static struct rq_request *bfq_dispatch_request(struct rq_hw_ctx *hctx)
 }
 
 /*
+ * The in-service queue's next request, when it may simply go: no head
+ * request, room below the in-flight cap, the turn neither timed out nor
+ * out of budget.  Exactly the case where has_work says yes and
+ * sched_ready() takes the in-service queue's next request in its first
+ * round without ending or starting a turn; NULL otherwise (then the full
+ * path decides).  Lock held.
+ */
+static struct rq_request *sched_next_in_turn(const struct bfq_sched *bs, uint64_t now)
+{
+	const struct bfq_data *bd = bs->bd;
+	const struct bfq_queue *bfqq = bs->in_service;
+	struct rq_request *rq;
+
+	if (!bfqq || !bfqq->queued || bs->nr_head ||
+	    bs->in_flight >= (bd->strict_guarantees ? 1 : bd->inflight_cap) ||
+	    (bfqq->budget_timeout && now >= bfqq->budget_timeout))
+		return NULL;
+	rq = bfqq->next_rq;
+	if (bfqq->entity.service &&
+	    bfqq->entity.service + rq_request_sectors(rq) > bfqq->entity.budget)
+		return NULL;
+	return rq;
+}
+
+/*
+ * Many requests of the in-service queue in one go (sched_drain_in_turn()):
+ * its tree as the sorted array v[0, k) with neighbour links, so a request
+ * leaves in O(1) instead of an rb-tree erase, and what is left is built
+ * back into a tree at the end (run_build_tree(); the shape of a tree is
+ * not seen by anyone, only its order).
+ */
+#define BFQ_DRAIN_NONE 0xffu
+
+struct bfq_drain {
+	struct rq_request *v[BFQ_RUN_MAX];
+	uint8_t prev[BFQ_RUN_MAX], next[BFQ_RUN_MAX]; /* BFQ_DRAIN_NONE: none */
+	unsigned k;                                   /* requests in v */
+	unsigned head;                                /* the lowest one left */
+};
+
+/* Append the requests of the subtree @n to d->v in order. */
+static void drain_flatten(struct bfq_drain *d, struct rq_rb_node *n)
+{
+	for (; n; n = n->right) {
+		drain_flatten(d, n->left);
+		d->v[d->k++] = RQ_CONTAINER_OF(n, struct rq_request, rb_node);
+	}
+}
+
+static unsigned drain_index(const struct bfq_drain *d, const struct rq_request *rq)
+{
+	unsigned i = 0;
+
+	while (d->v[i] != rq)
+		i++;
+	return i;
+}
+
+/*
+ * bfqq_find_next_rq() on the array: the request to send after v[cur],
+ * which is about to leave (still linked), as an index.
+ */
+static unsigned drain_find_next(const struct bfq_drain *d, const struct bfq_data *bd,
+				struct bfq_queue *bfqq, unsigned cur, uint64_t now)
+{
+	struct rq_request *last = d->v[cur], *prev = NULL, *next = NULL, *oldest;
+	unsigned ip = d->prev[cur], in = d->next[cur];
+
+	if (!bfqq->fifo_checked) {
+		bfqq->fifo_checked = true;
+		oldest = rq_list_first_rq(&bfqq->fifo);
+		if (oldest && oldest != last && now >= oldest->fifo_time)
+			return drain_index(d, oldest);
+	}
+	if (ip != BFQ_DRAIN_NONE)
+		prev = d->v[ip];
+	if (in == BFQ_DRAIN_NONE && d->head != cur)
+		in = d->head; /* after the last: wrap to the first */
+	if (in != BFQ_DRAIN_NONE)
+		next = d->v[in];
+	return bfq_choose_req(bd, next, prev, last->sector) == next ? in : ip;
+}
+
+static void drain_unlink(struct bfq_drain *d, unsigned i)
+{
+	unsigned p = d->prev[i], n = d->next[i];
+
+	if (p != BFQ_DRAIN_NONE)
+		d->next[p] = (uint8_t)n;
+	else
+		d->head = n;
+	if (n != BFQ_DRAIN_NONE)
+		d->prev[n] = (uint8_t)p;
+}
+
+/*
+ * Dispatch requests of the in-service queue onto @list while its turn
+ * goes on, as the one-at-a-time path would (sched_next_in_turn(), then
+ * sched_dispatch_rq()), in the same order with the same state, at most
+ * @room of them: the caller made sure the queue's first request may go and
+ * that @room more would fit the batch and the in-flight cap; the budget is
+ * checked before each, as sched_next_in_turn() does.  The queue has
+ * 2..BFQ_RUN_MAX requests.  Returns how many went (at least one).
+ */
+static unsigned sched_drain_in_turn(struct rq_queue *q, struct bfq_sched *bs,
+				    struct rq_list_node *list, unsigned room, uint64_t now)
+{
+	struct bfq_queue *bfqq = bs->in_service;
+	struct bfq_drain d;
+	unsigned cur, i, left = 0, n = 0;
+
+	d.k = 0;
+	drain_flatten(&d, bfqq->sort.node);
+	for (i = 0; i < d.k; i++) {
+		d.prev[i] = (uint8_t)(i ? i - 1 : BFQ_DRAIN_NONE);
+		d.next[i] = (uint8_t)(i + 1 < d.k ? i + 1 : BFQ_DRAIN_NONE);
+	}
+	d.head = 0;
+	cur = drain_index(&d, bfqq->next_rq);
+	for (;;) {
+		struct rq_request *rq = d.v[cur];
+		unsigned nxt = BFQ_DRAIN_NONE;
+
+		if (bfqq->entity.service &&
+		    bfqq->entity.service + rq_request_sectors(rq) > bfqq->entity.budget)
+			break;
+		if (bfqq->queued > 1)
+			nxt = drain_find_next(&d, bs->bd, bfqq, cur, now);
+		else
+			bfqq->fifo_checked = true; /* what looking would have done */
+		drain_unlink(&d, cur);
+		rq_rb_clear_node(&rq->rb_node);
+		bfqq_unqueue(q, bfqq, rq);
+		bfqq->next_rq = nxt != BFQ_DRAIN_NONE ? d.v[nxt] : NULL;
+		sched_account_dispatch(bs, bfqq, rq, now);
+		rq_list_add_tail(&rq->queuelist, list);
+		if (++n == room || nxt == BFQ_DRAIN_NONE)
+			break;
+		cur = nxt;
+	}
+	for (i = d.head; i != BFQ_DRAIN_NONE; i = d.next[i])
+		d.v[left++] = d.v[i]; /* in order, and left <= i */
+	run_build_tree(&bfqq->sort, d.v, left);
+	return n;
+}
+
+/*
  * dispatch_requests: up to @max requests, the ones the core's loop of
  * has_work and dispatch_request calls would hand out (each taken only
  * while has_work says so, exactly: a turn that runs dry is left to the
@@ -1596,17 +1991,33 @@ static unsigned bfq_dispatch_requests(struct rq_hw_ctx *hctx, struct rq_list_nod
 	struct bfq_data *bd = bfq_of(rq_hctx_queue(hctx));
 	struct bfq_sched *bs = sched_of_hctx(bd, hctx);
 	uint64_t now;
-	unsigned n = 0, delay = 0;
+	unsigned n = 0, delay = 0, cap;
 
 	if (!READ_ONCE(bs->queued) && !READ_ONCE(bs->nr_head))
 		return 0; /* as has_work: whoever adds a request runs the queue after */
 	now = rq_clock_ns();
 	bfq_lock(&bs->lock);
-	while (n < max && sched_has_work_locked(bs, &now, &delay)) {
-		struct rq_request *rq = sched_next_locked(hctx->q, bs, now, &delay);
+	cap = bd->strict_guarantees ? 1 : bd->inflight_cap; /* tunables: any lock held */
+	while (n < max) {
+		struct rq_request *rq = sched_next_in_turn(bs, now);
+		unsigned k = rq ? bs->in_service->queued : 0, room = max - n;
 
-		if (!rq)
-			break;
+		/* rq: in_flight < cap; room: how many the cap and the batch let go */
+		if (room > cap - bs->in_flight)
+			room = cap - bs->in_flight;
+		if (k > 1 && k <= BFQ_RUN_MAX && room > 1) {
+			n += sched_drain_in_turn(hctx->q, bs, list, room, now);
+			continue;
+		}
+		if (rq) {
+			sched_dispatch_rq(hctx->q, bs, bs->in_service, rq, now);
+		} else {
+			if (!sched_has_work_locked(bs, &now, &delay))
+				break;
+			rq = sched_next_locked(hctx->q, bs, now, &delay);
+			if (!rq)
+				break;
+		}
 		rq_list_add_tail(&rq->queuelist, list);
 		n++;
 	}

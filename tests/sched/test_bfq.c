@@ -573,6 +573,82 @@ static void test_insert_fills_merge_cache(void **state)
 }
 
 /*
+ * A plug's requests of one context reach bfq as one batch, sorted there as
+ * a run (sched/bfq.c, bfq_insert_run()): the order they go in must be the
+ * one inserting them one by one gives.  The head is at 100000 (a first
+ * request [99992, 100000) went alone); the plug holds, in this order,
+ * 100400, 99900, 50, 200000, 99990 (4 KiB each).  From the head's END the
+ * nearest is 99990 (10 back, 20 with back_seek_penalty 2; 99900 counts
+ * 200, 100400 400; 50 is more than back_seek_max behind: wrapped).  Then,
+ * from each START: 99900 (90 back = 180) before 100400 (410); 100400
+ * (500) before 50 (wrapped); 200000 before 50; 50 last.  A run whose next
+ * request were its lowest, its first or its last, or whose tree lost its
+ * order, fails.
+ */
+static void test_run_sorted_order(void **state)
+{
+	static const uint64_t want[] = { 99990, 99900, 100400, 200000, 50 };
+	static const uint64_t batch[] = { 100400, 99900, 50, 200000, 99990 };
+	struct rq_io_context *a = rq_ioc_create(0);
+	struct mock_dev *m = make_dev();
+	static struct fx_rec rec[6];
+	struct rq_plug plug;
+
+	(void)state;
+	submit_read(m, &rec[0], a, 99992, RQ_BIO_NOMERGE);
+	complete_in_order(m, (const uint64_t[]){ 99992 }, 1);
+	rq_queue_quiesce(m->q);
+	rq_start_plug(&plug);
+	for (unsigned i = 0; i < 5; i++)
+		submit_read(m, &rec[1 + i], a, batch[i], RQ_BIO_NOMERGE);
+	rq_finish_plug(&plug);
+	rq_queue_unquiesce(m->q);
+	complete_in_order(m, want, 5);
+	assert_true(fx_wait(rec, 6, 10000));
+	fx_put(rec, 6);
+	mock_destroy(m);
+	rq_ioc_put(a);
+}
+
+/*
+ * An insert merge inside one batch: the plug merges a bio only with its
+ * last request, so [100, 108), [500, 508), [108, 116) of one context stay
+ * three requests there; at insert [108, 116) finds its own context's
+ * [100, 108), inserted just before it in the same batch, ending where it
+ * starts, and joins it (the kernel's elv_attempt_insert_merge()).  Two
+ * requests reach the device: [100, 116) first (the head is at 0), then 500.
+ * A batch insert that sorted the run into the tree without looking for
+ * such neighbours would hand out three.
+ */
+static void test_insert_merge_own_context(void **state)
+{
+	struct rq_io_context *a = rq_ioc_create(0);
+	struct mock_dev *m = make_dev();
+	static struct fx_rec rec[3];
+	struct rq_plug plug;
+
+	(void)state;
+	rq_queue_quiesce(m->q);
+	rq_start_plug(&plug);
+	submit_read(m, &rec[0], a, 100, 0);
+	submit_read(m, &rec[1], a, 500, 0);
+	submit_read(m, &rec[2], a, 108, 0);
+	rq_finish_plug(&plug);
+	rq_queue_unquiesce(m->q);
+	assert_int_equal(mock_nr_held(m), 1);
+	assert_int_equal(mock_held(m, 0)->sector, 100);
+	assert_int_equal(mock_held(m, 0)->bytes, 2 * BS);
+	mock_complete_one(m, 0, RQ_STS_OK);
+	assert_int_equal(mock_nr_held(m), 1);
+	assert_int_equal(mock_held(m, 0)->sector, 500);
+	mock_complete_one(m, 0, RQ_STS_OK);
+	assert_true(fx_wait(rec, 3, 10000));
+	fx_put(rec, 3);
+	mock_destroy(m);
+	rq_ioc_put(a);
+}
+
+/*
  * bfq idles for a sync queue whose last request completed, waiting for its
  * context's next one; once the application releases the context (as a
  * process exits in the kernel: bfq_exit_icq -> bfq_exit_bfqq expires it),
@@ -863,6 +939,8 @@ int main(void)
 		cmocka_unit_test(test_strict_one_in_flight),
 		cmocka_unit_test(test_next_from_start),
 		cmocka_unit_test(test_insert_fills_merge_cache),
+		cmocka_unit_test(test_run_sorted_order),
+		cmocka_unit_test(test_insert_merge_own_context),
 		cmocka_unit_test(test_released_context_ends_idling),
 		cmocka_unit_test(test_async_writer_preempted),
 		cmocka_unit_test(test_rt_reader_preempts),
