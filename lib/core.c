@@ -176,14 +176,6 @@ struct rq_request *queue_alloc_internal_request(struct rq_queue *q, struct rq_hw
 /* ----------------------------------------------------------- submission */
 
 /*
- * Check, enter, split, and hand each piece to the front end.  Each piece
- * takes one usage reference (the first, the one entered) and the front
- * end drops it when the piece is merged away or its request is freed.
- * The common read or write (bio_fast_ok(), then a size that max_sectors
- * never splits) skips the full check and the split walk: one piece, one
- * segment.
- */
-/*
  * The entered bio that is not the fast case: flush bits a device without
  * a write cache does not need, then the split loop.  Out of line, so the
  * fast path keeps a small frame.
@@ -232,6 +224,14 @@ static __attribute__((noinline)) void submit_bio_split(struct rq_queue *q,
 	}
 }
 
+/*
+ * Check, enter, split, and hand each piece to the front end.  Each piece
+ * takes one usage reference (the first, the one entered) and the front
+ * end drops it when the piece is merged away or its request is freed.
+ * The common read or write (bio_fast_ok(), then a size that max_sectors
+ * never splits) skips the full check and the split walk: one piece, one
+ * segment.
+ */
 static inline void submit_bio_on(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_bio *bio)
 {
 	uint64_t capacity;
