@@ -25,7 +25,8 @@ for every pattern x scheduler x nomerges; print a table and scores.
   --build DIR       build directory with tests/kdiff/kdiff-{submit,rq} (default: build)
   --patterns DIR    pattern files *.pat (default: tests/kdiff/patterns)
   --pattern NAME    only this pattern (repeatable; NAME without .pat)
-  --sched LIST      comma-separated schedulers (default: none,mq-deadline,kyber,bfq)
+  --sched LIST      comma-separated schedulers (default: those of none,mq-deadline,
+                    kyber,bfq the kernel offers)
   --nomerges LIST   comma-separated values (default: 0,1,2)
   --runs N          kernel runs per case; a case is kept only if all agree (default 3)
   --json FILE       write the results as JSON to FILE ("-": stdout, no table)
@@ -46,6 +47,7 @@ build=$here/build
 patdir=$here/tests/kdiff/patterns
 known=$here/tests/kdiff/known-differences
 scheds=none,mq-deadline,kyber,bfq
+sched_given=0
 nomerges=0,1,2
 runs=3
 json=
@@ -61,7 +63,7 @@ while [ $# -gt 0 ]; do
 	--build) build=${2:?}; shift ;;
 	--patterns) patdir=${2:?}; shift ;;
 	--pattern) only+=("${2:?}"); shift ;;
-	--sched) scheds=${2:?}; shift ;;
+	--sched) scheds=${2:?}; sched_given=1; shift ;;
 	--nomerges) nomerges=${2:?}; shift ;;
 	--runs) runs=${2:?}; shift ;;
 	--json) json=${2:?}; shift ;;
@@ -149,6 +151,21 @@ IFS=: read -r major minor < /sys/block/$name/dev
 orig_sched=$(sed -n 's/.*\[\(.*\)\].*/\1/p' $qdir/scheduler 2>/dev/null)
 orig_nomerges=$(cat $qdir/nomerges 2>/dev/null)
 orig_wbt=$(cat $qdir/wbt_lat_usec 2>/dev/null)
+# the default list keeps what this kernel offers (bfq and kyber are modules
+# a kernel may lack); a scheduler asked for by --sched must be there
+if [ "$sched_given" = 0 ]; then
+	offered=" $(tr -d '[]' < $qdir/scheduler) "
+	kept=
+	for s in "${sched_list[@]}"; do
+		case $offered in
+		*" $s "*) kept=${kept:+$kept,}$s ;;
+		*) echo "kdiff.sh: this kernel offers no $s: its cases skipped" >&2 ;;
+		esac
+	done
+	[ -n "$kept" ] || skip "this kernel offers none of $scheds"
+	scheds=$kept
+	IFS=, read -r -a sched_list <<<"$scheds"
+fi
 # writeback throttling never holds O_DIRECT writes (REQ_SYNC|REQ_IDLE), but off is certain
 [ -w $qdir/wbt_lat_usec ] && echo 0 > $qdir/wbt_lat_usec 2>/dev/null
 
