@@ -52,6 +52,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -173,19 +174,45 @@ TRACE_INLINE uint32_t rw_category(unsigned op, uint32_t opf)
 /* ------------------------------------------------------ rings, a trace */
 
 /*
- * One slot of a thread's ring: the record as the file will hold it, but
- * for what only the writer can know: @rec.time holds the raw stamp (TSC
- * ticks, or the library's clock in the slow mode), and the writer fills
- * in magic, sequence and device, scales the time and copies @rec and
- * @rec.pdu_len bytes of @pdu out.  64 bytes: one cache line.
+ * One slot of a thread's ring: what the event's records will hold but for
+ * what only the writer can know (magic, sequence, pid, device, the time
+ * scaled from the raw @stamp: TSC ticks, or the library's clock in the
+ * slow mode).  @fold says which records follow the event's own at its
+ * time: a Q whose bio got its request (G) and went to the driver (D) in
+ * the same step is one slot, and the writer writes the three records.
+ * 48 bytes: three slots in two cache lines.
  */
 struct trace_slot {
-	struct bt_record rec;
+	uint64_t stamp;
+	uint64_t sector;
+	uint32_t bytes;
+	uint32_t action;
+	uint16_t cpu;
+	uint16_t error;
+	uint16_t pdu_len;
+	uint16_t fold;         /* SLOT_G | SLOT_D */
 	unsigned char pdu[16];
 };
-_Static_assert(sizeof(struct trace_slot) == 64, "a slot is a cache line");
+_Static_assert(sizeof(struct trace_slot) == 48, "a slot is 48 bytes");
 
-#define RING_EVENTS 65536u      /* per thread and trace: 4 MiB */
+enum {
+	SLOT_G = 1u << 0,      /* a G follows: the Q's action with TA_GETRQ */
+	SLOT_D = 1u << 1,      /* then a D: the Q's direction and flags, issue, fs */
+};
+
+/* The action word of a D folded into a Q slot whose action is @q_action. */
+static inline uint32_t fold_d_action(uint32_t q_action)
+{
+	return (q_action & ~(0xffffu | TC_ACT(TC_QUEUE))) | TC_ACT(TC_ISSUE | TC_FS) | TA_ISSUE;
+}
+
+/* The action word of a G folded into a Q slot whose action is @q_action. */
+static inline uint32_t fold_g_action(uint32_t q_action)
+{
+	return (q_action & ~0xffffu) | TA_GETRQ;
+}
+
+#define RING_EVENTS 65536u      /* per thread and trace: 3 MiB */
 #define RING_WAIT_YIELDS 64     /* a full ring waits this long for the writer */
 
 /*
@@ -228,6 +255,7 @@ struct rq_trace {
 	uint64_t start_ns;
 	uint64_t last_time;          /* writer: the last record's time */
 	uint32_t dev;
+	_Atomic uint32_t act_mask;   /* categories traced (TC_ACT()), the queue's trace_actions */
 	unsigned nr_cpus;
 	struct trace_out *out;       /* per CPU */
 	uint32_t *seq;               /* per CPU: last sequence written */
@@ -399,14 +427,25 @@ static void obs_threads_quiesce(void)
 			sched_yield();
 }
 
+/* The slow mode's stamp: the library's clock, kept strictly increasing per ring. */
+static uint64_t __attribute__((noinline)) trace_stamp_clock(struct trace_ring *r, uint32_t *cpu)
+{
+	uint64_t now = rq_clock_ns();
+
+	if (now <= r->last_stamp)
+		now = r->last_stamp + 1;
+	r->last_stamp = now;
+	*cpu = cur_cpu();
+	return now;
+}
+
 /* The stamp of an event now and the CPU it happens on. */
 TRACE_INLINE uint64_t trace_stamp(struct rq_trace *t, struct trace_ring *r, uint32_t *cpu)
 {
-	uint64_t now;
-
 #if defined(__x86_64__)
 	if (likely(t->tsc)) {
 		unsigned aux;
+		uint64_t now;
 
 #if defined(TRACE_RSEQ)
 		if (likely(t->rseq)) {
@@ -422,13 +461,7 @@ TRACE_INLINE uint64_t trace_stamp(struct rq_trace *t, struct trace_ring *r, uint
 		return now;
 	}
 #endif
-	/* a thread's stamps increase strictly, so its order survives the sort */
-	now = rq_clock_ns();
-	if (now <= r->last_stamp)
-		now = r->last_stamp + 1;
-	r->last_stamp = now;
-	*cpu = cur_cpu();
-	return now;
+	return trace_stamp_clock(r, cpu);
 }
 
 /* The writer's "now", in stamps: every stamp read before is at most this. */
@@ -443,6 +476,11 @@ static uint64_t trace_stamp_now(const struct rq_trace *t)
 	}
 #endif
 	return rq_clock_ns();
+}
+
+static void __attribute__((noinline)) trace_wake(struct rq_trace *t)
+{
+	sem_post(&t->wake);
 }
 
 /*
@@ -470,34 +508,43 @@ static bool __attribute__((noinline)) ring_wait(struct rq_trace *t, struct trace
 	return false;
 }
 
-/*
- * Write one record into the calling thread's @r (its only writer) and
- * commit it.  Half way to where the owner last saw the ring full it wakes
- * the writer once.
- */
-TRACE_INLINE void ring_put(struct rq_trace *t, struct trace_ring *r, uint64_t sector,
-			  uint32_t bytes, uint32_t action, uint16_t error, const void *pdu,
-			  unsigned pdu_len)
+TRACE_INLINE void slot_fill(struct trace_slot *s, uint64_t stamp, uint32_t cpu, uint64_t sector,
+			    uint32_t bytes, uint32_t action, uint16_t error, const void *pdu,
+			    unsigned pdu_len)
+{
+	s->stamp = stamp;
+	s->sector = sector;
+	s->bytes = bytes;
+	s->action = action;
+	s->cpu = (uint16_t)cpu;
+	s->error = error;
+	s->pdu_len = (uint16_t)pdu_len;
+	s->fold = 0;
+	if (pdu_len)
+		memcpy(s->pdu, pdu, pdu_len);
+}
+
+/* Commit slot @h of @r (its owner's only writer); half way to full, wake the writer. */
+TRACE_INLINE void ring_commit(struct rq_trace *t, struct trace_ring *r, uint64_t h)
+{
+	atomic_store_explicit(&r->head, h + 1, memory_order_release);
+	if (unlikely(h == r->wake_at))
+		trace_wake(t);
+}
+
+/* One record with its own stamp into the calling thread's @r: the name note. */
+static void ring_put(struct rq_trace *t, struct trace_ring *r, uint32_t action,
+		     const void *pdu, unsigned pdu_len)
 {
 	uint64_t h = atomic_load_explicit(&r->head, memory_order_relaxed);
-	struct trace_slot *s;
 	uint32_t cpu;
+	uint64_t stamp;
 
 	if (unlikely(h >= r->room) && !ring_wait(t, r, h))
 		return;
-	s = &r->ev[h % RING_EVENTS];
-	s->rec.time = trace_stamp(t, r, &cpu);
-	s->rec.cpu = cpu;
-	s->rec.sector = sector;
-	s->rec.bytes = bytes;
-	s->rec.action = action;
-	s->rec.error = error;
-	s->rec.pdu_len = (uint16_t)pdu_len;
-	if (pdu_len)
-		memcpy(s->pdu, pdu, pdu_len);
-	atomic_store_explicit(&r->head, h + 1, memory_order_release);
-	if (unlikely(h == r->wake_at))
-		sem_post(&t->wake);
+	stamp = trace_stamp(t, r, &cpu);
+	slot_fill(&r->ev[h % RING_EVENTS], stamp, cpu, 0, 0, action, 0, pdu, pdu_len);
+	ring_commit(t, r, h);
 }
 
 /*
@@ -532,7 +579,7 @@ static struct trace_ring *__attribute__((noinline)) ring_self(struct rq_trace *t
 	r->room = RING_EVENTS;
 	r->wake_at = RING_EVENTS / 2;
 	memcpy(r->comm, th->comm, sizeof(r->comm));
-	ring_put(t, r, 0, 0, TN_PROCESS | TC_ACT(TC_NOTIFY), 0, r->comm, COMM_LEN);
+	ring_put(t, r, TN_PROCESS | TC_ACT(TC_NOTIFY), r->comm, COMM_LEN);
 	pthread_mutex_lock(&t->lock);
 	r->next = atomic_load_explicit(&t->rings, memory_order_relaxed);
 	atomic_store_explicit(&t->rings, r, memory_order_release);
@@ -546,128 +593,188 @@ cache:
 }
 
 /*
- * Record one event of @q if a trace runs: the whole record, straight into
- * the thread's ring.  The thread is marked active before it looks for the
- * trace (a stopper that unpublished it waits for the mark to go) and
- * before it reads the clock (the writer's ordering).
+ * Steps.  The events one library call makes for a bio before anything
+ * else gets control (Q, G, D of a bio issued straight to the driver; U,
+ * I, D of a plug's requests) share one stamp: the first event of the
+ * step (Q at submission, U at an unplug) takes it and keeps the thread
+ * marked, the others reuse it, and the step ends before the driver, a
+ * completion's callbacks or a sleep get control (at D, C, I and S) and
+ * when the call returns (trace_step_end()).  Keeping the mark through the
+ * step keeps the writer's rule: a marked thread commits nothing earlier
+ * than its last committed stamp.  A G and a D that follow their Q in the
+ * step fold into its slot, which stays uncommitted (@pending) until the
+ * next event or the end of the step.  Per thread, never shared.
  */
-TRACE_INLINE void trace_put(struct rq_queue *q, uint64_t sector, uint32_t bytes,
-			   uint32_t action, uint16_t error, const void *pdu, unsigned pdu_len)
+enum {
+	EV_OPEN = 1u << 0,     /* the event begins a step (Q, U) */
+	EV_HOLD = 1u << 1,     /* its slot waits for a G and a D to fold in (Q) */
+	EV_CLOSE = 1u << 2,    /* the step ends with it (D, C, I, S) */
+	EV_FOLD_G = 1u << 3,   /* it may fold into the pending Q slot as its G */
+	EV_FOLD_D = 1u << 4,   /* ... as its D, after its G */
+};
+
+struct trace_step {
+	struct rq_queue *q;          /* the step's queue; NULL: no step */
+	struct rq_trace *t;          /* its trace (it cannot stop while the thread is marked) */
+	struct trace_ring *r;
+	uint64_t stamp;
+	uint32_t cpu;
+	bool pending;                /* r's slot at head is written, not committed */
+};
+
+static __thread struct trace_step tls_step __attribute__((tls_model("initial-exec")));
+
+/* End the calling thread's step: commit what it holds, clear its mark. */
+static void __attribute__((noinline)) step_close(struct trace_step *st)
+{
+	if (st->pending) {
+		st->pending = false;
+		ring_commit(st->t, st->r,
+			    atomic_load_explicit(&st->r->head, memory_order_relaxed));
+	}
+	st->q = NULL;
+	obs_exit(tls_obs_thread);
+}
+
+void obs_step_end(void)
+{
+	if (tls_step.q)
+		step_close(&tls_step);
+}
+
+/* Fold a G or D into pending slot @s if it is the same bio's: true if it did. */
+TRACE_INLINE bool slot_fold(struct trace_slot *s, uint64_t sector, uint32_t bytes,
+			    uint32_t action, uint16_t error, unsigned mode)
+{
+	if (s->sector != sector || s->bytes != bytes || error)
+		return false;
+	if ((mode & EV_FOLD_G) && !s->fold && action == fold_g_action(s->action)) {
+		s->fold = SLOT_G;
+		return true;
+	}
+	if ((mode & EV_FOLD_D) && s->fold == SLOT_G && action == fold_d_action(s->action)) {
+		s->fold = SLOT_G | SLOT_D;
+		return true;
+	}
+	return false;
+}
+
+/* An event of the calling thread's open step (@st->q is the event's queue). */
+TRACE_INLINE void step_emit(struct trace_step *st, uint64_t sector, uint32_t bytes,
+			    uint32_t action, uint16_t error, const void *pdu, unsigned pdu_len,
+			    unsigned mode)
+{
+	struct rq_trace *t = st->t;
+	struct trace_ring *r = st->r;
+	uint64_t h;
+
+	if (unlikely(!(action & atomic_load_explicit(&t->act_mask, memory_order_relaxed))))
+		goto out;
+	h = atomic_load_explicit(&r->head, memory_order_relaxed);
+	if (st->pending) {
+		if ((mode & (EV_FOLD_G | EV_FOLD_D)) &&
+		    slot_fold(&r->ev[h % RING_EVENTS], sector, bytes, action, error, mode))
+			goto out;
+		st->pending = false;
+		ring_commit(t, r, h++);
+	}
+	if (unlikely(h >= r->room) && !ring_wait(t, r, h))
+		goto out;
+	slot_fill(&r->ev[h % RING_EVENTS], st->stamp, st->cpu, sector, bytes, action, error,
+		  pdu, pdu_len);
+	if (mode & EV_HOLD)
+		st->pending = true;
+	else
+		ring_commit(t, r, h);
+out:
+	if (mode & EV_CLOSE)
+		step_close(st);
+}
+
+/*
+ * An event outside a step: the thread marks itself before it looks for
+ * the trace (a stopper that unpublished it waits for the mark to go) and
+ * before it reads the clock (the writer's ordering), writes the record
+ * into its ring and commits it; an EV_OPEN event stays marked and opens
+ * a step with its stamp.
+ */
+TRACE_INLINE void trace_emit_new(struct trace_step *st, struct rq_queue *q, uint64_t sector,
+				 uint32_t bytes, uint32_t action, uint16_t error,
+				 const void *pdu, unsigned pdu_len, unsigned mode)
 {
 	struct obs_thread *th = tls_obs_thread;
-	struct rq_trace *t;
 	struct trace_ring *r;
+	struct rq_trace *t;
+	uint64_t h, stamp;
+	unsigned slot;
+	uint32_t cpu;
 
 	if (unlikely(!th) && !(th = obs_thread_self()))
 		return;
 	obs_enter(th);
 	t = atomic_load_explicit(&q->obs->trace, memory_order_acquire);
-	if (likely(t)) {
-		unsigned slot = (unsigned)(t->id % RING_CACHE);
-
-		r = tls_ring[slot].ring;
-		if (unlikely(tls_ring[slot].id != t->id))
-			r = ring_self(t, th);
-		if (likely(r))
-			ring_put(t, r, sector, bytes, action, error, pdu, pdu_len);
-		else
-			atomic_fetch_add(&t->lost, 1);
+	if (unlikely(!t) ||
+	    unlikely(!(action & atomic_load_explicit(&t->act_mask, memory_order_relaxed))))
+		goto out;
+	slot = (unsigned)(t->id % RING_CACHE);
+	r = tls_ring[slot].ring;
+	if (unlikely(tls_ring[slot].id != t->id) && !(r = ring_self(t, th))) {
+		atomic_fetch_add(&t->lost, 1);
+		goto out;
 	}
+	h = atomic_load_explicit(&r->head, memory_order_relaxed);
+	if (unlikely(h >= r->room) && !ring_wait(t, r, h))
+		goto out;
+	stamp = trace_stamp(t, r, &cpu);
+	slot_fill(&r->ev[h % RING_EVENTS], stamp, cpu, sector, bytes, action, error, pdu,
+		  pdu_len);
+	if (mode & EV_OPEN) {
+		*st = (struct trace_step){ .q = q, .t = t, .r = r, .stamp = stamp, .cpu = cpu,
+					   .pending = (mode & EV_HOLD) != 0 };
+		if (!(mode & EV_HOLD))
+			ring_commit(t, r, h);
+		return; /* marked until the step ends */
+	}
+	ring_commit(t, r, h);
+out:
 	obs_exit(th);
+}
+
+/* Record one event of @q if a trace runs, in the calling thread's step or on its own. */
+TRACE_INLINE void trace_emit(struct rq_queue *q, uint64_t sector, uint32_t bytes,
+			     uint32_t action, uint16_t error, const void *pdu, unsigned pdu_len,
+			     unsigned mode)
+{
+	struct trace_step *st = &tls_step;
+
+	if (st->q == q) {
+		step_emit(st, sector, bytes, action, error, pdu, pdu_len, mode);
+		return;
+	}
+	if (unlikely(st->q != NULL))
+		step_close(st); /* another queue's step (a driver submitting to another queue) */
+	trace_emit_new(st, q, sector, bytes, action, error, pdu, pdu_len, mode);
 }
 
 /*
  * The event points' way in (hot: the obs_* functions are cold for their
  * callers' sake, which would have GCC make them small rather than fast).
  */
-static void __attribute__((noinline)) trace_event_slow(struct rq_queue *q, uint64_t sector,
-						       uint32_t bytes, uint32_t action,
-						       uint32_t error)
-{
-	trace_put(q, sector, bytes, action, (uint16_t)error, NULL, 0);
-}
-
-static void __attribute__((noinline)) trace_wake(struct rq_trace *t)
-{
-	sem_post(&t->wake);
-}
-
-/*
- * The common case as a leaf function (no call, so no frame): a thread
- * with its record and its ring for the running trace, room in the ring,
- * the TSC stamps, membarrier on the writer's side.  Anything else goes
- * the general way, trace_put().
- */
 static void __attribute__((hot, noinline)) trace_event(struct rq_queue *q, uint64_t sector,
 							uint32_t bytes, uint32_t action,
-							uint32_t error)
+							uint32_t error, unsigned mode)
 {
-#if defined(__x86_64__)
-	struct obs_thread *th = tls_obs_thread;
-	struct rq_trace *t;
-	struct trace_ring *r;
-	struct trace_slot *s;
-	unsigned slot;
-	uint64_t h;
-
-	if (unlikely(!th || !atomic_load_explicit(&obs_asym_fence, memory_order_relaxed)))
-		goto slow;
-	atomic_store_explicit(&th->active, 1, memory_order_relaxed);
-	atomic_signal_fence(memory_order_seq_cst);
-	t = atomic_load_explicit(&q->obs->trace, memory_order_acquire);
-	if (unlikely(!t))
-		goto out;
-	slot = (unsigned)(t->id % RING_CACHE);
-	r = tls_ring[slot].ring;
-	if (unlikely(tls_ring[slot].id != t->id || !t->tsc))
-		goto slow_out;
-	h = atomic_load_explicit(&r->head, memory_order_relaxed);
-	if (unlikely(h >= r->room))
-		goto slow_out;
-	s = &r->ev[h % RING_EVENTS];
-#if defined(TRACE_RSEQ)
-	if (likely(t->rseq)) {
-		s->rec.cpu = *(volatile uint32_t *)((char *)__builtin_thread_pointer() +
-						    __rseq_offset + offsetof(struct rseq, cpu_id));
-		s->rec.time = __builtin_ia32_rdtsc();
-	} else
-#endif
-	{
-		unsigned aux;
-
-		s->rec.time = __builtin_ia32_rdtscp(&aux);
-		s->rec.cpu = aux & 0xfff;
-	}
-	s->rec.sector = sector;
-	s->rec.bytes = bytes;
-	s->rec.action = action;
-	s->rec.error = (uint16_t)error;
-	s->rec.pdu_len = 0;
-	atomic_store_explicit(&r->head, h + 1, memory_order_release);
-	atomic_store_explicit(&th->active, 0, memory_order_release);
-	if (unlikely(h == r->wake_at))
-		trace_wake(t);
-	return;
-slow_out:
-	atomic_store_explicit(&th->active, 0, memory_order_release);
-slow:
-	trace_event_slow(q, sector, bytes, action, error);
-	return;
-out:
-	atomic_store_explicit(&th->active, 0, memory_order_release);
-#else
-	trace_event_slow(q, sector, bytes, action, error);
-#endif
+	trace_emit(q, sector, bytes, action, (uint16_t)error, NULL, 0, mode);
 }
 
 /* An event with an 8-byte payload: @pdu, big-endian in the record. */
 static void __attribute__((noinline)) trace_event_pdu(struct rq_queue *q, uint64_t sector,
 						      uint32_t bytes, uint32_t action,
-						      uint64_t pdu)
+						      uint64_t pdu, unsigned mode)
 {
 	uint64_t be = __builtin_bswap64(pdu);
 
-	trace_put(q, sector, bytes, action, 0, &be, sizeof(be));
+	trace_emit(q, sector, bytes, action, 0, &be, sizeof(be), mode);
 }
 
 /* ------------------------------------------------------------ the writer */
@@ -745,21 +852,44 @@ static void run_out_switch(struct rq_trace *t, struct run_out *ro, unsigned cpu)
 	ro->seq = t->seq[cpu];
 }
 
+/* One record at @p: @s's sector and bytes with @action, @error, @pdu_len; past it. */
+TRACE_INLINE unsigned char *rec_put(unsigned char *p, uint32_t seq, uint64_t time,
+				    const struct trace_slot *s, uint32_t action, uint64_t pid_dev,
+				    uint32_t cpu, uint16_t error, uint16_t pdu_len)
+{
+	struct bt_record *rec = (struct bt_record *)(void *)p;
+
+	/* magic and sequence, pid and device: adjacent pairs, one store each */
+	*(uint64_t *)&rec->magic = (uint64_t)seq << 32 | (BT_MAGIC | BT_VERSION);
+	rec->time = time;
+	rec->sector = s->sector;
+	rec->bytes = s->bytes;
+	rec->action = action;
+	*(uint64_t *)&rec->pid = pid_dev;
+	rec->cpu = cpu;
+	rec->error = error;
+	rec->pdu_len = pdu_len;
+	return p + sizeof(*rec);
+}
+
+/* Room in @ro's buffer for one slot's records (three, or one with its payload). */
+#define SLOT_OUT_MAX (3 * sizeof(struct bt_record) + sizeof(((struct trace_slot *)0)->pdu))
+
 /*
  * Write ring @i's events from its position while they are no later than
- * @next (at least one).  Each record gets its stamp scaled to nanoseconds
- * since the trace started, kept strictly after the ring's last record
- * (the thread's order survives blkparse's sort by time) and never before
- * the last record written; its CPU's next sequence number; and goes to
- * its CPU's buffer as the whole slot (the bytes past the record are
- * overwritten by the next one or never written out).  What the loop
- * reads of @t is in locals: stores to a byte buffer alias everything.
+ * @next (at least one).  Each slot's record gets its stamp scaled to
+ * nanoseconds since the trace started, kept strictly after the ring's
+ * last record (the thread's order survives blkparse's sort by time) and
+ * never before the last record written; its CPU's next sequence number;
+ * and goes to its CPU's buffer, followed by the G and D folded into it,
+ * each a nanosecond later.  What the loop reads of @t is in locals:
+ * stores to a byte buffer alias everything.
  */
 static void write_run(struct rq_trace *t, unsigned i, uint64_t next)
 {
 	struct trace_ring *r = t->cur[i];
-	const uint64_t first = t->pos[i], end = t->end[i];
-	uint64_t pos = first, w_next = r->w_next, last = t->last_time, stamp;
+	const uint64_t end = t->end[i];
+	uint64_t pos = t->pos[i], w_next = r->w_next, last = t->last_time, stamp, nrec = 0;
 	/* stamp -> time since start: base + (stamp - tick_base) * mult >> 32 */
 	const uint64_t tick_base = t->tsc ? t->tick_base : 0;
 	const uint64_t mult = t->tsc ? t->mult : 1ull << 32;
@@ -769,44 +899,53 @@ static void write_run(struct rq_trace *t, unsigned i, uint64_t next)
 	struct run_out ro = { .o = NULL };
 
 	do {
-		struct trace_slot *s = &r->ev[pos % RING_EVENTS];
-		struct bt_record *rec;
+		const struct trace_slot *s = &r->ev[pos % RING_EVENTS];
+		unsigned cpu = s->cpu, fold = s->fold;
+		unsigned char *p;
 		int64_t ns;
 		uint64_t time;
-		unsigned cpu = s->rec.cpu;
 
-		stamp = s->rec.time;
+		stamp = s->stamp;
 		ns = base + (int64_t)(((unsigned __int128)(stamp - tick_base) * mult) >> 32);
 		time = ns > 0 && stamp >= tick_base ? (uint64_t)ns : 0;
 		time = time < w_next ? w_next : time;
 		time = time < last ? last : time;
-		last = time;
-		w_next = time + 1;
 		if (unlikely(cpu >= nr_cpus))
-			s->rec.cpu = cpu = nr_cpus - 1;
+			cpu = nr_cpus - 1;
 		if (unlikely(cpu != ro.cpu || !ro.o))
 			run_out_switch(t, &ro, cpu);
-		if (unlikely(ro.len + sizeof(*s) > sizeof(ro.o->buf))) {
+		if (unlikely(ro.len + SLOT_OUT_MAX > sizeof(ro.o->buf))) {
 			ro.o->len = ro.len;
 			if (!out_flush(ro.o))
 				t->io_error = true;
 			ro.len = 0;
 		}
-		rec = (struct bt_record *)(ro.o->buf + ro.len);
-		memcpy(rec, s, sizeof(*s));
-		/* magic and sequence, pid and device: adjacent pairs, one store each */
-		*(uint64_t *)&rec->magic = (uint64_t)++ro.seq << 32 | (BT_MAGIC | BT_VERSION);
-		rec->time = time;
-		*(uint64_t *)&rec->pid = pid_dev;
-		ro.len += sizeof(*rec) + s->rec.pdu_len;
+		p = rec_put(ro.o->buf + ro.len, ++ro.seq, time, s, s->action, pid_dev, cpu,
+			    s->error, s->pdu_len);
+		memcpy(p, s->pdu, sizeof(s->pdu)); /* past the payload: overwritten or not sent */
+		p += s->pdu_len;
+		nrec++;
+		if (fold & SLOT_G) {
+			p = rec_put(p, ++ro.seq, ++time, s, fold_g_action(s->action), pid_dev, cpu,
+				    0, 0);
+			nrec++;
+		}
+		if (fold & SLOT_D) {
+			p = rec_put(p, ++ro.seq, ++time, s, fold_d_action(s->action), pid_dev, cpu,
+				    0, 0);
+			nrec++;
+		}
+		ro.len = (size_t)(p - ro.o->buf);
+		last = time;
+		w_next = time + 1;
 		pos++;
-	} while (pos != end && r->ev[pos % RING_EVENTS].rec.time <= next);
+	} while (pos != end && r->ev[pos % RING_EVENTS].stamp <= next);
 	ro.o->len = ro.len;
 	t->seq[ro.cpu] = ro.seq;
 	r->w_stamp = stamp;
 	r->w_next = w_next;
 	t->last_time = last;
-	t->nr_written += pos - first;
+	t->nr_written += nrec;
 	t->pos[i] = pos;
 }
 
@@ -852,7 +991,7 @@ static unsigned drain_collect(struct rq_trace *t, bool final, uint64_t *limit)
 		t->end[n] = atomic_load_explicit(&r->head, memory_order_acquire);
 		if (active) {
 			uint64_t last = t->end[n] > t->pos[n] ?
-						r->ev[(t->end[n] - 1) % RING_EVENTS].rec.time :
+						r->ev[(t->end[n] - 1) % RING_EVENTS].stamp :
 						r->w_stamp;
 
 			if (last < *limit)
@@ -885,15 +1024,15 @@ static void trace_drain(struct rq_trace *t, bool final)
 		for (unsigned i = 0; i < n; i++) {
 			struct trace_slot *s = &t->cur[i]->ev[t->pos[i] % RING_EVENTS];
 
-			if (t->pos[i] == t->end[i] || s->rec.time > limit)
+			if (t->pos[i] == t->end[i] || s->stamp > limit)
 				continue;
-			if (!best || s->rec.time < best->rec.time) {
-				if (best && best->rec.time < next)
-					next = best->rec.time;
+			if (!best || s->stamp < best->stamp) {
+				if (best && best->stamp < next)
+					next = best->stamp;
 				best = s;
 				bi = i;
-			} else if (s->rec.time < next) {
-				next = s->rec.time;
+			} else if (s->stamp < next) {
+				next = s->stamp;
 			}
 		}
 		if (!best)
@@ -1049,6 +1188,7 @@ int trace_start_locked(struct rq_queue *q, const char *dir, const char *name)
 	t = trace_alloc(q);
 	if (!t)
 		return -ENOMEM;
+	atomic_store(&t->act_mask, atomic_load(&q->obs->act_mask));
 	pthread_once(&obs_membarrier_once, obs_membarrier_init);
 	trace_pick_clock(t);
 	ret = trace_open_files(t, dir, name);
@@ -1091,7 +1231,8 @@ int trace_stop_locked(struct rq_queue *q, struct rq_trace_info *info)
 		return -ENOENT;
 	obs_flags_change(q, OBS_TRACE, false);
 	atomic_store_explicit(&q->obs->trace, NULL, memory_order_release);
-	obs_threads_quiesce(); /* no thread is inside trace_emit() any more */
+	obs_step_end(); /* the stopper's own step, if it stops from inside one */
+	obs_threads_quiesce(); /* no thread is in an event point or a step any more */
 	atomic_store(&t->stop, true);
 	sem_post(&t->wake);
 	pthread_join(t->writer, NULL);
@@ -1117,6 +1258,74 @@ int trace_stop_locked(struct rq_queue *q, struct rq_trace_info *info)
 	q->obs->trace_path[0] = '\0';
 	trace_free(t);
 	return ret;
+}
+
+/*
+ * blktrace's action mask (-a NAME, the kernel's trace/act_mask): the
+ * categories that apply here, by bit (TC_*).  An event is traced if any
+ * of its categories is in the mask; thread names and the drop message
+ * always are.
+ */
+static const char *const act_mask_names[16] = {
+	"read", "write", "flush", "sync", "queue", "requeue", "issue", "complete", "fs",
+	[11] = "ahead", "meta", "discard", [15] = "fua",
+};
+#define TRACE_ACTS_ALL TC_ACT(0xb9ffu) /* every named bit */
+
+/* The "trace_actions" attribute: the mask's names, comma-separated. */
+int trace_actions_show(struct rq_queue *q, char *buf, size_t len)
+{
+	uint32_t mask = q->obs ? atomic_load(&q->obs->act_mask) >> 16 : 0;
+	size_t n = 0;
+
+	for (unsigned b = 0; b < 16; b++) {
+		int w;
+
+		if (!(mask & (1u << b)) || !act_mask_names[b])
+			continue;
+		w = snprintf(buf + n, len - n, "%s%s", n ? "," : "", act_mask_names[b]);
+		if (w < 0 || (size_t)w >= len - n)
+			return -ENOSPC;
+		n += (size_t)w;
+	}
+	if (n + 2 > len)
+		return -ENOSPC;
+	buf[n++] = '\n';
+	buf[n] = '\0';
+	return (int)n;
+}
+
+/*
+ * Set the mask from @val: names, comma-separated, any case, an optional
+ * newline at the end.  It applies from the next event, to a running trace
+ * too.  Context: q->sysfs_lock held.  -EINVAL: an unknown or empty name.
+ */
+int trace_actions_store(struct rq_queue *q, const char *val)
+{
+	size_t end = strcspn(val, "\n");
+	uint32_t mask = 0;
+	struct rq_trace *t;
+
+	if (!q->obs || (val[end] && val[end + 1]))
+		return -EINVAL;
+	for (size_t i = 0; i <= end;) {
+		size_t w = strcspn(val + i, ",\n");
+		unsigned b;
+
+		for (b = 0; b < 16; b++)
+			if (act_mask_names[b] && strlen(act_mask_names[b]) == w &&
+			    !strncasecmp(val + i, act_mask_names[b], w))
+				break;
+		if (b == 16)
+			return -EINVAL;
+		mask |= TC_ACT(1u << b);
+		i += w + 1;
+	}
+	atomic_store(&q->obs->act_mask, mask);
+	t = atomic_load(&q->obs->trace);
+	if (t)
+		atomic_store(&t->act_mask, mask);
+	return 0;
 }
 
 /* The running trace's totals.  Context: q->sysfs_lock held.  -ENOENT: none. */
@@ -1286,6 +1495,23 @@ static void iostat_done(struct rq_request *rq, unsigned grp)
 /* ------------------------------------------------------- the points */
 
 /*
+ * How each action takes part in a step: Q and U begin one (a Q's slot
+ * waits for its G and D), G and D fold into a Q, and the step ends before
+ * the driver (D), a sleep (S), a completion's callbacks (C) or, after an
+ * insert (I), a single-queue driver's request_fn get control.
+ */
+static const unsigned char act_modes[TA_SPLIT + 1] = {
+	[TA_QUEUE] = EV_OPEN | EV_HOLD, [TA_UNPLUG_IO] = EV_OPEN, [TA_GETRQ] = EV_FOLD_G,
+	[TA_ISSUE] = EV_FOLD_D | EV_CLOSE, [TA_SLEEPRQ] = EV_CLOSE, [TA_COMPLETE] = EV_CLOSE,
+	[TA_INSERT] = EV_CLOSE,
+};
+
+static inline unsigned act_mode(unsigned act)
+{
+	return act <= TA_SPLIT ? act_modes[act] : 0;
+}
+
+/*
  * A point that only traces ends in a call in tail position (no frame of
  * its own); with iostats on, an out-of-line function counts and then
  * traces.
@@ -1301,15 +1527,16 @@ void obs_bio(struct rq_queue *q, const struct rq_bio *bio, unsigned act, uint64_
 		return;
 	action = act | act_category(act) | rw_category(bio->op, bio->opf);
 	if (unlikely(act == TA_SPLIT))
-		trace_event_pdu(q, bio->iter.sector, bio->iter.size, action, pdu);
+		trace_event_pdu(q, bio->iter.sector, bio->iter.size, action, pdu, 0);
 	else
-		trace_event(q, bio->iter.sector, bio->iter.size, action, 0);
+		trace_event(q, bio->iter.sector, bio->iter.size, action, 0, act_mode(act));
 }
 
 TRACE_INLINE void trace_rq(struct rq_request *rq, unsigned act)
 {
 	trace_event(rq->q, rq->sector, rq->bytes,
-		    act | act_category(act) | rw_category(rq->op, rq->opf) | TC_ACT(TC_FS), 0);
+		    act | act_category(act) | rw_category(rq->op, rq->opf) | TC_ACT(TC_FS), 0,
+		    act_mode(act));
 }
 
 /* obs_rq() with iostats on: count, then trace if @f says so. */
@@ -1346,7 +1573,7 @@ void obs_rq(struct rq_request *rq, unsigned act)
 TRACE_INLINE void trace_getrq_bio(struct rq_queue *q, const struct rq_bio *bio)
 {
 	trace_event(q, bio->iter.sector, bio->iter.size,
-		    TA_GETRQ | TC_ACT(TC_QUEUE) | rw_category(bio->op, bio->opf), 0);
+		    TA_GETRQ | TC_ACT(TC_QUEUE) | rw_category(bio->op, bio->opf), 0, EV_FOLD_G);
 }
 
 /* obs_getrq() with iostats on: the start time, then trace if @f says so. */
@@ -1381,9 +1608,9 @@ void obs_note(struct rq_queue *q, unsigned act, uint64_t depth)
 	if (!(atomic_load_explicit(&q->obs_flags, memory_order_relaxed) & OBS_TRACE))
 		return;
 	if (act == TA_UNPLUG_IO)
-		trace_event_pdu(q, 0, 0, act | act_category(act), depth);
+		trace_event_pdu(q, 0, 0, act | act_category(act), depth, EV_OPEN);
 	else
-		trace_event(q, 0, 0, act | act_category(act), 0);
+		trace_event(q, 0, 0, act | act_category(act), 0, act_mode(act));
 }
 
 void obs_unplug(struct rq_queue *q, const struct rq_list_node *list)
@@ -1399,7 +1626,7 @@ TRACE_INLINE void trace_complete_rq(struct rq_request *rq, rq_status_t status, u
 {
 	trace_event(rq->q, rq->sector, bytes,
 		    TA_COMPLETE | TC_ACT(TC_COMPLETE) | rw_category(rq->op, rq->opf) | TC_ACT(TC_FS),
-		    status ? (uint16_t)rq_status_to_errno(status) : 0);
+		    status ? (uint16_t)rq_status_to_errno(status) : 0, EV_CLOSE);
 }
 
 /* obs_complete() with iostats on: count, then trace if @f says so. */
@@ -1456,6 +1683,8 @@ int iostat_set_locked(struct rq_queue *q, bool on)
 void obs_init(struct rq_queue *q)
 {
 	q->obs = mem_zalloc(sizeof(*q->obs));
+	if (q->obs)
+		atomic_store(&q->obs->act_mask, TRACE_ACTS_ALL);
 	atomic_store(&q->obs_flags, 0);
 }
 

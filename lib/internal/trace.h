@@ -50,6 +50,7 @@ struct rq_trace;
 struct rq_obs {
 	struct rq_trace *_Atomic trace; /* the running trace (lib/trace.c) */
 	char trace_path[256];        /* what the "trace" attribute shows */
+	_Atomic uint32_t act_mask;   /* the "trace_actions" mask (TC_* << 16) */
 	_Atomic uint64_t stamp_ms;   /* io_ticks: last accounted millisecond */
 	/* latency histograms' reset base (lib/stats.c, under q->stats_lock) */
 	uint64_t hist_base[2][RQ_LAT_NR_OPS][RQ_LAT_BUCKETS];
@@ -65,11 +66,14 @@ OBS_COLD void obs_complete(struct rq_request *rq, rq_status_t status, unsigned b
 			   unsigned flags);
 OBS_COLD void obs_complete_all(struct rq_request *rq, rq_status_t status, unsigned flags);
 OBS_COLD void obs_unplug(struct rq_queue *q, const struct rq_list_node *list);
+OBS_COLD void obs_step_end(void);
 void obs_init(struct rq_queue *q);
 void obs_free(struct rq_queue *q);
 int trace_start_locked(struct rq_queue *q, const char *dir, const char *name);
 int trace_stop_locked(struct rq_queue *q, struct rq_trace_info *info);
 const char *trace_path(struct rq_queue *q);
+int trace_actions_show(struct rq_queue *q, char *buf, size_t len);
+int trace_actions_store(struct rq_queue *q, const char *val);
 int trace_info_locked(struct rq_queue *q, struct rq_trace_info *info);
 int iostat_set_locked(struct rq_queue *q, bool on);
 /* lib/clock.c: rq_clock_ns()'s TSC scaling, false while it does not read the TSC */
@@ -133,6 +137,17 @@ static inline void trace_getrq(struct rq_queue *q, struct rq_request *rq,
 {
 	if (obs_on(q))
 		obs_getrq(rq, bio);
+}
+
+/*
+ * The library call that made the calling thread's events (a submission,
+ * a plug's flush) returns: their shared stamp ends here (lib/trace.c,
+ * "Steps").  Costs a load of one global while nothing is traced.
+ */
+static inline void trace_step_end(void)
+{
+	if (unlikely(atomic_load_explicit(&obs_active, memory_order_relaxed) != 0))
+		obs_step_end();
 }
 
 /* Set or clear @bits of @q's flags, counting @q in obs_active.  Context: sysfs_lock. */
