@@ -622,6 +622,23 @@ struct trace_step {
 	bool pending;                /* r's slot at head is written, not committed */
 };
 
+/*
+ * How each action takes part in a step: Q and U begin one (a Q's slot
+ * waits for its G and D), G and D fold into a Q, and the step ends before
+ * the driver (D), a sleep (S), a completion's callbacks (C) or, after an
+ * insert (I), a single-queue driver's request_fn get control.
+ */
+static const unsigned char act_modes[TA_SPLIT + 1] = {
+	[TA_QUEUE] = EV_OPEN | EV_HOLD, [TA_UNPLUG_IO] = EV_OPEN, [TA_GETRQ] = EV_FOLD_G,
+	[TA_ISSUE] = EV_FOLD_D | EV_CLOSE, [TA_SLEEPRQ] = EV_CLOSE, [TA_COMPLETE] = EV_CLOSE,
+	[TA_INSERT] = EV_CLOSE,
+};
+
+static inline unsigned act_mode(unsigned act)
+{
+	return act <= TA_SPLIT ? act_modes[act] : 0;
+}
+
 static __thread struct trace_step tls_step __attribute__((tls_model("initial-exec")));
 
 /* End the calling thread's step: commit what it holds, clear its mark. */
@@ -756,25 +773,167 @@ TRACE_INLINE void trace_emit(struct rq_queue *q, uint64_t sector, uint32_t bytes
 	trace_emit_new(st, q, sector, bytes, action, error, pdu, pdu_len, mode);
 }
 
-/*
- * The event points' way in (hot: the obs_* functions are cold for their
- * callers' sake, which would have GCC make them small rather than fast).
- */
-static void __attribute__((hot, noinline)) trace_event(struct rq_queue *q, uint64_t sector,
-							uint32_t bytes, uint32_t action,
-							uint32_t error, unsigned mode)
+/* trace_event()'s general way: anything its leaf paths do not take. */
+static void __attribute__((noinline)) trace_event_slow(struct rq_queue *q, uint64_t sector,
+						       uint32_t bytes, uint32_t action,
+						       uint32_t error)
 {
-	trace_emit(q, sector, bytes, action, (uint16_t)error, NULL, 0, mode);
+	trace_emit(q, sector, bytes, action, (uint16_t)error, NULL, 0,
+		   act_mode(action & 0xffffu));
+}
+
+/*
+ * trace_event() in the thread's open step of @q (leaf: a call only in
+ * tail position, so no frame): fold into the pending Q slot, or write a
+ * slot with the step's stamp; end the step if the action does.
+ */
+static void __attribute__((hot, noinline)) trace_event_step(struct rq_queue *q,
+							     uint64_t sector, uint32_t bytes,
+							     uint32_t action, uint32_t error)
+{
+	struct trace_step *st = &tls_step;
+	struct rq_trace *t = st->t;
+	struct trace_ring *r = st->r;
+	unsigned mode = act_mode(action & 0xffffu);
+	uint64_t h, wake;
+
+	if (unlikely(!(action & atomic_load_explicit(&t->act_mask, memory_order_relaxed))))
+		goto slow;
+	h = atomic_load_explicit(&r->head, memory_order_relaxed);
+	wake = r->wake_at;
+	if (st->pending) {
+		if ((mode & (EV_FOLD_G | EV_FOLD_D)) &&
+		    slot_fold(&r->ev[h % RING_EVENTS], sector, bytes, action, (uint16_t)error,
+			      mode)) {
+			if (mode & EV_CLOSE)
+				goto close; /* commit the folded slot */
+			return;
+		}
+		if (unlikely(h + 1 >= r->room))
+			goto slow;
+		st->pending = false;
+		if (unlikely(h == wake))
+			wake = h + 1; /* wake the writer after this event */
+		h++;
+	} else if (unlikely(h >= r->room)) {
+		goto slow;
+	}
+	slot_fill(&r->ev[h % RING_EVENTS], st->stamp, st->cpu, sector, bytes, action,
+		  (uint16_t)error, NULL, 0);
+	st->pending = mode & EV_HOLD;
+	atomic_store_explicit(&r->head, (mode & EV_HOLD) ? h : h + 1, memory_order_release);
+	if (mode & EV_CLOSE) {
+		st->q = NULL;
+		atomic_store_explicit(&tls_obs_thread->active, 0, memory_order_release);
+	}
+	if (unlikely(h == wake))
+		trace_wake(t);
+	return;
+close:
+	st->pending = false;
+	st->q = NULL;
+	atomic_store_explicit(&r->head, h + 1, memory_order_release);
+	atomic_store_explicit(&tls_obs_thread->active, 0, memory_order_release);
+	if (unlikely(h == wake))
+		trace_wake(t);
+	return;
+slow:
+	trace_event_slow(q, sector, bytes, action, error);
+}
+
+/*
+ * trace_event() outside a step (leaf): a thread with its record and its
+ * ring for the running trace, room in the ring, the TSC stamps,
+ * membarrier on the writer's side; a Q or U opens a step with its stamp.
+ */
+static void __attribute__((hot, noinline)) trace_event_new(struct rq_queue *q, uint64_t sector,
+							    uint32_t bytes, uint32_t action,
+							    uint32_t error)
+{
+#if defined(__x86_64__)
+	struct trace_step *st = &tls_step;
+	struct obs_thread *th = tls_obs_thread;
+	struct trace_ring *r;
+	struct rq_trace *t;
+	struct trace_slot *s;
+	unsigned slot, mode;
+	uint64_t h;
+
+	if (unlikely(st->q || !th || !atomic_load_explicit(&obs_asym_fence, memory_order_relaxed)))
+		goto slow;
+	atomic_store_explicit(&th->active, 1, memory_order_relaxed);
+	atomic_signal_fence(memory_order_seq_cst);
+	t = atomic_load_explicit(&q->obs->trace, memory_order_acquire);
+	if (unlikely(!t) ||
+	    unlikely(!(action & atomic_load_explicit(&t->act_mask, memory_order_relaxed))))
+		goto out;
+	slot = (unsigned)(t->id % RING_CACHE);
+	r = tls_ring[slot].ring;
+	if (unlikely(tls_ring[slot].id != t->id || !t->tsc))
+		goto slow_out;
+	h = atomic_load_explicit(&r->head, memory_order_relaxed);
+	if (unlikely(h >= r->room))
+		goto slow_out;
+	s = &r->ev[h % RING_EVENTS];
+#if defined(TRACE_RSEQ)
+	if (likely(t->rseq)) {
+		s->cpu = (uint16_t)*(volatile uint32_t *)((char *)__builtin_thread_pointer() +
+							  __rseq_offset +
+							  offsetof(struct rseq, cpu_id));
+		s->stamp = __builtin_ia32_rdtsc();
+	} else
+#endif
+	{
+		unsigned aux;
+
+		s->stamp = __builtin_ia32_rdtscp(&aux);
+		s->cpu = (uint16_t)(aux & 0xfff);
+	}
+	slot_fill(s, s->stamp, s->cpu, sector, bytes, action, (uint16_t)error, NULL, 0);
+	mode = act_mode(action & 0xffffu);
+	if (mode & EV_OPEN) {
+		*st = (struct trace_step){ .q = q, .t = t, .r = r, .stamp = s->stamp,
+					   .cpu = s->cpu, .pending = (mode & EV_HOLD) != 0 };
+		if (mode & EV_HOLD)
+			return; /* marked, the slot uncommitted, until the step goes on */
+		atomic_store_explicit(&r->head, h + 1, memory_order_release);
+	} else {
+		atomic_store_explicit(&r->head, h + 1, memory_order_release);
+		atomic_store_explicit(&th->active, 0, memory_order_release);
+	}
+	if (unlikely(h == r->wake_at))
+		trace_wake(t);
+	return;
+slow_out:
+	atomic_store_explicit(&th->active, 0, memory_order_release);
+slow:
+	trace_event_slow(q, sector, bytes, action, error);
+	return;
+out:
+	atomic_store_explicit(&th->active, 0, memory_order_release);
+#else
+	trace_event_slow(q, sector, bytes, action, error);
+#endif
+}
+
+/* An event of @q: in the calling thread's step of @q, or on its own. */
+static inline void trace_event(struct rq_queue *q, uint64_t sector, uint32_t bytes,
+			       uint32_t action, uint32_t error)
+{
+	if (tls_step.q == q)
+		trace_event_step(q, sector, bytes, action, error);
+	else
+		trace_event_new(q, sector, bytes, action, error);
 }
 
 /* An event with an 8-byte payload: @pdu, big-endian in the record. */
 static void __attribute__((noinline)) trace_event_pdu(struct rq_queue *q, uint64_t sector,
 						      uint32_t bytes, uint32_t action,
-						      uint64_t pdu, unsigned mode)
+						      uint64_t pdu)
 {
 	uint64_t be = __builtin_bswap64(pdu);
 
-	trace_emit(q, sector, bytes, action, 0, &be, sizeof(be), mode);
+	trace_emit(q, sector, bytes, action, 0, &be, sizeof(be), act_mode(action & 0xffffu));
 }
 
 /* ------------------------------------------------------------ the writer */
@@ -1494,22 +1653,6 @@ static void iostat_done(struct rq_request *rq, unsigned grp)
 
 /* ------------------------------------------------------- the points */
 
-/*
- * How each action takes part in a step: Q and U begin one (a Q's slot
- * waits for its G and D), G and D fold into a Q, and the step ends before
- * the driver (D), a sleep (S), a completion's callbacks (C) or, after an
- * insert (I), a single-queue driver's request_fn get control.
- */
-static const unsigned char act_modes[TA_SPLIT + 1] = {
-	[TA_QUEUE] = EV_OPEN | EV_HOLD, [TA_UNPLUG_IO] = EV_OPEN, [TA_GETRQ] = EV_FOLD_G,
-	[TA_ISSUE] = EV_FOLD_D | EV_CLOSE, [TA_SLEEPRQ] = EV_CLOSE, [TA_COMPLETE] = EV_CLOSE,
-	[TA_INSERT] = EV_CLOSE,
-};
-
-static inline unsigned act_mode(unsigned act)
-{
-	return act <= TA_SPLIT ? act_modes[act] : 0;
-}
 
 /*
  * A point that only traces ends in a call in tail position (no frame of
@@ -1527,16 +1670,15 @@ void obs_bio(struct rq_queue *q, const struct rq_bio *bio, unsigned act, uint64_
 		return;
 	action = act | act_category(act) | rw_category(bio->op, bio->opf);
 	if (unlikely(act == TA_SPLIT))
-		trace_event_pdu(q, bio->iter.sector, bio->iter.size, action, pdu, 0);
+		trace_event_pdu(q, bio->iter.sector, bio->iter.size, action, pdu);
 	else
-		trace_event(q, bio->iter.sector, bio->iter.size, action, 0, act_mode(act));
+		trace_event(q, bio->iter.sector, bio->iter.size, action, 0);
 }
 
 TRACE_INLINE void trace_rq(struct rq_request *rq, unsigned act)
 {
 	trace_event(rq->q, rq->sector, rq->bytes,
-		    act | act_category(act) | rw_category(rq->op, rq->opf) | TC_ACT(TC_FS), 0,
-		    act_mode(act));
+		    act | act_category(act) | rw_category(rq->op, rq->opf) | TC_ACT(TC_FS), 0);
 }
 
 /* obs_rq() with iostats on: count, then trace if @f says so. */
@@ -1573,7 +1715,7 @@ void obs_rq(struct rq_request *rq, unsigned act)
 TRACE_INLINE void trace_getrq_bio(struct rq_queue *q, const struct rq_bio *bio)
 {
 	trace_event(q, bio->iter.sector, bio->iter.size,
-		    TA_GETRQ | TC_ACT(TC_QUEUE) | rw_category(bio->op, bio->opf), 0, EV_FOLD_G);
+		    TA_GETRQ | TC_ACT(TC_QUEUE) | rw_category(bio->op, bio->opf), 0);
 }
 
 /* obs_getrq() with iostats on: the start time, then trace if @f says so. */
@@ -1608,9 +1750,9 @@ void obs_note(struct rq_queue *q, unsigned act, uint64_t depth)
 	if (!(atomic_load_explicit(&q->obs_flags, memory_order_relaxed) & OBS_TRACE))
 		return;
 	if (act == TA_UNPLUG_IO)
-		trace_event_pdu(q, 0, 0, act | act_category(act), depth, EV_OPEN);
+		trace_event_pdu(q, 0, 0, act | act_category(act), depth);
 	else
-		trace_event(q, 0, 0, act | act_category(act), 0, act_mode(act));
+		trace_event(q, 0, 0, act | act_category(act), 0);
 }
 
 void obs_unplug(struct rq_queue *q, const struct rq_list_node *list)
@@ -1626,7 +1768,7 @@ TRACE_INLINE void trace_complete_rq(struct rq_request *rq, rq_status_t status, u
 {
 	trace_event(rq->q, rq->sector, bytes,
 		    TA_COMPLETE | TC_ACT(TC_COMPLETE) | rw_category(rq->op, rq->opf) | TC_ACT(TC_FS),
-		    status ? (uint16_t)rq_status_to_errno(status) : 0, EV_CLOSE);
+		    status ? (uint16_t)rq_status_to_errno(status) : 0);
 }
 
 /* obs_complete() with iostats on: count, then trace if @f says so. */
