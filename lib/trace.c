@@ -917,8 +917,8 @@ out:
 }
 
 /* An event of @q: in the calling thread's step of @q, or on its own. */
-static inline void trace_event(struct rq_queue *q, uint64_t sector, uint32_t bytes,
-			       uint32_t action, uint32_t error)
+TRACE_INLINE void trace_event(struct rq_queue *q, uint64_t sector, uint32_t bytes,
+			      uint32_t action, uint32_t error)
 {
 	if (tls_step.q == q)
 		trace_event_step(q, sector, bytes, action, error);
