@@ -7,17 +7,20 @@
  * the trace (made at its first event, found again through a small
  * per-thread cache keyed by the trace's id, which is never reused), and
  * only it writes there: no lock, no atomic read-modify-write, no heap
- * allocation per event.  The thread writes the whole blktrace record into
+ * allocation per event.  The thread writes what the record needs into
  * its ring slot (sector, bytes, action, error, CPU, a raw stamp), so an
- * event costs one stamp and a few stores: the stamp is the TSC (rdtsc,
- * with the CPU from rseq's cpu_id, or rdtscp which gives both) where the
- * library's clock itself is the TSC, else rq_clock_ns() and
- * sched_getcpu().  A writer thread takes the rings every millisecond, or
- * as soon as one is half full, merges them by stamp, and for each record
- * fills in what only it knows (the stamp scaled to nanoseconds since the
- * start, exactly as rq_clock_ns() scales it; the CPU file's sequence
- * number; magic, pid and device) and copies it to its CPU's file buffer
- * (NAME.blktrace.CPU, the CPU the event happened on).  Each file is in
+ * event costs a few stores, and a stamp where it begins a library call's
+ * events (a step, see "Steps" below: the events of one call share one):
+ * the stamp is the TSC (rdtsc, with the CPU from rseq's cpu_id, or rdtscp
+ * which gives both) where the library's clock itself is the TSC, else
+ * rq_clock_ns() and sched_getcpu().  A G and D that follow their Q in
+ * a step fold into its slot.  A writer thread takes the rings every
+ * millisecond, or as soon as one is half full, merges them by stamp, and
+ * for each slot fills in what only it knows (the stamp scaled to
+ * nanoseconds since the start, exactly as rq_clock_ns() scales it; the
+ * CPU file's sequence number; magic, pid and device) and writes its
+ * records to its CPU's file buffer (NAME.blktrace.CPU, the CPU the event
+ * happened on).  Each file is in
  * time order and a thread's events keep their order.  A thread whose ring
  * is full drops the event and counts it; the counts are reported
  * (rq_queue_trace_get_info(), the trace_dropped attribute, and a message
@@ -29,7 +32,8 @@
  * takes a stamp (T), then reads the marks: a thread not marked then takes
  * its stamp after T, and a marked one commits an event no earlier than
  * its last committed one.  So every event up to T, capped by the last
- * committed stamp of the marked rings, is final.  The store-then-load on
+ * committed stamp of the marked rings, is final (a thread keeps its mark
+ * through a step, whose events reuse its stamp).  The store-then-load on
  * both sides needs a full fence on both; the threads' half is
  * membarrier(2), run by the writer (see obs_fence_all()).  A thread's
  * times are made strictly increasing (+1 ns on a tie), so its order
