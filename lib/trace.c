@@ -237,7 +237,7 @@ struct trace_ring {
 	/* the owner's line */
 	_Atomic uint64_t head;       /* events committed */
 	uint64_t room;               /* head may grow to this before tail is read again */
-	uint64_t wake_at;            /* at this head, wake the writer (half way to room) */
+	uint64_t wake_at;            /* from this head on, wake the writer once (half way to room) */
 	uint64_t last_stamp;         /* slow mode: the last stamp (kept increasing) */
 	_Atomic uint64_t dropped;    /* events that found the ring full */
 	struct obs_thread *_Atomic owner;
@@ -482,8 +482,10 @@ static uint64_t trace_stamp_now(const struct rq_trace *t)
 	return rq_clock_ns();
 }
 
-static void __attribute__((noinline)) trace_wake(struct rq_trace *t)
+/* @r's owner passed its ring's wake_at: wake the writer, once until ring_wait() looks again. */
+static void __attribute__((noinline)) trace_wake(struct rq_trace *t, struct trace_ring *r)
 {
+	r->wake_at = UINT64_MAX;
 	sem_post(&t->wake);
 }
 
@@ -532,8 +534,8 @@ TRACE_INLINE void slot_fill(struct trace_slot *s, uint64_t stamp, uint32_t cpu, 
 TRACE_INLINE void ring_commit(struct rq_trace *t, struct trace_ring *r, uint64_t h)
 {
 	atomic_store_explicit(&r->head, h + 1, memory_order_release);
-	if (unlikely(h == r->wake_at))
-		trace_wake(t);
+	if (unlikely(h >= r->wake_at))
+		trace_wake(t, r);
 }
 
 /* One record with its own stamp into the calling thread's @r: the name note. */
@@ -796,15 +798,13 @@ static void __attribute__((hot, noinline)) trace_event_step(struct rq_queue *q,
 							     uint32_t action, uint32_t error)
 {
 	struct trace_step *st = &tls_step;
-	struct rq_trace *t = st->t;
 	struct trace_ring *r = st->r;
 	unsigned mode = act_mode(action & 0xffffu);
-	uint64_t h, wake;
+	uint64_t h;
 
-	if (unlikely(!(action & atomic_load_explicit(&t->act_mask, memory_order_relaxed))))
+	if (unlikely(!(action & atomic_load_explicit(&st->t->act_mask, memory_order_relaxed))))
 		goto slow;
 	h = atomic_load_explicit(&r->head, memory_order_relaxed);
-	wake = r->wake_at;
 	if (st->pending) {
 		if ((mode & (EV_FOLD_G | EV_FOLD_D)) &&
 		    slot_fold(&r->ev[h % RING_EVENTS], sector, bytes, action, (uint16_t)error,
@@ -816,8 +816,6 @@ static void __attribute__((hot, noinline)) trace_event_step(struct rq_queue *q,
 		if (unlikely(h + 1 >= r->room))
 			goto slow;
 		st->pending = false;
-		if (unlikely(h == wake))
-			wake = h + 1; /* wake the writer after this event */
 		h++;
 	} else if (unlikely(h >= r->room)) {
 		goto slow;
@@ -830,16 +828,16 @@ static void __attribute__((hot, noinline)) trace_event_step(struct rq_queue *q,
 		st->q = NULL;
 		atomic_store_explicit(&tls_obs_thread->active, 0, memory_order_release);
 	}
-	if (unlikely(h == wake))
-		trace_wake(t);
+	if (unlikely(h >= r->wake_at))
+		trace_wake(st->t, r);
 	return;
 close:
 	st->pending = false;
 	st->q = NULL;
 	atomic_store_explicit(&r->head, h + 1, memory_order_release);
 	atomic_store_explicit(&tls_obs_thread->active, 0, memory_order_release);
-	if (unlikely(h == wake))
-		trace_wake(t);
+	if (unlikely(h >= r->wake_at))
+		trace_wake(st->t, r);
 	return;
 slow:
 	trace_event_slow(q, sector, bytes, action, error);
@@ -905,8 +903,8 @@ static void __attribute__((hot, noinline)) trace_event_new(struct rq_queue *q, u
 		atomic_store_explicit(&r->head, h + 1, memory_order_release);
 		atomic_store_explicit(&th->active, 0, memory_order_release);
 	}
-	if (unlikely(h == r->wake_at))
-		trace_wake(t);
+	if (unlikely(h >= r->wake_at))
+		trace_wake(t, r);
 	return;
 slow_out:
 	atomic_store_explicit(&th->active, 0, memory_order_release);
