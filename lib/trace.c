@@ -631,8 +631,9 @@ struct trace_step {
 /*
  * How each action takes part in a step: Q and U begin one (a Q's slot
  * waits for its G and D), G and D fold into a Q, and the step ends before
- * the driver (D), a sleep (S), a completion's callbacks (C) or, after an
- * insert (I), a single-queue driver's request_fn get control.
+ * the driver (D), a sleep (S) or a completion's callbacks (C) get
+ * control, and at an insert (I): what a scheduler's dispatch takes, D
+ * has its own time.
  */
 static const unsigned char act_modes[TA_SPLIT + 1] = {
 	[TA_QUEUE] = EV_OPEN | EV_HOLD, [TA_UNPLUG_IO] = EV_OPEN, [TA_GETRQ] = EV_FOLD_G,
@@ -646,6 +647,16 @@ static inline unsigned act_mode(unsigned act)
 }
 
 static __thread struct trace_step tls_step __attribute__((tls_model("initial-exec")));
+
+/*
+ * Steps are for multi-queue queues: on the single-queue front end the
+ * queue lock's holder runs request_fn and ends other threads' bios when
+ * it drops the lock, both inside a submission.
+ */
+static inline bool step_queue(const struct rq_queue *q)
+{
+	return q->nr_hw_queues != 0;
+}
 
 /* End the calling thread's step: commit what it holds, clear its mark. */
 static void __attribute__((noinline)) step_close(struct trace_step *st)
@@ -751,7 +762,7 @@ TRACE_INLINE void trace_emit_new(struct trace_step *st, struct rq_queue *q, uint
 	stamp = trace_stamp(t, r, &cpu);
 	slot_fill(&r->ev[h % RING_EVENTS], stamp, cpu, sector, bytes, action, error, pdu,
 		  pdu_len);
-	if (mode & EV_OPEN) {
+	if ((mode & EV_OPEN) && step_queue(q)) {
 		*st = (struct trace_step){ .q = q, .t = t, .r = r, .stamp = stamp, .cpu = cpu,
 					   .pending = (mode & EV_HOLD) != 0 };
 		if (!(mode & EV_HOLD))
@@ -893,7 +904,7 @@ static void __attribute__((hot, noinline)) trace_event_new(struct rq_queue *q, u
 	}
 	slot_fill(s, s->stamp, s->cpu, sector, bytes, action, (uint16_t)error, NULL, 0);
 	mode = act_mode(action & 0xffffu);
-	if (mode & EV_OPEN) {
+	if ((mode & EV_OPEN) && step_queue(q)) {
 		*st = (struct trace_step){ .q = q, .t = t, .r = r, .stamp = s->stamp,
 					   .cpu = s->cpu, .pending = (mode & EV_HOLD) != 0 };
 		if (mode & EV_HOLD)
