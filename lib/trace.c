@@ -199,11 +199,7 @@ struct trace_slot {
 };
 _Static_assert(sizeof(struct trace_slot) == 48, "a slot is 48 bytes");
 
-enum {
-	SLOT_G = 1u << 0,      /* a G follows: the Q's action with TA_GETRQ */
-	SLOT_D = 1u << 1,      /* then a D: the Q's direction and flags, issue, fs */
-};
-
+/* (SLOT_G, SLOT_D: lib/internal/trace.h) */
 /* The action word of a D folded into a Q slot whose action is @q_action. */
 static inline uint32_t fold_d_action(uint32_t q_action)
 {
@@ -619,14 +615,7 @@ enum {
 	EV_FOLD_D = 1u << 4,   /* ... as its D, after its G */
 };
 
-struct trace_step {
-	struct rq_queue *q;          /* the step's queue; NULL: no step */
-	struct rq_trace *t;          /* its trace (it cannot stop while the thread is marked) */
-	struct trace_ring *r;
-	uint64_t stamp;
-	uint32_t cpu;
-	bool pending;                /* r's slot at head is written, not committed */
-};
+/* (struct trace_step: lib/internal/trace.h, whose points fold G and D inline) */
 
 /*
  * How each action takes part in a step: Q and U begin one (a Q's slot
@@ -646,7 +635,7 @@ static inline unsigned act_mode(unsigned act)
 	return act <= TA_SPLIT ? act_modes[act] : 0;
 }
 
-static __thread struct trace_step tls_step __attribute__((tls_model("initial-exec")));
+__thread struct trace_step tls_step __attribute__((tls_model("initial-exec")));
 
 /*
  * Steps are for multi-queue queues: on the single-queue front end the
@@ -667,6 +656,8 @@ static void __attribute__((noinline)) step_close(struct trace_step *st)
 			    atomic_load_explicit(&st->r->head, memory_order_relaxed));
 	}
 	st->q = NULL;
+	st->fold_bio = NULL;
+	st->fold_rq = NULL;
 	obs_exit(tls_obs_thread);
 }
 
@@ -702,6 +693,8 @@ TRACE_INLINE void step_emit(struct trace_step *st, uint64_t sector, uint32_t byt
 	struct trace_ring *r = st->r;
 	uint64_t h;
 
+	st->fold_bio = NULL; /* an event the inline folds did not take */
+	st->fold_rq = NULL;
 	if (unlikely(!(action & atomic_load_explicit(&t->act_mask, memory_order_relaxed))))
 		goto out;
 	h = atomic_load_explicit(&r->head, memory_order_relaxed);
@@ -813,6 +806,8 @@ static void __attribute__((hot, noinline)) trace_event_step(struct rq_queue *q,
 	unsigned mode = act_mode(action & 0xffffu);
 	uint64_t h;
 
+	st->fold_bio = NULL; /* an event the inline folds did not take */
+	st->fold_rq = NULL;
 	if (unlikely(!(action & atomic_load_explicit(&st->t->act_mask, memory_order_relaxed))))
 		goto slow;
 	h = atomic_load_explicit(&r->head, memory_order_relaxed);
@@ -855,13 +850,34 @@ slow:
 }
 
 /*
+ * A Q of @bio opened a step with its slot @s pending: let the points fold
+ * its G inline, and its D if the D's action is traced (not a flush's or a
+ * FUA request's: the flush machinery may change it) and committing it
+ * needs no wake of the writer.
+ */
+TRACE_INLINE void step_fold_arm(struct trace_step *st, const struct rq_bio *bio,
+				struct trace_slot *s, struct obs_thread *th, uint32_t action,
+				uint64_t h)
+{
+	st->fold_bio = bio;
+	st->fold = &s->fold;
+	st->head = &st->r->head;
+	st->active = &th->active;
+	st->d_ok = (fold_d_action(action) &
+		    atomic_load_explicit(&st->t->act_mask, memory_order_relaxed)) &&
+		   !(action & TC_ACT(TC_FLUSH | TC_FUA)) && h < st->r->wake_at;
+}
+
+/*
  * trace_event() outside a step (leaf): a thread with its record and its
  * ring for the running trace, room in the ring, the TSC stamps,
  * membarrier on the writer's side; a Q or U opens a step with its stamp.
+ * A Q's @bio (else NULL) lets its G and D fold in inline (trace_getrq(),
+ * trace_issue()).
  */
 static void __attribute__((hot, noinline)) trace_event_new(struct rq_queue *q, uint64_t sector,
 							    uint32_t bytes, uint32_t action,
-							    uint32_t error)
+							    uint32_t error, const struct rq_bio *bio)
 {
 #if defined(__x86_64__)
 	struct trace_step *st = &tls_step;
@@ -907,8 +923,11 @@ static void __attribute__((hot, noinline)) trace_event_new(struct rq_queue *q, u
 	if ((mode & EV_OPEN) && step_queue(q)) {
 		*st = (struct trace_step){ .q = q, .t = t, .r = r, .stamp = s->stamp,
 					   .cpu = s->cpu, .pending = (mode & EV_HOLD) != 0 };
-		if (mode & EV_HOLD)
+		if (mode & EV_HOLD) {
+			if (bio)
+				step_fold_arm(st, bio, s, th, action, h);
 			return; /* marked, the slot uncommitted, until the step goes on */
+		}
 		atomic_store_explicit(&r->head, h + 1, memory_order_release);
 	} else {
 		atomic_store_explicit(&r->head, h + 1, memory_order_release);
@@ -936,7 +955,7 @@ TRACE_INLINE void trace_event(struct rq_queue *q, uint64_t sector, uint32_t byte
 	if (tls_step.q == q)
 		trace_event_step(q, sector, bytes, action, error);
 	else
-		trace_event_new(q, sector, bytes, action, error);
+		trace_event_new(q, sector, bytes, action, error, NULL);
 }
 
 /* An event with an 8-byte payload: @pdu, big-endian in the record. */
@@ -1688,6 +1707,22 @@ void obs_bio(struct rq_queue *q, const struct rq_bio *bio, unsigned act, uint64_
 		trace_event(q, bio->iter.sector, bio->iter.size, action, 0);
 }
 
+/* Q: a bio entered @q (leaf while only a trace runs). */
+void __attribute__((hot)) obs_queue(struct rq_queue *q, const struct rq_bio *bio)
+{
+	uint32_t action;
+
+	if (unlikely(atomic_load_explicit(&q->obs_flags, memory_order_relaxed) != OBS_TRACE)) {
+		obs_bio(q, bio, TA_QUEUE, 0);
+		return;
+	}
+	action = TA_QUEUE | TC_ACT(TC_QUEUE) | rw_category(bio->op, bio->opf);
+	if (tls_step.q == q)
+		trace_event_step(q, bio->iter.sector, bio->iter.size, action, 0);
+	else
+		trace_event_new(q, bio->iter.sector, bio->iter.size, action, 0, bio);
+}
+
 TRACE_INLINE void trace_rq(struct rq_request *rq, unsigned act)
 {
 	trace_event(rq->q, rq->sector, rq->bytes,
@@ -1814,9 +1849,15 @@ void obs_complete(struct rq_request *rq, rq_status_t status, unsigned bytes, uns
 		trace_complete_rq(rq, status, bytes);
 }
 
-void obs_complete_all(struct rq_request *rq, rq_status_t status, unsigned flags)
+/* (hot: a traced request's C; a point that only traces ends in a tail call) */
+void __attribute__((hot)) obs_complete_all(struct rq_request *rq, rq_status_t status,
+					   unsigned flags)
 {
-	obs_complete(rq, status, (flags & OBS_C_QUIET) ? 0 : rq->bytes, flags);
+	if (likely(atomic_load_explicit(&rq->q->obs_flags, memory_order_relaxed) == OBS_TRACE) &&
+	    !(flags & OBS_C_QUIET))
+		trace_complete_rq(rq, status, rq->bytes);
+	else
+		obs_complete(rq, status, (flags & OBS_C_QUIET) ? 0 : rq->bytes, flags);
 }
 
 /* ------------------------------------------------------------- iostats */

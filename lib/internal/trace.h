@@ -60,11 +60,13 @@ struct rq_obs {
 #define OBS_COLD __attribute__((cold, noinline))
 OBS_COLD void obs_bio(struct rq_queue *q, const struct rq_bio *bio, unsigned act, uint64_t pdu);
 OBS_COLD void obs_rq(struct rq_request *rq, unsigned act);
+/* the Q and the C of a traced bio: hot where a trace runs, cold otherwise */
+void obs_queue(struct rq_queue *q, const struct rq_bio *bio);
 OBS_COLD void obs_getrq(struct rq_request *rq, const struct rq_bio *bio);
 OBS_COLD void obs_note(struct rq_queue *q, unsigned act, uint64_t depth);
 OBS_COLD void obs_complete(struct rq_request *rq, rq_status_t status, unsigned bytes,
 			   unsigned flags);
-OBS_COLD void obs_complete_all(struct rq_request *rq, rq_status_t status, unsigned flags);
+void obs_complete_all(struct rq_request *rq, rq_status_t status, unsigned flags);
 OBS_COLD void obs_unplug(struct rq_queue *q, const struct rq_list_node *list);
 OBS_COLD void obs_step_end(void);
 void obs_init(struct rq_queue *q);
@@ -96,7 +98,7 @@ static inline bool obs_on(const struct rq_queue *q)
 static inline void trace_queue(struct rq_queue *q, const struct rq_bio *bio)
 {
 	if (obs_on(q))
-		obs_bio(q, bio, TA_QUEUE, 0);
+		obs_queue(q, bio);
 }
 
 /* @piece was cut off the front; the rest starts at @rest_sector. */
@@ -131,12 +133,58 @@ static inline void trace_rq_merge(struct rq_request *next)
 		obs_rq(next, TA_BACKMERGE);
 }
 
+/*
+ * The calling thread's step (lib/trace.c, "Steps"), here so that the
+ * points of its commonest events are inline: a G of the bio whose Q slot
+ * is pending folds into it, and a D of that request then folds in and
+ * commits it, a few loads and stores each with no call and no frame.
+ * The out-of-line code sets @fold_bio when a Q opens a step with the
+ * fast folds possible, and clears @fold_bio and @fold_rq at every other
+ * event of the step and at its end.  Per thread, never shared.
+ */
+struct trace_ring;
+
+enum {
+	SLOT_G = 1u << 0,      /* a G follows the Q's record: the Q's action with TA_GETRQ */
+	SLOT_D = 1u << 1,      /* then a D: the Q's direction and flags, issue, fs */
+};
+
+struct trace_step {
+	struct rq_queue *q;          /* the step's queue; NULL: no step */
+	const struct rq_bio *fold_bio; /* the pending Q slot's bio, nothing folded yet */
+	struct rq_request *fold_rq;  /* the request whose G folded and whose D may */
+	uint16_t *fold;              /* with either: the pending slot's fold bits */
+	_Atomic uint64_t *head;      /* ... its ring's head (the slot's index) */
+	_Atomic unsigned *active;    /* ... the thread's mark */
+	bool d_ok;                   /* a D may fold: its action traced, the ring not half full */
+	bool pending;                /* r's slot at head is written, not committed */
+	uint32_t cpu;
+	uint64_t stamp;
+	struct rq_trace *t;          /* its trace (it cannot stop while the thread is marked) */
+	struct trace_ring *r;
+};
+
+extern __thread struct trace_step tls_step __attribute__((tls_model("initial-exec")));
+
 /* @rq (of @q) was made for @bio. */
 static inline void trace_getrq(struct rq_queue *q, struct rq_request *rq,
 			       const struct rq_bio *bio)
 {
-	if (obs_on(q))
+	struct trace_step *st;
+
+	if (likely(atomic_load_explicit(&obs_active, memory_order_relaxed) == 0))
+		return;
+	st = &tls_step;
+	if (st->fold_bio == bio && st->q == q &&
+	    atomic_load_explicit(&q->obs_flags, memory_order_relaxed) == OBS_TRACE) {
+		rq->rq_flags |= RQ_RQF_IO_STAT; /* its later points test this bit */
+		*st->fold = SLOT_G;
+		st->fold_bio = NULL;
+		if (st->d_ok)
+			st->fold_rq = rq;
+	} else if (atomic_load_explicit(&q->obs_flags, memory_order_relaxed) != 0) {
 		obs_getrq(rq, bio);
+	}
 }
 
 /*
@@ -146,7 +194,8 @@ static inline void trace_getrq(struct rq_queue *q, struct rq_request *rq,
  */
 static inline void trace_step_end(void)
 {
-	if (unlikely(atomic_load_explicit(&obs_active, memory_order_relaxed) != 0))
+	if (unlikely(atomic_load_explicit(&obs_active, memory_order_relaxed) != 0) &&
+	    tls_step.q)
 		obs_step_end();
 }
 
@@ -188,8 +237,25 @@ static inline void trace_insert_list(struct rq_queue *q, const struct rq_list_no
 
 static inline void trace_issue(struct rq_request *rq)
 {
-	if (obs_rq_on(rq))
+	struct trace_step *st;
+
+	if (!obs_rq_on(rq))
+		return;
+	st = &tls_step;
+	if (st->fold_rq == rq &&
+	    atomic_load_explicit(&rq->q->obs_flags, memory_order_relaxed) == OBS_TRACE) {
+		/* its G folded into the pending Q slot: fold the D, commit, end the step */
+		*st->fold = SLOT_G | SLOT_D;
+		st->fold_rq = NULL;
+		st->pending = false;
+		st->q = NULL;
+		atomic_store_explicit(st->head,
+				      atomic_load_explicit(st->head, memory_order_relaxed) + 1,
+				      memory_order_release);
+		atomic_store_explicit(st->active, 0, memory_order_release);
+	} else {
 		obs_rq(rq, TA_ISSUE);
+	}
 }
 
 static inline void trace_requeue(struct rq_request *rq)
