@@ -297,13 +297,7 @@ static struct obs_thread *_Atomic obs_threads;
 static pthread_mutex_t obs_threads_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_key_t obs_thread_key;
 static pthread_once_t obs_thread_once = PTHREAD_ONCE_INIT;
-static __thread struct obs_thread *tls_obs_thread __attribute__((tls_model("initial-exec")));
-
-#define RING_CACHE 4
-static __thread struct {
-	uint64_t id;
-	struct trace_ring *ring;
-} tls_ring[RING_CACHE] __attribute__((tls_model("initial-exec")));
+#define RING_CACHE OBS_RING_CACHE
 
 /* The thread exits: its record may go to another thread. */
 static void obs_thread_exit(void *arg)
@@ -344,7 +338,7 @@ static struct obs_thread *obs_thread_self(void)
 	pthread_mutex_unlock(&obs_threads_lock);
 	if (th) {
 		pthread_setspecific(obs_thread_key, th);
-		tls_obs_thread = th;
+		obs_tls.th = th;
 	}
 	return th;
 }
@@ -589,8 +583,8 @@ static struct trace_ring *__attribute__((noinline)) ring_self(struct rq_trace *t
 	pthread_mutex_unlock(&t->lock);
 cache:
 	atomic_store(&r->owner, th);
-	tls_ring[slot].id = t->id;
-	tls_ring[slot].ring = r;
+	obs_tls.rings[slot].id = t->id;
+	obs_tls.rings[slot].ring = r;
 	return r;
 }
 
@@ -635,7 +629,7 @@ static inline unsigned act_mode(unsigned act)
 	return act <= TA_SPLIT ? act_modes[act] : 0;
 }
 
-__thread struct trace_step tls_step __attribute__((tls_model("initial-exec")));
+__thread struct obs_tls obs_tls __attribute__((tls_model("initial-exec")));
 
 /*
  * Steps are for multi-queue queues: on the single-queue front end the
@@ -658,13 +652,13 @@ static void __attribute__((noinline)) step_close(struct trace_step *st)
 	st->q = NULL;
 	st->fold_bio = NULL;
 	st->fold_rq = NULL;
-	obs_exit(tls_obs_thread);
+	obs_exit(obs_tls.th);
 }
 
 void obs_step_end(void)
 {
-	if (tls_step.q)
-		step_close(&tls_step);
+	if (obs_tls.step.q)
+		step_close(&obs_tls.step);
 }
 
 /* Fold a G or D into pending slot @s if it is the same bio's: true if it did. */
@@ -729,7 +723,7 @@ TRACE_INLINE void trace_emit_new(struct trace_step *st, struct rq_queue *q, uint
 				 uint32_t bytes, uint32_t action, uint16_t error,
 				 const void *pdu, unsigned pdu_len, unsigned mode)
 {
-	struct obs_thread *th = tls_obs_thread;
+	struct obs_thread *th = obs_tls.th;
 	struct trace_ring *r;
 	struct rq_trace *t;
 	uint64_t h, stamp;
@@ -744,8 +738,8 @@ TRACE_INLINE void trace_emit_new(struct trace_step *st, struct rq_queue *q, uint
 	    unlikely(!(action & atomic_load_explicit(&t->act_mask, memory_order_relaxed))))
 		goto out;
 	slot = (unsigned)(t->id % RING_CACHE);
-	r = tls_ring[slot].ring;
-	if (unlikely(tls_ring[slot].id != t->id) && !(r = ring_self(t, th))) {
+	r = obs_tls.rings[slot].ring;
+	if (unlikely(obs_tls.rings[slot].id != t->id) && !(r = ring_self(t, th))) {
 		atomic_fetch_add(&t->lost, 1);
 		goto out;
 	}
@@ -772,7 +766,7 @@ TRACE_INLINE void trace_emit(struct rq_queue *q, uint64_t sector, uint32_t bytes
 			     uint32_t action, uint16_t error, const void *pdu, unsigned pdu_len,
 			     unsigned mode)
 {
-	struct trace_step *st = &tls_step;
+	struct trace_step *st = &obs_tls.step;
 
 	if (st->q == q) {
 		step_emit(st, sector, bytes, action, error, pdu, pdu_len, mode);
@@ -801,7 +795,7 @@ static void __attribute__((hot, noinline)) trace_event_step(struct rq_queue *q,
 							     uint64_t sector, uint32_t bytes,
 							     uint32_t action, uint32_t error)
 {
-	struct trace_step *st = &tls_step;
+	struct trace_step *st = &obs_tls.step;
 	struct trace_ring *r = st->r;
 	unsigned mode = act_mode(action & 0xffffu);
 	uint64_t h;
@@ -832,7 +826,7 @@ static void __attribute__((hot, noinline)) trace_event_step(struct rq_queue *q,
 	atomic_store_explicit(&r->head, (mode & EV_HOLD) ? h : h + 1, memory_order_release);
 	if (mode & EV_CLOSE) {
 		st->q = NULL;
-		atomic_store_explicit(&tls_obs_thread->active, 0, memory_order_release);
+		atomic_store_explicit(&obs_tls.th->active, 0, memory_order_release);
 	}
 	if (unlikely(h >= r->wake_at))
 		trace_wake(st->t, r);
@@ -841,7 +835,7 @@ close:
 	st->pending = false;
 	st->q = NULL;
 	atomic_store_explicit(&r->head, h + 1, memory_order_release);
-	atomic_store_explicit(&tls_obs_thread->active, 0, memory_order_release);
+	atomic_store_explicit(&obs_tls.th->active, 0, memory_order_release);
 	if (unlikely(h >= r->wake_at))
 		trace_wake(st->t, r);
 	return;
@@ -869,26 +863,27 @@ TRACE_INLINE void step_fold_arm(struct trace_step *st, const struct rq_bio *bio,
 }
 
 /*
- * trace_event() outside a step (leaf): a thread with its record and its
- * ring for the running trace, room in the ring, the TSC stamps,
- * membarrier on the writer's side; a Q or U opens a step with its stamp.
- * A Q's @bio (else NULL) lets its G and D fold in inline (trace_getrq(),
- * trace_issue()).
+ * trace_event() outside a step: a thread with its record and its ring
+ * for the running trace, room in the ring, the TSC stamps, membarrier on
+ * the writer's side.  A Q (@bio, else NULL: a compile-time constant in
+ * each of the two functions below) opens a step with its stamp and lets
+ * its G and D fold in inline (trace_getrq(), trace_issue()).
  */
-static void __attribute__((hot, noinline)) trace_event_new(struct rq_queue *q, uint64_t sector,
-							    uint32_t bytes, uint32_t action,
-							    uint32_t error, const struct rq_bio *bio)
+TRACE_INLINE void event_new(struct rq_queue *q, uint64_t sector, uint32_t bytes,
+			    uint32_t action, uint32_t error, const struct rq_bio *bio)
 {
 #if defined(__x86_64__)
-	struct trace_step *st = &tls_step;
-	struct obs_thread *th = tls_obs_thread;
+	struct obs_tls *tls = &obs_tls;
+	struct obs_thread *th = tls->th;
 	struct trace_ring *r;
 	struct rq_trace *t;
 	struct trace_slot *s;
-	unsigned slot, mode;
-	uint64_t h;
+	uint64_t h, stamp;
+	unsigned slot;
+	uint32_t cpu;
 
-	if (unlikely(st->q || !th || !atomic_load_explicit(&obs_asym_fence, memory_order_relaxed)))
+	if (unlikely(tls->step.q || !th ||
+		     !atomic_load_explicit(&obs_asym_fence, memory_order_relaxed)))
 		goto slow;
 	atomic_store_explicit(&th->active, 1, memory_order_relaxed);
 	atomic_signal_fence(memory_order_seq_cst);
@@ -897,8 +892,8 @@ static void __attribute__((hot, noinline)) trace_event_new(struct rq_queue *q, u
 	    unlikely(!(action & atomic_load_explicit(&t->act_mask, memory_order_relaxed))))
 		goto out;
 	slot = (unsigned)(t->id % RING_CACHE);
-	r = tls_ring[slot].ring;
-	if (unlikely(tls_ring[slot].id != t->id || !t->tsc))
+	r = tls->rings[slot].ring;
+	if (unlikely(tls->rings[slot].id != t->id || !t->tsc))
 		goto slow_out;
 	h = atomic_load_explicit(&r->head, memory_order_relaxed);
 	if (unlikely(h >= r->room))
@@ -906,33 +901,26 @@ static void __attribute__((hot, noinline)) trace_event_new(struct rq_queue *q, u
 	s = &r->ev[h % RING_EVENTS];
 #if defined(TRACE_RSEQ)
 	if (likely(t->rseq)) {
-		s->cpu = (uint16_t)*(volatile uint32_t *)((char *)__builtin_thread_pointer() +
-							  __rseq_offset +
-							  offsetof(struct rseq, cpu_id));
-		s->stamp = __builtin_ia32_rdtsc();
+		cpu = *(volatile uint32_t *)((char *)__builtin_thread_pointer() + __rseq_offset +
+					     offsetof(struct rseq, cpu_id));
+		stamp = __builtin_ia32_rdtsc();
 	} else
 #endif
 	{
 		unsigned aux;
 
-		s->stamp = __builtin_ia32_rdtscp(&aux);
-		s->cpu = (uint16_t)(aux & 0xfff);
+		stamp = __builtin_ia32_rdtscp(&aux);
+		cpu = aux & 0xfff;
 	}
-	slot_fill(s, s->stamp, s->cpu, sector, bytes, action, (uint16_t)error, NULL, 0);
-	mode = act_mode(action & 0xffffu);
-	if ((mode & EV_OPEN) && step_queue(q)) {
-		*st = (struct trace_step){ .q = q, .t = t, .r = r, .stamp = s->stamp,
-					   .cpu = s->cpu, .pending = (mode & EV_HOLD) != 0 };
-		if (mode & EV_HOLD) {
-			if (bio)
-				step_fold_arm(st, bio, s, th, action, h);
-			return; /* marked, the slot uncommitted, until the step goes on */
-		}
-		atomic_store_explicit(&r->head, h + 1, memory_order_release);
-	} else {
-		atomic_store_explicit(&r->head, h + 1, memory_order_release);
-		atomic_store_explicit(&th->active, 0, memory_order_release);
+	slot_fill(s, stamp, cpu, sector, bytes, action, (uint16_t)error, NULL, 0);
+	if (bio && step_queue(q)) {
+		tls->step = (struct trace_step){ .q = q, .t = t, .r = r, .stamp = stamp,
+						 .cpu = cpu, .pending = true };
+		step_fold_arm(&tls->step, bio, s, th, action, h);
+		return; /* marked, the slot uncommitted, until the step goes on */
 	}
+	atomic_store_explicit(&r->head, h + 1, memory_order_release);
+	atomic_store_explicit(&th->active, 0, memory_order_release);
 	if (unlikely(h >= r->wake_at))
 		trace_wake(t, r);
 	return;
@@ -944,18 +932,44 @@ slow:
 out:
 	atomic_store_explicit(&th->active, 0, memory_order_release);
 #else
+	(void)bio;
 	trace_event_slow(q, sector, bytes, action, error);
 #endif
+}
+
+/* An event outside a step that opens none (leaf: a call only in tail position). */
+static void __attribute__((hot, noinline)) trace_event_new(struct rq_queue *q, uint64_t sector,
+							    uint32_t bytes, uint32_t action,
+							    uint32_t error)
+{
+	event_new(q, sector, bytes, action, error, NULL);
+}
+
+/* A Q of @bio outside a step, with its @action: it opens one (leaf). */
+static void __attribute__((hot, noinline)) trace_event_open(struct rq_queue *q,
+							     const struct rq_bio *bio,
+							     uint32_t action)
+{
+	event_new(q, bio->iter.sector, bio->iter.size, action, 0, bio);
 }
 
 /* An event of @q: in the calling thread's step of @q, or on its own. */
 TRACE_INLINE void trace_event(struct rq_queue *q, uint64_t sector, uint32_t bytes,
 			      uint32_t action, uint32_t error)
 {
-	if (tls_step.q == q)
+	if (obs_tls.step.q == q)
 		trace_event_step(q, sector, bytes, action, error);
 	else
-		trace_event_new(q, sector, bytes, action, error, NULL);
+		trace_event_new(q, sector, bytes, action, error);
+}
+
+/* The Q of @bio, @action: in the calling thread's step of @q (rare), or opening one. */
+TRACE_INLINE void trace_queue_bio(struct rq_queue *q, const struct rq_bio *bio, uint32_t action)
+{
+	if (obs_tls.step.q == q)
+		trace_event_step(q, bio->iter.sector, bio->iter.size, action, 0);
+	else
+		trace_event_open(q, bio, action);
 }
 
 /* An event with an 8-byte payload: @pdu, big-endian in the record. */
@@ -1703,6 +1717,8 @@ void obs_bio(struct rq_queue *q, const struct rq_bio *bio, unsigned act, uint64_
 	action = act | act_category(act) | rw_category(bio->op, bio->opf);
 	if (unlikely(act == TA_SPLIT))
 		trace_event_pdu(q, bio->iter.sector, bio->iter.size, action, pdu);
+	else if (act == TA_QUEUE)
+		trace_queue_bio(q, bio, action);
 	else
 		trace_event(q, bio->iter.sector, bio->iter.size, action, 0);
 }
@@ -1710,17 +1726,11 @@ void obs_bio(struct rq_queue *q, const struct rq_bio *bio, unsigned act, uint64_
 /* Q: a bio entered @q (leaf while only a trace runs). */
 void __attribute__((hot)) obs_queue(struct rq_queue *q, const struct rq_bio *bio)
 {
-	uint32_t action;
-
 	if (unlikely(atomic_load_explicit(&q->obs_flags, memory_order_relaxed) != OBS_TRACE)) {
 		obs_bio(q, bio, TA_QUEUE, 0);
 		return;
 	}
-	action = TA_QUEUE | TC_ACT(TC_QUEUE) | rw_category(bio->op, bio->opf);
-	if (tls_step.q == q)
-		trace_event_step(q, bio->iter.sector, bio->iter.size, action, 0);
-	else
-		trace_event_new(q, bio->iter.sector, bio->iter.size, action, 0, bio);
+	trace_queue_bio(q, bio, TA_QUEUE | TC_ACT(TC_QUEUE) | rw_category(bio->op, bio->opf));
 }
 
 TRACE_INLINE void trace_rq(struct rq_request *rq, unsigned act)

@@ -164,7 +164,19 @@ struct trace_step {
 	struct trace_ring *r;
 };
 
-extern __thread struct trace_step tls_step __attribute__((tls_model("initial-exec")));
+/* All the per-thread state of the event points: one TLS access reaches it. */
+struct obs_thread;
+#define OBS_RING_CACHE 4
+struct obs_tls {
+	struct trace_step step;
+	struct obs_thread *th;       /* the thread's record (lib/trace.c), made on first use */
+	struct {
+		uint64_t id;         /* a trace's id */
+		struct trace_ring *ring; /* the thread's ring in it */
+	} rings[OBS_RING_CACHE];
+};
+
+extern __thread struct obs_tls obs_tls __attribute__((tls_model("initial-exec")));
 
 /* @rq (of @q) was made for @bio. */
 static inline void trace_getrq(struct rq_queue *q, struct rq_request *rq,
@@ -174,7 +186,7 @@ static inline void trace_getrq(struct rq_queue *q, struct rq_request *rq,
 
 	if (likely(atomic_load_explicit(&obs_active, memory_order_relaxed) == 0))
 		return;
-	st = &tls_step;
+	st = &obs_tls.step;
 	if (st->fold_bio == bio && st->q == q &&
 	    atomic_load_explicit(&q->obs_flags, memory_order_relaxed) == OBS_TRACE) {
 		rq->rq_flags |= RQ_RQF_IO_STAT; /* its later points test this bit */
@@ -195,7 +207,7 @@ static inline void trace_getrq(struct rq_queue *q, struct rq_request *rq,
 static inline void trace_step_end(void)
 {
 	if (unlikely(atomic_load_explicit(&obs_active, memory_order_relaxed) != 0) &&
-	    tls_step.q)
+	    obs_tls.step.q)
 		obs_step_end();
 }
 
@@ -241,7 +253,7 @@ static inline void trace_issue(struct rq_request *rq)
 
 	if (!obs_rq_on(rq))
 		return;
-	st = &tls_step;
+	st = &obs_tls.step;
 	if (st->fold_rq == rq &&
 	    atomic_load_explicit(&rq->q->obs_flags, memory_order_relaxed) == OBS_TRACE) {
 		/* its G folded into the pending Q slot: fold the D, commit, end the step */
