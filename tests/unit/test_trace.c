@@ -681,6 +681,80 @@ static void test_steps_share_stamps(void **state)
 	mock_destroy(m);
 }
 
+/* Trace @n 4 KiB reads of @m with trace_actions @mask; their records in @t. */
+static void trace_reads(struct mock_dev *m, const char *mask, unsigned n, struct trace *t)
+{
+	struct rq_trace_info info;
+
+	assert_int_equal(rq_queue_attr_set(m->q, "trace_actions", mask), 0);
+	assert_int_equal(rq_queue_trace_start(m->q, tmpdir, "folds"), 0);
+	for (unsigned i = 0; i < n; i++)
+		one(m, RQ_OP_READ, 64ull * i, 4096);
+	assert_int_equal(rq_queue_trace_stop(m->q, &info, sizeof(info)), 0);
+	read_trace("folds", info.nr_cpus, info.dev, t);
+	remove_trace("folds");
+}
+
+/*
+ * The points fold a step's G and D into its Q's slot inline
+ * (lib/internal/trace.h) only where the out-of-line fold would: a D
+ * whose action the mask leaves out is not recorded though its G folded
+ * (mask "queue": Q and G only), a D alone is recorded without its Q
+ * (mask "issue"), iostats on take the out-of-line way and still count,
+ * and a bio split into pieces (each X ends the Q's fold) gives every
+ * piece its own G and D.
+ */
+static void test_inline_folds(void **state)
+{
+	struct mock_dev *m = make_dev(MOCK_COMPLETE_INLINE, "none", 0);
+	struct rq_diskstats d;
+	struct trace t;
+
+	(void)state;
+	trace_reads(m, "queue", 8, &t);
+	assert_int_equal(t.n - t.notes, 16);
+	assert_int_equal(t.count[A_Q], 8);
+	assert_int_equal(t.count[A_G], 8);
+	free(t.ev);
+
+	trace_reads(m, "issue", 8, &t);
+	assert_int_equal(t.n - t.notes, 8);
+	assert_int_equal(t.count[A_D], 8);
+	free(t.ev);
+
+	assert_int_equal(rq_queue_attr_set(m->q, "iostats", "1"), 0);
+	trace_reads(m, "read", 8, &t);
+	assert_int_equal(t.n - t.notes, 32);
+	assert_int_equal(t.count[A_Q], 8);
+	assert_int_equal(t.count[A_G], 8);
+	assert_int_equal(t.count[A_D], 8);
+	assert_int_equal(t.count[A_C], 8);
+	free(t.ev);
+	assert_int_equal(rq_queue_get_diskstats(m->q, &d, sizeof(d)), 0);
+	assert_int_equal(d.read_ios, 8);
+	assert_int_equal(rq_queue_attr_set(m->q, "iostats", "0"), 0);
+	mock_destroy(m);
+
+	m = make_dev(MOCK_COMPLETE_INLINE, "none", 8); /* 4 KiB pieces */
+	assert_int_equal(rq_queue_attr_set(m->q, "trace_actions", "read"), 0);
+	assert_int_equal(rq_queue_trace_start(m->q, tmpdir, "folds"), 0);
+	one(m, RQ_OP_READ, 0, 16384);
+	{
+		struct rq_trace_info info;
+
+		assert_int_equal(rq_queue_trace_stop(m->q, &info, sizeof(info)), 0);
+		read_trace("folds", info.nr_cpus, info.dev, &t);
+	}
+	remove_trace("folds");
+	assert_int_equal(t.count[A_Q], 1);
+	assert_int_equal(t.count[A_X], 3);
+	assert_int_equal(t.count[A_G], 4);
+	assert_int_equal(t.count[A_D], 4);
+	assert_int_equal(t.count[A_C], 4);
+	free(t.ev);
+	mock_destroy(m);
+}
+
 static int setup(void **state)
 {
 	(void)state;
@@ -705,6 +779,7 @@ int main(void)
 		cmocka_unit_test(test_times_are_the_clock),
 		cmocka_unit_test(test_action_mask),
 		cmocka_unit_test(test_steps_share_stamps),
+		cmocka_unit_test(test_inline_folds),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
