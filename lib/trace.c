@@ -1434,10 +1434,16 @@ int trace_stop_locked(struct rq_queue *q, struct rq_trace_info *info)
 
 	if (!t)
 		return -ENOENT;
-	obs_flags_change(q, OBS_TRACE, false);
 	atomic_store_explicit(&q->obs->trace, NULL, memory_order_release);
 	obs_step_end(); /* the stopper's own step, if it stops from inside one */
 	obs_threads_quiesce(); /* no thread is in an event point or a step any more */
+	/*
+	 * Only now: a thread's step ends at trace_step_end(), which looks at
+	 * obs_active; cleared first, a step open at the stop would keep its
+	 * thread marked and the wait above would not end.  Until here new
+	 * events find no trace and open no step.
+	 */
+	obs_flags_change(q, OBS_TRACE, false);
 	atomic_store(&t->stop, true);
 	sem_post(&t->wake);
 	pthread_join(t->writer, NULL);
