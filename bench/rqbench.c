@@ -64,6 +64,7 @@ static const char *const completion_names[] = { "inline", "thread", "timer" };
 
 struct opts {
 	const char *trace_dir;     /* --trace: blktrace files DIR/rqbench.blktrace.CPU */
+	const char *trace_actions; /* --trace-actions: the queue's trace_actions mask */
 	const char *front;
 	const char *sched;
 	const char *driver;
@@ -736,6 +737,8 @@ static void usage(FILE *f)
 "        --cdf (with --json: the latency CDF as \"cdf\": [[ns, fraction], ...]),\n"
 
 "        --trace DIR (blktrace files DIR/rqbench.blktrace.CPU: blkparse -i rqbench),\n"
+"        --trace-actions LIST (with --trace: blktrace's -a mask, comma-separated:\n"
+"        read,write,flush,sync,queue,requeue,issue,complete,fs,ahead,meta,discard,fua),\n"
 "        --empty (no queue: the empty request life, an atomic tag get and put on\n"
 "        a bitmap, an indirect driver call and a callback per I/O; the floor),\n"
 "        --rq-affinity 0|1|2 (2: a completion thread's batches end on the\n"
@@ -748,7 +751,7 @@ enum {
 	OPT_MAXSECT, OPT_MAXSEG, OPT_NOMERGES, OPT_JSON, OPT_HWDEPTH, OPT_CNSEC,
 	OPT_CAPACITY, OPT_WARMUP, OPT_NOLAT, OPT_LATSAMPLE, OPT_BIOALLOC,
 	OPT_MEMORY, OPT_TCACHE, OPT_LIST, OPT_ALLOCSTATS, OPT_CDF, OPT_TRACE, OPT_EMPTY,
-	OPT_AFFINITY,
+	OPT_AFFINITY, OPT_TRACE_ACTIONS,
 };
 
 /* Limits of the numeric options, for the parser and the usage errors. */
@@ -790,6 +793,7 @@ static const struct option long_opts[] = {
 	{ "cdf", no_argument, NULL, OPT_CDF },
 	{ "list-scheds", no_argument, NULL, OPT_LIST },
 	{ "trace", required_argument, NULL, OPT_TRACE },
+	{ "trace-actions", required_argument, NULL, OPT_TRACE_ACTIONS },
 	{ "empty", no_argument, NULL, OPT_EMPTY },
 	PROG_STD_OPTIONS,
 	{ NULL, 0, NULL, 0 },
@@ -886,6 +890,7 @@ static void parse_args(int argc, char **argv, struct opts *o)
 		case OPT_LIST: o->list_scheds = true; break;
 		case OPT_CDF: o->cdf = true; break;
 		case OPT_TRACE: o->trace_dir = optarg; break;
+		case OPT_TRACE_ACTIONS: o->trace_actions = optarg; break;
 		case OPT_EMPTY: o->empty = true; break;
 		}
 	}
@@ -905,6 +910,8 @@ static void parse_args(int argc, char **argv, struct opts *o)
 		o->seconds = 3;
 	if (o->capacity < o->bs * o->threads)
 		prog_usage_error("--capacity: smaller than --bs times --threads");
+	if (o->trace_actions && !o->trace_dir)
+		prog_usage_error("--trace-actions: needs --trace");
 	if (o->empty && (o->trace_dir || o->list_scheds || o->cdf))
 		prog_usage_error("--empty: no queue to trace, list or time (--trace, --list-scheds, --cdf)");
 	if (o->empty) {
@@ -1034,8 +1041,15 @@ int main(int argc, char **argv)
 	if (!b.o.empty)
 		bench_setup(&b);
 	if (b.o.trace_dir) {
-		int ret = rq_queue_trace_start(b.q, b.o.trace_dir, "rqbench");
+		int ret = b.o.trace_actions ?
+				  rq_queue_attr_set(b.q, "trace_actions", b.o.trace_actions) : 0;
 
+		if (ret) {
+			fprintf(stderr, "rqbench: --trace-actions %s: %s\n", b.o.trace_actions,
+				strerror(-ret));
+			exit(1);
+		}
+		ret = rq_queue_trace_start(b.q, b.o.trace_dir, "rqbench");
 		if (ret) {
 			fprintf(stderr, "rqbench: --trace %s: %s\n", b.o.trace_dir, strerror(-ret));
 			exit(1);

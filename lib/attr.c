@@ -448,6 +448,7 @@ static const struct queue_attr queue_attrs[] = {
 	{ "latency_hist", latency_hist_show, latency_hist_store },
 	{ "trace", trace_show, trace_store },
 	{ "trace_dropped", trace_dropped_show, NULL },
+	{ "trace_actions", trace_actions_show, trace_actions_store },
 };
 
 static const struct queue_attr *find_attr(const char *name)

@@ -271,6 +271,7 @@ RQ_EXPORT void rq_submit_bio(struct rq_queue *q, struct rq_bio *bio)
 
 	tls_submit_ctx = ctx;
 	submit_bio_on(q, ctx, bio);
+	trace_step_end();
 	tls_submit_ctx = outer;
 }
 

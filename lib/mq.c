@@ -225,6 +225,7 @@ static int driver_tag_get_wait(struct rq_queue *q, struct rq_hw_ctx *hctx, unsig
 		if (nowait || atomic_load(&q->dying))
 			return -1;
 		/* over our share: our own completions make room */
+		trace_step_end();
 		rq_flush_plug();
 		pthread_mutex_lock(&hctx->share_lock);
 		atomic_fetch_add(&hctx->share_waiters, 1);

@@ -225,6 +225,7 @@ static void plug_flush_list(struct rq_plug *plug)
 		trace_unplug(q, &list);
 		q->fe->plug_issue(&list, first);
 	}
+	trace_step_end();
 }
 
 RQ_EXPORT void rq_flush_plug(void)

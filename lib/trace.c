@@ -7,17 +7,20 @@
  * the trace (made at its first event, found again through a small
  * per-thread cache keyed by the trace's id, which is never reused), and
  * only it writes there: no lock, no atomic read-modify-write, no heap
- * allocation per event.  The thread writes the whole blktrace record into
+ * allocation per event.  The thread writes what the record needs into
  * its ring slot (sector, bytes, action, error, CPU, a raw stamp), so an
- * event costs one stamp and a few stores: the stamp is the TSC (rdtsc,
- * with the CPU from rseq's cpu_id, or rdtscp which gives both) where the
- * library's clock itself is the TSC, else rq_clock_ns() and
- * sched_getcpu().  A writer thread takes the rings every millisecond, or
- * as soon as one is half full, merges them by stamp, and for each record
- * fills in what only it knows (the stamp scaled to nanoseconds since the
- * start, exactly as rq_clock_ns() scales it; the CPU file's sequence
- * number; magic, pid and device) and copies it to its CPU's file buffer
- * (NAME.blktrace.CPU, the CPU the event happened on).  Each file is in
+ * event costs a few stores, and a stamp where it begins a library call's
+ * events (a step, see "Steps" below: the events of one call share one):
+ * the stamp is the TSC (rdtsc, with the CPU from rseq's cpu_id, or rdtscp
+ * which gives both) where the library's clock itself is the TSC, else
+ * rq_clock_ns() and sched_getcpu().  A G and D that follow their Q in
+ * a step fold into its slot.  A writer thread takes the rings every
+ * millisecond, or as soon as one is half full, merges them by stamp, and
+ * for each slot fills in what only it knows (the stamp scaled to
+ * nanoseconds since the start, exactly as rq_clock_ns() scales it; the
+ * CPU file's sequence number; magic, pid and device) and writes its
+ * records to its CPU's file buffer (NAME.blktrace.CPU, the CPU the event
+ * happened on).  Each file is in
  * time order and a thread's events keep their order.  A thread whose ring
  * is full drops the event and counts it; the counts are reported
  * (rq_queue_trace_get_info(), the trace_dropped attribute, and a message
@@ -29,7 +32,8 @@
  * takes a stamp (T), then reads the marks: a thread not marked then takes
  * its stamp after T, and a marked one commits an event no earlier than
  * its last committed one.  So every event up to T, capped by the last
- * committed stamp of the marked rings, is final.  The store-then-load on
+ * committed stamp of the marked rings, is final (a thread keeps its mark
+ * through a step, whose events reuse its stamp).  The store-then-load on
  * both sides needs a full fence on both; the threads' half is
  * membarrier(2), run by the writer (see obs_fence_all()).  A thread's
  * times are made strictly increasing (+1 ns on a tie), so its order
@@ -52,6 +56,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -173,19 +178,41 @@ TRACE_INLINE uint32_t rw_category(unsigned op, uint32_t opf)
 /* ------------------------------------------------------ rings, a trace */
 
 /*
- * One slot of a thread's ring: the record as the file will hold it, but
- * for what only the writer can know: @rec.time holds the raw stamp (TSC
- * ticks, or the library's clock in the slow mode), and the writer fills
- * in magic, sequence and device, scales the time and copies @rec and
- * @rec.pdu_len bytes of @pdu out.  64 bytes: one cache line.
+ * One slot of a thread's ring: what the event's records will hold but for
+ * what only the writer can know (magic, sequence, pid, device, the time
+ * scaled from the raw @stamp: TSC ticks, or the library's clock in the
+ * slow mode).  @fold says which records follow the event's own at its
+ * time: a Q whose bio got its request (G) and went to the driver (D) in
+ * the same step is one slot, and the writer writes the three records.
+ * 48 bytes: three slots in two cache lines.
  */
 struct trace_slot {
-	struct bt_record rec;
+	uint64_t stamp;
+	uint64_t sector;
+	uint32_t bytes;
+	uint32_t action;
+	uint16_t cpu;
+	uint16_t error;
+	uint16_t pdu_len;
+	uint16_t fold;         /* SLOT_G | SLOT_D */
 	unsigned char pdu[16];
 };
-_Static_assert(sizeof(struct trace_slot) == 64, "a slot is a cache line");
+_Static_assert(sizeof(struct trace_slot) == 48, "a slot is 48 bytes");
 
-#define RING_EVENTS 65536u      /* per thread and trace: 4 MiB */
+/* (SLOT_G, SLOT_D: lib/internal/trace.h) */
+/* The action word of a D folded into a Q slot whose action is @q_action. */
+static inline uint32_t fold_d_action(uint32_t q_action)
+{
+	return (q_action & ~(0xffffu | TC_ACT(TC_QUEUE))) | TC_ACT(TC_ISSUE | TC_FS) | TA_ISSUE;
+}
+
+/* The action word of a G folded into a Q slot whose action is @q_action. */
+static inline uint32_t fold_g_action(uint32_t q_action)
+{
+	return (q_action & ~0xffffu) | TA_GETRQ;
+}
+
+#define RING_EVENTS 65536u      /* per thread and trace: 3 MiB */
 #define RING_WAIT_YIELDS 64     /* a full ring waits this long for the writer */
 
 /*
@@ -206,7 +233,7 @@ struct trace_ring {
 	/* the owner's line */
 	_Atomic uint64_t head;       /* events committed */
 	uint64_t room;               /* head may grow to this before tail is read again */
-	uint64_t wake_at;            /* at this head, wake the writer (half way to room) */
+	uint64_t wake_at;            /* from this head on, wake the writer once (half way to room) */
 	uint64_t last_stamp;         /* slow mode: the last stamp (kept increasing) */
 	_Atomic uint64_t dropped;    /* events that found the ring full */
 	struct obs_thread *_Atomic owner;
@@ -228,6 +255,7 @@ struct rq_trace {
 	uint64_t start_ns;
 	uint64_t last_time;          /* writer: the last record's time */
 	uint32_t dev;
+	_Atomic uint32_t act_mask;   /* categories traced (TC_ACT()), the queue's trace_actions */
 	unsigned nr_cpus;
 	struct trace_out *out;       /* per CPU */
 	uint32_t *seq;               /* per CPU: last sequence written */
@@ -269,13 +297,7 @@ static struct obs_thread *_Atomic obs_threads;
 static pthread_mutex_t obs_threads_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_key_t obs_thread_key;
 static pthread_once_t obs_thread_once = PTHREAD_ONCE_INIT;
-static __thread struct obs_thread *tls_obs_thread __attribute__((tls_model("initial-exec")));
-
-#define RING_CACHE 4
-static __thread struct {
-	uint64_t id;
-	struct trace_ring *ring;
-} tls_ring[RING_CACHE] __attribute__((tls_model("initial-exec")));
+#define RING_CACHE OBS_RING_CACHE
 
 /* The thread exits: its record may go to another thread. */
 static void obs_thread_exit(void *arg)
@@ -316,7 +338,7 @@ static struct obs_thread *obs_thread_self(void)
 	pthread_mutex_unlock(&obs_threads_lock);
 	if (th) {
 		pthread_setspecific(obs_thread_key, th);
-		tls_obs_thread = th;
+		obs_tls.th = th;
 	}
 	return th;
 }
@@ -399,14 +421,25 @@ static void obs_threads_quiesce(void)
 			sched_yield();
 }
 
+/* The slow mode's stamp: the library's clock, kept strictly increasing per ring. */
+static uint64_t __attribute__((noinline)) trace_stamp_clock(struct trace_ring *r, uint32_t *cpu)
+{
+	uint64_t now = rq_clock_ns();
+
+	if (now <= r->last_stamp)
+		now = r->last_stamp + 1;
+	r->last_stamp = now;
+	*cpu = cur_cpu();
+	return now;
+}
+
 /* The stamp of an event now and the CPU it happens on. */
 TRACE_INLINE uint64_t trace_stamp(struct rq_trace *t, struct trace_ring *r, uint32_t *cpu)
 {
-	uint64_t now;
-
 #if defined(__x86_64__)
 	if (likely(t->tsc)) {
 		unsigned aux;
+		uint64_t now;
 
 #if defined(TRACE_RSEQ)
 		if (likely(t->rseq)) {
@@ -422,13 +455,7 @@ TRACE_INLINE uint64_t trace_stamp(struct rq_trace *t, struct trace_ring *r, uint
 		return now;
 	}
 #endif
-	/* a thread's stamps increase strictly, so its order survives the sort */
-	now = rq_clock_ns();
-	if (now <= r->last_stamp)
-		now = r->last_stamp + 1;
-	r->last_stamp = now;
-	*cpu = cur_cpu();
-	return now;
+	return trace_stamp_clock(r, cpu);
 }
 
 /* The writer's "now", in stamps: every stamp read before is at most this. */
@@ -443,6 +470,13 @@ static uint64_t trace_stamp_now(const struct rq_trace *t)
 	}
 #endif
 	return rq_clock_ns();
+}
+
+/* @r's owner passed its ring's wake_at: wake the writer, once until ring_wait() looks again. */
+static void __attribute__((noinline)) trace_wake(struct rq_trace *t, struct trace_ring *r)
+{
+	r->wake_at = UINT64_MAX;
+	sem_post(&t->wake);
 }
 
 /*
@@ -470,34 +504,43 @@ static bool __attribute__((noinline)) ring_wait(struct rq_trace *t, struct trace
 	return false;
 }
 
-/*
- * Write one record into the calling thread's @r (its only writer) and
- * commit it.  Half way to where the owner last saw the ring full it wakes
- * the writer once.
- */
-TRACE_INLINE void ring_put(struct rq_trace *t, struct trace_ring *r, uint64_t sector,
-			  uint32_t bytes, uint32_t action, uint16_t error, const void *pdu,
-			  unsigned pdu_len)
+TRACE_INLINE void slot_fill(struct trace_slot *s, uint64_t stamp, uint32_t cpu, uint64_t sector,
+			    uint32_t bytes, uint32_t action, uint16_t error, const void *pdu,
+			    unsigned pdu_len)
+{
+	s->stamp = stamp;
+	s->sector = sector;
+	s->bytes = bytes;
+	s->action = action;
+	s->cpu = (uint16_t)cpu;
+	s->error = error;
+	s->pdu_len = (uint16_t)pdu_len;
+	s->fold = 0;
+	if (pdu_len)
+		memcpy(s->pdu, pdu, pdu_len);
+}
+
+/* Commit slot @h of @r (its owner's only writer); half way to full, wake the writer. */
+TRACE_INLINE void ring_commit(struct rq_trace *t, struct trace_ring *r, uint64_t h)
+{
+	atomic_store_explicit(&r->head, h + 1, memory_order_release);
+	if (unlikely(h >= r->wake_at))
+		trace_wake(t, r);
+}
+
+/* One record with its own stamp into the calling thread's @r: the name note. */
+static void ring_put(struct rq_trace *t, struct trace_ring *r, uint32_t action,
+		     const void *pdu, unsigned pdu_len)
 {
 	uint64_t h = atomic_load_explicit(&r->head, memory_order_relaxed);
-	struct trace_slot *s;
 	uint32_t cpu;
+	uint64_t stamp;
 
 	if (unlikely(h >= r->room) && !ring_wait(t, r, h))
 		return;
-	s = &r->ev[h % RING_EVENTS];
-	s->rec.time = trace_stamp(t, r, &cpu);
-	s->rec.cpu = cpu;
-	s->rec.sector = sector;
-	s->rec.bytes = bytes;
-	s->rec.action = action;
-	s->rec.error = error;
-	s->rec.pdu_len = (uint16_t)pdu_len;
-	if (pdu_len)
-		memcpy(s->pdu, pdu, pdu_len);
-	atomic_store_explicit(&r->head, h + 1, memory_order_release);
-	if (unlikely(h == r->wake_at))
-		sem_post(&t->wake);
+	stamp = trace_stamp(t, r, &cpu);
+	slot_fill(&r->ev[h % RING_EVENTS], stamp, cpu, 0, 0, action, 0, pdu, pdu_len);
+	ring_commit(t, r, h);
 }
 
 /*
@@ -532,7 +575,7 @@ static struct trace_ring *__attribute__((noinline)) ring_self(struct rq_trace *t
 	r->room = RING_EVENTS;
 	r->wake_at = RING_EVENTS / 2;
 	memcpy(r->comm, th->comm, sizeof(r->comm));
-	ring_put(t, r, 0, 0, TN_PROCESS | TC_ACT(TC_NOTIFY), 0, r->comm, COMM_LEN);
+	ring_put(t, r, TN_PROCESS | TC_ACT(TC_NOTIFY), r->comm, COMM_LEN);
 	pthread_mutex_lock(&t->lock);
 	r->next = atomic_load_explicit(&t->rings, memory_order_relaxed);
 	atomic_store_explicit(&t->rings, r, memory_order_release);
@@ -540,86 +583,317 @@ static struct trace_ring *__attribute__((noinline)) ring_self(struct rq_trace *t
 	pthread_mutex_unlock(&t->lock);
 cache:
 	atomic_store(&r->owner, th);
-	tls_ring[slot].id = t->id;
-	tls_ring[slot].ring = r;
+	obs_tls.rings[slot].id = t->id;
+	obs_tls.rings[slot].ring = r;
 	return r;
 }
 
 /*
- * Record one event of @q if a trace runs: the whole record, straight into
- * the thread's ring.  The thread is marked active before it looks for the
- * trace (a stopper that unpublished it waits for the mark to go) and
- * before it reads the clock (the writer's ordering).
+ * Steps.  The events one library call makes for a bio before anything
+ * else gets control (Q, G, D of a bio issued straight to the driver; U,
+ * I, D of a plug's requests) share one stamp: the first event of the
+ * step (Q at submission, U at an unplug) takes it and keeps the thread
+ * marked, the others reuse it, and the step ends before the driver, a
+ * completion's callbacks or a sleep get control (at D, C, I and S) and
+ * when the call returns (trace_step_end()).  Keeping the mark through the
+ * step keeps the writer's rule: a marked thread commits nothing earlier
+ * than its last committed stamp.  A G and a D that follow their Q in the
+ * step fold into its slot, which stays uncommitted (@pending) until the
+ * next event or the end of the step.  Per thread, never shared.
  */
-TRACE_INLINE void trace_put(struct rq_queue *q, uint64_t sector, uint32_t bytes,
-			   uint32_t action, uint16_t error, const void *pdu, unsigned pdu_len)
+enum {
+	EV_OPEN = 1u << 0,     /* the event begins a step (Q, U) */
+	EV_HOLD = 1u << 1,     /* its slot waits for a G and a D to fold in (Q) */
+	EV_CLOSE = 1u << 2,    /* the step ends with it (D, C, I, S) */
+	EV_FOLD_G = 1u << 3,   /* it may fold into the pending Q slot as its G */
+	EV_FOLD_D = 1u << 4,   /* ... as its D, after its G */
+};
+
+/* (struct trace_step: lib/internal/trace.h, whose points fold G and D inline) */
+
+/*
+ * How each action takes part in a step: Q and U begin one (a Q's slot
+ * waits for its G and D), G and D fold into a Q, and the step ends before
+ * the driver (D), a sleep (S) or a completion's callbacks (C) get
+ * control, and at an insert (I): what a scheduler's dispatch takes, D
+ * has its own time.
+ */
+static const unsigned char act_modes[TA_SPLIT + 1] = {
+	[TA_QUEUE] = EV_OPEN | EV_HOLD, [TA_UNPLUG_IO] = EV_OPEN, [TA_GETRQ] = EV_FOLD_G,
+	[TA_ISSUE] = EV_FOLD_D | EV_CLOSE, [TA_SLEEPRQ] = EV_CLOSE, [TA_COMPLETE] = EV_CLOSE,
+	[TA_INSERT] = EV_CLOSE,
+};
+
+static inline unsigned act_mode(unsigned act)
 {
-	struct obs_thread *th = tls_obs_thread;
-	struct rq_trace *t;
+	return act <= TA_SPLIT ? act_modes[act] : 0;
+}
+
+__thread struct obs_tls obs_tls __attribute__((tls_model("initial-exec")));
+
+/*
+ * Steps are for multi-queue queues: on the single-queue front end the
+ * queue lock's holder runs request_fn and ends other threads' bios when
+ * it drops the lock, both inside a submission.
+ */
+static inline bool step_queue(const struct rq_queue *q)
+{
+	return q->nr_hw_queues != 0;
+}
+
+/* End the calling thread's step: commit what it holds, clear its mark. */
+static void __attribute__((noinline)) step_close(struct trace_step *st)
+{
+	if (st->pending) {
+		st->pending = false;
+		ring_commit(st->t, st->r,
+			    atomic_load_explicit(&st->r->head, memory_order_relaxed));
+	}
+	st->q = NULL;
+	st->fold_bio = NULL;
+	st->fold_rq = NULL;
+	obs_exit(obs_tls.th);
+}
+
+void obs_step_end(void)
+{
+	if (obs_tls.step.q)
+		step_close(&obs_tls.step);
+}
+
+/* Fold a G or D into pending slot @s if it is the same bio's: true if it did. */
+TRACE_INLINE bool slot_fold(struct trace_slot *s, uint64_t sector, uint32_t bytes,
+			    uint32_t action, uint16_t error, unsigned mode)
+{
+	if (s->sector != sector || s->bytes != bytes || error)
+		return false;
+	if ((mode & EV_FOLD_G) && !s->fold && action == fold_g_action(s->action)) {
+		s->fold = SLOT_G;
+		return true;
+	}
+	if ((mode & EV_FOLD_D) && s->fold == SLOT_G && action == fold_d_action(s->action)) {
+		s->fold = SLOT_G | SLOT_D;
+		return true;
+	}
+	return false;
+}
+
+/* An event of the calling thread's open step (@st->q is the event's queue). */
+TRACE_INLINE void step_emit(struct trace_step *st, uint64_t sector, uint32_t bytes,
+			    uint32_t action, uint16_t error, const void *pdu, unsigned pdu_len,
+			    unsigned mode)
+{
+	struct rq_trace *t = st->t;
+	struct trace_ring *r = st->r;
+	uint64_t h;
+
+	st->fold_bio = NULL; /* an event the inline folds did not take */
+	st->fold_rq = NULL;
+	if (unlikely(!(action & atomic_load_explicit(&t->act_mask, memory_order_relaxed))))
+		goto out;
+	h = atomic_load_explicit(&r->head, memory_order_relaxed);
+	if (st->pending) {
+		if ((mode & (EV_FOLD_G | EV_FOLD_D)) &&
+		    slot_fold(&r->ev[h % RING_EVENTS], sector, bytes, action, error, mode))
+			goto out;
+		st->pending = false;
+		ring_commit(t, r, h++);
+	}
+	if (unlikely(h >= r->room) && !ring_wait(t, r, h))
+		goto out;
+	slot_fill(&r->ev[h % RING_EVENTS], st->stamp, st->cpu, sector, bytes, action, error,
+		  pdu, pdu_len);
+	if (mode & EV_HOLD)
+		st->pending = true;
+	else
+		ring_commit(t, r, h);
+out:
+	if (mode & EV_CLOSE)
+		step_close(st);
+}
+
+/*
+ * An event outside a step: the thread marks itself before it looks for
+ * the trace (a stopper that unpublished it waits for the mark to go) and
+ * before it reads the clock (the writer's ordering), writes the record
+ * into its ring and commits it; an EV_OPEN event stays marked and opens
+ * a step with its stamp.
+ */
+TRACE_INLINE void trace_emit_new(struct trace_step *st, struct rq_queue *q, uint64_t sector,
+				 uint32_t bytes, uint32_t action, uint16_t error,
+				 const void *pdu, unsigned pdu_len, unsigned mode)
+{
+	struct obs_thread *th = obs_tls.th;
 	struct trace_ring *r;
+	struct rq_trace *t;
+	uint64_t h, stamp;
+	unsigned slot;
+	uint32_t cpu;
 
 	if (unlikely(!th) && !(th = obs_thread_self()))
 		return;
 	obs_enter(th);
 	t = atomic_load_explicit(&q->obs->trace, memory_order_acquire);
-	if (likely(t)) {
-		unsigned slot = (unsigned)(t->id % RING_CACHE);
-
-		r = tls_ring[slot].ring;
-		if (unlikely(tls_ring[slot].id != t->id))
-			r = ring_self(t, th);
-		if (likely(r))
-			ring_put(t, r, sector, bytes, action, error, pdu, pdu_len);
-		else
-			atomic_fetch_add(&t->lost, 1);
+	if (unlikely(!t) ||
+	    unlikely(!(action & atomic_load_explicit(&t->act_mask, memory_order_relaxed))))
+		goto out;
+	slot = (unsigned)(t->id % RING_CACHE);
+	r = obs_tls.rings[slot].ring;
+	if (unlikely(obs_tls.rings[slot].id != t->id) && !(r = ring_self(t, th))) {
+		atomic_fetch_add(&t->lost, 1);
+		goto out;
 	}
+	h = atomic_load_explicit(&r->head, memory_order_relaxed);
+	if (unlikely(h >= r->room) && !ring_wait(t, r, h))
+		goto out;
+	stamp = trace_stamp(t, r, &cpu);
+	slot_fill(&r->ev[h % RING_EVENTS], stamp, cpu, sector, bytes, action, error, pdu,
+		  pdu_len);
+	if ((mode & EV_OPEN) && step_queue(q)) {
+		*st = (struct trace_step){ .q = q, .t = t, .r = r, .stamp = stamp, .cpu = cpu,
+					   .pending = (mode & EV_HOLD) != 0 };
+		if (!(mode & EV_HOLD))
+			ring_commit(t, r, h);
+		return; /* marked until the step ends */
+	}
+	ring_commit(t, r, h);
+out:
 	obs_exit(th);
 }
 
-/*
- * The event points' way in (hot: the obs_* functions are cold for their
- * callers' sake, which would have GCC make them small rather than fast).
- */
+/* Record one event of @q if a trace runs, in the calling thread's step or on its own. */
+TRACE_INLINE void trace_emit(struct rq_queue *q, uint64_t sector, uint32_t bytes,
+			     uint32_t action, uint16_t error, const void *pdu, unsigned pdu_len,
+			     unsigned mode)
+{
+	struct trace_step *st = &obs_tls.step;
+
+	if (st->q == q) {
+		step_emit(st, sector, bytes, action, error, pdu, pdu_len, mode);
+		return;
+	}
+	if (unlikely(st->q != NULL))
+		step_close(st); /* another queue's step (a driver submitting to another queue) */
+	trace_emit_new(st, q, sector, bytes, action, error, pdu, pdu_len, mode);
+}
+
+/* trace_event()'s general way: anything its leaf paths do not take. */
 static void __attribute__((noinline)) trace_event_slow(struct rq_queue *q, uint64_t sector,
 						       uint32_t bytes, uint32_t action,
 						       uint32_t error)
 {
-	trace_put(q, sector, bytes, action, (uint16_t)error, NULL, 0);
-}
-
-static void __attribute__((noinline)) trace_wake(struct rq_trace *t)
-{
-	sem_post(&t->wake);
+	trace_emit(q, sector, bytes, action, (uint16_t)error, NULL, 0,
+		   act_mode(action & 0xffffu));
 }
 
 /*
- * The common case as a leaf function (no call, so no frame): a thread
- * with its record and its ring for the running trace, room in the ring,
- * the TSC stamps, membarrier on the writer's side.  Anything else goes
- * the general way, trace_put().
+ * trace_event() in the thread's open step of @q (leaf: a call only in
+ * tail position, so no frame): fold into the pending Q slot, or write a
+ * slot with the step's stamp; end the step if the action does.
  */
-static void __attribute__((hot, noinline)) trace_event(struct rq_queue *q, uint64_t sector,
-							uint32_t bytes, uint32_t action,
-							uint32_t error)
+static void __attribute__((hot, noinline)) trace_event_step(struct rq_queue *q,
+							     uint64_t sector, uint32_t bytes,
+							     uint32_t action, uint32_t error)
 {
-#if defined(__x86_64__)
-	struct obs_thread *th = tls_obs_thread;
-	struct rq_trace *t;
-	struct trace_ring *r;
-	struct trace_slot *s;
-	unsigned slot;
+	struct trace_step *st = &obs_tls.step;
+	struct trace_ring *r = st->r;
+	unsigned mode = act_mode(action & 0xffffu);
 	uint64_t h;
 
-	if (unlikely(!th || !atomic_load_explicit(&obs_asym_fence, memory_order_relaxed)))
+	st->fold_bio = NULL; /* an event the inline folds did not take */
+	st->fold_rq = NULL;
+	if (unlikely(!(action & atomic_load_explicit(&st->t->act_mask, memory_order_relaxed))))
+		goto slow;
+	h = atomic_load_explicit(&r->head, memory_order_relaxed);
+	if (st->pending) {
+		if ((mode & (EV_FOLD_G | EV_FOLD_D)) &&
+		    slot_fold(&r->ev[h % RING_EVENTS], sector, bytes, action, (uint16_t)error,
+			      mode)) {
+			if (mode & EV_CLOSE)
+				goto close; /* commit the folded slot */
+			return;
+		}
+		if (unlikely(h + 1 >= r->room))
+			goto slow;
+		st->pending = false;
+		h++;
+	} else if (unlikely(h >= r->room)) {
+		goto slow;
+	}
+	slot_fill(&r->ev[h % RING_EVENTS], st->stamp, st->cpu, sector, bytes, action,
+		  (uint16_t)error, NULL, 0);
+	st->pending = mode & EV_HOLD;
+	atomic_store_explicit(&r->head, (mode & EV_HOLD) ? h : h + 1, memory_order_release);
+	if (mode & EV_CLOSE) {
+		st->q = NULL;
+		atomic_store_explicit(&obs_tls.th->active, 0, memory_order_release);
+	}
+	if (unlikely(h >= r->wake_at))
+		trace_wake(st->t, r);
+	return;
+close:
+	st->pending = false;
+	st->q = NULL;
+	atomic_store_explicit(&r->head, h + 1, memory_order_release);
+	atomic_store_explicit(&obs_tls.th->active, 0, memory_order_release);
+	if (unlikely(h >= r->wake_at))
+		trace_wake(st->t, r);
+	return;
+slow:
+	trace_event_slow(q, sector, bytes, action, error);
+}
+
+/*
+ * A Q of @bio opened a step with its slot @s pending: let the points fold
+ * its G inline, and its D if the D's action is traced (not a flush's or a
+ * FUA request's: the flush machinery may change it) and committing it
+ * needs no wake of the writer.
+ */
+TRACE_INLINE void step_fold_arm(struct trace_step *st, const struct rq_bio *bio,
+				struct trace_slot *s, struct obs_thread *th, uint32_t action,
+				uint64_t h)
+{
+	st->fold_bio = bio;
+	st->fold = &s->fold;
+	st->head = &st->r->head;
+	st->active = &th->active;
+	st->d_ok = (fold_d_action(action) &
+		    atomic_load_explicit(&st->t->act_mask, memory_order_relaxed)) &&
+		   !(action & TC_ACT(TC_FLUSH | TC_FUA)) && h < st->r->wake_at;
+}
+
+/*
+ * trace_event() outside a step: a thread with its record and its ring
+ * for the running trace, room in the ring, the TSC stamps, membarrier on
+ * the writer's side.  A Q (@bio, else NULL: a compile-time constant in
+ * each of the two functions below) opens a step with its stamp and lets
+ * its G and D fold in inline (trace_getrq(), trace_issue()).
+ */
+TRACE_INLINE void event_new(struct rq_queue *q, uint64_t sector, uint32_t bytes,
+			    uint32_t action, uint32_t error, const struct rq_bio *bio)
+{
+#if defined(__x86_64__)
+	struct obs_tls *tls = &obs_tls;
+	struct obs_thread *th = tls->th;
+	struct trace_ring *r;
+	struct rq_trace *t;
+	struct trace_slot *s;
+	uint64_t h, stamp;
+	unsigned slot;
+	uint32_t cpu;
+
+	if (unlikely(tls->step.q || !th ||
+		     !atomic_load_explicit(&obs_asym_fence, memory_order_relaxed)))
 		goto slow;
 	atomic_store_explicit(&th->active, 1, memory_order_relaxed);
 	atomic_signal_fence(memory_order_seq_cst);
 	t = atomic_load_explicit(&q->obs->trace, memory_order_acquire);
-	if (unlikely(!t))
+	if (unlikely(!t) ||
+	    unlikely(!(action & atomic_load_explicit(&t->act_mask, memory_order_relaxed))))
 		goto out;
 	slot = (unsigned)(t->id % RING_CACHE);
-	r = tls_ring[slot].ring;
-	if (unlikely(tls_ring[slot].id != t->id || !t->tsc))
+	r = tls->rings[slot].ring;
+	if (unlikely(tls->rings[slot].id != t->id || !t->tsc))
 		goto slow_out;
 	h = atomic_load_explicit(&r->head, memory_order_relaxed);
 	if (unlikely(h >= r->room))
@@ -627,26 +901,28 @@ static void __attribute__((hot, noinline)) trace_event(struct rq_queue *q, uint6
 	s = &r->ev[h % RING_EVENTS];
 #if defined(TRACE_RSEQ)
 	if (likely(t->rseq)) {
-		s->rec.cpu = *(volatile uint32_t *)((char *)__builtin_thread_pointer() +
-						    __rseq_offset + offsetof(struct rseq, cpu_id));
-		s->rec.time = __builtin_ia32_rdtsc();
+		cpu = *(volatile uint32_t *)((char *)__builtin_thread_pointer() + __rseq_offset +
+					     offsetof(struct rseq, cpu_id));
+		stamp = __builtin_ia32_rdtsc();
 	} else
 #endif
 	{
 		unsigned aux;
 
-		s->rec.time = __builtin_ia32_rdtscp(&aux);
-		s->rec.cpu = aux & 0xfff;
+		stamp = __builtin_ia32_rdtscp(&aux);
+		cpu = aux & 0xfff;
 	}
-	s->rec.sector = sector;
-	s->rec.bytes = bytes;
-	s->rec.action = action;
-	s->rec.error = (uint16_t)error;
-	s->rec.pdu_len = 0;
+	slot_fill(s, stamp, cpu, sector, bytes, action, (uint16_t)error, NULL, 0);
+	if (bio && step_queue(q)) {
+		tls->step = (struct trace_step){ .q = q, .t = t, .r = r, .stamp = stamp,
+						 .cpu = cpu, .pending = true };
+		step_fold_arm(&tls->step, bio, s, th, action, h);
+		return; /* marked, the slot uncommitted, until the step goes on */
+	}
 	atomic_store_explicit(&r->head, h + 1, memory_order_release);
 	atomic_store_explicit(&th->active, 0, memory_order_release);
-	if (unlikely(h == r->wake_at))
-		trace_wake(t);
+	if (unlikely(h >= r->wake_at))
+		trace_wake(t, r);
 	return;
 slow_out:
 	atomic_store_explicit(&th->active, 0, memory_order_release);
@@ -656,8 +932,44 @@ slow:
 out:
 	atomic_store_explicit(&th->active, 0, memory_order_release);
 #else
+	(void)bio;
 	trace_event_slow(q, sector, bytes, action, error);
 #endif
+}
+
+/* An event outside a step that opens none (leaf: a call only in tail position). */
+static void __attribute__((hot, noinline)) trace_event_new(struct rq_queue *q, uint64_t sector,
+							    uint32_t bytes, uint32_t action,
+							    uint32_t error)
+{
+	event_new(q, sector, bytes, action, error, NULL);
+}
+
+/* A Q of @bio outside a step, with its @action: it opens one (leaf). */
+static void __attribute__((hot, noinline)) trace_event_open(struct rq_queue *q,
+							     const struct rq_bio *bio,
+							     uint32_t action)
+{
+	event_new(q, bio->iter.sector, bio->iter.size, action, 0, bio);
+}
+
+/* An event of @q: in the calling thread's step of @q, or on its own. */
+TRACE_INLINE void trace_event(struct rq_queue *q, uint64_t sector, uint32_t bytes,
+			      uint32_t action, uint32_t error)
+{
+	if (obs_tls.step.q == q)
+		trace_event_step(q, sector, bytes, action, error);
+	else
+		trace_event_new(q, sector, bytes, action, error);
+}
+
+/* The Q of @bio, @action: in the calling thread's step of @q (rare), or opening one. */
+TRACE_INLINE void trace_queue_bio(struct rq_queue *q, const struct rq_bio *bio, uint32_t action)
+{
+	if (obs_tls.step.q == q)
+		trace_event_step(q, bio->iter.sector, bio->iter.size, action, 0);
+	else
+		trace_event_open(q, bio, action);
 }
 
 /* An event with an 8-byte payload: @pdu, big-endian in the record. */
@@ -667,7 +979,7 @@ static void __attribute__((noinline)) trace_event_pdu(struct rq_queue *q, uint64
 {
 	uint64_t be = __builtin_bswap64(pdu);
 
-	trace_put(q, sector, bytes, action, 0, &be, sizeof(be));
+	trace_emit(q, sector, bytes, action, 0, &be, sizeof(be), act_mode(action & 0xffffu));
 }
 
 /* ------------------------------------------------------------ the writer */
@@ -745,21 +1057,44 @@ static void run_out_switch(struct rq_trace *t, struct run_out *ro, unsigned cpu)
 	ro->seq = t->seq[cpu];
 }
 
+/* One record at @p: @s's sector and bytes with @action, @error, @pdu_len; past it. */
+TRACE_INLINE unsigned char *rec_put(unsigned char *p, uint32_t seq, uint64_t time,
+				    const struct trace_slot *s, uint32_t action, uint64_t pid_dev,
+				    uint32_t cpu, uint16_t error, uint16_t pdu_len)
+{
+	struct bt_record *rec = (struct bt_record *)(void *)p;
+
+	/* magic and sequence, pid and device: adjacent pairs, one store each */
+	*(uint64_t *)&rec->magic = (uint64_t)seq << 32 | (BT_MAGIC | BT_VERSION);
+	rec->time = time;
+	rec->sector = s->sector;
+	rec->bytes = s->bytes;
+	rec->action = action;
+	*(uint64_t *)&rec->pid = pid_dev;
+	rec->cpu = cpu;
+	rec->error = error;
+	rec->pdu_len = pdu_len;
+	return p + sizeof(*rec);
+}
+
+/* Room in @ro's buffer for one slot's records (three, or one with its payload). */
+#define SLOT_OUT_MAX (3 * sizeof(struct bt_record) + sizeof(((struct trace_slot *)0)->pdu))
+
 /*
  * Write ring @i's events from its position while they are no later than
- * @next (at least one).  Each record gets its stamp scaled to nanoseconds
- * since the trace started, kept strictly after the ring's last record
- * (the thread's order survives blkparse's sort by time) and never before
- * the last record written; its CPU's next sequence number; and goes to
- * its CPU's buffer as the whole slot (the bytes past the record are
- * overwritten by the next one or never written out).  What the loop
- * reads of @t is in locals: stores to a byte buffer alias everything.
+ * @next (at least one).  Each slot's record gets its stamp scaled to
+ * nanoseconds since the trace started, kept strictly after the ring's
+ * last record (the thread's order survives blkparse's sort by time) and
+ * never before the last record written; its CPU's next sequence number;
+ * and goes to its CPU's buffer, followed by the G and D folded into it,
+ * each a nanosecond later.  What the loop reads of @t is in locals:
+ * stores to a byte buffer alias everything.
  */
 static void write_run(struct rq_trace *t, unsigned i, uint64_t next)
 {
 	struct trace_ring *r = t->cur[i];
-	const uint64_t first = t->pos[i], end = t->end[i];
-	uint64_t pos = first, w_next = r->w_next, last = t->last_time, stamp;
+	const uint64_t end = t->end[i];
+	uint64_t pos = t->pos[i], w_next = r->w_next, last = t->last_time, stamp, nrec = 0;
 	/* stamp -> time since start: base + (stamp - tick_base) * mult >> 32 */
 	const uint64_t tick_base = t->tsc ? t->tick_base : 0;
 	const uint64_t mult = t->tsc ? t->mult : 1ull << 32;
@@ -769,44 +1104,53 @@ static void write_run(struct rq_trace *t, unsigned i, uint64_t next)
 	struct run_out ro = { .o = NULL };
 
 	do {
-		struct trace_slot *s = &r->ev[pos % RING_EVENTS];
-		struct bt_record *rec;
+		const struct trace_slot *s = &r->ev[pos % RING_EVENTS];
+		unsigned cpu = s->cpu, fold = s->fold;
+		unsigned char *p;
 		int64_t ns;
 		uint64_t time;
-		unsigned cpu = s->rec.cpu;
 
-		stamp = s->rec.time;
+		stamp = s->stamp;
 		ns = base + (int64_t)(((unsigned __int128)(stamp - tick_base) * mult) >> 32);
 		time = ns > 0 && stamp >= tick_base ? (uint64_t)ns : 0;
 		time = time < w_next ? w_next : time;
 		time = time < last ? last : time;
-		last = time;
-		w_next = time + 1;
 		if (unlikely(cpu >= nr_cpus))
-			s->rec.cpu = cpu = nr_cpus - 1;
+			cpu = nr_cpus - 1;
 		if (unlikely(cpu != ro.cpu || !ro.o))
 			run_out_switch(t, &ro, cpu);
-		if (unlikely(ro.len + sizeof(*s) > sizeof(ro.o->buf))) {
+		if (unlikely(ro.len + SLOT_OUT_MAX > sizeof(ro.o->buf))) {
 			ro.o->len = ro.len;
 			if (!out_flush(ro.o))
 				t->io_error = true;
 			ro.len = 0;
 		}
-		rec = (struct bt_record *)(ro.o->buf + ro.len);
-		memcpy(rec, s, sizeof(*s));
-		/* magic and sequence, pid and device: adjacent pairs, one store each */
-		*(uint64_t *)&rec->magic = (uint64_t)++ro.seq << 32 | (BT_MAGIC | BT_VERSION);
-		rec->time = time;
-		*(uint64_t *)&rec->pid = pid_dev;
-		ro.len += sizeof(*rec) + s->rec.pdu_len;
+		p = rec_put(ro.o->buf + ro.len, ++ro.seq, time, s, s->action, pid_dev, cpu,
+			    s->error, s->pdu_len);
+		memcpy(p, s->pdu, sizeof(s->pdu)); /* past the payload: overwritten or not sent */
+		p += s->pdu_len;
+		nrec++;
+		if (fold & SLOT_G) {
+			p = rec_put(p, ++ro.seq, ++time, s, fold_g_action(s->action), pid_dev, cpu,
+				    0, 0);
+			nrec++;
+		}
+		if (fold & SLOT_D) {
+			p = rec_put(p, ++ro.seq, ++time, s, fold_d_action(s->action), pid_dev, cpu,
+				    0, 0);
+			nrec++;
+		}
+		ro.len = (size_t)(p - ro.o->buf);
+		last = time;
+		w_next = time + 1;
 		pos++;
-	} while (pos != end && r->ev[pos % RING_EVENTS].rec.time <= next);
+	} while (pos != end && r->ev[pos % RING_EVENTS].stamp <= next);
 	ro.o->len = ro.len;
 	t->seq[ro.cpu] = ro.seq;
 	r->w_stamp = stamp;
 	r->w_next = w_next;
 	t->last_time = last;
-	t->nr_written += pos - first;
+	t->nr_written += nrec;
 	t->pos[i] = pos;
 }
 
@@ -852,7 +1196,7 @@ static unsigned drain_collect(struct rq_trace *t, bool final, uint64_t *limit)
 		t->end[n] = atomic_load_explicit(&r->head, memory_order_acquire);
 		if (active) {
 			uint64_t last = t->end[n] > t->pos[n] ?
-						r->ev[(t->end[n] - 1) % RING_EVENTS].rec.time :
+						r->ev[(t->end[n] - 1) % RING_EVENTS].stamp :
 						r->w_stamp;
 
 			if (last < *limit)
@@ -885,15 +1229,15 @@ static void trace_drain(struct rq_trace *t, bool final)
 		for (unsigned i = 0; i < n; i++) {
 			struct trace_slot *s = &t->cur[i]->ev[t->pos[i] % RING_EVENTS];
 
-			if (t->pos[i] == t->end[i] || s->rec.time > limit)
+			if (t->pos[i] == t->end[i] || s->stamp > limit)
 				continue;
-			if (!best || s->rec.time < best->rec.time) {
-				if (best && best->rec.time < next)
-					next = best->rec.time;
+			if (!best || s->stamp < best->stamp) {
+				if (best && best->stamp < next)
+					next = best->stamp;
 				best = s;
 				bi = i;
-			} else if (s->rec.time < next) {
-				next = s->rec.time;
+			} else if (s->stamp < next) {
+				next = s->stamp;
 			}
 		}
 		if (!best)
@@ -1049,6 +1393,7 @@ int trace_start_locked(struct rq_queue *q, const char *dir, const char *name)
 	t = trace_alloc(q);
 	if (!t)
 		return -ENOMEM;
+	atomic_store(&t->act_mask, atomic_load(&q->obs->act_mask));
 	pthread_once(&obs_membarrier_once, obs_membarrier_init);
 	trace_pick_clock(t);
 	ret = trace_open_files(t, dir, name);
@@ -1089,9 +1434,16 @@ int trace_stop_locked(struct rq_queue *q, struct rq_trace_info *info)
 
 	if (!t)
 		return -ENOENT;
-	obs_flags_change(q, OBS_TRACE, false);
 	atomic_store_explicit(&q->obs->trace, NULL, memory_order_release);
-	obs_threads_quiesce(); /* no thread is inside trace_emit() any more */
+	obs_step_end(); /* the stopper's own step, if it stops from inside one */
+	obs_threads_quiesce(); /* no thread is in an event point or a step any more */
+	/*
+	 * Only now: a thread's step ends at trace_step_end(), which looks at
+	 * obs_active; cleared first, a step open at the stop would keep its
+	 * thread marked and the wait above would not end.  Until here new
+	 * events find no trace and open no step.
+	 */
+	obs_flags_change(q, OBS_TRACE, false);
 	atomic_store(&t->stop, true);
 	sem_post(&t->wake);
 	pthread_join(t->writer, NULL);
@@ -1117,6 +1469,74 @@ int trace_stop_locked(struct rq_queue *q, struct rq_trace_info *info)
 	q->obs->trace_path[0] = '\0';
 	trace_free(t);
 	return ret;
+}
+
+/*
+ * blktrace's action mask (-a NAME, the kernel's trace/act_mask): the
+ * categories that apply here, by bit (TC_*).  An event is traced if any
+ * of its categories is in the mask; thread names and the drop message
+ * always are.
+ */
+static const char *const act_mask_names[16] = {
+	"read", "write", "flush", "sync", "queue", "requeue", "issue", "complete", "fs",
+	[11] = "ahead", "meta", "discard", [15] = "fua",
+};
+#define TRACE_ACTS_ALL TC_ACT(0xb9ffu) /* every named bit */
+
+/* The "trace_actions" attribute: the mask's names, comma-separated. */
+int trace_actions_show(struct rq_queue *q, char *buf, size_t len)
+{
+	uint32_t mask = q->obs ? atomic_load(&q->obs->act_mask) >> 16 : 0;
+	size_t n = 0;
+
+	for (unsigned b = 0; b < 16; b++) {
+		int w;
+
+		if (!(mask & (1u << b)) || !act_mask_names[b])
+			continue;
+		w = snprintf(buf + n, len - n, "%s%s", n ? "," : "", act_mask_names[b]);
+		if (w < 0 || (size_t)w >= len - n)
+			return -ENOSPC;
+		n += (size_t)w;
+	}
+	if (n + 2 > len)
+		return -ENOSPC;
+	buf[n++] = '\n';
+	buf[n] = '\0';
+	return (int)n;
+}
+
+/*
+ * Set the mask from @val: names, comma-separated, any case, an optional
+ * newline at the end.  It applies from the next event, to a running trace
+ * too.  Context: q->sysfs_lock held.  -EINVAL: an unknown or empty name.
+ */
+int trace_actions_store(struct rq_queue *q, const char *val)
+{
+	size_t end = strcspn(val, "\n");
+	uint32_t mask = 0;
+	struct rq_trace *t;
+
+	if (!q->obs || (val[end] && val[end + 1]))
+		return -EINVAL;
+	for (size_t i = 0; i <= end;) {
+		size_t w = strcspn(val + i, ",\n");
+		unsigned b;
+
+		for (b = 0; b < 16; b++)
+			if (act_mask_names[b] && strlen(act_mask_names[b]) == w &&
+			    !strncasecmp(val + i, act_mask_names[b], w))
+				break;
+		if (b == 16)
+			return -EINVAL;
+		mask |= TC_ACT(1u << b);
+		i += w + 1;
+	}
+	atomic_store(&q->obs->act_mask, mask);
+	t = atomic_load(&q->obs->trace);
+	if (t)
+		atomic_store(&t->act_mask, mask);
+	return 0;
 }
 
 /* The running trace's totals.  Context: q->sysfs_lock held.  -ENOENT: none. */
@@ -1285,6 +1705,7 @@ static void iostat_done(struct rq_request *rq, unsigned grp)
 
 /* ------------------------------------------------------- the points */
 
+
 /*
  * A point that only traces ends in a call in tail position (no frame of
  * its own); with iostats on, an out-of-line function counts and then
@@ -1302,8 +1723,20 @@ void obs_bio(struct rq_queue *q, const struct rq_bio *bio, unsigned act, uint64_
 	action = act | act_category(act) | rw_category(bio->op, bio->opf);
 	if (unlikely(act == TA_SPLIT))
 		trace_event_pdu(q, bio->iter.sector, bio->iter.size, action, pdu);
+	else if (act == TA_QUEUE)
+		trace_queue_bio(q, bio, action);
 	else
 		trace_event(q, bio->iter.sector, bio->iter.size, action, 0);
+}
+
+/* Q: a bio entered @q (leaf while only a trace runs). */
+void __attribute__((hot)) obs_queue(struct rq_queue *q, const struct rq_bio *bio)
+{
+	if (unlikely(atomic_load_explicit(&q->obs_flags, memory_order_relaxed) != OBS_TRACE)) {
+		obs_bio(q, bio, TA_QUEUE, 0);
+		return;
+	}
+	trace_queue_bio(q, bio, TA_QUEUE | TC_ACT(TC_QUEUE) | rw_category(bio->op, bio->opf));
 }
 
 TRACE_INLINE void trace_rq(struct rq_request *rq, unsigned act)
@@ -1432,9 +1865,15 @@ void obs_complete(struct rq_request *rq, rq_status_t status, unsigned bytes, uns
 		trace_complete_rq(rq, status, bytes);
 }
 
-void obs_complete_all(struct rq_request *rq, rq_status_t status, unsigned flags)
+/* (hot: a traced request's C; a point that only traces ends in a tail call) */
+void __attribute__((hot)) obs_complete_all(struct rq_request *rq, rq_status_t status,
+					   unsigned flags)
 {
-	obs_complete(rq, status, (flags & OBS_C_QUIET) ? 0 : rq->bytes, flags);
+	if (likely(atomic_load_explicit(&rq->q->obs_flags, memory_order_relaxed) == OBS_TRACE) &&
+	    !(flags & OBS_C_QUIET))
+		trace_complete_rq(rq, status, rq->bytes);
+	else
+		obs_complete(rq, status, (flags & OBS_C_QUIET) ? 0 : rq->bytes, flags);
 }
 
 /* ------------------------------------------------------------- iostats */
@@ -1456,6 +1895,8 @@ int iostat_set_locked(struct rq_queue *q, bool on)
 void obs_init(struct rq_queue *q)
 {
 	q->obs = mem_zalloc(sizeof(*q->obs));
+	if (q->obs)
+		atomic_store(&q->obs->act_mask, TRACE_ACTS_ALL);
 	atomic_store(&q->obs_flags, 0);
 }
 

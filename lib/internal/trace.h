@@ -50,6 +50,7 @@ struct rq_trace;
 struct rq_obs {
 	struct rq_trace *_Atomic trace; /* the running trace (lib/trace.c) */
 	char trace_path[256];        /* what the "trace" attribute shows */
+	_Atomic uint32_t act_mask;   /* the "trace_actions" mask (TC_* << 16) */
 	_Atomic uint64_t stamp_ms;   /* io_ticks: last accounted millisecond */
 	/* latency histograms' reset base (lib/stats.c, under q->stats_lock) */
 	uint64_t hist_base[2][RQ_LAT_NR_OPS][RQ_LAT_BUCKETS];
@@ -59,17 +60,22 @@ struct rq_obs {
 #define OBS_COLD __attribute__((cold, noinline))
 OBS_COLD void obs_bio(struct rq_queue *q, const struct rq_bio *bio, unsigned act, uint64_t pdu);
 OBS_COLD void obs_rq(struct rq_request *rq, unsigned act);
+/* the Q and the C of a traced bio: hot where a trace runs, cold otherwise */
+void obs_queue(struct rq_queue *q, const struct rq_bio *bio);
 OBS_COLD void obs_getrq(struct rq_request *rq, const struct rq_bio *bio);
 OBS_COLD void obs_note(struct rq_queue *q, unsigned act, uint64_t depth);
 OBS_COLD void obs_complete(struct rq_request *rq, rq_status_t status, unsigned bytes,
 			   unsigned flags);
-OBS_COLD void obs_complete_all(struct rq_request *rq, rq_status_t status, unsigned flags);
+void obs_complete_all(struct rq_request *rq, rq_status_t status, unsigned flags);
 OBS_COLD void obs_unplug(struct rq_queue *q, const struct rq_list_node *list);
+OBS_COLD void obs_step_end(void);
 void obs_init(struct rq_queue *q);
 void obs_free(struct rq_queue *q);
 int trace_start_locked(struct rq_queue *q, const char *dir, const char *name);
 int trace_stop_locked(struct rq_queue *q, struct rq_trace_info *info);
 const char *trace_path(struct rq_queue *q);
+int trace_actions_show(struct rq_queue *q, char *buf, size_t len);
+int trace_actions_store(struct rq_queue *q, const char *val);
 int trace_info_locked(struct rq_queue *q, struct rq_trace_info *info);
 int iostat_set_locked(struct rq_queue *q, bool on);
 /* lib/clock.c: rq_clock_ns()'s TSC scaling, false while it does not read the TSC */
@@ -92,7 +98,7 @@ static inline bool obs_on(const struct rq_queue *q)
 static inline void trace_queue(struct rq_queue *q, const struct rq_bio *bio)
 {
 	if (obs_on(q))
-		obs_bio(q, bio, TA_QUEUE, 0);
+		obs_queue(q, bio);
 }
 
 /* @piece was cut off the front; the rest starts at @rest_sector. */
@@ -127,12 +133,82 @@ static inline void trace_rq_merge(struct rq_request *next)
 		obs_rq(next, TA_BACKMERGE);
 }
 
+/*
+ * The calling thread's step (lib/trace.c, "Steps"), here so that the
+ * points of its commonest events are inline: a G of the bio whose Q slot
+ * is pending folds into it, and a D of that request then folds in and
+ * commits it, a few loads and stores each with no call and no frame.
+ * The out-of-line code sets @fold_bio when a Q opens a step with the
+ * fast folds possible, and clears @fold_bio and @fold_rq at every other
+ * event of the step and at its end.  Per thread, never shared.
+ */
+struct trace_ring;
+
+enum {
+	SLOT_G = 1u << 0,      /* a G follows the Q's record: the Q's action with TA_GETRQ */
+	SLOT_D = 1u << 1,      /* then a D: the Q's direction and flags, issue, fs */
+};
+
+struct trace_step {
+	struct rq_queue *q;          /* the step's queue; NULL: no step */
+	const struct rq_bio *fold_bio; /* the pending Q slot's bio, nothing folded yet */
+	struct rq_request *fold_rq;  /* the request whose G folded and whose D may */
+	uint16_t *fold;              /* with either: the pending slot's fold bits */
+	_Atomic uint64_t *head;      /* ... its ring's head (the slot's index) */
+	_Atomic unsigned *active;    /* ... the thread's mark */
+	bool d_ok;                   /* a D may fold: its action traced, the ring not half full */
+	bool pending;                /* r's slot at head is written, not committed */
+	uint32_t cpu;
+	uint64_t stamp;
+	struct rq_trace *t;          /* its trace (it cannot stop while the thread is marked) */
+	struct trace_ring *r;
+};
+
+/* All the per-thread state of the event points: one TLS access reaches it. */
+struct obs_thread;
+#define OBS_RING_CACHE 4
+struct obs_tls {
+	struct trace_step step;
+	struct obs_thread *th;       /* the thread's record (lib/trace.c), made on first use */
+	struct {
+		uint64_t id;         /* a trace's id */
+		struct trace_ring *ring; /* the thread's ring in it */
+	} rings[OBS_RING_CACHE];
+};
+
+extern __thread struct obs_tls obs_tls __attribute__((tls_model("initial-exec")));
+
 /* @rq (of @q) was made for @bio. */
 static inline void trace_getrq(struct rq_queue *q, struct rq_request *rq,
 			       const struct rq_bio *bio)
 {
-	if (obs_on(q))
+	struct trace_step *st;
+
+	if (likely(atomic_load_explicit(&obs_active, memory_order_relaxed) == 0))
+		return;
+	st = &obs_tls.step;
+	if (st->fold_bio == bio && st->q == q &&
+	    atomic_load_explicit(&q->obs_flags, memory_order_relaxed) == OBS_TRACE) {
+		rq->rq_flags |= RQ_RQF_IO_STAT; /* its later points test this bit */
+		*st->fold = SLOT_G;
+		st->fold_bio = NULL;
+		if (st->d_ok)
+			st->fold_rq = rq;
+	} else if (atomic_load_explicit(&q->obs_flags, memory_order_relaxed) != 0) {
 		obs_getrq(rq, bio);
+	}
+}
+
+/*
+ * The library call that made the calling thread's events (a submission,
+ * a plug's flush) returns: their shared stamp ends here (lib/trace.c,
+ * "Steps").  Costs a load of one global while nothing is traced.
+ */
+static inline void trace_step_end(void)
+{
+	if (unlikely(atomic_load_explicit(&obs_active, memory_order_relaxed) != 0) &&
+	    obs_tls.step.q)
+		obs_step_end();
 }
 
 /* Set or clear @bits of @q's flags, counting @q in obs_active.  Context: sysfs_lock. */
@@ -173,8 +249,25 @@ static inline void trace_insert_list(struct rq_queue *q, const struct rq_list_no
 
 static inline void trace_issue(struct rq_request *rq)
 {
-	if (obs_rq_on(rq))
+	struct trace_step *st;
+
+	if (!obs_rq_on(rq))
+		return;
+	st = &obs_tls.step;
+	if (st->fold_rq == rq &&
+	    atomic_load_explicit(&rq->q->obs_flags, memory_order_relaxed) == OBS_TRACE) {
+		/* its G folded into the pending Q slot: fold the D, commit, end the step */
+		*st->fold = SLOT_G | SLOT_D;
+		st->fold_rq = NULL;
+		st->pending = false;
+		st->q = NULL;
+		atomic_store_explicit(st->head,
+				      atomic_load_explicit(st->head, memory_order_relaxed) + 1,
+				      memory_order_release);
+		atomic_store_explicit(st->active, 0, memory_order_release);
+	} else {
 		obs_rq(rq, TA_ISSUE);
+	}
 }
 
 static inline void trace_requeue(struct rq_request *rq)

@@ -9,6 +9,7 @@
 #   kernel), X = splits, M + F = merges_back + merges_front + merges_rq,
 #   G = requests, D = dispatched, C = completed, I = requests (with a
 #   scheduler, every request is inserted), P = U (with a plug).
+# With --trace-actions (blktrace's -a mask) only the categories asked for.
 # Then btt, on blkparse's dump, prints Q2G, G2I, I2D, D2C and Q2C, D2C and
 # Q2C with one sample per queued bio.
 # Usage: blktrace.sh RQBENCH.  Skipped (77) without blkparse or btt.
@@ -86,6 +87,24 @@ expect "I" "$(count I)" "$requests"
 
 # two threads, random reads, kyber
 run threads --sched kyber --threads 2 --pattern randread --depth 8
+
+# blktrace's -a mask (--trace-actions): issue and complete only, so D and C
+# as counted, no Q, G; the mask does not change what the queue does
+rm -f "$dir"/rqbench.blktrace.*
+"$rqbench" --ops 2000 --trace "$dir" --trace-actions issue,complete --sched none \
+	> /dev/null 2> "$dir/err" || { echo "FAIL: rqbench --trace-actions:"; cat "$dir/err"; exit 1; }
+echo "== mask: rqbench --trace-actions issue,complete"
+cat "$dir/err"
+grep -q ' 0 dropped' "$dir/err" || { echo "FAIL: events dropped"; fail=1; }
+actions
+expect "D" "$(count D)" "$(counter dispatched)"
+expect "C" "$(count C)" "$(counter completed)"
+expect "Q (masked)" "$(count Q)" 0
+expect "G (masked)" "$(count G)" 0
+if "$rqbench" --ops 10 --trace "$dir" --trace-actions bogus > /dev/null 2>&1; then
+	echo "FAIL: --trace-actions bogus accepted"
+	fail=1
+fi
 
 # btt over the first workload
 run btt --sched mq-deadline --pattern write --batch 4

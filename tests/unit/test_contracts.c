@@ -610,7 +610,7 @@ static const char *const queue_attr_names[] = {
 	"max_segments", "chunk_sectors", "max_segment_size", "logical_block_size", "physical_block_size",
 	"discard_max_bytes", "write_zeroes_max_bytes", "rotational", "rq_affinity",
 	"io_timeout", "write_cache", "stat", "nr_hw_queues", "counters", "inflight", "iostats",
-	"latency_hist", "trace", "trace_dropped",
+	"latency_hist", "trace", "trace_dropped", "trace_actions",
 };
 #define NR_QUEUE_ATTRS (sizeof(queue_attr_names) / sizeof(queue_attr_names[0]))
 

@@ -5,6 +5,7 @@
  * format blkparse needs (magic and version, per-CPU sequences from 1, time
  * order in every file, process notes); a thread's events in order; drops
  * counted and noted, never silent; the API's and the attributes' errors;
+ * the action mask; the stamp a step's events share;
  * and a trace under threads and scheduler switches that loses nothing it
  * does not report.
  */
@@ -361,7 +362,8 @@ static void test_drops_counted(void **state)
 	struct rq_trace_info info;
 	struct trace t;
 	char val[32], expect[64];
-	const unsigned nr = 16000; /* 80000 events: more than a ring holds (65536) */
+	/* 100000 events in 80000 slots (G shares its Q's): more than a ring holds (65536) */
+	const unsigned nr = 20000;
 	uint64_t next = 0;
 
 	(void)state;
@@ -573,6 +575,186 @@ static void test_stress_switch(void **state)
 	mock_destroy(m);
 }
 
+/*
+ * blktrace's action mask, the attribute trace_actions: by default every
+ * category that applies; names any case, comma-separated; an unknown,
+ * empty or inapplicable name (pc, notify, drv_data) is -EINVAL and
+ * changes nothing.  With "issue,complete" a trace has only D and C
+ * records (one of each per request), with "write" only the writes'
+ * records, and the thread's name note either way.
+ */
+static void test_action_mask(void **state)
+{
+	static const char *const bad[] = { "bogus", "", "issue,,complete", "pc", "notify",
+					   "drv_data", "queue\n\n", "read,", ",read" };
+	struct mock_dev *m = make_dev(MOCK_COMPLETE_INLINE, "none", 0);
+	struct rq_trace_info info;
+	struct trace t;
+	char val[256];
+
+	(void)state;
+	assert_int_equal(rq_queue_attr_get(m->q, "trace_actions", val, sizeof(val)) > 0, 1);
+	assert_string_equal(val, "read,write,flush,sync,queue,requeue,issue,complete,fs,"
+				 "ahead,meta,discard,fua\n");
+	for (unsigned i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		assert_int_equal(rq_queue_attr_set(m->q, "trace_actions", bad[i]), -EINVAL);
+	rq_queue_attr_get(m->q, "trace_actions", val, sizeof(val));
+	assert_string_equal(val, "read,write,flush,sync,queue,requeue,issue,complete,fs,"
+				 "ahead,meta,discard,fua\n");
+	assert_int_equal(rq_queue_attr_set(m->q, "trace_actions", "Complete,ISSUE\n"), 0);
+	rq_queue_attr_get(m->q, "trace_actions", val, sizeof(val));
+	assert_string_equal(val, "issue,complete\n");
+
+	assert_int_equal(rq_queue_trace_start(m->q, tmpdir, "mask"), 0);
+	for (unsigned i = 0; i < 8; i++)
+		one(m, i & 1 ? RQ_OP_WRITE : RQ_OP_READ, 64ull * i, 4096);
+	assert_int_equal(rq_queue_trace_stop(m->q, &info, sizeof(info)), 0);
+	read_trace("mask", info.nr_cpus, info.dev, &t);
+	assert_int_equal(t.n - t.notes, 16);
+	assert_int_equal(t.count[A_D], 8);
+	assert_int_equal(t.count[A_C], 8);
+	assert_int_equal(t.notes, 1);
+	free(t.ev);
+	remove_trace("mask");
+
+	assert_int_equal(rq_queue_attr_set(m->q, "trace_actions", "write"), 0);
+	assert_int_equal(rq_queue_trace_start(m->q, tmpdir, "mask"), 0);
+	for (unsigned i = 0; i < 8; i++)
+		one(m, i & 1 ? RQ_OP_WRITE : RQ_OP_READ, 64ull * i, 4096);
+	assert_int_equal(rq_queue_trace_stop(m->q, &info, sizeof(info)), 0);
+	read_trace("mask", info.nr_cpus, info.dev, &t);
+	assert_int_equal(t.n - t.notes, 4 * 4); /* Q G D C of each write */
+	for (unsigned i = 0; i < t.n; i++)
+		if (!(t.ev[i].r.action & (TC_NOTIFY << 16)))
+			assert_true(t.ev[i].r.action & (2u << 16)); /* BLK_TC_WRITE */
+	free(t.ev);
+	remove_trace("mask");
+	mock_destroy(m);
+}
+
+/*
+ * Events one call makes for a bio before the driver gets it share a
+ * stamp: with none, an idle queue and a driver that completes inline,
+ * each bio's Q, G and D are consecutive records of its file, a
+ * nanosecond apart (the writer's tie-break), with the library's clock
+ * (the work between them takes far longer where each has its own
+ * stamp); its C, made after the driver had it, comes later.
+ */
+static void test_steps_share_stamps(void **state)
+{
+	struct mock_dev *m = make_dev(MOCK_COMPLETE_INLINE, "none", 0);
+	struct rq_trace_info info;
+	struct trace t;
+	unsigned seen = 0;
+
+	(void)state;
+	assert_int_equal(rq_queue_trace_start(m->q, tmpdir, "steps"), 0);
+	for (unsigned i = 0; i < 32; i++)
+		one(m, RQ_OP_READ, 64ull * i, 4096);
+	assert_int_equal(rq_queue_trace_stop(m->q, &info, sizeof(info)), 0);
+	read_trace("steps", info.nr_cpus, info.dev, &t);
+	assert_int_equal(t.count[A_Q], 32);
+	for (unsigned i = 0; i + 2 < t.n; i++) {
+		const struct ev *e = &t.ev[i];
+
+		if ((e->r.action & 0xffff) != A_Q || (e->r.action & (TC_NOTIFY << 16)))
+			continue;
+		assert_int_equal(t.ev[i + 1].r.action & 0xffff, A_G);
+		assert_int_equal(t.ev[i + 2].r.action & 0xffff, A_D);
+		assert_int_equal(t.ev[i + 1].r.sequence, e->r.sequence + 1);
+		assert_int_equal(t.ev[i + 2].r.sequence, e->r.sequence + 2);
+		assert_int_equal(t.ev[i + 1].r.time, e->r.time + 1);
+		assert_int_equal(t.ev[i + 2].r.time, e->r.time + 2);
+		assert_int_equal(t.ev[i + 2].r.sector, e->r.sector);
+		assert_int_equal(t.ev[i + 2].r.bytes, e->r.bytes);
+		assert_true(t.ev[i + 2].r.action & (1u << 24)); /* D is BLK_TC_FS */
+		/* its C, if the thread stayed on the CPU */
+		if (i + 3 < t.n && t.ev[i + 3].r.cpu == e->r.cpu) {
+			assert_int_equal(t.ev[i + 3].r.action & 0xffff, A_C);
+			assert_true(t.ev[i + 3].r.time > e->r.time + 2);
+		}
+		seen++;
+	}
+	assert_int_equal(seen, 32);
+	free(t.ev);
+	remove_trace("steps");
+	mock_destroy(m);
+}
+
+/* Trace @n 4 KiB reads of @m with trace_actions @mask; their records in @t. */
+static void trace_reads(struct mock_dev *m, const char *mask, unsigned n, struct trace *t)
+{
+	struct rq_trace_info info;
+
+	assert_int_equal(rq_queue_attr_set(m->q, "trace_actions", mask), 0);
+	assert_int_equal(rq_queue_trace_start(m->q, tmpdir, "folds"), 0);
+	for (unsigned i = 0; i < n; i++)
+		one(m, RQ_OP_READ, 64ull * i, 4096);
+	assert_int_equal(rq_queue_trace_stop(m->q, &info, sizeof(info)), 0);
+	read_trace("folds", info.nr_cpus, info.dev, t);
+	remove_trace("folds");
+}
+
+/*
+ * The points fold a step's G and D into its Q's slot inline
+ * (lib/internal/trace.h) only where the out-of-line fold would: a D
+ * whose action the mask leaves out is not recorded though its G folded
+ * (mask "queue": Q and G only), a D alone is recorded without its Q
+ * (mask "issue"), iostats on take the out-of-line way and still count,
+ * and a bio split into pieces (each X ends the Q's fold) gives every
+ * piece its own G and D.
+ */
+static void test_inline_folds(void **state)
+{
+	struct mock_dev *m = make_dev(MOCK_COMPLETE_INLINE, "none", 0);
+	struct rq_diskstats d;
+	struct trace t;
+
+	(void)state;
+	trace_reads(m, "queue", 8, &t);
+	assert_int_equal(t.n - t.notes, 16);
+	assert_int_equal(t.count[A_Q], 8);
+	assert_int_equal(t.count[A_G], 8);
+	free(t.ev);
+
+	trace_reads(m, "issue", 8, &t);
+	assert_int_equal(t.n - t.notes, 8);
+	assert_int_equal(t.count[A_D], 8);
+	free(t.ev);
+
+	assert_int_equal(rq_queue_attr_set(m->q, "iostats", "1"), 0);
+	trace_reads(m, "read", 8, &t);
+	assert_int_equal(t.n - t.notes, 32);
+	assert_int_equal(t.count[A_Q], 8);
+	assert_int_equal(t.count[A_G], 8);
+	assert_int_equal(t.count[A_D], 8);
+	assert_int_equal(t.count[A_C], 8);
+	free(t.ev);
+	assert_int_equal(rq_queue_get_diskstats(m->q, &d, sizeof(d)), 0);
+	assert_int_equal(d.read_ios, 8);
+	assert_int_equal(rq_queue_attr_set(m->q, "iostats", "0"), 0);
+	mock_destroy(m);
+
+	m = make_dev(MOCK_COMPLETE_INLINE, "none", 8); /* 4 KiB pieces */
+	assert_int_equal(rq_queue_attr_set(m->q, "trace_actions", "read"), 0);
+	assert_int_equal(rq_queue_trace_start(m->q, tmpdir, "folds"), 0);
+	one(m, RQ_OP_READ, 0, 16384);
+	{
+		struct rq_trace_info info;
+
+		assert_int_equal(rq_queue_trace_stop(m->q, &info, sizeof(info)), 0);
+		read_trace("folds", info.nr_cpus, info.dev, &t);
+	}
+	remove_trace("folds");
+	assert_int_equal(t.count[A_Q], 1);
+	assert_int_equal(t.count[A_X], 3);
+	assert_int_equal(t.count[A_G], 4);
+	assert_int_equal(t.count[A_D], 4);
+	assert_int_equal(t.count[A_C], 4);
+	free(t.ev);
+	mock_destroy(m);
+}
+
 static int setup(void **state)
 {
 	(void)state;
@@ -595,6 +777,9 @@ int main(void)
 		cmocka_unit_test(test_stress_switch),
 		cmocka_unit_test(test_drops_counted),
 		cmocka_unit_test(test_times_are_the_clock),
+		cmocka_unit_test(test_action_mask),
+		cmocka_unit_test(test_steps_share_stamps),
+		cmocka_unit_test(test_inline_folds),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
