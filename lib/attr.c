@@ -182,6 +182,7 @@ static int max_sectors_kb_store(struct rq_queue *q, const char *val)
 		return -EINVAL;
 	rq_queue_freeze(q);
 	q->limits.max_sectors = (uint32_t)v << 1;
+	queue_limits_changed(q);
 	rq_queue_unfreeze(q);
 	return 0;
 }

@@ -73,18 +73,6 @@ static bool bio_cache_key_ok;
 
 /* ------------------------------------------------------------ chaining */
 
-static void bio_chain_endio(struct rq_bio *bio);
-
-/* Set @status on @bio unless it already carries an error: first error wins. */
-static inline void bio_set_status_once(struct rq_bio *bio, rq_status_t status)
-{
-	uint8_t expected = RQ_STS_OK;
-
-	if (status != RQ_STS_OK)
-		__atomic_compare_exchange_n((uint8_t *)&bio->status, &expected, status, false,
-					    __ATOMIC_RELAXED, __ATOMIC_RELAXED);
-}
-
 /*
  * Hand a finished chained piece's status to its parent and give the piece
  * back to its cache.  Returns the parent, which the caller must end.
@@ -99,7 +87,7 @@ static struct rq_bio *bio_chain_pass(struct rq_bio *child)
 }
 
 /* end_io of a chained piece: pass the status on, free it, end the parent. */
-static void bio_chain_endio(struct rq_bio *bio)
+void bio_chain_endio(struct rq_bio *bio)
 {
 	rq_bio_endio(bio_chain_pass(bio));
 }
@@ -163,11 +151,6 @@ void bio_chain(struct rq_bio *child, struct rq_bio *parent)
  *
  * Context: any thread.
  */
-void bio_end_with(struct rq_bio *bio, rq_status_t status)
-{
-	bio_set_status_once(bio, status);
-	rq_bio_endio(bio);
-}
 
 /* -------------------------------------------------------- the bio cache */
 

@@ -153,30 +153,9 @@ void queue_unquiesce_and_unfreeze(struct rq_queue *q)
 	rq_queue_unfreeze(q);
 }
 
-/* Reset the core's fields of a request about to be used (both front ends). */
-void rq_init_common(struct rq_request *rq, struct rq_queue *q, struct rq_hw_ctx *hctx,
-			   struct rq_sw_ctx *ctx)
+void queue_limits_changed(struct rq_queue *q)
 {
-	/* the timeout scan reads these without a lock */
-	__atomic_store_n(&rq->q, q, __ATOMIC_RELAXED);
-	__atomic_store_n(&rq->hctx, hctx, __ATOMIC_RELAXED);
-	rq_priv(rq)->ctx = ctx;
-	rq->cpu = (int32_t)ctx->cpu;
-	rq->rq_flags = 0;
-	__atomic_store_n(&rq->state, RQ_STATE_IDLE, __ATOMIC_RELAXED);
-	rq_priv(rq)->core_busy = 0;
-	rq_priv(rq)->deadline_ns = 0;
-	rq->fifo_time = 0;
-	rq->rq_next = NULL;
-	rq_priv(rq)->end_io = NULL;
-	rq_priv(rq)->end_io_data = NULL;
-	rq->elv_priv[0] = rq->elv_priv[1] = NULL;
-	rq_priv(rq)->hash.next = NULL;
-	rq_priv(rq)->hash.pprev = NULL;
-	rq_rb_clear_node(&rq->rb_node);
-	rq_list_init(&rq->queuelist);
-	rq_priv(rq)->flush.seq = 0;
-	rq->io_start_time_ns = 0;
+	limits_fast_lim(&q->limits, &q->fast);
 }
 
 /*
@@ -200,26 +179,21 @@ struct rq_request *queue_alloc_internal_request(struct rq_queue *q, struct rq_hw
  * Check, enter, split, and hand each piece to the front end.  Each piece
  * takes one usage reference (the first, the one entered) and the front
  * end drops it when the piece is merged away or its request is freed.
+ * The common read or write (bio_fast_ok(), then a size that max_sectors
+ * never splits) skips the full check and the split walk: one piece, one
+ * segment.
  */
-static void submit_bio_on(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_bio *bio)
+/*
+ * The entered bio that is not the fast case: flush bits a device without
+ * a write cache does not need, then the split loop.  Out of line, so the
+ * fast path keeps a small frame.
+ */
+static __attribute__((noinline)) void submit_bio_split(struct rq_queue *q,
+							struct rq_sw_ctx *ctx,
+							struct rq_bio *bio)
 {
 	const struct rq_fe_ops *fe = q->fe;
-	rq_status_t status;
-	int ret;
 
-	mbox_run_own();
-	status = bio_check(&q->limits, atomic_load_explicit(&q->capacity, memory_order_relaxed),
-			   bio);
-	if (unlikely(status != RQ_STS_OK)) {
-		stat_inc(q, ST_INVALID);
-		bio_end_with(bio, status);
-		return;
-	}
-	ret = plug_queue_enter(q, ctx) ? 0 : queue_enter(q, ctx, bio->opf & RQ_BIO_NOWAIT);
-	if (unlikely(ret)) {
-		bio_end_with(bio, ret == -EAGAIN ? RQ_STS_AGAIN : RQ_STS_IOERR);
-		return;
-	}
 	if (unlikely((bio->opf & (RQ_BIO_PREFLUSH | RQ_BIO_FUA)) || bio->op == RQ_OP_FLUSH)) {
 		if (!(q->limits.features & RQ_FEAT_WRITE_CACHE)) {
 			/* nothing volatile to flush: strip, and end empty flushes */
@@ -258,6 +232,38 @@ static void submit_bio_on(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_b
 	}
 }
 
+static inline void submit_bio_on(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_bio *bio)
+{
+	uint64_t capacity;
+	rq_status_t status;
+	bool fast;
+	int ret;
+
+	mbox_run_own();
+	capacity = atomic_load_explicit(&q->capacity, memory_order_relaxed);
+	fast = bio_fast_ok(&q->fast, capacity, bio);
+	if (!fast) {
+		status = bio_check(&q->limits, capacity, bio);
+		if (unlikely(status != RQ_STS_OK)) {
+			stat_inc(q, ST_INVALID);
+			bio_end_with(bio, status);
+			return;
+		}
+	}
+	ret = plug_queue_enter(q, ctx) ? 0 : queue_enter(q, ctx, bio->opf & RQ_BIO_NOWAIT);
+	if (unlikely(ret)) {
+		bio_end_with(bio, ret == -EAGAIN ? RQ_STS_AGAIN : RQ_STS_IOERR);
+		return;
+	}
+	/* max_sectors may change under a freeze: read it inside the queue */
+	if (likely(fast) && likely(bio->iter.size <= q->fast.max_bytes)) {
+		trace_queue(q, bio);
+		q->fe->submit(q, ctx, bio, 1);
+		return;
+	}
+	submit_bio_split(q, ctx, bio);
+}
+
 RQ_EXPORT void rq_submit_bio(struct rq_queue *q, struct rq_bio *bio)
 {
 	struct rq_sw_ctx *ctx = queue_ctx(q, cur_cpu());
@@ -283,6 +289,7 @@ struct rq_queue *queue_alloc_common(const struct queue_common_config *cfg)
 	q->rq_size = cfg->rq_size;
 	q->queuedata = cfg->queuedata;
 	q->limits = *cfg->limits;
+	queue_limits_changed(q);
 	atomic_store(&q->capacity, cfg->capacity);
 	q->nr_cpus = cfg->nr_cpus ? cfg->nr_cpus : 1;
 	q->io_timeout_ms = cfg->timeout_ms ? cfg->timeout_ms : RQ_DEFAULT_TIMEOUT_MS;

@@ -201,6 +201,35 @@ unsigned limits_max_sectors_for_op(const struct rq_queue_limits *lim, unsigned o
 	return cap - cap % lbs_sectors_of(lim);
 }
 
+/**
+ * limits_fast_lim() - what bio_fast_ok() compares with, for validated limits.
+ * @lim: the queue's limits.
+ * @fl: filled in.
+ *
+ * max_bytes is the sector cap rw_max_sectors() (split.c) gives a read or
+ * write wherever it starts: max_sectors rounded down to the logical block,
+ * less what ending on a physical block boundary may take off (at most one
+ * physical block minus one logical block).  Chunked queues (chunk_sectors)
+ * are never fast: every bio there is measured against its chunk.
+ * Context: whoever changes @lim, with the queue frozen or not yet in use.
+ */
+void limits_fast_lim(const struct rq_queue_limits *lim, struct bio_fast_lim *fl)
+{
+	uint32_t lbs = lbs_sectors_of(lim);
+	uint32_t pbs = lim->physical_block_size >> RQ_SECTOR_SHIFT;
+	uint64_t max = limits_max_sectors_for_op(lim, RQ_OP_READ);
+
+	if (!max)
+		max = UINT32_MAX; /* no cap */
+	else if (pbs > lbs)
+		max = max > pbs - lbs ? max - (pbs - lbs) : 0;
+	fl->seg_mask = lim->seg_boundary_mask ? lim->seg_boundary_mask : UINT64_MAX;
+	fl->seg_bytes = lim->chunk_sectors ? 0 :
+			lim->max_segment_size ? lim->max_segment_size : UINT32_MAX;
+	fl->lbs_mask = (lbs << RQ_SECTOR_SHIFT) - 1;
+	fl->max_bytes = (uint32_t)min_t(uint64_t, max << RQ_SECTOR_SHIFT, UINT32_MAX);
+}
+
 /* Do the vectors from the bio's position hold at least its size? */
 static bool bio_vectors_cover(const struct rq_bio *bio)
 {

@@ -444,7 +444,8 @@ static void comp_batch_end(struct comp_batch *cb)
 }
 
 /* Take the tags and usage of @rq (released, on @ctx) into the batch, if any. */
-static bool comp_batch_take(struct rq_request *rq, int tag, int itag, struct rq_sw_ctx *ctx)
+static inline __attribute__((always_inline)) bool
+comp_batch_take(struct rq_request *rq, int tag, int itag, struct rq_sw_ctx *ctx)
 {
 	struct comp_batch *cb = tls_cbatch;
 
@@ -478,41 +479,9 @@ static bool comp_batch_take(struct rq_request *rq, int tag, int itag, struct rq_
  */
 static struct rq_sw_ctx *mq_release_tags(struct rq_request *rq);
 
-/*
- * The timeout scan holds @rq (core_busy 1) while the driver's timeout hook
- * runs.  Hand it the rest of the release (core_busy 2) rather than wait:
- * the hook may be this very thread (a driver ending the request inside
- * ops->timeout), or a hook that waits for this thread.  Pairs with
- * mq_timeout_hold_end().  Return: true if the scan now owns the release.
- */
-static bool release_hand_to_timeout(struct rq_request *rq)
-{
-	uint8_t busy = 1;
-
-	return __atomic_compare_exchange_n(&rq_priv(rq)->core_busy, &busy, 2, false,
-					   __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
-}
-
-static struct rq_sw_ctx *mq_release_request(struct rq_request *rq)
-{
-	struct rq_queue *q = rq->q;
-
-	if (rq->rq_flags & RQ_RQF_ELVPRIV) {
-		struct rq_elevator_queue *eq = q->elevator;
-
-		if (eq && eq->type->ops.finish_request)
-			eq->type->ops.finish_request(rq);
-	}
-	if (unlikely(rq->rq_flags & RQ_RQF_FLUSH_INTERNAL))
-		return NULL; /* owned by the flush queue */
-	if (unlikely(__atomic_load_n(&rq_priv(rq)->core_busy, __ATOMIC_ACQUIRE)) &&
-	    release_hand_to_timeout(rq))
-		return NULL; /* the scan finishes it, usage reference included */
-	return mq_release_tags(rq);
-}
-
 /* The rest of a release: the request goes idle, its tags go back. */
-static struct rq_sw_ctx *mq_release_tags(struct rq_request *rq)
+static inline __attribute__((always_inline)) struct rq_sw_ctx *
+release_tags_inline(struct rq_request *rq)
 {
 	struct rq_hw_ctx *hctx = rq->hctx;
 	struct rq_sw_ctx *ctx = rq_priv(rq)->ctx;
@@ -530,6 +499,55 @@ static struct rq_sw_ctx *mq_release_tags(struct rq_request *rq)
 	if (itag >= 0)
 		rq_tags_put(hctx->sched_tags, (unsigned)itag, cpu);
 	return ctx;
+}
+
+/*
+ * The timeout scan holds @rq (core_busy 1) while the driver's timeout hook
+ * runs.  Hand it the rest of the release (core_busy 2) rather than wait:
+ * the hook may be this very thread (a driver ending the request inside
+ * ops->timeout), or a hook that waits for this thread.  Pairs with
+ * mq_timeout_hold_end().  Return: true if the scan now owns the release.
+ */
+static bool release_hand_to_timeout(struct rq_request *rq)
+{
+	uint8_t busy = 1;
+
+	return __atomic_compare_exchange_n(&rq_priv(rq)->core_busy, &busy, 2, false,
+					   __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+}
+
+/*
+ * mq_release_request(), inline for the completion paths: every completed
+ * request comes through here, and the call and its frame cost more than
+ * the common case's few tests.
+ */
+static inline __attribute__((always_inline)) struct rq_sw_ctx *
+release_request_inline(struct rq_request *rq)
+{
+	struct rq_queue *q = rq->q;
+
+	if (rq->rq_flags & RQ_RQF_ELVPRIV) {
+		struct rq_elevator_queue *eq = q->elevator;
+
+		if (eq && eq->type->ops.finish_request)
+			eq->type->ops.finish_request(rq);
+	}
+	if (unlikely(rq->rq_flags & RQ_RQF_FLUSH_INTERNAL))
+		return NULL; /* owned by the flush queue */
+	if (unlikely(__atomic_load_n(&rq_priv(rq)->core_busy, __ATOMIC_ACQUIRE)) &&
+	    release_hand_to_timeout(rq))
+		return NULL; /* the scan finishes it, usage reference included */
+	return release_tags_inline(rq);
+}
+
+static struct rq_sw_ctx *mq_release_request(struct rq_request *rq)
+{
+	return release_request_inline(rq);
+}
+
+static struct rq_sw_ctx *mq_release_tags(struct rq_request *rq)
+{
+	return release_tags_inline(rq);
 }
 
 /*
@@ -586,32 +604,44 @@ static void hctx_restart(struct rq_hw_ctx *hctx)
 }
 
 /* Common end of an in-flight request whose state we just moved to COMPLETE. */
-static void mq_end_request_inflight(struct rq_request *rq, rq_status_t status)
+/* The end of a step of flush sequencing (rq_priv(rq)->end_io set). */
+static __attribute__((noinline)) void mq_end_request_seq(struct rq_request *rq,
+							  rq_status_t status)
+{
+	struct rq_hw_ctx *hctx = rq->hctx;
+	struct rq_queue *q = rq->q;
+	struct rq_sw_ctx *ctx = rq_priv(rq)->ctx;
+
+	/* internal sequencing (flush): hold the queue across its steps */
+	atomic_fetch_add_explicit(&ctx->usage, 1, memory_order_seq_cst);
+	hctx_request_left_driver(hctx);
+	rq_priv(rq)->end_io(rq, status);
+	hctx_restart(hctx);
+	queue_exit_ctx(q, ctx);
+}
+
+static inline __attribute__((always_inline)) void
+mq_end_request_inflight(struct rq_request *rq, rq_status_t status)
 {
 	struct rq_hw_ctx *hctx = rq->hctx;
 	struct rq_queue *q = rq->q;
 	struct rq_sw_ctx *ctx;
 
-	if (rq_priv(rq)->end_io) {
-		/* internal sequencing (flush): hold the queue across its steps */
-		ctx = rq_priv(rq)->ctx;
-		atomic_fetch_add_explicit(&ctx->usage, 1, memory_order_seq_cst);
-		hctx_request_left_driver(hctx);
-		rq_priv(rq)->end_io(rq, status);
-		hctx_restart(hctx);
-		queue_exit_ctx(q, ctx);
+	if (unlikely(rq_priv(rq)->end_io)) {
+		mq_end_request_seq(rq, status);
 		return;
 	}
+	/* @q, not ctx->q: the completer reads no line the submitter writes */
 	if (status != RQ_STS_OK)
-		ctx_stat_add(rq_priv(rq)->ctx, ST_ERRORS, 1);
-	ctx_stat_add(rq_priv(rq)->ctx, ST_COMPLETED, 1);
+		stat_inc(q, ST_ERRORS);
+	stat_inc(q, ST_COMPLETED);
 	if (q->elevator && q->elevator->type->ops.completed_request &&
 	    (rq->rq_flags & RQ_RQF_ELVPRIV))
 		q->elevator->type->ops.completed_request(rq, core_clock_ns());
 	trace_complete_all(rq, status, OBS_C_DONE);
 	request_end_bios(rq, status);
 	hctx_request_left_driver(hctx);
-	ctx = mq_release_request(rq);
+	ctx = release_request_inline(rq);
 	hctx_restart(hctx);
 	if (ctx)
 		queue_exit_ctx(q, ctx);
@@ -667,7 +697,7 @@ static void mq_end_request_batched(struct rq_request *rq, rq_status_t status, ui
 	long taken;
 
 	if (unlikely(rq_priv(rq)->end_io)) {
-		mq_end_request_inflight(rq, status);
+		mq_end_request_seq(rq, status);
 		return;
 	}
 	if (eq && eq->type->ops.completed_request && (rq->rq_flags & RQ_RQF_ELVPRIV)) {
@@ -679,7 +709,7 @@ static void mq_end_request_batched(struct rq_request *rq, rq_status_t status, ui
 	request_end_bios(rq, status);
 	hctx_request_left_driver(hctx);
 	taken = comp_batch_taken();
-	ctx = mq_release_request(rq);
+	ctx = release_request_inline(rq);
 	if (ctx || comp_batch_taken() == taken) {
 		hctx_restart(hctx);
 		if (ctx)
@@ -1045,7 +1075,12 @@ static bool dispatch_rq_list(struct rq_hw_ctx *hctx, struct rq_list_node *list)
 		/* any other status ends the request */
 		rq_mq_end_request(rq, ret);
 	}
-	if (busy && need_commit && ops->commit_rqs)
+	/*
+	 * The last request the driver took went with last=false, and nothing
+	 * it took since came with last: the round stopped early (busy), or the
+	 * request it was told was last ended with an error.  Kick it.
+	 */
+	if (need_commit && ops->commit_rqs)
 		ops->commit_rqs(hctx);
 	if (own_batch)
 		comp_batch_end(&cb);

@@ -266,15 +266,15 @@ bool plug_merge_tail(struct rq_queue *q, struct rq_request *rq, struct rq_bio *b
 	return true;
 }
 
-#define PLUG_FLUSH_BYTES (128u * 1024u) /* BLK_PLUG_FLUSH_SIZE */
 
 /*
- * Queue @rq on @plug, flushing it first when it is full (both front ends).
+ * Queue @rq on @plug, flushing it first when it is full (both front ends;
+ * plug_add() in internal/queue.h does the common case inline).
  * As 6.12+ blk_add_rq_to_plug(): the size test and the queue comparison
  * look at the plug's FIRST request (rq_list_peek() of a FIFO list), and
  * with nomerges 2 the size does not flush.
  */
-void plug_add(struct rq_plug *plug, struct rq_request *rq)
+void plug_add_slow(struct rq_plug *plug, struct rq_request *rq)
 {
 	struct rq_request *first = plug->head;
 	struct rq_queue *q = rq->q;

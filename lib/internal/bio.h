@@ -31,10 +31,35 @@ void bio_chain(struct rq_bio *child, struct rq_bio *parent);
 /** bio_advance() - drop @bytes from the front of @bio (sector moves too). */
 void bio_advance(struct rq_bio *bio, unsigned bytes);
 
+/* end_io of a chained piece (lib/bio.c): pass the status on, end the parent. */
+void bio_chain_endio(struct rq_bio *bio);
+
+/* Set @status on @bio unless it already carries an error: first error wins. */
+static inline void bio_set_status_once(struct rq_bio *bio, rq_status_t status)
+{
+	uint8_t expected = RQ_STS_OK;
+
+	if (status != RQ_STS_OK)
+		__atomic_compare_exchange_n((uint8_t *)&bio->status, &expected, status, false,
+					    __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+}
+
 /**
- * bio_end_with() - set @status (first error wins) and end @bio.
+ * bio_end_with() - set @status (first error wins) and end @bio.  A bio
+ * that is neither waiting for pieces nor a piece itself (every request's
+ * common case) runs its end_io here; the rest go through rq_bio_endio().
  */
-void bio_end_with(struct rq_bio *bio, rq_status_t status);
+static inline void bio_end_with(struct rq_bio *bio, rq_status_t status)
+{
+	bio_set_status_once(bio, status);
+	if (likely(!(__atomic_load_n(&bio->core_flags, __ATOMIC_ACQUIRE) & RQ_BIOF_CHAIN) &&
+		   bio->end_io != bio_chain_endio)) {
+		if (bio->end_io)
+			bio->end_io(bio);
+		return;
+	}
+	rq_bio_endio(bio);
+}
 
 /**
  * bio_check() - is @bio acceptable for a queue with @lim and @capacity
@@ -83,6 +108,61 @@ static inline uint64_t limits_chunk_left(const struct rq_queue_limits *lim, uint
 
 /** limits_max_sectors_for_op() - the per-request sector cap for @op. */
 unsigned limits_max_sectors_for_op(const struct rq_queue_limits *lim, unsigned op);
+
+/*
+ * struct bio_fast_lim - what bio_fast_ok() compares with, derived from a
+ * queue's limits by limits_fast_lim() whenever they change.
+ * @seg_mask: seg_boundary_mask.
+ * @seg_bytes: max_segment_size; 0 turns the fast check off (chunk_sectors).
+ * @lbs_mask: logical block size - 1, in bytes.
+ * @max_bytes: the largest read or write max_sectors never splits, wherever
+ *	it starts (physical block rounding included); 0: none.  The only part
+ *	an attribute (max_sectors_kb) changes: read it inside the queue.
+ */
+struct bio_fast_lim {
+	uint64_t seg_mask;
+	uint32_t seg_bytes;
+	uint32_t lbs_mask;
+	uint32_t max_bytes;
+};
+
+/** limits_fast_lim() - fill @fl from validated limits @lim. */
+void limits_fast_lim(const struct rq_queue_limits *lim, struct bio_fast_lim *fl);
+
+/**
+ * bio_fast_ok() - the common read or write, valid and in one segment.
+ * @fl: the queue's fast limits.
+ * @capacity: the device size in sectors (0: unbounded).
+ * @bio: the bio as submitted.
+ *
+ * True for a READ or WRITE with no flush, FUA or unknown flag, whose data
+ * sits in one vector from its position and within one segment (segment
+ * size and boundary), aligned to the logical block and inside the capacity:
+ * bio_check() passes it, and once its size is at most @fl->max_bytes it
+ * needs no split and is one segment.  False says nothing: the full checks
+ * decide.  A handful of compares and no division or call.
+ */
+static inline bool bio_fast_ok(const struct bio_fast_lim *fl, uint64_t capacity,
+			       const struct rq_bio *bio)
+{
+	const struct rq_bvec *v = bio->vecs;
+	uint64_t sector = bio->iter.sector;
+	uint64_t last = capacity ? capacity - 1 : UINT64_MAX - 1; /* last sector it may touch */
+	uint32_t size = bio->iter.size;
+	uintptr_t addr;
+
+	if (bio->op > RQ_OP_WRITE ||
+	    (bio->opf & (~RQ_BIO_FLAGS_ALL | RQ_BIO_PREFLUSH | RQ_BIO_FUA)) ||
+	    (bio->iter.idx | bio->iter.done) || !bio->vcnt || bio->vcnt > bio->max_vecs ||
+	    !v || v->len < size || size - 1 >= fl->seg_bytes ||
+	    (((uint32_t)sector << RQ_SECTOR_SHIFT | size) & fl->lbs_mask))
+		return false;
+	/* ends within the capacity, and its end sector does not wrap */
+	if (sector > last || (size >> RQ_SECTOR_SHIFT) - 1 > last - sector)
+		return false;
+	addr = (uintptr_t)v->base;
+	return size - 1 <= fl->seg_mask - (addr & fl->seg_mask);
+}
 
 /** Per-thread cache: drop everything cached by the calling thread. */
 void bio_cache_drain(void);

@@ -185,6 +185,7 @@ struct rq_queue {
 	const struct rq_mq_ops *ops;   /* &set->ops (multi-queue only) */
 	void *queuedata;
 	struct rq_queue_limits limits;
+	struct bio_fast_lim fast;      /* from limits: queue_limits_changed() */
 	_Atomic uint64_t capacity;
 	unsigned nr_hw_queues;         /* 0 on the single-queue front end */
 	struct rq_hw_ctx **hctxs;
@@ -515,7 +516,29 @@ static inline uint64_t core_clock_ns(void)
 	return t;
 }
 
-void plug_add(struct rq_plug *plug, struct rq_request *rq);
+#define PLUG_FLUSH_BYTES (128u * 1024u) /* BLK_PLUG_FLUSH_SIZE */
+void plug_add_slow(struct rq_plug *plug, struct rq_request *rq);
+
+/*
+ * Queue @rq on @plug.  Inline the common case: a plug already holding
+ * requests of the same queue, far from full; plug_add_slow() (plug.c) does
+ * the rest (first request, another queue, a flush when full) as one.
+ */
+static inline void plug_add(struct rq_plug *plug, struct rq_request *rq)
+{
+	struct rq_request *first = plug->head;
+
+	if (unlikely(!first || first->q != rq->q || plug->count >= RQ_PLUG_MAX_REQUESTS ||
+		     first->bytes >= PLUG_FLUSH_BYTES)) {
+		plug_add_slow(plug, rq);
+		return;
+	}
+	plug->tail->rq_next = rq;
+	rq->rq_next = NULL;
+	plug->tail = rq;
+	plug->count++;
+	plug->q = rq->q;
+}
 bool plug_merge_tail(struct rq_queue *q, struct rq_request *rq, struct rq_bio *bio,
 		     unsigned nr_segs);
 
@@ -554,7 +577,8 @@ static inline int plug_cached_tag(struct rq_plug *plug, struct rq_tags *tags,
 	unsigned long bits = plug->cached_tags;
 	unsigned bit;
 
-	if (plug->tag_cache != tags || !bits || bits == (bits & -bits))
+	/* the last bit of a batch that holds the queue (cache_q) drops that hold */
+	if (plug->tag_cache != tags || !bits || (bits == (bits & -bits) && plug->cache_q))
 		return plug_cached_tag_refill(plug, tags, sched_q, ctx, shallow);
 	bit = (unsigned)__builtin_ctzl(bits);
 	if (unlikely(shallow) && bit >= shallow)
@@ -582,8 +606,40 @@ void queue_start_dying(struct rq_queue *q);
 void queue_freeze_and_quiesce(struct rq_queue *q);
 void queue_unquiesce_and_unfreeze(struct rq_queue *q);
 void timespec_in_ms(struct timespec *ts, unsigned ms);
-void rq_init_common(struct rq_request *rq, struct rq_queue *q, struct rq_hw_ctx *hctx,
-		    struct rq_sw_ctx *ctx);
+
+/*
+ * Reset the core's fields of a request about to be used (both front ends).
+ * Inline: it is on every request's allocation, and the caller's own stores
+ * that follow (tags, op, sector ...) then merge with these.
+ */
+static inline void rq_init_common(struct rq_request *rq, struct rq_queue *q,
+				  struct rq_hw_ctx *hctx, struct rq_sw_ctx *ctx)
+{
+	struct rq_request_priv *p = rq_priv(rq);
+
+	/* the timeout scan reads these without a lock */
+	__atomic_store_n(&rq->q, q, __ATOMIC_RELAXED);
+	__atomic_store_n(&rq->hctx, hctx, __ATOMIC_RELAXED);
+	__atomic_store_n(&rq->state, RQ_STATE_IDLE, __ATOMIC_RELAXED);
+	p->ctx = ctx;
+	rq->cpu = (int32_t)ctx->cpu;
+	rq->rq_flags = 0;
+	p->core_busy = 0;
+	p->deadline_ns = 0;
+	rq->fifo_time = 0;
+	rq->rq_next = NULL;
+	p->end_io = NULL;
+	p->end_io_data = NULL;
+	rq->elv_priv[0] = rq->elv_priv[1] = NULL;
+	p->hash.next = NULL;
+	p->hash.pprev = NULL;
+	rq_rb_clear_node(&rq->rb_node);
+	rq_list_init(&rq->queuelist);
+	p->flush.seq = 0;
+	rq->io_start_time_ns = 0;
+}
+/* q->limits changed (or were set): derive q->fast.  Queue frozen or not yet used. */
+void queue_limits_changed(struct rq_queue *q);
 struct rq_request *queue_alloc_internal_request(struct rq_queue *q, struct rq_hw_ctx *hctx);
 
 /* What both front ends' constructors fill in the same way. */

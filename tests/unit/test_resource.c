@@ -173,6 +173,31 @@ static void test_parked_before_newer(void **state)
 	mock_destroy(m);
 }
 
+/* Submit @n 4 KiB writes at sectors 0, 64, 128 ... under one plug. */
+static void submit_plugged(struct mock_dev *m, struct fx_rec *rec, unsigned n)
+{
+	struct rq_plug plug;
+
+	rq_start_plug(&plug);
+	for (unsigned i = 0; i < n; i++)
+		rq_submit_bio(m->q, fx_bio(&rec[i], RQ_OP_WRITE, i * 64, bufs[i], 4096));
+	rq_finish_plug(&plug);
+}
+
+/* Index of the first recorded @call (at @sector, for queue_rq), or -1. */
+static int first_event_at(struct mock_dev *m, enum mock_call call, uint64_t sector)
+{
+	unsigned nev = mock_nr_events(m);
+
+	for (unsigned i = 0; i < nev; i++) {
+		struct mock_event ev = mock_event(m, i);
+
+		if (ev.call == call && (call != MOCK_QUEUE_RQ || ev.sector == sector))
+			return (int)i;
+	}
+	return -1;
+}
+
 /* A plugged batch that stops early (RESOURCE after a request went with
  * last=false) is followed by commit_rqs; the rest are issued later, in
  * order, and every bio ends once. */
@@ -181,17 +206,13 @@ static void test_commit_rqs_on_early_stop(void **state)
 	struct mock_dev *m = dev(MOCK_COMPLETE_DEFER);
 	const rq_status_t sts[] = { RQ_STS_OK, RQ_STS_RESOURCE };
 	struct fx_rec rec[3];
-	struct rq_plug plug;
 	struct mock_event e0, e1;
-	int commit_at = -1, busy_at = -1;
-	unsigned nev, done = 0;
+	int commit_at, busy_at;
+	unsigned done = 0;
 	uint64_t end;
 
 	mock_script(m, sts, 2);
-	rq_start_plug(&plug);
-	for (unsigned i = 0; i < 3; i++)
-		rq_submit_bio(m->q, fx_bio(&rec[i], RQ_OP_WRITE, i * 64, bufs[i], 4096));
-	rq_finish_plug(&plug);
+	submit_plugged(m, rec, 3);
 
 	assert_true(mock_find(m, MOCK_QUEUE_RQ, 0, &e0));
 	assert_true(mock_find(m, MOCK_QUEUE_RQ, 1, &e1));
@@ -202,15 +223,8 @@ static void test_commit_rqs_on_early_stop(void **state)
 	assert_false(e1.last);
 	assert_true(mock_count(m, MOCK_COMMIT_RQS) >= 1);
 	/* commit_rqs came after the busy answer */
-	nev = mock_nr_events(m);
-	for (unsigned i = 0; i < nev; i++) {
-		struct mock_event ev = mock_event(m, i);
-
-		if (ev.call == MOCK_QUEUE_RQ && ev.sector == 64 && busy_at < 0)
-			busy_at = (int)i;
-		if (ev.call == MOCK_COMMIT_RQS && commit_at < 0)
-			commit_at = (int)i;
-	}
+	busy_at = first_event_at(m, MOCK_QUEUE_RQ, 64);
+	commit_at = first_event_at(m, MOCK_COMMIT_RQS, 0);
 	assert_true(busy_at >= 0);
 	assert_true(commit_at > busy_at);
 
@@ -301,6 +315,67 @@ static void test_random_resource_storm(void **state)
 	free(rec);
 }
 
+/*
+ * A plugged pair whose last request (issued with last=true) fails with an
+ * error: the first went with last=false and the driver was never told the
+ * batch ended, so commit_rqs must follow the error (the kernel calls it
+ * whenever it queued something and stopped without honouring last).  The
+ * failed bio ends with the driver's status, the other once, OK.
+ */
+static void test_commit_rqs_after_error_on_last(void **state)
+{
+	struct mock_dev *m = dev(MOCK_COMPLETE_DEFER);
+	const rq_status_t sts[] = { RQ_STS_OK, RQ_STS_IOERR };
+	struct fx_rec rec[2];
+	struct mock_event e0, e1;
+	int commit_at, err_at;
+
+	(void)state;
+	mock_script(m, sts, 2);
+	submit_plugged(m, rec, 2);
+
+	assert_int_equal(mock_count(m, MOCK_QUEUE_RQ), 2);
+	assert_true(mock_find(m, MOCK_QUEUE_RQ, 0, &e0));
+	assert_true(mock_find(m, MOCK_QUEUE_RQ, 1, &e1));
+	assert_false(e0.last);
+	assert_int_equal(e0.ret, RQ_STS_OK);
+	assert_true(e1.last);
+	assert_int_equal(e1.ret, RQ_STS_IOERR);
+	assert_int_equal(mock_count(m, MOCK_COMMIT_RQS), 1);
+	/* commit_rqs came after the error */
+	err_at = first_event_at(m, MOCK_QUEUE_RQ, 64);
+	commit_at = first_event_at(m, MOCK_COMMIT_RQS, 0);
+	assert_true(err_at >= 0);
+	assert_true(commit_at > err_at);
+	assert_true(fx_wait(&rec[1], 1, 10000));
+	assert_int_equal(rec[1].status, RQ_STS_IOERR);
+	assert_int_equal(mock_complete_all(m, RQ_STS_OK), 1);
+	assert_true(fx_wait(&rec[0], 1, 10000));
+	assert_int_equal(rec[0].status, RQ_STS_OK);
+	for (unsigned i = 0; i < 2; i++)
+		assert_int_equal(fx_done(&rec[i]), 1);
+	fx_put(rec, 2);
+	mock_destroy(m);
+}
+
+/* A batch whose every request the driver took, the last with last=true: no commit_rqs. */
+static void test_no_commit_rqs_when_last_honoured(void **state)
+{
+	struct mock_dev *m = dev(MOCK_COMPLETE_INLINE);
+	const rq_status_t sts[] = { RQ_STS_IOERR, RQ_STS_OK };
+	struct fx_rec rec[2];
+
+	(void)state;
+	mock_script(m, sts, 2);
+	submit_plugged(m, rec, 2);
+	assert_true(fx_wait(rec, 2, 10000));
+	assert_int_equal(rec[0].status, RQ_STS_IOERR);
+	assert_int_equal(rec[1].status, RQ_STS_OK);
+	assert_int_equal(mock_count(m, MOCK_COMMIT_RQS), 0);
+	fx_put(rec, 2);
+	mock_destroy(m);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -310,6 +385,8 @@ int main(void)
 		cmocka_unit_test(test_dev_resource_alone),
 		cmocka_unit_test(test_parked_before_newer),
 		cmocka_unit_test(test_commit_rqs_on_early_stop),
+		cmocka_unit_test(test_commit_rqs_after_error_on_last),
+		cmocka_unit_test(test_no_commit_rqs_when_last_honoured),
 		cmocka_unit_test(test_random_resource_storm),
 	};
 

@@ -14,12 +14,15 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
 
 #include "internal/bio.h"
+#include "fixtures.h"
+#include "mock_driver.h"
 
 #define FAKE(addr) ((void *)(uintptr_t)(addr))
 #define KiB 1024u
@@ -582,6 +585,179 @@ static void test_nowait_not_split(void **state)
 	rq_bio_endio(piece);
 }
 
+/* A random choice of @n values. */
+#define PICK(arr) ((arr)[rng(sizeof(arr) / sizeof((arr)[0]))])
+
+/* Random validated limits, sometimes with physical blocks, chunks, caps. */
+static void random_limits(struct rq_queue_limits *lim)
+{
+	static const uint32_t lbss[] = { 512, 512, 4096 };
+	static const uint32_t seg_sizes[] = { 0, 4096, 8192, 65536, 1u << 20 };
+	static const uint64_t masks[] = { 0, 0xfff, 0x1fff, 0xffff, 0xffffffff };
+	uint32_t lbs = PICK(lbss), lbs_s = lbs / 512;
+
+	memset(lim, 0, sizeof(*lim));
+	lim->size = sizeof(*lim);
+	lim->logical_block_size = lbs;
+	lim->physical_block_size = rng(2) ? lbs : lbs << rng(4);
+	lim->max_hw_sectors = lbs_s * (1 + rng(512));
+	lim->max_sectors = rng(3) ? lbs_s * (1 + rng(lim->max_hw_sectors / lbs_s)) : 0;
+	lim->max_segments = rng(4) ? 1 + rng(128) : 0;
+	lim->max_segment_size = PICK(seg_sizes);
+	lim->seg_boundary_mask = PICK(masks);
+	lim->chunk_sectors = rng(8) ? 0 : lbs_s * (1 + rng(64));
+	assert_int_equal(rq_queue_limits_validate(lim), 0);
+}
+
+/* A random bio for @lim, near the fast path's edges; vectors in @v[4]. */
+static void random_bio(struct rq_bio *bio, struct rq_bvec *v, const struct rq_queue_limits *lim,
+		       uint64_t capacity)
+{
+	uint32_t lbs = lim->logical_block_size, unit = rng(8) ? lbs : 512;
+	uint64_t mask = lim->seg_boundary_mask;
+	uintptr_t addr = 0x10000000 + (uintptr_t)rng(1u << 20) * 512;
+	uint32_t size;
+
+	rq_bio_init(bio, v, 4);
+	bio->op = rng(6) ? rng(2) : rng(RQ_OP_LAST + 1);
+	bio->opf = rng(3) ? 0 : 1u << rng(12);
+	/* sizes around max_sectors and max_segment_size, or small */
+	switch (rng(3)) {
+	case 0:
+		size = unit * (1 + rng(16));
+		break;
+	case 1:
+		size = lim->max_sectors * 512 + (int32_t)(unit * (rng(9) - 4));
+		break;
+	default:
+		size = lim->max_segment_size + (int32_t)(unit * (rng(9) - 4));
+		break;
+	}
+	if (!rng(50))
+		size = rng(2) ? 0 : size + 1;
+	/* a start just before a segment boundary now and then */
+	if (!rng(4))
+		addr = ((addr | (uintptr_t)(mask & 0xfffff)) + 1) - unit * (1 + rng(8));
+	bio->vcnt = (uint8_t)(rng(5) ? 1 : 1 + rng(4));
+	for (unsigned i = 0; i < bio->vcnt; i++) {
+		v[i].base = FAKE(addr);
+		v[i].len = i + 1 < bio->vcnt ? unit * (1 + rng(4)) : size;
+		addr += v[i].len + (rng(2) ? 0 : 4096);
+	}
+	if (!rng(40))
+		v[0].len -= unit;
+	bio->iter.size = size;
+	if (!rng(20)) {
+		bio->iter.done = unit;
+		v[0].len += unit;
+	}
+	if (!rng(40) && bio->vcnt > 1)
+		bio->iter.idx = 1;
+	if (!rng(60))
+		bio->vcnt = 5; /* more than max_vecs */
+	if (!rng(60))
+		bio->vecs = NULL;
+	bio->iter.sector = (uint64_t)rng(1u << 20) * (unit / 512) + (rng(20) ? 0 : 1);
+	if (capacity && !rng(4))
+		bio->iter.sector = capacity - rng(64) * (unit / 512);
+	if (!rng(40))
+		bio->iter.sector = UINT64_MAX - rng(64) * (unit / 512);
+}
+
+/*
+ * The submission fast check (bio_fast_ok() with the queue's fast limits,
+ * then size <= max_bytes) against the full path, on random limits and bios
+ * at its edges (sizes about max_sectors and max_segment_size, starts near
+ * segment boundaries and the capacity, physical blocks larger than logical
+ * ones, chunks, odd flags, ops and vector layouts): whatever it takes,
+ * bio_check() accepts and bio_split_to_limits() returns whole, as one
+ * segment.  It must also take most of the bios it could, so that the
+ * common case is really fast.
+ */
+static void test_fast_path_agrees(void **state)
+{
+	unsigned fast = 0, could = 0, taken_of_could = 0;
+
+	(void)state;
+	for (int round = 0; round < 200000; round++) {
+		struct rq_queue_limits lim;
+		struct bio_fast_lim fl;
+		struct rq_bvec v[5];
+		struct rq_bio bio, *piece = NULL;
+		uint64_t capacity = rng(3) ? 0 : 1 + rng(1u << 21);
+		rq_status_t st = RQ_STS_OK;
+		unsigned nsegs = 0;
+		bool ok, whole;
+
+		random_limits(&lim);
+		limits_fast_lim(&lim, &fl);
+		random_bio(&bio, v, &lim, capacity);
+		ok = bio_fast_ok(&fl, capacity, &bio) && bio.iter.size <= fl.max_bytes;
+		/* the full path: a valid plain read or write, returned whole as one segment */
+		if (bio.op <= RQ_OP_WRITE && !(bio.opf & (RQ_BIO_PREFLUSH | RQ_BIO_FUA)) &&
+		    bio_check(&lim, capacity, &bio) == RQ_STS_OK)
+			piece = bio_split_to_limits_status(&lim, &bio, &nsegs, &st);
+		whole = piece == &bio && nsegs == 1;
+		if (piece && piece != &bio)
+			rq_bio_endio(piece); /* a split happened: the front piece goes back */
+		if (ok) {
+			fast++;
+			assert_true(whole);
+			assert_int_equal(bio_count_segments(&lim, &bio), 1);
+		}
+		/* what the fast check is meant to take: one vector from the start, no chunk or pbs rounding */
+		if (whole && !bio.iter.idx && !bio.iter.done && bio.vecs[0].len >= bio.iter.size &&
+		    !lim.chunk_sectors && lim.physical_block_size == lim.logical_block_size) {
+			could++;
+			taken_of_could += ok;
+		}
+	}
+	/* the property holds on many fast bios, and the fast check misses none it could take */
+	assert_true(fast > 15000 && could > 10000);
+	assert_int_equal(taken_of_could, could);
+}
+
+/*
+ * The fast check follows max_sectors_kb: a single-vector 64 KiB write goes
+ * whole under the default limits, is cut into 16 KiB requests once the
+ * attribute says 16, and goes whole again at 64 (the store recomputes the
+ * queue's fast limits; a stale copy would let it through whole).
+ */
+static void test_fast_path_follows_max_sectors_kb(void **state)
+{
+	static const unsigned kbs[] = { 0, 16, 64 };
+	struct mock_config cfg = { .completion = MOCK_COMPLETE_INLINE };
+	struct mock_dev *m = mock_create(&cfg, NULL);
+	void *buf = aligned_alloc(65536, 65536);
+
+	(void)state;
+	assert_non_null(m);
+	assert_non_null(buf);
+	for (unsigned k = 0; k < 3; k++) {
+		unsigned expect = kbs[k] == 16 ? 4 : 1, nr;
+		struct mock_event *ev;
+		struct fx_rec rec;
+		char val[16];
+
+		if (kbs[k]) {
+			snprintf(val, sizeof(val), "%u", kbs[k]);
+			assert_int_equal(rq_queue_attr_set(m->q, "max_sectors_kb", val), 0);
+		}
+		mock_reset_events(m);
+		rq_submit_bio(m->q, fx_bio(&rec, RQ_OP_WRITE, 256, buf, 65536));
+		assert_true(fx_wait(&rec, 1, 10000));
+		assert_int_equal(rec.status, RQ_STS_OK);
+		nr = mock_copy_events(m, MOCK_QUEUE_RQ, &ev);
+		assert_int_equal(nr, expect);
+		for (unsigned i = 0; i < nr; i++)
+			assert_int_equal(ev[i].bytes, 65536 / expect);
+		free(ev);
+		fx_put(&rec, 1);
+	}
+	mock_destroy(m);
+	free(buf);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -597,6 +773,8 @@ int main(void)
 		cmocka_unit_test_teardown(test_property_random_layouts, teardown_cache),
 		cmocka_unit_test_teardown(test_nowait_not_split, teardown_cache),
 		cmocka_unit_test_teardown(test_chunk_boundary, teardown_cache),
+		cmocka_unit_test_teardown(test_fast_path_agrees, teardown_cache),
+		cmocka_unit_test_teardown(test_fast_path_follows_max_sectors_kb, teardown_cache),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
