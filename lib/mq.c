@@ -1135,6 +1135,42 @@ static unsigned sched_pull(struct rq_hw_ctx *hctx, const struct rq_elevator_type
 }
 
 /*
+ * Give driver tags to the requests of @pulled that have none: from *@bits
+ * (a word of the bitmap at @off, as sbq_get_batch() gave it; the bits
+ * used are cleared) while they last and the request is of @hctx, else one
+ * by one.  The word's base and the rqs table stay in registers: a request
+ * costs a bit scan and two stores.
+ * Return: false if a request got no tag.
+ */
+static bool sched_tag_pulled(struct rq_hw_ctx *hctx, struct rq_list_node *pulled,
+			     unsigned long *bits, unsigned off)
+{
+	struct rq_tags *tags = hctx->tags;
+	struct rq_request **rqs = tags->rqs;
+	unsigned base = tags->nr_reserved + off;
+	unsigned long b = *bits;
+	bool ok = true;
+
+	for (struct rq_list_node *it = pulled->next; it != pulled; it = it->next) {
+		struct rq_request *rq = RQ_CONTAINER_OF(it, struct rq_request, queuelist);
+
+		if (rq->tag >= 0)
+			continue;
+		if (b && rq->hctx == hctx) {
+			unsigned tag = base + (unsigned)__builtin_ctzl(b);
+
+			b &= b - 1;
+			rq->tag = (int)tag;
+			__atomic_store_n(&rqs[tag], rq, __ATOMIC_RELEASE);
+		} else if (!mq_get_driver_tag(rq)) {
+			ok = false;
+		}
+	}
+	*bits = b;
+	return ok;
+}
+
+/*
  * Pull up to a batch from the scheduler and issue it.  False if busy.
  *
  * As the kernel, a request leaves the scheduler only while driver tags
@@ -1164,7 +1200,6 @@ static bool sched_dispatch(struct rq_hw_ctx *hctx, bool *progress)
 		unsigned long bits = 0;
 		unsigned off = 0, want = 1, got;
 		struct rq_list_node pulled;
-		struct rq_list_node *it;
 
 		if (batch_tags) {
 			bits = sbq_get_batch(&tags->bitmap, cpu, RQ_DISPATCH_BATCH - n, &off);
@@ -1183,22 +1218,8 @@ static bool sched_dispatch(struct rq_hw_ctx *hctx, bool *progress)
 			break;
 		}
 		/* tag them where they lie, then move the whole batch over */
-		for (it = pulled.next; it != &pulled; it = it->next) {
-			struct rq_request *rq = RQ_CONTAINER_OF(it, struct rq_request, queuelist);
-
-			n++;
-			if (rq->tag >= 0)
-				continue;
-			if (bits && rq->hctx == hctx) {
-				int tag = (int)(tags->nr_reserved + off + (unsigned)__builtin_ctzl(bits));
-
-				bits &= bits - 1;
-				rq->tag = tag;
-				__atomic_store_n(&tags->rqs[tag], rq, __ATOMIC_RELEASE);
-			} else if (!mq_get_driver_tag(rq)) {
-				no_tag = true;
-			}
-		}
+		n += got;
+		no_tag = !sched_tag_pulled(hctx, &pulled, &bits, off);
 		rq_list_splice_tail_init(&pulled, &list);
 		sbq_put_mask(&tags->bitmap, bits, off, cpu);
 	} while (!no_tag && n < RQ_DISPATCH_BATCH && e->ops.has_work(hctx));

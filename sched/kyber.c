@@ -280,6 +280,11 @@ static void kyber_flush_domain(struct kyber_hctx_data *khd, unsigned domain)
 /* May any CPU list of the hctx hold requests of @domain?  (Lockless hint.) */
 static inline bool kyber_cpus_pending(const struct kyber_hctx_data *khd, unsigned domain)
 {
+	const _Atomic uint64_t *map = khd->pending[domain];
+
+	/* up to 64 CPU lists (nearly always): one word, no loop */
+	if (likely(khd->nr_words == 1))
+		return atomic_load_explicit(&map[0], memory_order_relaxed) != 0;
 	for (unsigned w = 0; w < khd->nr_words; w++)
 		if (atomic_load_explicit(&khd->pending[domain][w], memory_order_relaxed))
 			return true;

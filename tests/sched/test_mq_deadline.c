@@ -2,7 +2,8 @@
 /*
  * mq-deadline behaviour: dispatch order, deadlines, writes_starved,
  * fifo_batch, front merges, priority classes and aging, async_depth, the
- * tunables and head insertion.
+ * tunables and head insertion; the streaks that dispatch sorted runs keep
+ * those rules (at the end).
  *
  * No test depends on wall-clock time: the library clock is a virtual one
  * the tests set (rq_clock_set_source), and the mock driver keeps every
@@ -870,6 +871,120 @@ static void test_dispatch_requests_same_order(void **state)
 	dev_destroy(b.d);
 }
 
+/* ------------------------------------------------ run streaks (plugged) */
+
+/*
+ * A plugged batch inserted into an empty hardware queue becomes a sorted
+ * run, and dispatch hands its requests out in a streak that also makes
+ * the batch's foregone choices (dl_streak_next()).  These tests check the
+ * driver's order against the kernel's rules where a streak could go
+ * wrong: across batch boundaries, with expired FIFO heads, and with the
+ * other direction queued.
+ */
+
+/* One plug of 4 KiB bios at @sectors (@ops[i], or all reads if NULL). */
+static void submit_plugged(struct dl_dev *d, const uint64_t *sectors, const unsigned *ops,
+			   unsigned n)
+{
+	struct rq_plug plug;
+
+	rq_start_plug(&plug);
+	for (unsigned i = 0; i < n; i++)
+		submit_len(d, ops ? ops[i] : RQ_OP_READ, sectors[i], 4096, 0, 0);
+	rq_finish_plug(&plug);
+}
+
+/*
+ * A fresh device (@fifo_batch, writes_starved 2), quiesced; one plug of
+ * @n bios; the driver must see @want once the queue runs at @at_ms.
+ */
+static void run_case(const char *fifo_batch, const uint64_t *sectors, const unsigned *ops,
+		     unsigned n, uint64_t at_ms, const uint64_t *want)
+{
+	struct dl_dev *d = dev_create(64);
+
+	dev_set(d, "iosched/fifo_batch", fifo_batch);
+	dev_set(d, "iosched/writes_starved", "2");
+	rq_queue_quiesce(d->m->q);
+	submit_plugged(d, sectors, ops, n);
+	vclock_set_ms(at_ms);
+	rq_queue_unquiesce(d->m->q);
+	expect_order(d, want, n);
+	dev_destroy(d);
+}
+
+/* Arrival order differs from sector order, so FIFO and sort disagree. */
+static const uint64_t arrival[] = { 9000, 1000, 7000, 2000, 6000, 3000, 8000, 4000, 5000 };
+#define NR_ARRIVAL (sizeof(arrival) / sizeof(arrival[0]))
+
+/*
+ * Before any deadline, a run of 9 goes out in sector order through
+ * batches of 2: every new batch continues at the next sector.  A run of
+ * 32 scattered sectors (some sharing a bucket of the sort) comes out
+ * sorted too.
+ */
+static void test_run_in_sector_order(void **state)
+{
+	static const uint64_t sorted[] = { 1000, 2000, 3000, 4000, 5000, 6000, 7000, 8000, 9000 };
+	uint64_t big[32], big_sorted[32];
+
+	(void)state;
+	run_case("2", arrival, NULL, NR_ARRIVAL, 1, sorted);
+	/*
+	 * (i * 13) % 32 is a permutation: the odd ones packed below 512 (one
+	 * bucket of the sort), the even ones spread over a million sectors.
+	 */
+	for (unsigned i = 0; i < 32; i++) {
+		uint64_t r = (i * 13u) % 32u;
+
+		big[i] = i & 1 ? 16 * r : 500000 + 16000 * r;
+	}
+	memcpy(big_sorted, big, sizeof(big));
+	for (unsigned i = 1; i < 32; i++)
+		for (unsigned j = i; j && big_sorted[j - 1] > big_sorted[j]; j--) {
+			uint64_t t = big_sorted[j];
+
+			big_sorted[j] = big_sorted[j - 1];
+			big_sorted[j - 1] = t;
+		}
+	for (unsigned i = 1; i < 32; i++)
+		assert_true(big_sorted[i - 1] + 8 < big_sorted[i]); /* no merges, no touching */
+	run_case("16", big, NULL, 32, 1, big_sorted);
+}
+
+/*
+ * Past read_expire (500 ms) every new batch starts at the FIFO head, also
+ * where the run's streak would go on in sector order: with fifo_batch 2,
+ * the kernel's order is head, its successor, next head, ...  (a head with
+ * nothing above it makes a batch of one).
+ */
+static void test_expired_head_preempts_streak(void **state)
+{
+	static const uint64_t want[] = { 9000, 1000, 2000, 7000, 8000, 6000, 3000, 4000, 5000 };
+
+	(void)state;
+	run_case("2", arrival, NULL, NR_ARRIVAL, 600, want);
+}
+
+/*
+ * With writes queued a read batch boundary is a real decision: after
+ * writes_starved (2) read batches of fifo_batch (2) the oldest write
+ * goes, then reads again.  The first batch is a write batch (a fresh
+ * scheduler's last direction is write, as in the kernel).
+ */
+static void test_write_stops_read_streak(void **state)
+{
+	static const uint64_t sectors[] = { 5000, 6000, 7000, 100, 200, 300, 400, 500, 600, 700,
+					    800 };
+	static const unsigned ops[] = { RQ_OP_WRITE, RQ_OP_WRITE, RQ_OP_WRITE, RQ_OP_READ,
+					RQ_OP_READ,  RQ_OP_READ,  RQ_OP_READ,  RQ_OP_READ,
+					RQ_OP_READ,  RQ_OP_READ,  RQ_OP_READ };
+	static const uint64_t want[] = { 5000, 6000, 100, 200, 300, 400, 7000, 500, 600, 700, 800 };
+
+	(void)state;
+	run_case("2", sectors, ops, 11, 1, want);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -891,6 +1006,9 @@ int main(void)
 		cmocka_unit_test(test_batch_carries_over),
 		cmocka_unit_test(test_insert_fills_merge_cache),
 		cmocka_unit_test(test_dispatch_requests_same_order),
+		cmocka_unit_test(test_run_in_sector_order),
+		cmocka_unit_test(test_expired_head_preempts_streak),
+		cmocka_unit_test(test_write_stops_read_streak),
 	};
 
 	rq_clock_set_source(vclock, NULL);
