@@ -241,14 +241,11 @@ static int driver_tag_get_wait(struct rq_queue *q, struct rq_hw_ctx *hctx, unsig
 static unsigned sched_limit_depth(struct rq_queue *q, struct rq_elevator_queue *eq,
 				  struct rq_hw_ctx *hctx, const struct rq_bio *bio)
 {
-	void (*limit_depth)(struct rq_alloc_data *data) = eq->type->ops.limit_depth;
-	struct rq_alloc_data data;
+	struct rq_alloc_data data = { .q = q, .hctx = hctx, .op = bio->op, .opf = bio->opf };
 
-	if (!limit_depth || (bio->opf & RQ_BIO_PREFLUSH) || bio->op == RQ_OP_FLUSH)
+	if (!eq->type->ops.limit_depth || (bio->opf & RQ_BIO_PREFLUSH) || bio->op == RQ_OP_FLUSH)
 		return 0;
-	/* filled only when called: most requests of most schedulers never are */
-	data = (struct rq_alloc_data){ .q = q, .hctx = hctx, .op = bio->op, .opf = bio->opf };
-	limit_depth(&data);
+	eq->type->ops.limit_depth(&data);
 	return data.shallow_depth;
 }
 
@@ -638,9 +635,8 @@ mq_end_request_inflight(struct rq_request *rq, rq_status_t status)
 	if (status != RQ_STS_OK)
 		stat_inc(q, ST_ERRORS);
 	stat_inc(q, ST_COMPLETED);
-	/* the request's own flag first: no queue line read without a scheduler */
-	if ((rq->rq_flags & RQ_RQF_ELVPRIV) && q->elevator &&
-	    q->elevator->type->ops.completed_request)
+	if (q->elevator && q->elevator->type->ops.completed_request &&
+	    (rq->rq_flags & RQ_RQF_ELVPRIV))
 		q->elevator->type->ops.completed_request(rq, core_clock_ns());
 	trace_complete_all(rq, status, OBS_C_DONE);
 	request_end_bios(rq, status);

@@ -347,7 +347,12 @@ static unsigned kyber_get_tokens(const struct kyber_queue_data *kqd, struct kybe
 	return kyber_free_tokens(kqd, khd, domain, taken);
 }
 
-/* Give back the token @rq holds, if any; re-run the hctx if one waited. */
+/*
+ * Give back the token @rq holds, if any; re-run the hctx if one waited.
+ * It is both finish_request (the request is freed: completed, failed or
+ * merged away) and requeue_request (it goes back to be inserted again):
+ * the core calls it directly, no wrapper in between.
+ */
 static void kyber_put_token(struct rq_request *rq)
 {
 	uintptr_t token = KYBER_TOKEN(rq);
@@ -914,18 +919,6 @@ static void kyber_completed_request(struct rq_request *rq, uint64_t now)
 		kyber_maybe_close_window(kqd, now);
 }
 
-/* The request is freed (completed, failed or merged away): its token back. */
-static void kyber_finish_request(struct rq_request *rq)
-{
-	kyber_put_token(rq);
-}
-
-/* The request goes back to be inserted again: its token back. */
-static void kyber_requeue_request(struct rq_request *rq)
-{
-	kyber_put_token(rq);
-}
-
 /* ----------------------------------------------------------- attributes */
 
 static int kyber_print(char *buf, size_t len, uint64_t v)
@@ -1052,8 +1045,8 @@ const struct rq_elevator_type rq_kyber_type = {
 		.dispatch_request = kyber_dispatch_request,
 		.has_work = kyber_has_work,
 		.completed_request = kyber_completed_request,
-		.finish_request = kyber_finish_request,
-		.requeue_request = kyber_requeue_request,
+		.finish_request = kyber_put_token,
+		.requeue_request = kyber_put_token,
 	},
 	.attrs = kyber_attrs,
 	.dispatch_requests = kyber_dispatch_requests,
