@@ -185,6 +185,9 @@ enum kyber_verdict {
  * rq->elv_priv[1]: from its dispatch on, the kyber_hctx_data the token
  * and the latency samples go back to (NULL before): the completion path
  * reaches it without a lookup.
+ * The core clears both when it makes a request (elv_priv is NULL at
+ * prepare_request), so kyber needs no prepare_request hook and a new
+ * request pays no indirect call for it.
  */
 #define KYBER_TOKEN(rq) ((uintptr_t)(rq)->elv_priv[0])
 
@@ -207,18 +210,19 @@ static void kyber_set_target(struct kyber_queue_data *kqd, unsigned t, uint64_t 
 	atomic_store_explicit(&kqd->lat_quarter[t], quarter ? quarter : 1, memory_order_relaxed);
 }
 
+/* Domain of each op below RQ_OP_WRITE_ZEROES + 1; every other op is KYBER_OTHER. */
+static const uint8_t kyber_op_domain[] = {
+	[RQ_OP_READ] = KYBER_READ,
+	[RQ_OP_WRITE] = KYBER_WRITE,
+	[RQ_OP_FLUSH] = KYBER_OTHER,
+	[RQ_OP_DISCARD] = KYBER_DISCARD,
+	[RQ_OP_WRITE_ZEROES] = KYBER_OTHER,
+};
+
+/* A load and a compare: it runs for every bio and every completion. */
 static inline unsigned kyber_domain_of_op(unsigned op)
 {
-	switch (op) {
-	case RQ_OP_READ:
-		return KYBER_READ;
-	case RQ_OP_WRITE:
-		return KYBER_WRITE;
-	case RQ_OP_DISCARD:
-		return KYBER_DISCARD;
-	default:
-		return KYBER_OTHER;
-	}
+	return op < sizeof(kyber_op_domain) ? kyber_op_domain[op] : KYBER_OTHER;
 }
 
 static inline struct kyber_queue_data *kyber_qd(struct rq_queue *q)
@@ -343,7 +347,12 @@ static unsigned kyber_get_tokens(const struct kyber_queue_data *kqd, struct kybe
 	return kyber_free_tokens(kqd, khd, domain, taken);
 }
 
-/* Give back the token @rq holds, if any; re-run the hctx if one waited. */
+/*
+ * Give back the token @rq holds, if any; re-run the hctx if one waited.
+ * It is both finish_request (the request is freed: completed, failed or
+ * merged away) and requeue_request (it goes back to be inserted again):
+ * the core calls it directly, no wrapper in between.
+ */
 static void kyber_put_token(struct rq_request *rq)
 {
 	uintptr_t token = KYBER_TOKEN(rq);
@@ -699,12 +708,6 @@ static void kyber_limit_depth(struct rq_alloc_data *data)
 						 memory_order_relaxed));
 }
 
-static void kyber_prepare_request(struct rq_request *rq)
-{
-	rq->elv_priv[0] = NULL;
-	rq->elv_priv[1] = NULL;
-}
-
 /* Merge @bio into one of the newest requests on this CPU's list of @domain. */
 static __attribute__((noinline)) bool kyber_cpu_list_merge(struct rq_queue *q, struct rq_bio *bio,
 							   unsigned nr_segs, unsigned domain)
@@ -916,18 +919,6 @@ static void kyber_completed_request(struct rq_request *rq, uint64_t now)
 		kyber_maybe_close_window(kqd, now);
 }
 
-/* The request is freed (completed, failed or merged away): its token back. */
-static void kyber_finish_request(struct rq_request *rq)
-{
-	kyber_put_token(rq);
-}
-
-/* The request goes back to be inserted again: its token back. */
-static void kyber_requeue_request(struct rq_request *rq)
-{
-	kyber_put_token(rq);
-}
-
 /* ----------------------------------------------------------- attributes */
 
 static int kyber_print(char *buf, size_t len, uint64_t v)
@@ -1049,14 +1040,13 @@ const struct rq_elevator_type rq_kyber_type = {
 		.exit_hctx = kyber_exit_hctx,
 		.depth_updated = kyber_depth_updated,
 		.limit_depth = kyber_limit_depth,
-		.prepare_request = kyber_prepare_request,
 		.bio_merge = kyber_bio_merge,
 		.insert_requests = kyber_insert_requests,
 		.dispatch_request = kyber_dispatch_request,
 		.has_work = kyber_has_work,
 		.completed_request = kyber_completed_request,
-		.finish_request = kyber_finish_request,
-		.requeue_request = kyber_requeue_request,
+		.finish_request = kyber_put_token,
+		.requeue_request = kyber_put_token,
 	},
 	.attrs = kyber_attrs,
 	.dispatch_requests = kyber_dispatch_requests,

@@ -469,6 +469,141 @@ static void test_async_limit_deep(void **state)
 	check_async_limit(128, NULL); /* 256 scheduler tags: four words */
 }
 
+/* ------------------------------------------- driver completion batches */
+
+/*
+ * A driver of its own that keeps every request it is given and ends them
+ * only when the test says, all at once, with rq_mq_end_requests(): the
+ * completion-batch path (mq_end_list), where the scheduler hooks run for
+ * a list of requests with one clock reading, not one by one.
+ */
+static struct rq_request *bheld[256];
+static unsigned nr_bheld;
+
+static rq_status_t bdev_queue_rq(struct rq_hw_ctx *hctx, struct rq_request *rq, bool last)
+{
+	assert_true(nr_bheld < 256);
+	bheld[nr_bheld++] = rq;
+	return RQ_STS_OK;
+}
+
+static const struct rq_mq_ops bdev_ops = { RQ_MQ_OPS_INIT, .queue_rq = bdev_queue_rq };
+
+static struct rq_tag_set *bdev_make(struct rq_queue **q)
+{
+	struct rq_tag_set_config scfg = { .size = sizeof(scfg), .ops = &bdev_ops, .nr_hw_queues = 1,
+					  .queue_depth = 256, .numa_node = -1 };
+	struct rq_queue_config qc = { RQ_QUEUE_CONFIG_INIT, .scheduler = "kyber",
+				      .capacity = (1ull << 30) >> RQ_SECTOR_SHIFT };
+	struct rq_tag_set *set;
+
+	nr_bheld = 0;
+	assert_int_equal(rq_tag_set_alloc(&scfg, &set), 0);
+	assert_int_equal(rq_mq_alloc_queue(set, &qc, q), 0);
+	return set;
+}
+
+static void bdev_destroy(struct rq_tag_set *set, struct rq_queue *q)
+{
+	assert_int_equal(nr_bheld, 0);
+	rq_queue_destroy(q);
+	rq_tag_set_free(set);
+}
+
+/* End the first @n held requests with one batch; the rest move up. */
+static void bdev_end(unsigned n)
+{
+	struct rq_request *rqs[256];
+
+	assert_true(n <= nr_bheld);
+	memcpy(rqs, bheld, n * sizeof(rqs[0]));
+	/* ending them may dispatch more (tokens back): those go after the rest */
+	memmove(bheld, bheld + n, (nr_bheld - n) * sizeof(bheld[0]));
+	nr_bheld -= n;
+	assert_int_equal(rq_mq_end_requests(rqs, n, RQ_STS_OK), n);
+}
+
+static void bsubmit(struct rq_queue *q, struct fx_rec *rec, unsigned op, unsigned i)
+{
+	struct rq_bio *bio = fx_bio(rec, op, (uint64_t)i * 64, buf, 4096);
+
+	if (op == RQ_OP_WRITE)
+		bio->opf |= RQ_BIO_SYNC;
+	rq_submit_bio(q, bio);
+}
+
+/*
+ * Tokens come back exactly once per request when the driver ends a whole
+ * batch: with 150 sync writes the driver holds the 128 of the write
+ * depth; ending those 128 at once gives back 128 tokens and lets the
+ * other 22 go; and the next 150 again stop at exactly 128.  A token lost
+ * in a batch would hold fewer, one returned twice (or a batch counted as
+ * one) more or fewer.
+ */
+static void test_batch_end_tokens(void **state)
+{
+	static struct fx_rec rec[150];
+	struct rq_queue *q;
+	struct rq_tag_set *set = bdev_make(&q);
+
+	for (unsigned round = 0; round < 2; round++) {
+		for (unsigned i = 0; i < 150; i++)
+			bsubmit(q, &rec[i], RQ_OP_WRITE, i);
+		assert_int_equal(nr_bheld, WRITE_DEPTH);
+		bdev_end(WRITE_DEPTH);
+		assert_int_equal(nr_bheld, 150 - WRITE_DEPTH);
+		bdev_end(nr_bheld);
+		assert_int_equal(nr_bheld, 0);
+		expect_all_ok(rec, 150);
+	}
+	/* and partial batches: 128 held, 100 back, 22 more in, 100 + 28 held */
+	for (unsigned i = 0; i < 150; i++)
+		bsubmit(q, &rec[i], RQ_OP_WRITE, i);
+	bdev_end(100);
+	assert_int_equal(nr_bheld, 150 - 100);
+	bdev_end(nr_bheld);
+	expect_all_ok(rec, 150);
+	bdev_destroy(set, q);
+}
+
+/*
+ * Every request of a batch is one latency sample: a window needs 8
+ * samples for a verdict.  7 late reads ended in one batch give none (the
+ * depths stay); the 8th, ended in the next window, makes 8 and the
+ * verdict: reads at 25 ms (12.5 x their target, bucket 7) scale the read
+ * depth by 4/8 and halve the write and discard depths.  A sample lost
+ * from a batch leaves 7 and no verdict.
+ */
+static void test_batch_end_samples(void **state)
+{
+	static struct fx_rec rec[8];
+	struct rq_queue *q;
+	struct rq_tag_set *set = bdev_make(&q);
+	struct fx_rec wrec;
+
+	/* the window opened when the queue was made: stay inside it */
+	for (unsigned i = 0; i < 7; i++)
+		bsubmit(q, &rec[i], RQ_OP_READ, i);
+	advance(25 * MS);
+	bdev_end(7);
+	/* past the window's end: a fast write's completion closes it */
+	advance(WINDOW_NS);
+	bsubmit(q, &wrec, RQ_OP_WRITE, 100);
+	bdev_end(1);
+	expect_all_ok(&wrec, 1);
+	assert_int_equal(attr_u64(q, "iosched/read_depth"), READ_DEPTH);
+	assert_int_equal(attr_u64(q, "iosched/write_depth"), WRITE_DEPTH);
+	/* the 8th read, ended after the next window's end, closes it */
+	bsubmit(q, &rec[7], RQ_OP_READ, 7);
+	advance(WINDOW_NS);
+	bdev_end(1);
+	assert_int_equal(attr_u64(q, "iosched/read_depth"), READ_DEPTH / 2);
+	assert_int_equal(attr_u64(q, "iosched/write_depth"), WRITE_DEPTH / 2);
+	assert_int_equal(attr_u64(q, "iosched/discard_depth"), DISCARD_DEPTH / 2);
+	expect_all_ok(rec, 8);
+	bdev_destroy(set, q);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -480,6 +615,8 @@ int main(void)
 		cmocka_unit_test(test_tunables),
 		cmocka_unit_test(test_async_limit),
 		cmocka_unit_test(test_async_limit_deep),
+		cmocka_unit_test(test_batch_end_tokens),
+		cmocka_unit_test(test_batch_end_samples),
 	};
 
 	/* before any queue exists: no service thread, and the virtual clock */
