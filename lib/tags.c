@@ -649,7 +649,8 @@ static struct timespec deadline_after_ns(long ns)
 static int sbq_poll_get(struct sbitmap_queue *sbq, unsigned cpu, unsigned shallow_depth)
 {
 	static _Atomic int two_cpus = -1;
-	static __thread unsigned budget = SBQ_POLL_MAX_TRIES / 4;
+	static __thread unsigned budget __attribute__((tls_model("initial-exec"))) =
+		SBQ_POLL_MAX_TRIES / 4;
 	int two = atomic_load_explicit(&two_cpus, memory_order_relaxed), bit = -1;
 	unsigned i, j;
 

@@ -1208,6 +1208,20 @@ static unsigned drain_collect(struct rq_trace *t, bool final, uint64_t *limit)
 }
 
 /*
+ * Has any ring committed an event the writer has not taken?  A commit not
+ * seen yet wakes the writer again, or its next round finds it.
+ */
+static bool drain_pending(struct rq_trace *t)
+{
+	for (struct trace_ring *r = atomic_load_explicit(&t->rings, memory_order_acquire); r;
+	     r = r->next)
+		if (atomic_load_explicit(&r->head, memory_order_relaxed) !=
+		    atomic_load_explicit(&r->tail, memory_order_relaxed))
+			return true;
+	return false;
+}
+
+/*
  * Write every final event (all with @final: no thread writes any more),
  * merged by time across the rings.  Context: the writer, or the stopper
  * once the writer is gone.
@@ -1217,6 +1231,8 @@ static void trace_drain(struct rq_trace *t, bool final)
 	uint64_t limit = final ? UINT64_MAX : trace_stamp_now(t);
 	unsigned n;
 
+	if (!final && !drain_pending(t))
+		return; /* no fence on every thread for nothing */
 	obs_fence_all();
 	if (!drain_room(t, atomic_load(&t->nr_rings)))
 		return;
@@ -1268,6 +1284,9 @@ static void *trace_writer(void *arg)
 			ts.tv_nsec -= 1000000000L;
 		}
 		sem_timedwait(&t->wake, &ts);
+		/* one drain takes all there is: the wake-ups posted meanwhile with it */
+		while (sem_trywait(&t->wake) == 0)
+			;
 		trace_drain(t, false);
 	}
 	return NULL;
