@@ -107,12 +107,15 @@ static void dl_sort_del(struct dl_data *dd, struct rq_request *rq)
 	rq_sched_rb_del(&dd->sort[dir], rq);
 }
 
-/* Forget @rq entirely: FIFO, tree, the core's hash.  Queue lock held. */
-static void dl_remove(struct rq_queue *q, struct dl_data *dd, struct rq_request *rq)
+/*
+ * Forget @rq: FIFO and tree.  The core's hash is the core's: it unhashes
+ * @rq itself as @rq leaves for the dispatch queue or merges away.  Queue
+ * lock held.
+ */
+static void dl_remove(struct dl_data *dd, struct rq_request *rq)
 {
 	rq_list_del_init(&rq->queuelist);
 	dl_sort_del(dd, rq);
-	rq_sched_hash_del(q, rq);
 }
 
 /* Has the oldest request of @dir passed its expiry time? */
@@ -134,7 +137,7 @@ static void dl_move_to_dispatch(struct rq_queue *q, struct dl_data *dd, struct r
 	dd->next_rq[DL_READ] = NULL;
 	dd->next_rq[DL_WRITE] = NULL;
 	dd->next_rq[dir] = rq_sched_rb_latter(rq);
-	dl_remove(q, dd, rq);
+	dl_remove(dd, rq);
 	dd->batching++;
 	rq_sq_dispatch_add_tail(q, rq);
 }
@@ -228,7 +231,7 @@ static void dl_add_request(struct rq_queue *q, struct rq_request *rq)
 	rq_sched_rb_add(&dd->sort[dir], rq);
 	rq->fifo_time = rq_clock_ns() + dl_tunable(&dd->fifo_expire_ms[dir]) * NSEC_PER_MSEC;
 	rq_list_add_tail(&rq->queuelist, &dd->fifo[dir]);
-	rq_sched_hash_add(q, rq);
+	/* the core hashed @rq already when it was mergeable (as the kernel) */
 }
 
 /**
@@ -312,7 +315,7 @@ static void dl_merge_req(struct rq_queue *q, struct rq_request *rq, struct rq_re
 		rq_list_insert(&rq->queuelist, before, before->next);
 		rq->fifo_time = next->fifo_time;
 	}
-	dl_remove(q, dd, next);
+	dl_remove(dd, next);
 }
 
 /**

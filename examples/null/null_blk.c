@@ -747,16 +747,19 @@ static int null_init_hctx(struct rq_hw_ctx *hctx, void *set_data, unsigned idx)
  * the completion thread.
  * @q: the queue.
  *
+ * The in-flight count is read once: with the queue lock held only this
+ * loop changes it, a fetch adding one and an inline end taking it back.
+ *
  * Context: queue lock held.
  */
 static void null_request_fn(struct rq_queue *q)
 {
 	struct null_dev *dev = rq_queue_driver_data(q);
 	struct null_hq *hq = &dev->hqs[0];
+	unsigned busy = rq_sq_in_flight(q, false) + rq_sq_in_flight(q, true);
 	struct rq_request *rq;
 
-	while (rq_sq_in_flight(q, false) + rq_sq_in_flight(q, true) < dev->cfg.hw_queue_depth &&
-	       (rq = rq_sq_fetch_request(q))) {
+	while (busy < dev->cfg.hw_queue_depth && (rq = rq_sq_fetch_request(q))) {
 		null_account(hq, rq);
 		if (dev->cfg.completion == NULL_COMPLETE_INLINE) {
 			rq_status_t status = null_handle_rq(dev, hq, rq);
@@ -771,6 +774,7 @@ static void null_request_fn(struct rq_queue *q)
 			if (dev->cfg.completion == NULL_COMPLETE_TIMER)
 				cmd->queued_ns = null_now_ns();
 			null_hq_push(hq, cmd);
+			busy++;
 		}
 	}
 }
