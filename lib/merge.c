@@ -223,19 +223,40 @@ RQ_EXPORT void rq_sched_hash_del(struct rq_queue *q, struct rq_request *rq)
 	}
 }
 
+/* Put the unhashed @rq in @ems's hash, by its end sector. */
+static inline void hash_link(struct elv_merge_state *ems, struct rq_request *rq)
+{
+	struct rq_hlist_node **head = &ems->hash[hash_bucket(rq_request_end_sector(rq))];
+	struct rq_hlist_node *n = &rq_priv(rq)->hash;
+
+	n->next = *head;
+	if (*head)
+		(*head)->pprev = &n->next;
+	*head = n;
+	n->pprev = head;
+	rq->rq_flags |= RQ_RQF_HASHED;
+}
+
 RQ_EXPORT void rq_sched_hash_add(struct rq_queue *q, struct rq_request *rq)
 {
-	struct rq_hlist_node **head;
-
 	if (!q->elevator || (rq->rq_flags & RQ_RQF_HASHED))
 		return;
-	head = &ems_of_rq(q, rq)->hash[hash_bucket(rq_request_end_sector(rq))];
-	rq_priv(rq)->hash.next = *head;
-	if (*head)
-		(*head)->pprev = &rq_priv(rq)->hash.next;
-	*head = &rq_priv(rq)->hash;
-	rq_priv(rq)->hash.pprev = head;
-	rq->rq_flags |= RQ_RQF_HASHED;
+	hash_link(ems_of_rq(q, rq), rq);
+}
+
+/*
+ * The single-queue sorted insert of the mergeable @rq (the kernel's
+ * elv_rqhash_add() and one-hit fill): a scheduler is attached and its one
+ * merge state holds every request.  Lock held.
+ */
+void elv_sq_hash_insert(struct rq_queue *q, struct rq_request *rq)
+{
+	struct elv_merge_state *ems = &q->elevator->merge[0];
+
+	if (!(rq->rq_flags & RQ_RQF_HASHED))
+		hash_link(ems, rq);
+	if (!ems->last_merge)
+		ems->last_merge = rq;
 }
 
 /*

@@ -762,11 +762,8 @@ static void sq_insert_sorted(struct rq_queue *q, struct rq_request *rq)
 	rq->rq_flags |= RQ_RQF_SORTED;
 	trace_insert(rq);
 	sq_sorted_add(sqd, 1);
-	if (rq_mergeable(rq)) {
-		rq_sched_hash_add(q, rq);
-		if (!q->elevator->merge[0].last_merge)
-			q->elevator->merge[0].last_merge = rq;
-	}
+	if (rq_mergeable(rq))
+		elv_sq_hash_insert(q, rq);
 	sqd->eops.add_request(q, rq);
 }
 

@@ -498,6 +498,7 @@ static inline bool rq_mergeable(const struct rq_request *rq)
 	       (rq->op == RQ_OP_READ || rq->op == RQ_OP_WRITE || rq->op == RQ_OP_DISCARD);
 }
 struct rq_elevator_queue *elv_queue_alloc(unsigned nr_merge);
+void elv_sq_hash_insert(struct rq_queue *q, struct rq_request *rq);
 bool ctx_list_merge(struct rq_queue *q, struct rq_list_node *list, struct rq_bio *bio,
 		    unsigned nr_segs);
 
