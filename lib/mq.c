@@ -1136,20 +1136,60 @@ static unsigned sched_pull(struct rq_hw_ctx *hctx, const struct rq_elevator_type
 }
 
 /*
- * Give driver tags to the requests of @pulled that have none: from *@bits
- * (a word of the bitmap at @off, as sbq_get_batch() gave it; the bits
- * used are cleared) while they last and the request is of @hctx, else one
- * by one.  The word's base and the rqs table stay in registers: a request
- * costs a bit scan and two stores.
+ * Driver tags taken ahead for one pull: up to RQ_DISPATCH_TAG_WORDS masks
+ * of bitmap words, each with the bit number of its word's bit 0 (as
+ * sbq_get_batch() gave them).  A batch spans words when a word has fewer
+ * bits than the batch (a 64-tag set has 16-bit words).
+ */
+#define RQ_DISPATCH_TAG_WORDS 4
+
+struct dispatch_tags {
+	unsigned long bits[RQ_DISPATCH_TAG_WORDS];
+	unsigned off[RQ_DISPATCH_TAG_WORDS];
+	unsigned nr;
+};
+
+/* Take up to @want driver tags, a word at a time; return how many. */
+static unsigned sched_get_tags(struct rq_tags *tags, unsigned cpu, unsigned want,
+			       struct dispatch_tags *dt)
+{
+	unsigned got = 0;
+
+	dt->nr = 0;
+	while (got < want && dt->nr < RQ_DISPATCH_TAG_WORDS) {
+		unsigned long bits = sbq_get_batch(&tags->bitmap, cpu, want - got,
+						   &dt->off[dt->nr]);
+
+		if (!bits)
+			break;
+		dt->bits[dt->nr++] = bits;
+		got += rq_popcountl(bits);
+	}
+	return got;
+}
+
+/* Give back the tags of @dt left unused, one atomic per word. */
+static void sched_put_tags(struct rq_tags *tags, unsigned cpu, struct dispatch_tags *dt)
+{
+	for (unsigned i = 0; i < dt->nr; i++)
+		sbq_put_mask(&tags->bitmap, dt->bits[i], dt->off[i], cpu);
+}
+
+/*
+ * Give driver tags to the requests of @pulled that have none: from the
+ * words of @dt (the bits used are cleared), lowest word and bit first,
+ * while they last and the request is of @hctx, else one by one.  The
+ * word's base and the rqs table stay in registers: a request costs a bit
+ * scan and two stores.
  * Return: false if a request got no tag.
  */
 static bool sched_tag_pulled(struct rq_hw_ctx *hctx, struct rq_list_node *pulled,
-			     unsigned long *bits, unsigned off)
+			     struct dispatch_tags *dt)
 {
 	struct rq_tags *tags = hctx->tags;
 	struct rq_request **rqs = tags->rqs;
-	unsigned base = tags->nr_reserved + off;
-	unsigned long b = *bits;
+	unsigned w = 0, base = dt->nr ? tags->nr_reserved + dt->off[0] : 0;
+	unsigned long b = dt->nr ? dt->bits[0] : 0;
 	bool ok = true;
 
 	for (struct rq_list_node *it = pulled->next; it != pulled; it = it->next) {
@@ -1157,6 +1197,11 @@ static bool sched_tag_pulled(struct rq_hw_ctx *hctx, struct rq_list_node *pulled
 
 		if (rq->tag >= 0)
 			continue;
+		if (!b && w + 1 < dt->nr) { /* this word is used up: the next */
+			dt->bits[w++] = 0;
+			b = dt->bits[w];
+			base = tags->nr_reserved + dt->off[w];
+		}
 		if (b && rq->hctx == hctx) {
 			unsigned tag = base + (unsigned)__builtin_ctzl(b);
 
@@ -1167,7 +1212,8 @@ static bool sched_tag_pulled(struct rq_hw_ctx *hctx, struct rq_list_node *pulled
 			ok = false;
 		}
 	}
-	*bits = b;
+	if (dt->nr)
+		dt->bits[w] = b;
 	return ok;
 }
 
@@ -1178,10 +1224,11 @@ static bool sched_tag_pulled(struct rq_hw_ctx *hctx, struct rq_list_node *pulled
  * remain: the device is full otherwise, and the scheduler keeps deciding
  * what goes next.  The kernel takes a driver tag per request pulled and
  * stops at the first it cannot have; here (unshared tag sets) the tags are
- * taken first, a bitmap word's worth with one atomic, the scheduler is
- * asked for at most that many requests, and the tags left over go back
- * with one atomic.  With a shared tag set (fair share counts tags one by
- * one) or no tag free, one request is pulled and tagged as the kernel does.
+ * taken first, up to a batch, a bitmap word's worth with one atomic, the
+ * scheduler is asked once for at most that many requests, and the tags
+ * left over go back with one atomic a word.  With a shared tag set (fair
+ * share counts tags one by one) or no tag free, one request is pulled and
+ * tagged as the kernel does.
  */
 static bool sched_dispatch(struct rq_hw_ctx *hctx, bool *progress)
 {
@@ -1198,14 +1245,14 @@ static bool sched_dispatch(struct rq_hw_ctx *hctx, bool *progress)
 	cpu = cur_cpu(); /* only with work: the last round of a run has none */
 	rq_list_init(&list);
 	do {
-		unsigned long bits = 0;
-		unsigned off = 0, want = 1, got;
+		struct dispatch_tags dt = { .nr = 0 };
+		unsigned want = 1, got;
 		struct rq_list_node pulled;
 
 		if (batch_tags) {
-			bits = sbq_get_batch(&tags->bitmap, cpu, RQ_DISPATCH_BATCH - n, &off);
-			if (bits)
-				want = rq_popcountl(bits);
+			got = sched_get_tags(tags, cpu, RQ_DISPATCH_BATCH - n, &dt);
+			if (got)
+				want = got;
 		}
 		rq_list_init(&pulled);
 		got = sched_pull(hctx, e, &pulled, want);
@@ -1214,15 +1261,15 @@ static bool sched_dispatch(struct rq_hw_ctx *hctx, bool *progress)
 			 * Work, but the scheduler holds it back (idling, a
 			 * class waiting): come back, as the kernel does.
 			 */
-			sbq_put_mask(&tags->bitmap, bits, off, cpu);
+			sched_put_tags(tags, cpu, &dt);
 			hctx_delay_run(hctx, RQ_RESOURCE_DELAY_MS);
 			break;
 		}
 		/* tag them where they lie, then move the whole batch over */
 		n += got;
-		no_tag = !sched_tag_pulled(hctx, &pulled, &bits, off);
+		no_tag = !sched_tag_pulled(hctx, &pulled, &dt);
 		rq_list_splice_tail_init(&pulled, &list);
-		sbq_put_mask(&tags->bitmap, bits, off, cpu);
+		sched_put_tags(tags, cpu, &dt);
 	} while (!no_tag && n < RQ_DISPATCH_BATCH && e->ops.has_work(hctx));
 	*progress = n != 0;
 	if (!n)
