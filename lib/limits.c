@@ -61,6 +61,23 @@ static bool block_size_ok(uint32_t bs)
 	return is_power_of_2(bs) && bs >= RQ_SECTOR_SIZE && bs <= MAX_BLOCK_SIZE;
 }
 
+/*
+ * Copy a caller's limits into @dst, the library's own size: the fields its
+ * size covers, zero (the default) for the rest.  Return: 0, or -EINVAL for
+ * a size that is not at least this release's first layout.
+ */
+int limits_copy_in(struct rq_queue_limits *dst, const struct rq_queue_limits *src)
+{
+	size_t n = src->size < sizeof(*dst) ? src->size : sizeof(*dst);
+
+	if (src->size < RQ_LIMITS_SIZE_0_1)
+		return -EINVAL;
+	memset(dst, 0, sizeof(*dst));
+	memcpy(dst, src, n);
+	dst->size = sizeof(*dst);
+	return 0;
+}
+
 /**
  * rq_queue_limits_validate() - complete zero fields with defaults and check
  * the rest.
@@ -80,23 +97,6 @@ static bool block_size_ok(uint32_t bs)
  * Context: any.
  * Return: 0, or -EINVAL with @lim unchanged.
  */
-/*
- * Copy a caller's limits into @dst, the library's own size: the fields its
- * size covers, zero (the default) for the rest.  Return: 0, or -EINVAL for
- * a size that is not at least this release's first layout.
- */
-int limits_copy_in(struct rq_queue_limits *dst, const struct rq_queue_limits *src)
-{
-	size_t n = src->size < sizeof(*dst) ? src->size : sizeof(*dst);
-
-	if (src->size < RQ_LIMITS_SIZE_0_1)
-		return -EINVAL;
-	memset(dst, 0, sizeof(*dst));
-	memcpy(dst, src, n);
-	dst->size = sizeof(*dst);
-	return 0;
-}
-
 RQ_EXPORT int rq_queue_limits_validate(struct rq_queue_limits *lim)
 {
 	struct rq_queue_limits l;

@@ -626,19 +626,6 @@ static struct timespec deadline_after_ns(long ns)
 	return ts;
 }
 
-/**
- * sbq_wait_get() - take a bit, sleeping until one frees.
- * @sbq: the queue.
- * @cpu: the caller's CPU.
- * @shallow_depth: bits per word that may be used; 0 means all.
- * @before_sleep: run once before the first sleep (NULL: nothing).
- * @should_abort: checked each time round before sleeping (NULL: never);
- *	whoever makes it true calls sbq_wake_all() for a prompt return.
- * @arg: for both callbacks.
- *
- * Context: any thread that may block; no lock a putter needs may be held.
- * Return: the bit, or -1 when @should_abort turned true.
- */
 /*
  * Before sleeping for a bit, poll for one for a while: a completion on
  * another CPU frees tags within microseconds, sooner than a sleep and a
@@ -672,6 +659,19 @@ static int sbq_poll_get(struct sbitmap_queue *sbq, unsigned cpu, unsigned shallo
 	return bit;
 }
 
+/**
+ * sbq_wait_get() - take a bit, sleeping until one frees.
+ * @sbq: the queue.
+ * @cpu: the caller's CPU.
+ * @shallow_depth: bits per word that may be used; 0 means all.
+ * @before_sleep: run once before the first sleep (NULL: nothing).
+ * @should_abort: checked each time round before sleeping (NULL: never);
+ *	whoever makes it true calls sbq_wake_all() for a prompt return.
+ * @arg: for both callbacks.
+ *
+ * Context: any thread that may block; no lock a putter needs may be held.
+ * Return: the bit, or -1 when @should_abort turned true.
+ */
 int sbq_wait_get(struct sbitmap_queue *sbq, unsigned cpu, unsigned shallow_depth,
 		 void (*before_sleep)(void *arg), bool (*should_abort)(void *arg), void *arg)
 {
