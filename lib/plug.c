@@ -267,7 +267,6 @@ bool plug_merge_tail(struct rq_queue *q, struct rq_request *rq, struct rq_bio *b
 	return true;
 }
 
-
 /*
  * Queue @rq on @plug, flushing it first when it is full (both front ends;
  * plug_add() in internal/queue.h does the common case inline).
