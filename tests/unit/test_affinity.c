@@ -66,6 +66,8 @@ static struct rq_bio *one_bio(void)
 /*
  * rq_affinity 2: a request completed by another thread is not ended there;
  * it ends on the submitting thread when that thread processes completions.
+ * The service is application-driven on the virtual clock (main()), so no
+ * fallback can end it first: until the submitter looks, nothing has ended.
  */
 static void test_force_runs_on_submitter(void **state)
 {
@@ -79,38 +81,48 @@ static void test_force_runs_on_submitter(void **state)
 	assert_int_equal(mock_nr_held(m), 1);
 	assert_int_equal(pthread_create(&th, NULL, complete_from_other_thread, &c), 0);
 	pthread_join(th, NULL);
-	/* the service thread would only step in after a millisecond; we are quicker */
-	if (atomic_load(&end_io_calls) == 0) {
-		assert_int_equal(rq_process_completions(), 1);
-		assert_int_equal(atomic_load(&end_io_calls), 1);
-		assert_true(pthread_equal(end_io_thread, pthread_self()));
-	}
+	assert_int_equal(atomic_load(&end_io_calls), 0);
+	assert_int_equal(rq_process_completions(), 1);
 	assert_int_equal(atomic_load(&end_io_calls), 1);
+	assert_true(pthread_equal(end_io_thread, pthread_self()));
+	assert_int_equal(rq_process_completions(), 0);
 	rq_bio_put(bio);
 	mock_destroy(m);
 }
 
+/* The service as an event loop on another thread runs it: to @arg's time. */
+static void *serve_to(void *arg)
+{
+	fx_serve_until(*(const uint64_t *)arg);
+	return NULL;
+}
+
 /*
- * rq_affinity 2 with a submitter that never comes back: the service thread
- * completes the request after about a millisecond, exactly once.
+ * rq_affinity 2 with a submitter that never comes back: the service
+ * fallback ends the request once a millisecond has passed since the push,
+ * not before, exactly once, on the thread that runs the service.
  */
 static void test_force_idle_submitter(void **state)
 {
 	struct mock_dev *m = affinity_dev("2");
 	struct rq_bio *bio = one_bio();
 	struct completer c = { m };
+	uint64_t t;
 	pthread_t th;
-	uint64_t end;
 
 	atomic_store(&end_io_calls, 0);
 	rq_submit_bio(m->q, bio);
 	assert_int_equal(pthread_create(&th, NULL, complete_from_other_thread, &c), 0);
 	pthread_join(th, NULL);
-	end = fixture_now_ms() + 10000;
-	while (!atomic_load(&end_io_calls) && fixture_now_ms() < end)
-		fx_poll_pause();
+	t = fx_vclock_now() + 900000; /* 0.9 ms: the owner may still come */
+	assert_int_equal(pthread_create(&th, NULL, serve_to, &t), 0);
+	pthread_join(th, NULL);
+	assert_int_equal(atomic_load(&end_io_calls), 0);
+	t = fx_vclock_now() + 200000; /* past the millisecond */
+	assert_int_equal(pthread_create(&th, NULL, serve_to, &t), 0);
+	pthread_join(th, NULL);
 	assert_int_equal(atomic_load(&end_io_calls), 1);
-	assert_false(pthread_equal(end_io_thread, pthread_self()));
+	assert_true(pthread_equal(end_io_thread, th));
 	/* exactly once: after destroy no second end_io can come */
 	mock_destroy(m);
 	assert_int_equal(atomic_load(&end_io_calls), 1);
@@ -148,5 +160,8 @@ int main(void)
 		cmocka_unit_test(test_inline_on_completer),
 	};
 
+	/* no service thread behind the tests' backs: they drive it on the virtual clock */
+	fx_vclock_install(1000000000ull);
+	assert_int_equal(rq_service_manual(), 0);
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
