@@ -362,21 +362,6 @@ RQ_EXPORT int rq_process_completions(void)
 	return mb ? (int)mbox_drain(mb) : 0;
 }
 
-/* Online CPUs, read once: polling needs two. */
-static unsigned mbox_online_cpus(void)
-{
-	static _Atomic unsigned nr;
-	unsigned n = atomic_load_explicit(&nr, memory_order_relaxed);
-
-	if (!n) {
-		long c = sysconf(_SC_NPROCESSORS_ONLN);
-
-		n = c > 0 ? (unsigned)c : 1u;
-		atomic_store_explicit(&nr, n, memory_order_relaxed);
-	}
-	return n;
-}
-
 static uint64_t mbox_now_ns(void)
 {
 	struct timespec ts;
@@ -401,7 +386,7 @@ static bool mbox_poll(struct rq_mailbox *mb, uint64_t limit_ns)
 	uint64_t start, budget;
 	bool found;
 
-	if (mbox_online_cpus() < 2 || !peer || peer == (int)cur_cpu() + 1)
+	if (cpus_online() < 2 || !peer || peer == (int)cur_cpu() + 1)
 		return false;
 	if (!mb->poll_ns)
 		mb->poll_ns = MBOX_POLL_MAX_NS / 4;

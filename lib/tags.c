@@ -635,17 +635,12 @@ static struct timespec deadline_after_ns(long ns)
  */
 static int sbq_poll_get(struct sbitmap_queue *sbq, unsigned cpu, unsigned shallow_depth)
 {
-	static _Atomic int two_cpus = -1;
 	static __thread unsigned budget __attribute__((tls_model("initial-exec"))) =
 		SBQ_POLL_MAX_TRIES / 4;
-	int two = atomic_load_explicit(&two_cpus, memory_order_relaxed), bit = -1;
+	int bit = -1;
 	unsigned i, j;
 
-	if (two < 0) {
-		two = sysconf(_SC_NPROCESSORS_ONLN) > 1;
-		atomic_store_explicit(&two_cpus, two, memory_order_relaxed);
-	}
-	if (!two)
+	if (cpus_online() < 2)
 		return -1;
 	for (i = 0; i < budget && bit < 0; i++) {
 		for (j = 0; j < 8; j++)

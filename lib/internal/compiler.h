@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <unistd.h>
 
 /* Mark a function part of the public ABI (the rest is hidden). */
 #define RQ_EXPORT __attribute__((visibility("default")))
@@ -80,6 +81,24 @@ static inline unsigned rq_popcountl(unsigned long x)
 #define WRITE_ONCE(x, v) __atomic_store_n(&(x), (v), __ATOMIC_RELAXED)
 #define LOAD_ACQUIRE(x) __atomic_load_n(&(x), __ATOMIC_ACQUIRE)
 #define STORE_RELEASE(x, v) __atomic_store_n(&(x), (v), __ATOMIC_RELEASE)
+
+/*
+ * CPUs online, read once per object file: polling for a peer is only worth
+ * it with two (a peer on the same CPU needs the CPU the poller would spin on).
+ */
+static inline unsigned cpus_online(void)
+{
+	static _Atomic unsigned nr;
+	unsigned n = atomic_load_explicit(&nr, memory_order_relaxed);
+
+	if (!n) {
+		long c = sysconf(_SC_NPROCESSORS_ONLN);
+
+		n = c > 0 ? (unsigned)c : 1u;
+		atomic_store_explicit(&nr, n, memory_order_relaxed);
+	}
+	return n;
+}
 
 static inline void cpu_relax(void)
 {
