@@ -604,7 +604,6 @@ static void hctx_restart(struct rq_hw_ctx *hctx)
 	}
 }
 
-/* Common end of an in-flight request whose state we just moved to COMPLETE. */
 /* The end of a step of flush sequencing (rq_priv(rq)->end_io set). */
 static __attribute__((noinline)) void mq_end_request_seq(struct rq_request *rq,
 							  rq_status_t status)
@@ -621,6 +620,7 @@ static __attribute__((noinline)) void mq_end_request_seq(struct rq_request *rq,
 	queue_exit_ctx(q, ctx);
 }
 
+/* Common end of an in-flight request whose state we just moved to COMPLETE. */
 static inline __attribute__((always_inline)) void
 mq_end_request_inflight(struct rq_request *rq, rq_status_t status)
 {
