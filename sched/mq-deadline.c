@@ -1157,24 +1157,36 @@ static unsigned dl_run_take(struct dl_hctx_queue *hq, struct dl_prio_queue *pq, 
 {
 	struct dl_run *run = &pq->run[dir];
 	struct rq_request *rq = pq->next_hint[dir], *last = NULL;
+	struct rq_list_node *tail = list->prev;
 	uint64_t live = run->live_mask;
 	unsigned n = 0;
 
+	/*
+	 * Each request leaves the FIFO and is chained after @tail; @list is
+	 * closed once at the end (no re-initialising of links about to be
+	 * overwritten, no reloading of the list's tail).
+	 */
 	while (rq && n < max) {
 		unsigned i = dl_run_index(rq);
-		uint64_t above = i < 63 ? live & (~0ull << (i + 1)) : 0;
+		uint64_t above = live & (~1ull << i);
+		struct rq_list_node *node = &rq->queuelist;
 
 		live &= ~(1ull << i);
 		run->rq[i] = NULL;
 		rq->elv_priv[0] = NULL;
-		rq_list_del_init(&rq->queuelist);
-		rq_list_add_tail(&rq->queuelist, list);
+		node->next->prev = node->prev;
+		node->prev->next = node->next;
+		node->prev = tail;
+		tail->next = node;
+		tail = node;
 		n++;
 		last = rq;
 		rq = above ? run->rq[__builtin_ctzll(above)] : NULL;
 	}
 	if (!n)
 		return 0;
+	tail->next = list;
+	list->prev = tail;
 	/* what dl_run_del() does per entry, once */
 	if (hq->run_first && !hq->run_first->elv_priv[0])
 		hq->run_first = NULL;
