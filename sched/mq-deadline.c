@@ -435,31 +435,51 @@ static inline struct dl_prio_queue *dl_pq_of(struct dl_hctx_queue *hq, const str
 }
 
 /*
- * Append @n requests, sorted by @key (dl_insert_runs()), to the run of @pq
- * and @dir (@key NULL when @n is 1); with @n > 1 the run is empty and the
+ * The requests of one dl_insert_runs() and their order: @rq and @sector in
+ * list order, @ord the list indices in ascending sector order (made by
+ * dl_sort()).
+ */
+struct dl_sort {
+	struct rq_request *rq[DL_RUN_MAX];
+	uint64_t sector[DL_RUN_MAX];
+	uint8_t ord[DL_RUN_MAX];
+};
+
+#define DL_SORT_END UINT8_MAX /* end of a bucket's chain */
+_Static_assert(DL_RUN_MAX < DL_SORT_END, "a list index fits a chain link");
+
+/*
+ * Append the @n requests of @s, in sector order, to the run of @pq and
+ * @dir (@s NULL: the one request @rq); with @s the run is empty and the
  * requests must neither overlap nor touch: false (the run still empty,
  * the requests unmarked) when they do.
  * Lock held.
  */
 static bool dl_fill_run(struct dl_hctx_queue *hq, struct dl_prio_queue *pq, enum dl_dir dir,
-			struct rq_request *const *rqs, const uint64_t *key, unsigned n)
+			const struct dl_sort *s, struct rq_request *rq, unsigned n)
 {
 	struct dl_run *run = &pq->run[dir];
 	unsigned base = run->len;
 	uint64_t end = 0;
 
 	for (unsigned i = 0; i < n; i++) {
-		struct rq_request *rq = rqs[n > 1 ? key[i] & (DL_RUN_MAX - 1) : 0];
+		uint64_t sector;
 
-		if (n > 1) {
-			if (i && rq->sector <= end) {
+		if (s) {
+			unsigned k = s->ord[i];
+
+			rq = s->rq[k];
+			sector = s->sector[k];
+			if (i && sector <= end) {
 				while (i--)
 					run->rq[i]->elv_priv[0] = NULL;
 				return false;
 			}
-			end = max_t(uint64_t, end, rq_request_end_sector(rq));
+			end = max_t(uint64_t, end, sector + rq_request_sectors(rq));
+		} else {
+			sector = rq->sector;
 		}
-		run->sector[base + i] = rq->sector;
+		run->sector[base + i] = sector;
 		run->rq[base + i] = rq;
 		rq->elv_priv[0] = DL_RUN_SLOT(base + i);
 		rq->elv_priv[1] = pq;
@@ -473,52 +493,41 @@ static bool dl_fill_run(struct dl_hctx_queue *hq, struct dl_prio_queue *pq, enum
 	return true;
 }
 
-/* Sort keys of dl_insert_runs(): start sector above, list position below. */
-#define DL_KEY_SHIFT 6
-#define DL_KEY_MAX_SECTOR (UINT64_MAX >> DL_KEY_SHIFT)
-_Static_assert(DL_RUN_MAX <= (1u << DL_KEY_SHIFT), "a run's index fits below the sector");
-
 /*
- * Sort the @n (at most DL_RUN_MAX) distinct keys of @in whose sectors lie
- * in [@lo, @hi] into @key[1..n], ascending (@key[0] is a sentinel).  A bucket sort: the span is cut
- * into at most 64 buckets of a power of two sectors each, a bucket keeps
- * its keys on a chain, a bitmap says which buckets hold any, and the keys
- * come back bucket by bucket; an insertion sort then puts the few that
- * shared a bucket in order.  About 20 instructions a key against ~70 for
- * an insertion sort of 32 random keys.
+ * Put the @n (at most DL_RUN_MAX) list indices of @s in ascending order of
+ * their sectors, which lie in [@lo, @hi], into @s->ord (equal sectors in
+ * either order: such requests overlap and make no run).  A bucket sort:
+ * the span is cut into at most 64 buckets of a power of two sectors each,
+ * a bucket keeps its indices on a chain in sector order (a chain is
+ * rarely longer than one), a bitmap says which buckets hold any, and the
+ * indices come back bucket by bucket.
  */
-static void dl_sort_keys(uint64_t *key, const uint64_t *in, unsigned n, uint64_t lo,
-			 uint64_t hi)
+static void dl_sort(struct dl_sort *s, unsigned n, uint64_t lo, uint64_t hi)
 {
 	uint8_t head[64], next[DL_RUN_MAX];
-	uint64_t span = hi - lo, used = 0, *out = key + 1;
+	uint64_t span = hi - lo, used = 0;
 	unsigned shift = 0, m = 0;
 
 	if (span >> 6)
 		shift = 64 - (unsigned)__builtin_clzll(span) - 6;
 	for (unsigned i = 0; i < n; i++) {
-		unsigned b = (unsigned)(((in[i] >> DL_KEY_SHIFT) - lo) >> shift);
+		uint64_t sector = s->sector[i];
+		unsigned b = (unsigned)((sector - lo) >> shift);
+		uint8_t *p = &head[b];
 
-		next[i] = used & (1ull << b) ? head[b] : UINT8_MAX;
-		head[b] = (uint8_t)i;
-		used |= 1ull << b;
-	}
-	key[0] = 0; /* a sentinel: no key is below it */
-	while (used) {
-		unsigned b = (unsigned)__builtin_ctzll(used);
-
-		used &= used - 1;
-		for (unsigned i = head[b]; i != UINT8_MAX; i = next[i]) {
-			uint64_t k = in[i];
-			uint64_t *p = out + m++;
-
-			while (p[-1] > k) {
-				p[0] = p[-1];
-				p--;
-			}
-			p[0] = k;
+		if (used & (1ull << b)) {
+			while (*p != DL_SORT_END && s->sector[*p] < sector)
+				p = &next[*p];
+			next[i] = *p;
+		} else {
+			next[i] = DL_SORT_END;
+			used |= 1ull << b;
 		}
+		*p = (uint8_t)i;
 	}
+	for (; used; used &= used - 1)
+		for (unsigned i = head[__builtin_ctzll(used)]; i != DL_SORT_END; i = next[i])
+			s->ord[m++] = (uint8_t)i;
 }
 
 /*
@@ -527,72 +536,66 @@ static void dl_sort_keys(uint64_t *key, const uint64_t *in, unsigned n, uint64_t
  * fits, and its requests sorted by sector neither overlap nor touch (so no
  * insert merge can happen and no two share a start sector).  Lock held.
  *
- * The sort moves one 64-bit key per request (start sector, then the
- * request's place in the list); when every request has one class and
- * direction (a plug's batch, usually) the list goes onto the FIFO with
- * one splice.
+ * When every request has one class and direction (a plug's batch,
+ * usually) the list goes onto the FIFO with one splice.
  * Return: true if done (@list is empty then); false if @list is untouched.
  */
 static bool dl_insert_runs(struct dl_data *dd, struct dl_hctx_queue *hq,
 			   struct rq_list_node *list, uint64_t now)
 {
-	struct rq_request *rqs[DL_RUN_MAX], *rq, *first_mergeable = NULL;
-	uint64_t sorted[DL_RUN_MAX + 1], *key = sorted + 1, in[DL_RUN_MAX], end = 0;
-	uint64_t lo = DL_KEY_MAX_SECTOR, hi = 0, expire_ns[DL_NR_DIRS];
-	unsigned n = 0, mixed = 0, first_class;
-	enum dl_dir first_dir;
+	struct rq_request *rq, *first_mergeable = NULL;
+	struct dl_sort s;
+	uint64_t lo = UINT64_MAX, hi = 0, end = 0, due[DL_NR_DIRS];
+	unsigned n = 0, mixed = 0, first;
 
 	if (hq->nr_queued || rq_list_empty(list))
 		return false;
-	expire_ns[DL_READ] = READ_ONCE(dd->read_expire_ms) * NSEC_PER_MSEC;
-	expire_ns[DL_WRITE] = READ_ONCE(dd->write_expire_ms) * NSEC_PER_MSEC;
+	due[DL_READ] = now + READ_ONCE(dd->read_expire_ms) * NSEC_PER_MSEC;
+	due[DL_WRITE] = now + READ_ONCE(dd->write_expire_ms) * NSEC_PER_MSEC;
 	rq = rq_list_first_rq(list);
-	first_class = RQ_IOPRIO_CLASS(rq->ioprio);
-	first_dir = dl_dir_of(rq->op);
+	first = RQ_IOPRIO_CLASS(rq->ioprio) << 1 | dl_dir_of(rq->op);
 	for (struct rq_list_node *it = list->next; it != list; it = it->next) {
-		rq = RQ_CONTAINER_OF(it, struct rq_request, queuelist);
-		if (n == DL_RUN_MAX || rq->sector > DL_KEY_MAX_SECTOR)
+		uint64_t sector;
+		enum dl_dir dir;
+
+		if (n == DL_RUN_MAX)
 			return false;
-		mixed |= (RQ_IOPRIO_CLASS(rq->ioprio) ^ first_class) |
-			 ((unsigned)dl_dir_of(rq->op) ^ (unsigned)first_dir);
-		rqs[n] = rq;
-		in[n] = rq->sector << DL_KEY_SHIFT | n;
-		lo = min_t(uint64_t, lo, rq->sector);
-		hi = max_t(uint64_t, hi, rq->sector);
+		rq = RQ_CONTAINER_OF(it, struct rq_request, queuelist);
+		sector = rq->sector;
+		dir = dl_dir_of(rq->op);
+		mixed |= (RQ_IOPRIO_CLASS(rq->ioprio) << 1 | dir) ^ first;
+		s.rq[n] = rq;
+		s.sector[n] = sector;
+		lo = min_t(uint64_t, lo, sector);
+		hi = max_t(uint64_t, hi, sector);
 		/* the FIFO's deadline (the tree path sets it again if it is taken) */
-		rq->fifo_time = now + expire_ns[dl_dir_of(rq->op)];
+		rq->fifo_time = due[dir];
 		if (!first_mergeable && dl_mergeable(rq))
 			first_mergeable = rq;
 		n++;
 	}
-	/* by start sector, then place in the list */
-	dl_sort_keys(sorted, in, n, lo, hi);
+	dl_sort(&s, n, lo, hi);
 	if (!mixed) {
-		if (!dl_fill_run(hq, dl_pq_of(hq, rqs[0]), first_dir, rqs, key, n))
+		if (!dl_fill_run(hq, dl_pq_of(hq, s.rq[0]), dl_dir_of(s.rq[0]->op), &s, NULL, n))
 			return false;
 	} else {
 		for (unsigned i = 0; i < n; i++) {
-			rq = rqs[key[i] & (DL_RUN_MAX - 1)];
+			rq = s.rq[s.ord[i]];
 			if (i && rq->sector <= end)
 				return false;
 			end = max_t(uint64_t, end, rq_request_end_sector(rq));
 		}
 		for (unsigned i = 0; i < n; i++) {
-			struct dl_prio_queue *pq;
-			enum dl_dir dir;
-
-			rq = rqs[key[i] & (DL_RUN_MAX - 1)];
-			pq = dl_pq_of(hq, rq);
-			dir = dl_dir_of(rq->op);
-			dl_fill_run(hq, pq, dir, &rq, NULL, 1);
+			rq = s.rq[s.ord[i]];
+			dl_fill_run(hq, dl_pq_of(hq, rq), dl_dir_of(rq->op), NULL, rq, 1);
 		}
 	}
 	/* the FIFOs in arrival order */
 	hq->run_first = first_mergeable;
 	if (!mixed) {
-		struct dl_prio_queue *pq = dl_pq(rqs[0]);
+		struct dl_prio_queue *pq = dl_pq(s.rq[0]);
 
-		rq_list_splice_tail_init(list, &pq->fifo[first_dir]);
+		rq_list_splice_tail_init(list, &pq->fifo[dl_dir_of(s.rq[0]->op)]);
 		pq->nr_queued += n;
 	} else {
 		while ((rq = rq_list_first_rq(list))) {
