@@ -133,7 +133,8 @@ _Static_assert(DL_RUN_MAX <= 64, "a run's live entries fit one 64-bit mask");
  *	entry at or after any place is one bit scan away.
  * @sector: the entries' start sectors, ascending (kept for dispatched
  *	entries too, so the array stays searchable).
- * @rq: the requests; NULL once dispatched.
+ * @rq: the requests; an entry means nothing once its @live_mask bit
+ *	is clear.
  */
 struct dl_run {
 	unsigned head, len, live;
@@ -338,7 +339,6 @@ static void dl_add(struct dl_data *dd, struct rq_request *rq, uint64_t now)
 /* Take run entry @i (request @rq) out of @run; lock held. */
 static void dl_run_del(struct dl_hctx_queue *hq, struct dl_run *run, unsigned i)
 {
-	run->rq[i] = NULL;
 	run->live_mask &= ~(1ull << i);
 	if (!--run->live) {
 		run->head = run->len = 0;
@@ -408,11 +408,9 @@ static void dl_materialise(struct dl_data *dd, struct dl_hctx_queue *hq)
 
 			if (!run->len)
 				continue;
-			for (unsigned i = run->head; i < run->len; i++) {
-				struct rq_request *rq = run->rq[i];
+			for (uint64_t m = run->live_mask; m; m &= m - 1) {
+				struct rq_request *rq = run->rq[__builtin_ctzll(m)];
 
-				if (!rq)
-					continue;
 				rq_sched_rb_add(&pq->sort[d], rq);
 				if (dl_mergeable(rq))
 					rq_sched_hash_add(dd->q, rq);
@@ -1159,23 +1157,23 @@ static unsigned dl_run_take(struct dl_hctx_queue *hq, struct dl_prio_queue *pq, 
 			    struct rq_list_node *list, unsigned max)
 {
 	struct dl_run *run = &pq->run[dir];
-	struct rq_request *rq = pq->next_hint[dir], *last = NULL;
 	struct rq_list_node *tail = list->prev;
-	uint64_t live = run->live_mask;
+	uint64_t from = ~0ull << dl_run_index(pq->next_hint[dir]);
+	uint64_t live = run->live_mask, left = live & from;
+	struct rq_request *last = NULL;
 	unsigned n = 0;
 
 	/*
-	 * Each request leaves the FIFO and is chained after @tail; @list is
-	 * closed once at the end (no re-initialising of links about to be
+	 * The live entries from the hint up, in order, while there is room:
+	 * each leaves the FIFO and is chained after @tail; @list is closed
+	 * once at the end (no re-initialising of links about to be
 	 * overwritten, no reloading of the list's tail).
 	 */
-	while (rq && n < max) {
-		unsigned i = dl_run_index(rq);
-		uint64_t above = live & (~1ull << i);
+	while (left && n < max) {
+		struct rq_request *rq = run->rq[__builtin_ctzll(left)];
 		struct rq_list_node *node = &rq->queuelist;
 
-		live &= ~(1ull << i);
-		run->rq[i] = NULL;
+		left &= left - 1;
 		rq->elv_priv[0] = NULL;
 		node->next->prev = node->prev;
 		node->prev->next = node->next;
@@ -1184,12 +1182,12 @@ static unsigned dl_run_take(struct dl_hctx_queue *hq, struct dl_prio_queue *pq, 
 		tail = node;
 		n++;
 		last = rq;
-		rq = above ? run->rq[__builtin_ctzll(above)] : NULL;
 	}
 	if (!n)
 		return 0;
 	tail->next = list;
 	list->prev = tail;
+	live = (live & ~from) | left;
 	/* what dl_run_del() does per entry, once */
 	if (hq->run_first && !hq->run_first->elv_priv[0])
 		hq->run_first = NULL;
@@ -1202,7 +1200,7 @@ static unsigned dl_run_take(struct dl_hctx_queue *hq, struct dl_prio_queue *pq, 
 	} else {
 		run->head = (unsigned)__builtin_ctzll(live);
 	}
-	pq->next_hint[dir] = rq;
+	pq->next_hint[dir] = left ? run->rq[__builtin_ctzll(left)] : NULL;
 	pq->nr_queued -= n;
 	hq->batching += n;
 	return n;
