@@ -645,6 +645,9 @@ static struct rq_request *dl_next_sorted(struct dl_prio_queue *pq, enum dl_dir d
 		const struct dl_run *run = &pq->run[dir];
 		unsigned lo = run->head, len = run->len - run->head;
 
+		/* the batch ran off the run's end: nothing live lies further up */
+		if (run->sector[63 - __builtin_clzll(run->live_mask)] < pos)
+			return NULL;
 		/*
 		 * The first entry at or after pos, then the first live one.  The
 		 * search halves a count that depends only on the run's length
