@@ -985,6 +985,24 @@ static void test_write_stops_read_streak(void **state)
 	run_case("2", sectors, ops, 11, 1, want);
 }
 
+/*
+ * A streak walks a run's live entries and skips the ones a full decision
+ * already took out of its middle.  Past read_expire, fifo_batch 3: the
+ * expired head 5000 starts a batch (5000, 6000, 7000), the next head 9000
+ * has nothing above it (a batch of one), 1000 starts the next (1000,
+ * 2000, 3000), and the last, from head 4000, goes on at 8000 past the
+ * three taken above 4000.  A take that did not skip them would hand out
+ * a request twice or stop at the hole.
+ */
+static void test_streak_skips_taken_entries(void **state)
+{
+	static const uint64_t sectors[] = { 5000, 9000, 1000, 2000, 3000, 4000, 6000, 7000, 8000 };
+	static const uint64_t want[] = { 5000, 6000, 7000, 9000, 1000, 2000, 3000, 4000, 8000 };
+
+	(void)state;
+	run_case("3", sectors, NULL, 9, 600, want);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1009,6 +1027,7 @@ int main(void)
 		cmocka_unit_test(test_run_in_sector_order),
 		cmocka_unit_test(test_expired_head_preempts_streak),
 		cmocka_unit_test(test_write_stops_read_streak),
+		cmocka_unit_test(test_streak_skips_taken_entries),
 	};
 
 	rq_clock_set_source(vclock, NULL);
