@@ -453,26 +453,29 @@ static inline void reap_one(struct bench_thread *t, struct bench_bio *bb)
 	t->free = bb;
 }
 
-/* Collect every bio that ended since the last call; return how many. */
-static unsigned reap(struct bench_thread *t)
+/*
+ * Collect every bio that ended since the last call; return how many (with
+ * those bench_end_io_plain() reaped in rq_process_completions()).
+ */
+static uint64_t reap(struct bench_thread *t)
 {
 	struct bench_bio *bb, *next;
-	unsigned n = 0;
+	uint64_t reaped0 = t->reaped;
 
 	if (t->b->o.rq_affinity == 2)
 		rq_process_completions(); /* what the completion thread left us */
-	for (bb = t->done_local, t->done_local = NULL; bb; bb = next, n++) {
+	for (bb = t->done_local, t->done_local = NULL; bb; bb = next) {
 		next = bb->next;
 		reap_one(t, bb);
 	}
 	if (atomic_load_explicit(&t->done_remote, memory_order_relaxed)) {
 		bb = atomic_exchange(&t->done_remote, NULL);
-		for (; bb; bb = next, n++) {
+		for (; bb; bb = next) {
 			next = bb->next;
 			reap_one(t, bb);
 		}
 	}
-	return n;
+	return t->reaped - reaped0;
 }
 
 static bool ended_remote(void *arg)
@@ -488,6 +491,7 @@ static bool ended_remote(void *arg)
  */
 static void wait_completion(struct bench_thread *t)
 {
+	uint64_t reaped0 = t->reaped;
 	uint32_t seq;
 
 	/* a completion thread on another CPU hands back a chain every few
@@ -496,7 +500,8 @@ static void wait_completion(struct bench_thread *t)
 	    null_poll_worth(atomic_load_explicit(&t->peer_cpu, memory_order_relaxed)) &&
 	    null_poll(&t->poll_ns, ended_remote, t) && reap(t))
 		return;
-	while (!reap(t)) {
+	/* rq_wait_completions() may itself reap (bench_end_io_plain()) */
+	while (!reap(t) && t->reaped == reaped0) {
 		if (t->b->o.rq_affinity == 2) {
 			/* our bios end here: sleep on the library's mailbox (the
 			   service thread may end some elsewhere after 1 ms: look
