@@ -823,6 +823,12 @@ static void null_request_fn(struct rq_queue *q)
 
 	while (busy < dev->cfg.hw_queue_depth && (rq = rq_sq_fetch_request(q))) {
 		null_account(hq, rq);
+		if (hq->plain) {
+			/* inline, no data to move: end it now */
+			null_count(&hq->completed, 1);
+			rq_sq_end_request_all_locked(rq, RQ_STS_OK);
+			continue;
+		}
 		if (dev->cfg.completion == NULL_COMPLETE_INLINE) {
 			rq_status_t status = null_handle_rq(dev, hq, rq);
 
