@@ -358,8 +358,12 @@ static void bench_stage(struct bench_thread *t, struct bench_bio *bb)
 	tls_stage[i].first = bb;
 }
 
-/* Give @bb, ended on another thread than its own, back to @t. */
-static void bench_end_remote(struct bench_thread *t, struct bench_bio *bb)
+/*
+ * Give @bb, ended on another thread than its own, back to @t.  Out of line:
+ * end_io's own-thread path then needs no registers saved.
+ */
+static __attribute__((noinline)) void bench_end_remote(struct bench_thread *t,
+						       struct bench_bio *bb)
 {
 	if (tls_staging)
 		bench_stage(t, bb);
