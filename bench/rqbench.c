@@ -376,8 +376,8 @@ static __attribute__((noinline)) void bench_end_remote(struct bench_thread *t,
  * thread, which reaps it (reap_one()).
  * @bio: the bio.
  *
- * Used when latencies are sampled or bios come from rq_bio_alloc();
- * otherwise bench_end_io_plain().
+ * Used when bios come from rq_bio_alloc() (put by reap(), after end_io
+ * returned); otherwise bench_end_io_lat() or bench_end_io_plain().
  *
  * Context: the submitting thread (inline completion) or any other.
  */
@@ -457,9 +457,31 @@ static inline void reap_one(struct bench_thread *t, struct bench_bio *bb)
 	t->free = bb;
 }
 
+/**
+ * bench_end_io_lat() - a bio ended while latencies are sampled: note its
+ * latency; on its own thread reap it here (reap_one(): status, count,
+ * histogram, free list), elsewhere give it back as bench_end_io() does.
+ * @bio: the bio (preallocated).
+ *
+ * Context: the submitting thread (inline completion) or any other.
+ */
+static void bench_end_io_lat(struct rq_bio *bio)
+{
+	struct bench_bio *bb = bio->private_data;
+	struct bench_thread *t = bb->t;
+
+	if (bb->submit_ns)
+		bb->lat_ns = lat_ns(bb->submit_ns, lat_stamp());
+	if (current_thread != t) {
+		bench_end_remote(t, bb);
+		return;
+	}
+	reap_one(t, bb);
+}
+
 /*
  * Collect every bio that ended since the last call; return how many (with
- * those bench_end_io_plain() reaped in rq_process_completions()).
+ * those bench_end_io_plain() or _lat() reaped in rq_process_completions()).
  */
 static uint64_t reap(struct bench_thread *t)
 {
@@ -504,7 +526,7 @@ static void wait_completion(struct bench_thread *t)
 	    null_poll_worth(atomic_load_explicit(&t->peer_cpu, memory_order_relaxed)) &&
 	    null_poll(&t->poll_ns, ended_remote, t) && reap(t))
 		return;
-	/* rq_wait_completions() may itself reap (bench_end_io_plain()) */
+	/* rq_wait_completions() may itself reap (bench_end_io_plain(), _lat()) */
 	while (!reap(t) && t->reaped == reaped0) {
 		if (t->b->o.rq_affinity == 2) {
 			/* our bios end here: sleep on the library's mailbox (the
@@ -667,7 +689,7 @@ static void run_phase(struct bench_thread *t, uint64_t nr, bool measuring)
 		else
 			run_loop(t, &sc, nr, true, false);
 	} else {
-		sc.end_io = bench_end_io;
+		sc.end_io = sc.bio_alloc ? bench_end_io : bench_end_io_lat;
 		run_loop(t, &sc, nr, false, false);
 	}
 	if (measuring)
