@@ -51,7 +51,8 @@ struct null_cmd {
 	rq_status_t status;      /* single queue: the answer, until it is ended */
 	/* multi-queue: the hw queue this request was last issued on, so
 	   queue_rq looks it up once per request slot, not once per I/O
-	   (null_hq_of_rq; NULL from init_request) */
+	   (null_hq_of_rq; NULL from init_request, and in the library's own
+	   flush request, whose payload it allocates zeroed) */
 	struct rq_hw_ctx *hctx;
 	struct null_hq *hq;
 };
@@ -78,7 +79,6 @@ struct null_hq {
 
 	/* written by queue_rq */
 	struct null_counters qc __attribute__((aligned(NULL_CACHELINE)));
-	struct rq_hw_ctx *hctx;     /* set by init_hctx (multi-queue) */
 	bool plain;                 /* inline completion with nothing to
 				       inject, sleep or copy: queue_rq's
 				       short path (fixed at creation) */
@@ -778,7 +778,6 @@ static int null_init_hctx(struct rq_hw_ctx *hctx, void *set_data, unsigned idx)
 {
 	struct null_dev *dev = set_data;
 
-	dev->hqs[idx].hctx = hctx;
 	rq_hctx_set_driver_data(hctx, &dev->hqs[idx]);
 	return 0;
 }
