@@ -125,7 +125,9 @@ struct bench_thread {
 	struct bench_bio *slots;
 	struct bench_bio *free;       /* ready to submit */
 	struct bench_bio *done_local; /* ended on this thread, not reaped */
-	unsigned inflight;
+	uint64_t submitted;           /* bios submitted, every phase */
+	uint64_t reaped;              /* bios reaped, every phase: in flight
+					 is submitted - reaped */
 	uint64_t rng;
 	uint64_t seq_block, region_first, region_blocks;
 	uint64_t completed;           /* bios reaped while measuring */
@@ -133,7 +135,6 @@ struct bench_thread {
 	uint64_t lat_tick;
 	uint64_t alloc_bytes;
 	uint32_t poll_ns;             /* adaptive polling budget (wait_completion) */
-	bool measuring;
 	void *buf;
 	struct hist hist;
 	/* shared with completion threads */
@@ -294,13 +295,6 @@ static void tcache_off(void) { }
 
 /* ------------------------------------------------------------ completion */
 
-/**
- * bench_end_io() - a bio ended: note its latency and give it back to its
- * thread.
- * @bio: the bio.
- *
- * Context: the submitting thread (inline completion) or any other.
- */
 /*
  * Hand the ended bios @first..@last (linked by next) to @t with one
  * compare-and-swap; wake it if it sleeps.
@@ -364,6 +358,29 @@ static void bench_stage(struct bench_thread *t, struct bench_bio *bb)
 	tls_stage[i].first = bb;
 }
 
+/*
+ * Give @bb, ended on another thread than its own, back to @t.  Out of line:
+ * end_io's own-thread path then needs no registers saved.
+ */
+static __attribute__((noinline)) void bench_end_remote(struct bench_thread *t,
+						       struct bench_bio *bb)
+{
+	if (tls_staging)
+		bench_stage(t, bb);
+	else
+		bench_hand_back(t, bb, bb);
+}
+
+/**
+ * bench_end_io() - a bio ended: note its latency and give it back to its
+ * thread, which reaps it (reap_one()).
+ * @bio: the bio.
+ *
+ * Used when bios come from rq_bio_alloc() (put by reap(), after end_io
+ * returned); otherwise bench_end_io_lat() or bench_end_io_plain().
+ *
+ * Context: the submitting thread (inline completion) or any other.
+ */
 static void bench_end_io(struct rq_bio *bio)
 {
 	struct bench_bio *bb = bio->private_data;
@@ -376,10 +393,32 @@ static void bench_end_io(struct rq_bio *bio)
 		t->done_local = bb;
 		return;
 	}
-	if (tls_staging)
-		bench_stage(t, bb);
-	else
-		bench_hand_back(t, bb, bb);
+	bench_end_remote(t, bb);
+}
+
+/**
+ * bench_end_io_plain() - a bio ended, no latency to note and nothing to
+ * free: on its own thread, reap it here (check its status, count it, put
+ * it on the free list) instead of queueing it for reap(); elsewhere give
+ * it back as bench_end_io() does.
+ * @bio: the bio.
+ *
+ * Context: the submitting thread (inline completion) or any other.
+ */
+static void bench_end_io_plain(struct rq_bio *bio)
+{
+	struct bench_bio *bb = bio->private_data;
+	struct bench_thread *t = bb->t;
+
+	if (current_thread != t) {
+		bench_end_remote(t, bb);
+		return;
+	}
+	if (bio->status != RQ_STS_OK)
+		t->errors++;
+	t->reaped++;
+	bb->next = t->free;
+	t->free = bb;
 }
 
 /* null_config.thread_init: a completion thread stages (with or without tcache). */
@@ -394,47 +433,75 @@ static void completion_thread_init_notcache(void)
 	tcache_off();
 }
 
-/* Account one ended bio and put it on the free list. */
+/*
+ * Account one ended bio and put it on the free list (bench_end_io_plain()
+ * does the same for what ends on its own thread).  A latency is sampled
+ * only while measuring, so a stamp means the sample counts.
+ */
 static inline void reap_one(struct bench_thread *t, struct bench_bio *bb)
 {
 	struct rq_bio *bio = bb->bio;
 
 	if (bio->status != RQ_STS_OK)
 		t->errors++;
-	if (t->measuring) {
-		t->completed++;
-		if (bb->submit_ns)
-			hist_add(&t->hist, bb->lat_ns);
+	if (bb->submit_ns) {
+		hist_add(&t->hist, bb->lat_ns);
+		bb->submit_ns = 0;
 	}
 	if (t->b->o.bio_alloc) {
 		rq_bio_put(bio);
 		bb->bio = NULL;
 	}
-	t->inflight--;
+	t->reaped++;
 	bb->next = t->free;
 	t->free = bb;
 }
 
-/* Collect every bio that ended since the last call; return how many. */
-static unsigned reap(struct bench_thread *t)
+/**
+ * bench_end_io_lat() - a bio ended while latencies are sampled: note its
+ * latency; on its own thread reap it here (reap_one(): status, count,
+ * histogram, free list), elsewhere give it back as bench_end_io() does.
+ * @bio: the bio (preallocated).
+ *
+ * Context: the submitting thread (inline completion) or any other.
+ */
+static void bench_end_io_lat(struct rq_bio *bio)
+{
+	struct bench_bio *bb = bio->private_data;
+	struct bench_thread *t = bb->t;
+
+	if (bb->submit_ns)
+		bb->lat_ns = lat_ns(bb->submit_ns, lat_stamp());
+	if (current_thread != t) {
+		bench_end_remote(t, bb);
+		return;
+	}
+	reap_one(t, bb);
+}
+
+/*
+ * Collect every bio that ended since the last call; return how many (with
+ * those bench_end_io_plain() or _lat() reaped in rq_process_completions()).
+ */
+static uint64_t reap(struct bench_thread *t)
 {
 	struct bench_bio *bb, *next;
-	unsigned n = 0;
+	uint64_t reaped0 = t->reaped;
 
 	if (t->b->o.rq_affinity == 2)
 		rq_process_completions(); /* what the completion thread left us */
-	for (bb = t->done_local, t->done_local = NULL; bb; bb = next, n++) {
+	for (bb = t->done_local, t->done_local = NULL; bb; bb = next) {
 		next = bb->next;
 		reap_one(t, bb);
 	}
 	if (atomic_load_explicit(&t->done_remote, memory_order_relaxed)) {
 		bb = atomic_exchange(&t->done_remote, NULL);
-		for (; bb; bb = next, n++) {
+		for (; bb; bb = next) {
 			next = bb->next;
 			reap_one(t, bb);
 		}
 	}
-	return n;
+	return t->reaped - reaped0;
 }
 
 static bool ended_remote(void *arg)
@@ -450,6 +517,7 @@ static bool ended_remote(void *arg)
  */
 static void wait_completion(struct bench_thread *t)
 {
+	uint64_t reaped0 = t->reaped;
 	uint32_t seq;
 
 	/* a completion thread on another CPU hands back a chain every few
@@ -458,7 +526,8 @@ static void wait_completion(struct bench_thread *t)
 	    null_poll_worth(atomic_load_explicit(&t->peer_cpu, memory_order_relaxed)) &&
 	    null_poll(&t->poll_ns, ended_remote, t) && reap(t))
 		return;
-	while (!reap(t)) {
+	/* rq_wait_completions() may itself reap (bench_end_io_plain(), _lat()) */
+	while (!reap(t) && t->reaped == reaped0) {
 		if (t->b->o.rq_affinity == 2) {
 			/* our bios end here: sleep on the library's mailbox (the
 			   service thread may end some elsewhere after 1 ms: look
@@ -477,17 +546,37 @@ static void wait_completion(struct bench_thread *t)
 
 /* ------------------------------------------------------------- submission */
 
-/* Fill and submit one bio from the free list. */
-static inline void submit_one(struct bench_thread *t)
+/* What a phase's submission loop keeps at hand: fixed for the phase. */
+struct submit_ctx {
+	struct rq_queue *q;
+	void *buf;
+	uint64_t nr_blocks;
+	uint32_t bs;
+	uint32_t sectors_per_block;
+	enum pattern pattern;
+	unsigned op;            /* randread, randwrite: the op of every bio */
+	unsigned lat_sample;
+	bool lat;               /* stamp latencies (measuring, not --no-lat) */
+	bool bio_alloc;
+	rq_bio_end_io_t end_io;
+};
+
+/*
+ * Fill and submit one bio from the free list.  @plain (a constant where
+ * it is inlined): preallocated bios and no latency stamps, so neither is
+ * looked at per bio; @uniform (a constant too): the pattern is randread or
+ * randwrite, one op at uniform offsets.
+ */
+static inline __attribute__((always_inline)) void
+submit_one(struct bench_thread *t, const struct submit_ctx *sc, bool plain, bool uniform)
 {
-	const struct opts *o = &t->b->o;
 	struct bench_bio *bb = t->free;
 	struct rq_bio *bio;
 	uint64_t block;
 	unsigned op;
 
 	t->free = bb->next;
-	if (o->bio_alloc) {
+	if (!plain && sc->bio_alloc) {
 		bio = rq_bio_alloc(1);
 		if (!bio) {
 			fprintf(stderr, "rqbench: rq_bio_alloc failed\n");
@@ -499,51 +588,51 @@ static inline void submit_one(struct bench_thread *t)
 		rq_bio_init(bio, NULL, 1);
 	}
 
-	switch (o->pattern) {
+	switch (uniform ? PAT_RANDREAD : sc->pattern) {
 	case PAT_READ:
 	case PAT_WRITE:
 		block = t->region_first + t->seq_block;
 		if (++t->seq_block == t->region_blocks)
 			t->seq_block = 0;
-		op = o->pattern == PAT_READ ? RQ_OP_READ : RQ_OP_WRITE;
+		op = sc->pattern == PAT_READ ? RQ_OP_READ : RQ_OP_WRITE;
 		break;
 	case PAT_RANDRW:
-		block = xrand_below(&t->rng, t->b->nr_blocks);
+		block = xrand_below(&t->rng, sc->nr_blocks);
 		op = (xrand(&t->rng) >> 63) ? RQ_OP_WRITE : RQ_OP_READ;
 		break;
 	default:
-		block = xrand_below(&t->rng, t->b->nr_blocks);
-		op = o->pattern == PAT_RANDREAD ? RQ_OP_READ : RQ_OP_WRITE;
+		block = xrand_below(&t->rng, sc->nr_blocks);
+		op = sc->op;
 		break;
 	}
 	bio->op = op;
-	bio->iter.sector = block * (o->bs >> RQ_SECTOR_SHIFT);
-	rq_bio_add_vec(bio, t->buf, (uint32_t)o->bs);
-	bio->end_io = bench_end_io;
+	bio->iter.sector = block * sc->sectors_per_block;
+	rq_bio_add_vec(bio, sc->buf, sc->bs);
+	bio->end_io = sc->end_io;
 	bio->private_data = bb;
 
-	bb->submit_ns = 0;
-	if (t->measuring && !o->no_lat && ++t->lat_tick >= o->lat_sample) {
+	if (!plain && sc->lat && ++t->lat_tick >= sc->lat_sample) {
 		t->lat_tick = 0;
 		bb->submit_ns = lat_stamp();
 	}
-	t->inflight++;
-	rq_submit_bio(t->b->q, bio);
+	t->submitted++;
+	rq_submit_bio(sc->q, bio);
 }
 
 /*
  * Submit @nr bios (UINT64_MAX: until the stop flag), keeping depth in flight,
- * then wait for all of them.
+ * then wait for all of them.  @plain, @uniform as for submit_one().
  */
-static void run_phase(struct bench_thread *t, uint64_t nr, bool measuring)
+static inline __attribute__((always_inline)) void
+run_loop(struct bench_thread *t, const struct submit_ctx *sc, uint64_t nr, bool plain,
+	 bool uniform)
 {
-	const struct opts *o = &t->b->o;
+	const unsigned batch = t->b->o.batch;
 	struct rq_plug plug;
 	uint64_t issued = 0;
 
-	t->measuring = measuring;
 	for (;;) {
-		unsigned n;
+		uint64_t n, max;
 
 		if (issued >= nr ||
 		    atomic_load_explicit(&t->b->stop, memory_order_relaxed))
@@ -552,22 +641,59 @@ static void run_phase(struct bench_thread *t, uint64_t nr, bool measuring)
 			wait_completion(t);
 			continue;
 		}
-		if (o->batch > 1)
+		max = nr - issued < batch ? nr - issued : batch;
+		if (batch > 1)
 			rq_start_plug(&plug);
-		for (n = 0; n < o->batch && issued < nr; n++, issued++) {
+		for (n = 0; n < max; n++) {
 			if (!t->free) {
-				if (o->batch > 1 || !reap(t))
+				if (batch > 1 || !reap(t))
 					break;
 			}
-			submit_one(t);
+			submit_one(t, sc, plain, uniform);
 		}
-		if (o->batch > 1)
+		issued += n;
+		if (batch > 1)
 			rq_finish_plug(&plug);
 	}
-	while (t->inflight) {
+	while (t->submitted != t->reaped) {
 		if (!reap(t))
 			wait_completion(t);
 	}
+}
+
+/*
+ * One phase: choose the submission loop and end_io once for it (the
+ * options are fixed for the run), then count what was reaped.
+ */
+static void run_phase(struct bench_thread *t, uint64_t nr, bool measuring)
+{
+	const struct opts *o = &t->b->o;
+	struct submit_ctx sc = {
+		.q = t->b->q,
+		.buf = t->buf,
+		.nr_blocks = t->b->nr_blocks,
+		.bs = (uint32_t)o->bs,
+		.sectors_per_block = (uint32_t)(o->bs >> RQ_SECTOR_SHIFT),
+		.pattern = o->pattern,
+		.op = o->pattern == PAT_RANDWRITE ? RQ_OP_WRITE : RQ_OP_READ,
+		.lat_sample = o->lat_sample,
+		.lat = measuring && !o->no_lat,
+		.bio_alloc = o->bio_alloc,
+	};
+	uint64_t reaped0 = t->reaped;
+
+	if (!sc.lat && !sc.bio_alloc) {
+		sc.end_io = bench_end_io_plain;
+		if (o->pattern == PAT_RANDREAD || o->pattern == PAT_RANDWRITE)
+			run_loop(t, &sc, nr, true, true);
+		else
+			run_loop(t, &sc, nr, true, false);
+	} else {
+		sc.end_io = sc.bio_alloc ? bench_end_io : bench_end_io_lat;
+		run_loop(t, &sc, nr, false, false);
+	}
+	if (measuring)
+		t->completed += t->reaped - reaped0;
 }
 
 static uint64_t warmup_ops(const struct opts *o, uint64_t per_thread)

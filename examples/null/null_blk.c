@@ -49,17 +49,25 @@ struct null_cmd {
 	struct null_cmd *next;   /* completion list link */
 	uint64_t queued_ns;      /* timer mode: when queue_rq took it */
 	rq_status_t status;      /* single queue: the answer, until it is ended */
+	/* multi-queue: the hw queue this request was last issued on, so
+	   queue_rq looks it up once per request slot, not once per I/O
+	   (null_hq_of_rq; NULL from init_request, and in the library's own
+	   flush request, whose payload it allocates zeroed) */
+	struct rq_hw_ctx *hctx;
+	struct null_hq *hq;
 };
 
-/* Counters with one writer each; see the file comment. */
+/* Request kinds counted: every enum rq_op, and one slot for any other. */
+#define NULL_NR_OPS (RQ_OP_LAST + 1)
+
+/*
+ * Counters with one writer each; see the file comment.  Indexed by the
+ * request's op, so accounting is two adds and no branch; null_get_stats()
+ * sums them into requests, bytes (reads and writes) and the per-op counts.
+ */
 struct null_counters {
-	uint64_t requests;
-	uint64_t bytes;
-	uint64_t reads;
-	uint64_t writes;
-	uint64_t flushes;
-	uint64_t discards;
-	uint64_t write_zeroes;
+	uint64_t ops[NULL_NR_OPS];      /* requests taken, by op */
+	uint64_t op_bytes[NULL_NR_OPS]; /* their bytes, by op */
 };
 
 /* One hardware queue. */
@@ -71,6 +79,9 @@ struct null_hq {
 
 	/* written by queue_rq */
 	struct null_counters qc __attribute__((aligned(NULL_CACHELINE)));
+	bool plain;                 /* inline completion with nothing to
+				       inject, sleep or copy: queue_rq's
+				       short path (fixed at creation) */
 	uint32_t rng;               /* fault injection (queue_rq only) */
 	uint64_t busy;
 	/* queued since the last push, newest first (queue_rq only) */
@@ -498,6 +509,7 @@ static void null_wait_until(uint64_t deadline)
 static void null_finish_mq(struct null_hq *hq, struct null_cmd *head, struct null_cmd *stop)
 {
 	struct rq_comp_batch cb = RQ_COMP_BATCH_INIT;
+	bool data = hq->dev->cfg.memory_backed;
 	struct null_cmd *cmd, *next;
 	unsigned n = 0;
 
@@ -506,7 +518,7 @@ static void null_finish_mq(struct null_hq *hq, struct null_cmd *head, struct nul
 
 		/* read the link first: the request may be reused once ended */
 		next = cmd->next;
-		rq_mq_add_to_batch(&cb, rq, null_handle_rq(hq->dev, hq, rq));
+		rq_mq_add_to_batch(&cb, rq, data ? null_handle_rq(hq->dev, hq, rq) : RQ_STS_OK);
 	}
 	null_count(&hq->completed, n);
 	rq_mq_end_request_batch(&cb);
@@ -622,47 +634,48 @@ static struct null_hq *null_hq_of(struct rq_hw_ctx *hctx)
 	return hq;
 }
 
-static void null_account(struct null_hq *hq, const struct rq_request *rq)
+/* null_hq_of_rq()'s slow path: look @hctx up and keep it in @cmd. */
+static __attribute__((noinline)) struct null_hq *null_hq_remember(struct rq_hw_ctx *hctx,
+								   struct null_cmd *cmd)
 {
-	struct null_counters *c = &hq->qc;
-
-	null_count(&c->requests, 1);
-	switch (rq->op) {
-	case RQ_OP_READ:
-		null_count(&c->reads, 1);
-		null_count(&c->bytes, rq->bytes);
-		break;
-	case RQ_OP_WRITE:
-		null_count(&c->writes, 1);
-		null_count(&c->bytes, rq->bytes);
-		break;
-	case RQ_OP_FLUSH:
-		null_count(&c->flushes, 1);
-		break;
-	case RQ_OP_DISCARD:
-		null_count(&c->discards, 1);
-		break;
-	case RQ_OP_WRITE_ZEROES:
-		null_count(&c->write_zeroes, 1);
-		break;
-	}
+	cmd->hq = null_hq_of(hctx);
+	cmd->hctx = hctx;
+	return cmd->hq;
 }
 
-/**
- * null_queue_rq() - issue one request: end it now (inline) or queue it for
- * the hw queue's completion thread.
- * @hctx: hardware queue.
- * @rq: the request.
- * @last: unused: nothing to kick.
- *
- * Context: dispatch; never concurrently on one hctx.  Sleeps only in
- * blocking mode.
- * Return: RQ_STS_OK (the request is taken; it may already have ended).
+/*
+ * The hw queue of @rq, issued on @hctx.  rq_hctx_driver_data() is a call
+ * into the library: the answer is kept in the request's payload and looked
+ * up again only when the request comes through another hw queue (shared
+ * tags) or for the first time.
  */
-static rq_status_t null_queue_rq(struct rq_hw_ctx *hctx, struct rq_request *rq,
-				 bool last)
+static inline struct null_hq *null_hq_of_rq(struct rq_hw_ctx *hctx, struct rq_request *rq)
 {
-	struct null_hq *hq = null_hq_of(hctx);
+	struct null_cmd *cmd = rq_request_pdu(rq);
+
+	if (__builtin_expect(cmd->hctx != hctx, 0))
+		return null_hq_remember(hctx, cmd);
+	return cmd->hq;
+}
+
+/* Count @rq as taken (queue_rq or request_fn only). */
+static inline void null_account(struct null_hq *hq, const struct rq_request *rq)
+{
+	struct null_counters *c = &hq->qc;
+	unsigned op = rq->op < RQ_OP_LAST ? rq->op : RQ_OP_LAST;
+
+	null_count(&c->ops[op], 1);
+	null_count(&c->op_bytes[op], rq->bytes);
+}
+
+/*
+ * queue_rq for every configuration but the plain one: fault injection,
+ * blocking, memory backing, completion on the hw queue's thread.
+ */
+static __attribute__((noinline)) rq_status_t null_queue_rq_full(struct null_hq *hq,
+								 struct rq_request *rq,
+								 bool last)
+{
 	struct null_dev *dev = hq->dev;
 	struct null_cmd *cmd;
 	rq_status_t status;
@@ -707,6 +720,36 @@ static rq_status_t null_queue_rq(struct rq_hw_ctx *hctx, struct rq_request *rq,
 }
 
 /**
+ * null_queue_rq() - issue one request: end it now (inline) or queue it for
+ * the hw queue's completion thread.
+ * @hctx: hardware queue.
+ * @rq: the request.
+ * @last: false when more follow at once (thread and timer modes push the
+ *	batch to the completion thread at the last one).
+ *
+ * The options are fixed for the device's life, so whether any of them
+ * applies was decided once at creation (null_hq.plain): a plain device
+ * counts and ends the request, and nothing else.
+ *
+ * Context: dispatch; never concurrently on one hctx.  Sleeps only in
+ * blocking mode.
+ * Return: RQ_STS_OK (the request is taken; it may already have ended), or
+ * RQ_STS_RESOURCE (fault injection).
+ */
+static rq_status_t null_queue_rq(struct rq_hw_ctx *hctx, struct rq_request *rq,
+				 bool last)
+{
+	struct null_hq *hq = null_hq_of_rq(hctx, rq);
+
+	if (__builtin_expect(!hq->plain, 0))
+		return null_queue_rq_full(hq, rq, last);
+	null_account(hq, rq);
+	null_count(&hq->completed, 1);
+	rq_mq_end_request(rq, RQ_STS_OK);
+	return RQ_STS_OK;
+}
+
+/**
  * null_commit_rqs() - the core's batch ended early (a request after the
  * last one queued could not be issued): hand over what queue_rq kept.
  * @hctx: hardware queue.
@@ -739,6 +782,24 @@ static int null_init_hctx(struct rq_hw_ctx *hctx, void *set_data, unsigned idx)
 	return 0;
 }
 
+/**
+ * null_init_request() - set up a request's payload: no hw queue known yet.
+ * @set: the tag set.
+ * @rq: a preallocated request (driver or scheduler tags).
+ * @hctx_idx: its hw queue (ignored: with shared tags it may be issued on any).
+ * @numa_node: its node.
+ *
+ * Return: 0.
+ */
+static int null_init_request(struct rq_tag_set *set, struct rq_request *rq,
+			     unsigned hctx_idx, int numa_node)
+{
+	struct null_cmd *cmd = rq_request_pdu(rq);
+
+	memset(cmd, 0, sizeof(*cmd));
+	return 0;
+}
+
 /* ------------------------------------------------------------- sq ops */
 
 /**
@@ -761,6 +822,12 @@ static void null_request_fn(struct rq_queue *q)
 
 	while (busy < dev->cfg.hw_queue_depth && (rq = rq_sq_fetch_request(q))) {
 		null_account(hq, rq);
+		if (hq->plain) {
+			/* inline, no data to move: end it now */
+			null_count(&hq->completed, 1);
+			rq_sq_end_request_all_locked(rq, RQ_STS_OK);
+			continue;
+		}
 		if (dev->cfg.completion == NULL_COMPLETE_INLINE) {
 			rq_status_t status = null_handle_rq(dev, hq, rq);
 
@@ -789,6 +856,7 @@ static const struct rq_mq_ops null_mq_ops = {
 	.queue_rq = null_queue_rq,
 	.commit_rqs = null_commit_rqs,
 	.init_hctx = null_init_hctx,
+	.init_request = null_init_request,
 };
 
 /* ----------------------------------------------------- create / destroy */
@@ -883,6 +951,9 @@ int null_create(const struct null_config *cfg, struct null_dev **out)
 	for (i = 0; i < dev->cfg.nr_hw_queues; i++) {
 		dev->hqs[i].dev = dev;
 		dev->hqs[i].idx = i;
+		dev->hqs[i].plain = dev->cfg.completion == NULL_COMPLETE_INLINE &&
+				    !dev->cfg.memory_backed && !dev->cfg.resource_permille &&
+				    !(dev->cfg.blocking && dev->cfg.blocking_nsec);
 		atomic_init(&dev->hqs[i].submit_cpu, -1);
 	}
 	if (dev->cfg.memory_backed) {
@@ -1011,13 +1082,15 @@ void null_get_stats(struct null_dev *dev, struct null_stats *st)
 	for (i = 0; i < dev->cfg.nr_hw_queues; i++) {
 		const struct null_hq *hq = &dev->hqs[i];
 
-		st->requests += null_read(&hq->qc.requests);
-		st->bytes += null_read(&hq->qc.bytes);
-		st->reads += null_read(&hq->qc.reads);
-		st->writes += null_read(&hq->qc.writes);
-		st->flushes += null_read(&hq->qc.flushes);
-		st->discards += null_read(&hq->qc.discards);
-		st->write_zeroes += null_read(&hq->qc.write_zeroes);
+		for (unsigned op = 0; op < NULL_NR_OPS; op++)
+			st->requests += null_read(&hq->qc.ops[op]);
+		st->bytes += null_read(&hq->qc.op_bytes[RQ_OP_READ]) +
+			     null_read(&hq->qc.op_bytes[RQ_OP_WRITE]);
+		st->reads += null_read(&hq->qc.ops[RQ_OP_READ]);
+		st->writes += null_read(&hq->qc.ops[RQ_OP_WRITE]);
+		st->flushes += null_read(&hq->qc.ops[RQ_OP_FLUSH]);
+		st->discards += null_read(&hq->qc.ops[RQ_OP_DISCARD]);
+		st->write_zeroes += null_read(&hq->qc.ops[RQ_OP_WRITE_ZEROES]);
 		st->completed += null_read(&hq->completed);
 		st->segments += null_read(&hq->segments);
 		st->busy += null_read(&hq->busy);

@@ -3,7 +3,8 @@
  * The null driver end to end through librequest: every completion mode ends
  * each bio exactly once; the memory backing keeps what was written (several
  * sizes, offsets, multi-vector bios); discard and write-zeroes read back as
- * zeros; blocking mode works.
+ * zeros; blocking mode works; the counters count each request once by op,
+ * on one hw queue each or with shared tags.
  */
 #define _GNU_SOURCE
 #include <stdarg.h>
@@ -19,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <librequest/mq.h>
 
@@ -404,6 +406,104 @@ static void test_blocking(void **state)
 	null_destroy(dev);
 }
 
+/* ------------------------------------------------------ counters by op */
+
+#define N_EACH 40 /* bios of each op per submitter */
+
+struct op_arg {
+	struct rq_queue *q;
+	int cpu;            /* -1: do not pin */
+	uint64_t first;     /* first sector of this submitter's area */
+};
+
+/*
+ * One submitter (pinned to @cpu, so two of them use both hw queues): per
+ * round a 4 KiB read, an 8 KiB write, a flush, a 16 KiB discard and a
+ * 12 KiB write-zeroes, each waited for.
+ */
+static void *op_submitter(void *p)
+{
+	struct op_arg *a = p;
+	static __thread char buf[8192];
+	uint64_t sector = a->first;
+	int i;
+
+	if (a->cpu >= 0) {
+		cpu_set_t set;
+
+		CPU_ZERO(&set);
+		CPU_SET(a->cpu, &set);
+		pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+	}
+	for (i = 0; i < N_EACH; i++, sector += 64) {
+		assert_int_equal(rw_sync(a->q, RQ_OP_READ, sector, buf, 4096, 1), RQ_STS_OK);
+		assert_int_equal(rw_sync(a->q, RQ_OP_WRITE, sector + 8, buf, 8192, 2), RQ_STS_OK);
+		assert_int_equal(op_sync(a->q, RQ_OP_FLUSH, 0, 0), RQ_STS_OK);
+		assert_int_equal(op_sync(a->q, RQ_OP_DISCARD, sector + 24, 16384), RQ_STS_OK);
+		assert_int_equal(op_sync(a->q, RQ_OP_WRITE_ZEROES, sector + 40, 12288), RQ_STS_OK);
+	}
+	return NULL;
+}
+
+/*
+ * null_get_stats() counts each request once by its op, bytes for reads
+ * and writes only, and as many completions as requests: inline (queue_rq's
+ * plain path) and on the completion thread, with a hw queue per submitter
+ * and with tags shared by the hw queues (a request may come through either,
+ * so the hw queue queue_rq remembers in it must follow).
+ */
+static void run_counts(enum null_completion mode, unsigned flags)
+{
+	struct null_config cfg;
+	struct null_dev *dev;
+	struct null_stats st;
+	struct op_arg args[2];
+	pthread_t th[2];
+	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+	const uint64_t n = 2 * N_EACH;
+	int i;
+
+	null_config_default(&cfg);
+	cfg.completion = mode;
+	cfg.nr_hw_queues = 2;
+	cfg.flags = flags;
+	cfg.sched = "none";
+	cfg.size_bytes = 64ull << 20;
+	cfg.limits.features = RQ_FEAT_WRITE_CACHE; /* flushes reach the driver */
+	assert_int_equal(null_create(&cfg, &dev), 0);
+	assert_int_equal(rq_queue_attr_set(null_queue(dev), "nomerges", "2"), 0);
+	for (i = 0; i < 2; i++) {
+		args[i] = (struct op_arg){ null_queue(dev), ncpu > 1 ? i : -1,
+					   (uint64_t)i * 65536 };
+		assert_int_equal(pthread_create(&th[i], NULL, op_submitter, &args[i]), 0);
+	}
+	for (i = 0; i < 2; i++)
+		pthread_join(th[i], NULL);
+	null_get_stats(dev, &st);
+	assert_int_equal(st.reads, n);
+	assert_int_equal(st.writes, n);
+	assert_int_equal(st.flushes, n);
+	assert_int_equal(st.discards, n);
+	assert_int_equal(st.write_zeroes, n);
+	assert_int_equal(st.requests, 5 * n);
+	assert_int_equal(st.completed, st.requests);
+	assert_int_equal(st.bytes, n * (4096 + 8192));
+	assert_int_equal(st.busy, 0);
+	null_destroy(dev);
+}
+
+static void test_counts_inline(void **state)
+{
+	run_counts(NULL_COMPLETE_INLINE, 0);
+	run_counts(NULL_COMPLETE_INLINE, RQ_TAG_SET_SHARED_TAGS);
+}
+
+static void test_counts_thread(void **state)
+{
+	run_counts(NULL_COMPLETE_THREAD, 0);
+	run_counts(NULL_COMPLETE_THREAD, RQ_TAG_SET_SHARED_TAGS);
+}
+
 /* ---------------------------------------------------------- config */
 
 static void test_bad_config(void **state)
@@ -434,6 +534,8 @@ int main(void)
 		cmocka_unit_test(test_write_zeroes),
 		cmocka_unit_test(test_flush),
 		cmocka_unit_test(test_blocking),
+		cmocka_unit_test(test_counts_inline),
+		cmocka_unit_test(test_counts_thread),
 		cmocka_unit_test(test_bad_config),
 	};
 

@@ -1,0 +1,74 @@
+#!/bin/sh
+# SPDX-License-Identifier: LGPL-2.1-or-later
+# rqbench in each of its submission and completion modes (the loops and
+# end_io it chooses once per phase: plain or sampled latencies, preallocated
+# or rq_bio_alloc bios, uniform or other patterns; inline, thread and timer
+# completion, rq_affinity 2, the single-queue front end, a scheduler):
+#   - every run exits 0 within 120 s (a lost completion hangs it);
+#   - "ops" is exactly --ops: every bio of the measured phase was reaped
+#     once, and none of the warm-up's;
+#   - "errors" is 0 and "requests" is at least 1 and at most "ops";
+#   - "lat_samples" is ops without --no-lat, ops / N with --lat-sample N,
+#     0 with --no-lat.
+# Skipped (77) without python3.
+#
+#   rqbench-modes.sh RQBENCH
+set -u
+rqbench=$1
+command -v python3 >/dev/null || { echo "SKIP: no python3"; exit 77; }
+tmp=$(mktemp -d /tmp/rq-rqbench-modes.XXXXXX) || exit 1
+trap 'rm -rf "$tmp"' EXIT
+failed=0
+ops=3000
+
+# check SAMPLES ARGS...: one run, its JSON checked; SAMPLES is the expected
+# lat_samples
+check() {
+	samples=$1
+	shift
+	if ! timeout 120 "$rqbench" --ops $ops --warmup 300 --json "$@" >"$tmp/out.json" 2>"$tmp/err"; then
+		echo "FAIL: rqbench $* (exit or timeout):"
+		cat "$tmp/err"
+		failed=1
+		return
+	fi
+	python3 - "$tmp/out.json" $ops "$samples" <<'PY' || { echo "FAIL: rqbench $*"; failed=1; }
+import json, sys
+d = json.load(open(sys.argv[1]))
+ops, samples = int(sys.argv[2]), int(sys.argv[3])
+bad = []
+if d["ops"] != ops:
+    bad.append("ops %d, not %d" % (d["ops"], ops))
+if d["errors"] != 0:
+    bad.append("errors %d" % d["errors"])
+if not 1 <= d["requests"] <= ops:
+    bad.append("requests %d" % d["requests"])
+if d["lat_samples"] != samples:
+    bad.append("lat_samples %d, not %d" % (d["lat_samples"], samples))
+if bad:
+    print("  " + "; ".join(bad))
+    sys.exit(1)
+PY
+	echo "ok: rqbench $*"
+}
+
+check $ops --threads 1 --hw-queues 1
+check 0 --threads 1 --no-lat --batch 32
+check 0 --threads 2 --no-lat --batch 8
+check $((ops / 7)) --threads 1 --lat-sample 7 --batch 4
+check 0 --threads 2 --bio-alloc --no-lat
+check $ops --threads 1 --bio-alloc --completion thread
+check 0 --threads 2 --no-lat --completion thread --batch 16
+check $ops --threads 2 --completion thread
+check 0 --threads 1 --no-lat --completion timer --completion-nsec 2000
+check 0 --threads 2 --no-lat --pattern read --batch 32
+check 0 --threads 1 --no-lat --pattern randrw
+check $ops --threads 1 --pattern write --memory-backed
+check 0 --threads 2 --no-lat --rq-affinity 2 --completion thread
+check $ops --threads 2 --rq-affinity 2 --completion thread
+check 0 --threads 1 --no-lat --rq-affinity 2
+check 0 --front sq --threads 2 --no-lat --batch 8
+check $ops --front sq --threads 1 --completion thread
+check 0 --sched mq-deadline --threads 2 --no-lat --batch 32
+check $ops --sched kyber --threads 2 --completion thread
+exit $failed
