@@ -378,6 +378,8 @@ struct comp_batch {
 	unsigned tags_first, sched_first; /* lowest tag taken (above the reserved
 					     ones); UINT_MAX: none */
 	unsigned tags_word, sched_word;   /* ~(bits per word - 1) */
+	/* completions of hctx's queue counted at the end (stats, once per batch) */
+	uint64_t done, errors;
 };
 
 static __thread struct comp_batch *tls_cbatch __attribute__((tls_model("initial-exec")));
@@ -395,6 +397,7 @@ static inline bool comp_batch_start(struct comp_batch *cb, struct rq_hw_ctx *hct
 	cb->tags = cb->sched = 0;
 	cb->nr_usage = 0;
 	cb->ctx = NULL;
+	cb->done = cb->errors = 0;
 	/* fair sharing counts driver tags one by one: none of a shared set */
 	cb->tags_sbq = &hctx->tags->bitmap;
 	cb->tags_first = tags_shared(hctx->q) ? UINT_MAX : hctx->tags->nr_reserved;
@@ -433,10 +436,22 @@ static void comp_batch_put_tags(struct comp_batch *cb)
 	cb->tags = cb->sched = 0;
 }
 
-/* End the thread's batch @cb: tags back, restart check, usage dropped last. */
+/*
+ * End the thread's batch @cb: completions counted, tags back, restart
+ * check, usage dropped last.  The dispatch owner's caller keeps the queue
+ * (its own requests or usage) while a batch runs, so counting after the
+ * requests of a batch that took none is as safe as the dispatch count.
+ */
 static void comp_batch_end(struct comp_batch *cb)
 {
 	tls_cbatch = NULL;
+	if (cb->done) {
+		struct rq_stats_block *sb = stats_block(cb->hctx->q);
+
+		stat_block_add(sb, ST_COMPLETED, cb->done);
+		if (unlikely(cb->errors))
+			stat_block_add(sb, ST_ERRORS, cb->errors);
+	}
 	if (!cb->nr_usage)
 		return;
 	comp_batch_put_tags(cb);
@@ -620,32 +635,48 @@ static __attribute__((noinline)) void mq_end_request_seq(struct rq_request *rq,
 	queue_exit_ctx(q, ctx);
 }
 
-/* Common end of an in-flight request whose state we just moved to COMPLETE. */
+/*
+ * Common end of an in-flight request whose state we just moved to COMPLETE.
+ * Inside the thread's completion batch for its hctx (a driver ending it
+ * inline while this thread issues), the batch counts it in the statistics
+ * and, when it took the tags, runs the restart check at its end.
+ */
 static inline __attribute__((always_inline)) void
 mq_end_request_inflight(struct rq_request *rq, rq_status_t status)
 {
 	struct rq_hw_ctx *hctx = rq->hctx;
 	struct rq_queue *q = rq->q;
+	struct comp_batch *cb = tls_cbatch;
 	struct rq_sw_ctx *ctx;
+	long taken = -1;
 
 	if (unlikely(rq_priv(rq)->end_io)) {
 		mq_end_request_seq(rq, status);
 		return;
 	}
-	/* @q, not ctx->q: the completer reads no line the submitter writes */
-	if (status != RQ_STS_OK)
-		stat_inc(q, ST_ERRORS);
-	stat_inc(q, ST_COMPLETED);
+	if (cb && cb->hctx == hctx) {
+		/* @q, not ctx->q: the completer reads no line the submitter writes */
+		cb->done++;
+		cb->errors += status != RQ_STS_OK;
+		taken = cb->nr_usage;
+	} else {
+		if (status != RQ_STS_OK)
+			stat_inc(q, ST_ERRORS);
+		stat_inc(q, ST_COMPLETED);
+	}
 	if (q->elevator && q->elevator->type->ops.completed_request &&
 	    (rq->rq_flags & RQ_RQF_ELVPRIV))
 		q->elevator->type->ops.completed_request(rq, core_clock_ns());
 	trace_complete_all(rq, status, OBS_C_DONE);
 	request_end_bios(rq, status);
-	hctx_request_left_driver(hctx);
+	if (q->ops->put_budget)
+		q->ops->put_budget(q);
 	ctx = release_request_inline(rq);
-	hctx_restart(hctx);
-	if (ctx)
-		queue_exit_ctx(q, ctx);
+	if (ctx || taken < 0 || cb->nr_usage == taken) {
+		hctx_restart(hctx);
+		if (ctx)
+			queue_exit_ctx(q, ctx);
+	}
 }
 
 /*

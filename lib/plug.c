@@ -47,7 +47,7 @@ __thread uint64_t tls_plug_now __attribute__((tls_model("initial-exec")));
  * plug gives them back.  A plug never takes scheduler tags ahead once a
  * freeze has begun.  Driver tags live as long as the tag set.
  */
-#define PLUG_TAG_BATCH 8
+#define PLUG_TAG_BATCH 32
 
 void plug_return_tags(struct rq_plug *plug, unsigned cpu)
 {
@@ -122,7 +122,7 @@ int plug_cached_tag_refill(struct rq_plug *plug, struct rq_tags *tags, struct rq
  * One reference, taken before the freeze began, is what each such bio
  * holds, exactly as if it had entered one by one.
  */
-#define PLUG_USAGE_BATCH 8
+#define PLUG_USAGE_BATCH 32
 
 static __thread struct rq_queue *tls_usage_q __attribute__((tls_model("initial-exec")));
 static __thread unsigned tls_usage_refs __attribute__((tls_model("initial-exec")));
