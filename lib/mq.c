@@ -148,7 +148,7 @@ static int get_tag(struct rq_queue *q, struct rq_tags *tags, unsigned cpu, unsig
  */
 static inline bool tags_shared(const struct rq_queue *q)
 {
-	return q->set->flags & RQ_TAG_SET_SHARED;
+	return q->mq_flags & MQ_F_SHARED_TAGS;
 }
 
 static bool hctx_may_queue(struct rq_hw_ctx *hctx)
@@ -260,7 +260,9 @@ static struct rq_request *mq_get_request(struct rq_queue *q, struct rq_sw_ctx *c
 					 struct rq_stats_block *sb)
 {
 	struct rq_elevator_queue *eq = q->elevator;
-	struct rq_hw_ctx *hctx = map_hctx(q, ctx->cpu, bio->opf);
+	/* ctx->hctx is map_hctx()'s answer for every bio but a polled one */
+	struct rq_hw_ctx *hctx = likely(!(bio->opf & RQ_BIO_POLLED)) ?
+		ctx->hctx : map_hctx(q, ctx->cpu, bio->opf);
 	bool nowait = bio->opf & RQ_BIO_NOWAIT;
 	struct rq_request *rq;
 	unsigned shallow;
@@ -459,14 +461,21 @@ static void comp_batch_end(struct comp_batch *cb)
 	queue_exit_ctx_n(cb->hctx->q, cb->ctx, cb->nr_usage);
 }
 
-/* Take the tags and usage of @rq (released, on @ctx) into the batch, if any. */
-static inline __attribute__((always_inline)) bool
-comp_batch_take(struct rq_request *rq, int tag, int itag, struct rq_sw_ctx *ctx)
+/* The thread's completion batch if it is one of @hctx, else NULL. */
+static inline struct comp_batch *comp_batch_of(const struct rq_hw_ctx *hctx)
 {
 	struct comp_batch *cb = tls_cbatch;
 
-	if (likely(!cb) || cb->hctx != rq->hctx)
-		return false;
+	return cb && cb->hctx == hctx ? cb : NULL;
+}
+
+/*
+ * Take the tags and usage of @rq (released, on @ctx) into @cb (the
+ * thread's batch for @rq's hctx, comp_batch_of()), if it may have them.
+ */
+static inline __attribute__((always_inline)) bool
+comp_batch_take(struct comp_batch *cb, int tag, int itag, struct rq_sw_ctx *ctx)
+{
 	/* reserved tags, and driver tags of a shared set, are freed one by one */
 	if ((tag >= 0 && (unsigned)tag < cb->tags_first) ||
 	    (itag >= 0 && (unsigned)itag < cb->sched_first))
@@ -495,9 +504,12 @@ comp_batch_take(struct rq_request *rq, int tag, int itag, struct rq_sw_ctx *ctx)
  */
 static struct rq_sw_ctx *mq_release_tags(struct rq_request *rq);
 
-/* The rest of a release: the request goes idle, its tags go back. */
+/*
+ * The rest of a release: the request goes idle, its tags go back, or into
+ * @cb (comp_batch_of(rq->hctx), may be NULL).
+ */
 static inline __attribute__((always_inline)) struct rq_sw_ctx *
-release_tags_inline(struct rq_request *rq)
+release_tags_inline(struct rq_request *rq, struct comp_batch *cb)
 {
 	struct rq_hw_ctx *hctx = rq->hctx;
 	struct rq_sw_ctx *ctx = rq_priv(rq)->ctx;
@@ -506,7 +518,7 @@ release_tags_inline(struct rq_request *rq)
 
 	rq->bio = rq->biotail = NULL;
 	__atomic_store_n(&rq->state, RQ_STATE_IDLE, __ATOMIC_RELEASE);
-	if (comp_batch_take(rq, tag, itag, ctx))
+	if (cb && comp_batch_take(cb, tag, itag, ctx))
 		return NULL;
 	/* read only here: the submitter writes ctx's line (usage) per request */
 	cpu = ctx->cpu;
@@ -538,7 +550,7 @@ static bool release_hand_to_timeout(struct rq_request *rq)
  * the common case's few tests.
  */
 static inline __attribute__((always_inline)) struct rq_sw_ctx *
-release_request_inline(struct rq_request *rq)
+release_request_inline(struct rq_request *rq, struct comp_batch *cb)
 {
 	struct rq_queue *q = rq->q;
 
@@ -553,17 +565,17 @@ release_request_inline(struct rq_request *rq)
 	if (unlikely(__atomic_load_n(&rq_priv(rq)->core_busy, __ATOMIC_ACQUIRE)) &&
 	    release_hand_to_timeout(rq))
 		return NULL; /* the scan finishes it, usage reference included */
-	return release_tags_inline(rq);
+	return release_tags_inline(rq, cb);
 }
 
 static struct rq_sw_ctx *mq_release_request(struct rq_request *rq)
 {
-	return release_request_inline(rq);
+	return release_request_inline(rq, comp_batch_of(rq->hctx));
 }
 
 static struct rq_sw_ctx *mq_release_tags(struct rq_request *rq)
 {
-	return release_tags_inline(rq);
+	return release_tags_inline(rq, comp_batch_of(rq->hctx));
 }
 
 /*
@@ -607,7 +619,7 @@ RQ_EXPORT void rq_sched_free_request(struct rq_request *rq)
 /* The request left the driver: in-flight count, budget, restart. */
 static void hctx_request_left_driver(struct rq_hw_ctx *hctx)
 {
-	if (hctx->q->ops->put_budget)
+	if (unlikely(hctx->q->mq_flags & MQ_F_PUT_BUDGET))
 		hctx->q->ops->put_budget(hctx->q);
 }
 
@@ -646,7 +658,7 @@ mq_end_request_inflight(struct rq_request *rq, rq_status_t status)
 {
 	struct rq_hw_ctx *hctx = rq->hctx;
 	struct rq_queue *q = rq->q;
-	struct comp_batch *cb = tls_cbatch;
+	struct comp_batch *cb = comp_batch_of(hctx);
 	struct rq_sw_ctx *ctx;
 	long taken = -1;
 
@@ -654,7 +666,7 @@ mq_end_request_inflight(struct rq_request *rq, rq_status_t status)
 		mq_end_request_seq(rq, status);
 		return;
 	}
-	if (cb && cb->hctx == hctx) {
+	if (cb) {
 		/* @q, not ctx->q: the completer reads no line the submitter writes */
 		cb->done++;
 		cb->errors += status != RQ_STS_OK;
@@ -669,10 +681,10 @@ mq_end_request_inflight(struct rq_request *rq, rq_status_t status)
 		q->elevator->type->ops.completed_request(rq, core_clock_ns());
 	trace_complete_all(rq, status, OBS_C_DONE);
 	request_end_bios(rq, status);
-	if (q->ops->put_budget)
+	if (unlikely(q->mq_flags & MQ_F_PUT_BUDGET))
 		q->ops->put_budget(q);
-	ctx = release_request_inline(rq);
-	if (ctx || taken < 0 || cb->nr_usage == taken) {
+	ctx = release_request_inline(rq, cb);
+	if (ctx || !cb || cb->nr_usage == taken) {
 		hctx_restart(hctx);
 		if (ctx)
 			queue_exit_ctx(q, ctx);
@@ -704,15 +716,6 @@ RQ_EXPORT void rq_mq_end_request(struct rq_request *rq, rq_status_t status)
 /* ------------------------------------------------ driver completion batches */
 
 /*
- * Requests the thread's completion batch has taken so far (-1: no batch),
- * to tell whether a release went into it.
- */
-static inline long comp_batch_taken(void)
-{
-	return tls_cbatch ? tls_cbatch->nr_usage : -1;
-}
-
-/*
  * End @rq (state COMPLETE) inside mq_end_list(): as
  * mq_end_request_inflight(), but statistics were counted for the whole
  * run, the clock is read once per list (*@now, 0 until read), and when the
@@ -725,6 +728,7 @@ static void mq_end_request_batched(struct rq_request *rq, rq_status_t status, ui
 	struct rq_hw_ctx *hctx = rq->hctx;
 	struct rq_queue *q = rq->q;
 	struct rq_elevator_queue *eq = q->elevator;
+	struct comp_batch *cb;
 	struct rq_sw_ctx *ctx;
 	long taken;
 
@@ -740,9 +744,10 @@ static void mq_end_request_batched(struct rq_request *rq, rq_status_t status, ui
 	trace_complete_all(rq, status, OBS_C_DONE);
 	request_end_bios(rq, status);
 	hctx_request_left_driver(hctx);
-	taken = comp_batch_taken();
-	ctx = release_request_inline(rq);
-	if (ctx || comp_batch_taken() == taken) {
+	cb = comp_batch_of(hctx);
+	taken = cb ? cb->nr_usage : -1;
+	ctx = release_request_inline(rq, cb);
+	if (ctx || !cb || cb->nr_usage == taken) {
 		hctx_restart(hctx);
 		if (ctx)
 			queue_exit_ctx(q, ctx);
@@ -2025,6 +2030,8 @@ RQ_EXPORT int rq_mq_alloc_queue(struct rq_tag_set *set, const struct rq_queue_co
 		return -ENOMEM;
 	q->set = set;
 	q->ops = &set->ops;
+	q->mq_flags = ((set->flags & RQ_TAG_SET_SHARED) ? MQ_F_SHARED_TAGS : 0) |
+		      (set->ops.put_budget ? MQ_F_PUT_BUDGET : 0);
 	q->nr_hw_queues = set->nr_hw_queues;
 	q->map = set->map;
 	ret = mq_alloc_hctxs(q);

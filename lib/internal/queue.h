@@ -188,6 +188,7 @@ struct rq_queue {
 	struct bio_fast_lim fast;      /* from limits: queue_limits_changed() */
 	_Atomic uint64_t capacity;
 	unsigned nr_hw_queues;         /* 0 on the single-queue front end */
+	unsigned mq_flags;             /* MQ_F_*: tag set features the mq fast path tests */
 	struct rq_hw_ctx **hctxs;
 	unsigned nr_cpus;
 	struct rq_sw_ctx *ctxs;        /* nr_cpus, cache aligned */
