@@ -1049,12 +1049,64 @@ static void hctx_busy(struct rq_hw_ctx *hctx, struct rq_list_node *list)
 }
 
 /*
- * Issue the requests of @list (linked by queuelist) to the driver.
+ * Link the requests of @list (by queuelist) by rq_next, in order, each
+ * queuelist made empty for the driver; @list ends empty.  Return: the first.
+ */
+static struct rq_request *list_to_chain(struct rq_list_node *list)
+{
+	struct rq_request *head = NULL, **tail = &head;
+	struct rq_list_node *it, *next;
+
+	for (it = list->next; it != list; it = next) {
+		next = it->next;
+		rq_list_init(it);
+		*tail = RQ_CONTAINER_OF(it, struct rq_request, queuelist);
+		tail = &(*tail)->rq_next;
+	}
+	*tail = NULL;
+	rq_list_init(list);
+	return head;
+}
+
+/* Move the requests of the rq_next chain @head, in order, to the tail of @list. */
+static void chain_to_list(struct rq_request *head, struct rq_list_node *list)
+{
+	while (head) {
+		struct rq_request *rq = head;
+
+		head = rq->rq_next;
+		rq->rq_next = NULL;
+		rq_list_add_tail(&rq->queuelist, list);
+	}
+}
+
+/*
+ * The driver refused @rq (RESOURCE): it goes back to idle, with its budget
+ * and a driver tag taken at dispatch given back.  The caller keeps it.
+ */
+static void dispatch_refused(struct rq_queue *q, struct rq_request *rq)
+{
+	uint8_t expected = RQ_STATE_IN_FLIGHT;
+
+	__atomic_compare_exchange_n(&rq->state, &expected, RQ_STATE_IDLE, false,
+				    __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+	trace_requeue(rq);
+	if (q->ops->put_budget)
+		q->ops->put_budget(q);
+	if (rq->rq_flags & RQ_RQF_SCHED_TAGS)
+		put_driver_tag(rq, cur_cpu());
+}
+
+/*
+ * Issue the requests of the chain @head (linked by rq_next, each with an
+ * empty queuelist) to the driver, as the kernel issues a plug's list
+ * directly: no list node is written per request.  Each leaves the chain
+ * (rq_next NULL) before the driver sees it.
  * Return: true if all were issued, false if the driver (or tags, or budget)
  * ran out; then the rest are parked on hctx->dispatch.
  * Context: dispatch owner of @hctx, inside a read-side section.
  */
-static bool dispatch_rq_list(struct rq_hw_ctx *hctx, struct rq_list_node *list)
+static bool dispatch_rq_chain(struct rq_hw_ctx *hctx, struct rq_request *head)
 {
 	struct rq_queue *q = hctx->q;
 	const struct rq_mq_ops *ops = q->ops;
@@ -1065,8 +1117,8 @@ static bool dispatch_rq_list(struct rq_hw_ctx *hctx, struct rq_list_node *list)
 	bool own_batch = comp_batch_start(&cb, hctx);
 	bool busy = false;
 
-	while (!rq_list_empty(list)) {
-		struct rq_request *rq = rq_list_first_rq(list);
+	while (head) {
+		struct rq_request *rq = head;
 		rq_status_t ret;
 		bool last;
 
@@ -1083,8 +1135,9 @@ static bool dispatch_rq_list(struct rq_hw_ctx *hctx, struct rq_list_node *list)
 			busy = true;
 			break;
 		}
-		rq_list_del_init(&rq->queuelist);
-		last = rq_list_empty(list);
+		head = rq->rq_next;
+		rq->rq_next = NULL;
+		last = !head;
 		if (!sctx)
 			sctx = rq_priv(rq)->ctx;
 		rq_start(hctx, rq);
@@ -1095,16 +1148,9 @@ static bool dispatch_rq_list(struct rq_hw_ctx *hctx, struct rq_list_node *list)
 			continue;
 		}
 		if (ret == RQ_STS_RESOURCE || ret == RQ_STS_DEV_RESOURCE) {
-			uint8_t expected = RQ_STATE_IN_FLIGHT;
-
-			__atomic_compare_exchange_n(&rq->state, &expected, RQ_STATE_IDLE, false,
-						    __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
-			trace_requeue(rq);
-			if (ops->put_budget)
-				ops->put_budget(q);
-			if (rq->rq_flags & RQ_RQF_SCHED_TAGS)
-				put_driver_tag(rq, cur_cpu());
-			rq_list_add(&rq->queuelist, list);
+			dispatch_refused(q, rq);
+			rq->rq_next = head;
+			head = rq;
 			resource++;
 			busy = true;
 			break;
@@ -1126,9 +1172,23 @@ static bool dispatch_rq_list(struct rq_hw_ctx *hctx, struct rq_list_node *list)
 		if (resource)
 			ctx_stat_add(sctx, ST_RESOURCE, resource);
 	}
-	if (busy)
-		hctx_busy(hctx, list);
+	if (busy) {
+		struct rq_list_node rest;
+
+		rq_list_init(&rest);
+		chain_to_list(head, &rest);
+		hctx_busy(hctx, &rest);
+	}
 	return !busy;
+}
+
+/*
+ * Issue the requests of @list (linked by queuelist) to the driver; @list
+ * ends empty.  Return and context: as dispatch_rq_chain().
+ */
+static bool dispatch_rq_list(struct rq_hw_ctx *hctx, struct rq_list_node *list)
+{
+	return dispatch_rq_chain(hctx, list_to_chain(list));
 }
 
 /* Collect staged requests of every software queue of @hctx. */
@@ -1350,60 +1410,58 @@ static void hctx_dispatch_all(struct rq_hw_ctx *hctx)
 	dispatch_read_unlock(q);
 }
 
+/* Stage the chain @head on @ctx for whoever runs its hctx. */
+static void ctx_stage_chain(struct rq_sw_ctx *ctx, struct rq_request *head)
+{
+	struct rq_list_node list;
+
+	rq_list_init(&list);
+	chain_to_list(head, &list);
+	ctx_stage(ctx, &list, false);
+}
+
 /*
- * Issue @list (requests of @hctx, no scheduler) now if we can own the hctx
- * and nothing is parked; else stage them for whoever runs it.
+ * Issue the chain @head (requests of @hctx linked by rq_next, no
+ * scheduler) now if we can own the hctx and nothing is parked or staged;
+ * else stage them for whoever runs it.
  */
-static void issue_list_directly(struct rq_hw_ctx *hctx, struct rq_sw_ctx *ctx,
-				struct rq_list_node *list, bool use_queue_rqs)
+static void issue_chain_directly(struct rq_hw_ctx *hctx, struct rq_sw_ctx *ctx,
+				 struct rq_request *head, bool use_queue_rqs)
 {
 	struct rq_queue *q = hctx->q;
 
 	if (!hctx_try_own(hctx)) {
-		ctx_stage(ctx, list, false);
+		ctx_stage_chain(ctx, head);
 		run_hw_queue(hctx);
 		return;
 	}
 	dispatch_read_lock(q);
 	if (queue_quiesced(q) || hctx_stopped(hctx) || hctx_has_dispatch(hctx) ||
 	    atomic_load_explicit(&hctx->pending, memory_order_relaxed)) {
-		ctx_stage(ctx, list, false);
+		ctx_stage_chain(ctx, head);
 		dispatch_read_unlock(q);
 		atomic_store(&hctx->run_state, RUN_AGAIN);
 		hctx_release(hctx);
 		return;
 	}
 	if (use_queue_rqs && q->ops->queue_rqs && !q->ops->get_budget) {
-		struct rq_request *head = NULL, **tail = &head;
 		struct rq_request *rq;
 		struct comp_batch cb;
 		bool own_batch = comp_batch_start(&cb, hctx);
 		uint64_t n = 0;
 
-		while ((rq = rq_list_first_rq(list))) {
-			rq_list_del_init(&rq->queuelist);
+		for (rq = head; rq; rq = rq->rq_next, n++)
 			rq_start(hctx, rq);
-			rq->rq_next = NULL;
-			*tail = rq;
-			tail = &rq->rq_next;
-			n++;
-		}
 		q->ops->queue_rqs(hctx, &head);
 		/* what the driver left goes the normal way */
-		while (head) {
-			rq = head;
-			head = rq->rq_next;
-			rq->rq_next = NULL;
+		for (rq = head; rq; rq = rq->rq_next, n--)
 			rq_unstart(hctx, rq);
-			rq_list_add_tail(&rq->queuelist, list);
-			n--;
-		}
 		if (own_batch)
 			comp_batch_end(&cb);
 		ctx_stat_add(ctx, ST_DISPATCHED, n);
 	}
-	if (!rq_list_empty(list))
-		dispatch_rq_list(hctx, list);
+	if (head)
+		dispatch_rq_chain(hctx, head);
 	dispatch_read_unlock(q);
 	hctx_release(hctx);
 }
@@ -1444,7 +1502,7 @@ static void mq_plug_issue(struct rq_list_node *list, struct rq_request *first)
 	struct rq_list_node bypass, *it, *next;
 
 	if (!q->elevator) {
-		issue_list_directly(hctx, rq_priv(first)->ctx, list, true);
+		issue_chain_directly(hctx, rq_priv(first)->ctx, list_to_chain(list), true);
 		return;
 	}
 	rq_list_init(&bypass);
@@ -1465,6 +1523,24 @@ static void mq_plug_issue(struct rq_list_node *list, struct rq_request *first)
 	if (!rq_list_empty(list))
 		q->elevator->type->ops.insert_requests(hctx, list, 0);
 	run_hw_queue(hctx);
+}
+
+/*
+ * The plug's run @first... (linked by rq_next, submission order) of one
+ * queue and hctx: without a scheduler issued as a chain, with one through
+ * mq_plug_issue().
+ */
+static void mq_plug_issue_chain(struct rq_request *first)
+{
+	struct rq_list_node list;
+
+	if (!first->q->elevator) {
+		issue_chain_directly(first->hctx, rq_priv(first)->ctx, first, true);
+		return;
+	}
+	rq_list_init(&list);
+	chain_to_list(first, &list);
+	mq_plug_issue(&list, first);
 }
 
 /* ----------------------------------------------------------- submission */
@@ -1524,13 +1600,8 @@ static void mq_submit(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_bio *
 		mq_insert_request(rq, false, true);
 		return;
 	}
-	{
-		struct rq_list_node list;
-
-		rq_list_init(&list);
-		rq_list_add_tail(&rq->queuelist, &list);
-		issue_list_directly(rq->hctx, ctx, &list, false);
-	}
+	rq->rq_next = NULL;
+	issue_chain_directly(rq->hctx, ctx, rq, false);
 }
 
 
@@ -2288,6 +2359,7 @@ static const struct rq_fe_ops mq_fe_ops = {
 	.elv_features = RQ_ELV_F_MQ,
 	.submit = mq_submit,
 	.plug_issue = mq_plug_issue,
+	.plug_issue_chain = mq_plug_issue_chain,
 	.release_request = mq_release_request,
 	.bio_hctx = mq_bio_hctx,
 	.complete = complete_here,

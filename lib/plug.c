@@ -214,6 +214,16 @@ static void plug_flush_list(struct rq_plug *plug)
 		struct rq_hw_ctx *hctx = first->hctx;
 		struct rq_list_node list;
 
+		if (q->fe->plug_issue_chain && !obs_on(q)) {
+			struct rq_request *last = rq;
+
+			/* cut the run off the plug's chain; the next run starts at @rq */
+			while ((rq = last->rq_next) && rq->q == q && rq->hctx == hctx)
+				last = rq;
+			last->rq_next = NULL;
+			q->fe->plug_issue_chain(first);
+			continue;
+		}
 		rq_list_init(&list);
 		do {
 			struct rq_request *next = rq->rq_next;

@@ -260,6 +260,13 @@ struct rq_fe_ops {
 	 */
 	void (*plug_issue)(struct rq_list_node *list, struct rq_request *first);
 	/*
+	 * @plug_issue_chain: optional.  As @plug_issue, but the run is the
+	 * chain @first (linked by rq_next, the last one's NULL), as the plug
+	 * held it: no list to build.  The plug uses it unless the queue is
+	 * observed (trace_unplug() wants the list).  NULL: @plug_issue.
+	 */
+	void (*plug_issue_chain)(struct rq_request *first);
+	/*
 	 * @release_request: a request that is not with the driver leaves for
 	 * good: scheduler told, tags or pool slot back.  Return: the sw ctx
 	 * whose usage reference the caller drops (NULL: none, or already
