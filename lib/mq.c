@@ -148,7 +148,7 @@ static int get_tag(struct rq_queue *q, struct rq_tags *tags, unsigned cpu, unsig
  */
 static inline bool tags_shared(const struct rq_queue *q)
 {
-	return q->set->flags & RQ_TAG_SET_SHARED;
+	return q->mq_flags & MQ_F_SHARED_TAGS;
 }
 
 static bool hctx_may_queue(struct rq_hw_ctx *hctx)
@@ -260,7 +260,9 @@ static struct rq_request *mq_get_request(struct rq_queue *q, struct rq_sw_ctx *c
 					 struct rq_stats_block *sb)
 {
 	struct rq_elevator_queue *eq = q->elevator;
-	struct rq_hw_ctx *hctx = map_hctx(q, ctx->cpu, bio->opf);
+	/* ctx->hctx is map_hctx()'s answer for every bio but a polled one */
+	struct rq_hw_ctx *hctx = likely(!(bio->opf & RQ_BIO_POLLED)) ?
+		ctx->hctx : map_hctx(q, ctx->cpu, bio->opf);
 	bool nowait = bio->opf & RQ_BIO_NOWAIT;
 	struct rq_request *rq;
 	unsigned shallow;
@@ -378,6 +380,8 @@ struct comp_batch {
 	unsigned tags_first, sched_first; /* lowest tag taken (above the reserved
 					     ones); UINT_MAX: none */
 	unsigned tags_word, sched_word;   /* ~(bits per word - 1) */
+	/* completions of hctx's queue counted at the end (stats, once per batch) */
+	uint64_t done, errors;
 };
 
 static __thread struct comp_batch *tls_cbatch __attribute__((tls_model("initial-exec")));
@@ -395,6 +399,7 @@ static inline bool comp_batch_start(struct comp_batch *cb, struct rq_hw_ctx *hct
 	cb->tags = cb->sched = 0;
 	cb->nr_usage = 0;
 	cb->ctx = NULL;
+	cb->done = cb->errors = 0;
 	/* fair sharing counts driver tags one by one: none of a shared set */
 	cb->tags_sbq = &hctx->tags->bitmap;
 	cb->tags_first = tags_shared(hctx->q) ? UINT_MAX : hctx->tags->nr_reserved;
@@ -433,10 +438,22 @@ static void comp_batch_put_tags(struct comp_batch *cb)
 	cb->tags = cb->sched = 0;
 }
 
-/* End the thread's batch @cb: tags back, restart check, usage dropped last. */
+/*
+ * End the thread's batch @cb: completions counted, tags back, restart
+ * check, usage dropped last.  The dispatch owner's caller keeps the queue
+ * (its own requests or usage) while a batch runs, so counting after the
+ * requests of a batch that took none is as safe as the dispatch count.
+ */
 static void comp_batch_end(struct comp_batch *cb)
 {
 	tls_cbatch = NULL;
+	if (cb->done) {
+		struct rq_stats_block *sb = stats_block(cb->hctx->q);
+
+		stat_block_add(sb, ST_COMPLETED, cb->done);
+		if (unlikely(cb->errors))
+			stat_block_add(sb, ST_ERRORS, cb->errors);
+	}
 	if (!cb->nr_usage)
 		return;
 	comp_batch_put_tags(cb);
@@ -444,14 +461,21 @@ static void comp_batch_end(struct comp_batch *cb)
 	queue_exit_ctx_n(cb->hctx->q, cb->ctx, cb->nr_usage);
 }
 
-/* Take the tags and usage of @rq (released, on @ctx) into the batch, if any. */
-static inline __attribute__((always_inline)) bool
-comp_batch_take(struct rq_request *rq, int tag, int itag, struct rq_sw_ctx *ctx)
+/* The thread's completion batch if it is one of @hctx, else NULL. */
+static inline struct comp_batch *comp_batch_of(const struct rq_hw_ctx *hctx)
 {
 	struct comp_batch *cb = tls_cbatch;
 
-	if (likely(!cb) || cb->hctx != rq->hctx)
-		return false;
+	return cb && cb->hctx == hctx ? cb : NULL;
+}
+
+/*
+ * Take the tags and usage of @rq (released, on @ctx) into @cb (the
+ * thread's batch for @rq's hctx, comp_batch_of()), if it may have them.
+ */
+static inline __attribute__((always_inline)) bool
+comp_batch_take(struct comp_batch *cb, int tag, int itag, struct rq_sw_ctx *ctx)
+{
 	/* reserved tags, and driver tags of a shared set, are freed one by one */
 	if ((tag >= 0 && (unsigned)tag < cb->tags_first) ||
 	    (itag >= 0 && (unsigned)itag < cb->sched_first))
@@ -480,9 +504,12 @@ comp_batch_take(struct rq_request *rq, int tag, int itag, struct rq_sw_ctx *ctx)
  */
 static struct rq_sw_ctx *mq_release_tags(struct rq_request *rq);
 
-/* The rest of a release: the request goes idle, its tags go back. */
+/*
+ * The rest of a release: the request goes idle, its tags go back, or into
+ * @cb (comp_batch_of(rq->hctx), may be NULL).
+ */
 static inline __attribute__((always_inline)) struct rq_sw_ctx *
-release_tags_inline(struct rq_request *rq)
+release_tags_inline(struct rq_request *rq, struct comp_batch *cb)
 {
 	struct rq_hw_ctx *hctx = rq->hctx;
 	struct rq_sw_ctx *ctx = rq_priv(rq)->ctx;
@@ -491,7 +518,7 @@ release_tags_inline(struct rq_request *rq)
 
 	rq->bio = rq->biotail = NULL;
 	__atomic_store_n(&rq->state, RQ_STATE_IDLE, __ATOMIC_RELEASE);
-	if (comp_batch_take(rq, tag, itag, ctx))
+	if (cb && comp_batch_take(cb, tag, itag, ctx))
 		return NULL;
 	/* read only here: the submitter writes ctx's line (usage) per request */
 	cpu = ctx->cpu;
@@ -523,7 +550,7 @@ static bool release_hand_to_timeout(struct rq_request *rq)
  * the common case's few tests.
  */
 static inline __attribute__((always_inline)) struct rq_sw_ctx *
-release_request_inline(struct rq_request *rq)
+release_request_inline(struct rq_request *rq, struct comp_batch *cb)
 {
 	struct rq_queue *q = rq->q;
 
@@ -538,17 +565,17 @@ release_request_inline(struct rq_request *rq)
 	if (unlikely(__atomic_load_n(&rq_priv(rq)->core_busy, __ATOMIC_ACQUIRE)) &&
 	    release_hand_to_timeout(rq))
 		return NULL; /* the scan finishes it, usage reference included */
-	return release_tags_inline(rq);
+	return release_tags_inline(rq, cb);
 }
 
 static struct rq_sw_ctx *mq_release_request(struct rq_request *rq)
 {
-	return release_request_inline(rq);
+	return release_request_inline(rq, comp_batch_of(rq->hctx));
 }
 
 static struct rq_sw_ctx *mq_release_tags(struct rq_request *rq)
 {
-	return release_tags_inline(rq);
+	return release_tags_inline(rq, comp_batch_of(rq->hctx));
 }
 
 /*
@@ -592,7 +619,7 @@ RQ_EXPORT void rq_sched_free_request(struct rq_request *rq)
 /* The request left the driver: in-flight count, budget, restart. */
 static void hctx_request_left_driver(struct rq_hw_ctx *hctx)
 {
-	if (hctx->q->ops->put_budget)
+	if (unlikely(hctx->q->mq_flags & MQ_F_PUT_BUDGET))
 		hctx->q->ops->put_budget(hctx->q);
 }
 
@@ -620,32 +647,48 @@ static __attribute__((noinline)) void mq_end_request_seq(struct rq_request *rq,
 	queue_exit_ctx(q, ctx);
 }
 
-/* Common end of an in-flight request whose state we just moved to COMPLETE. */
+/*
+ * Common end of an in-flight request whose state we just moved to COMPLETE.
+ * Inside the thread's completion batch for its hctx (a driver ending it
+ * inline while this thread issues), the batch counts it in the statistics
+ * and, when it took the tags, runs the restart check at its end.
+ */
 static inline __attribute__((always_inline)) void
 mq_end_request_inflight(struct rq_request *rq, rq_status_t status)
 {
 	struct rq_hw_ctx *hctx = rq->hctx;
 	struct rq_queue *q = rq->q;
+	struct comp_batch *cb = comp_batch_of(hctx);
 	struct rq_sw_ctx *ctx;
+	long taken = -1;
 
 	if (unlikely(rq_priv(rq)->end_io)) {
 		mq_end_request_seq(rq, status);
 		return;
 	}
-	/* @q, not ctx->q: the completer reads no line the submitter writes */
-	if (status != RQ_STS_OK)
-		stat_inc(q, ST_ERRORS);
-	stat_inc(q, ST_COMPLETED);
+	if (cb) {
+		/* @q, not ctx->q: the completer reads no line the submitter writes */
+		cb->done++;
+		cb->errors += status != RQ_STS_OK;
+		taken = cb->nr_usage;
+	} else {
+		if (status != RQ_STS_OK)
+			stat_inc(q, ST_ERRORS);
+		stat_inc(q, ST_COMPLETED);
+	}
 	if (q->elevator && q->elevator->type->ops.completed_request &&
 	    (rq->rq_flags & RQ_RQF_ELVPRIV))
 		q->elevator->type->ops.completed_request(rq, core_clock_ns());
 	trace_complete_all(rq, status, OBS_C_DONE);
 	request_end_bios(rq, status);
-	hctx_request_left_driver(hctx);
-	ctx = release_request_inline(rq);
-	hctx_restart(hctx);
-	if (ctx)
-		queue_exit_ctx(q, ctx);
+	if (unlikely(q->mq_flags & MQ_F_PUT_BUDGET))
+		q->ops->put_budget(q);
+	ctx = release_request_inline(rq, cb);
+	if (ctx || !cb || cb->nr_usage == taken) {
+		hctx_restart(hctx);
+		if (ctx)
+			queue_exit_ctx(q, ctx);
+	}
 }
 
 /*
@@ -673,15 +716,6 @@ RQ_EXPORT void rq_mq_end_request(struct rq_request *rq, rq_status_t status)
 /* ------------------------------------------------ driver completion batches */
 
 /*
- * Requests the thread's completion batch has taken so far (-1: no batch),
- * to tell whether a release went into it.
- */
-static inline long comp_batch_taken(void)
-{
-	return tls_cbatch ? tls_cbatch->nr_usage : -1;
-}
-
-/*
  * End @rq (state COMPLETE) inside mq_end_list(): as
  * mq_end_request_inflight(), but statistics were counted for the whole
  * run, the clock is read once per list (*@now, 0 until read), and when the
@@ -694,6 +728,7 @@ static void mq_end_request_batched(struct rq_request *rq, rq_status_t status, ui
 	struct rq_hw_ctx *hctx = rq->hctx;
 	struct rq_queue *q = rq->q;
 	struct rq_elevator_queue *eq = q->elevator;
+	struct comp_batch *cb;
 	struct rq_sw_ctx *ctx;
 	long taken;
 
@@ -709,9 +744,10 @@ static void mq_end_request_batched(struct rq_request *rq, rq_status_t status, ui
 	trace_complete_all(rq, status, OBS_C_DONE);
 	request_end_bios(rq, status);
 	hctx_request_left_driver(hctx);
-	taken = comp_batch_taken();
-	ctx = release_request_inline(rq);
-	if (ctx || comp_batch_taken() == taken) {
+	cb = comp_batch_of(hctx);
+	taken = cb ? cb->nr_usage : -1;
+	ctx = release_request_inline(rq, cb);
+	if (ctx || !cb || cb->nr_usage == taken) {
 		hctx_restart(hctx);
 		if (ctx)
 			queue_exit_ctx(q, ctx);
@@ -1013,12 +1049,64 @@ static void hctx_busy(struct rq_hw_ctx *hctx, struct rq_list_node *list)
 }
 
 /*
- * Issue the requests of @list (linked by queuelist) to the driver.
+ * Link the requests of @list (by queuelist) by rq_next, in order, each
+ * queuelist made empty for the driver; @list ends empty.  Return: the first.
+ */
+static struct rq_request *list_to_chain(struct rq_list_node *list)
+{
+	struct rq_request *head = NULL, **tail = &head;
+	struct rq_list_node *it, *next;
+
+	for (it = list->next; it != list; it = next) {
+		next = it->next;
+		rq_list_init(it);
+		*tail = RQ_CONTAINER_OF(it, struct rq_request, queuelist);
+		tail = &(*tail)->rq_next;
+	}
+	*tail = NULL;
+	rq_list_init(list);
+	return head;
+}
+
+/* Move the requests of the rq_next chain @head, in order, to the tail of @list. */
+static void chain_to_list(struct rq_request *head, struct rq_list_node *list)
+{
+	while (head) {
+		struct rq_request *rq = head;
+
+		head = rq->rq_next;
+		rq->rq_next = NULL;
+		rq_list_add_tail(&rq->queuelist, list);
+	}
+}
+
+/*
+ * The driver refused @rq (RESOURCE): it goes back to idle, with its budget
+ * and a driver tag taken at dispatch given back.  The caller keeps it.
+ */
+static void dispatch_refused(struct rq_queue *q, struct rq_request *rq)
+{
+	uint8_t expected = RQ_STATE_IN_FLIGHT;
+
+	__atomic_compare_exchange_n(&rq->state, &expected, RQ_STATE_IDLE, false,
+				    __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+	trace_requeue(rq);
+	if (q->ops->put_budget)
+		q->ops->put_budget(q);
+	if (rq->rq_flags & RQ_RQF_SCHED_TAGS)
+		put_driver_tag(rq, cur_cpu());
+}
+
+/*
+ * Issue the requests of the chain @head (linked by rq_next, each with an
+ * empty queuelist) to the driver, as the kernel issues a plug's list
+ * directly: no list node is written per request.  Each leaves the chain
+ * (rq_next NULL) before the driver sees it.
  * Return: true if all were issued, false if the driver (or tags, or budget)
  * ran out; then the rest are parked on hctx->dispatch.
  * Context: dispatch owner of @hctx, inside a read-side section.
  */
-static bool dispatch_rq_list(struct rq_hw_ctx *hctx, struct rq_list_node *list)
+static bool dispatch_rq_chain(struct rq_hw_ctx *hctx, struct rq_request *head)
 {
 	struct rq_queue *q = hctx->q;
 	const struct rq_mq_ops *ops = q->ops;
@@ -1029,8 +1117,8 @@ static bool dispatch_rq_list(struct rq_hw_ctx *hctx, struct rq_list_node *list)
 	bool own_batch = comp_batch_start(&cb, hctx);
 	bool busy = false;
 
-	while (!rq_list_empty(list)) {
-		struct rq_request *rq = rq_list_first_rq(list);
+	while (head) {
+		struct rq_request *rq = head;
 		rq_status_t ret;
 		bool last;
 
@@ -1047,8 +1135,9 @@ static bool dispatch_rq_list(struct rq_hw_ctx *hctx, struct rq_list_node *list)
 			busy = true;
 			break;
 		}
-		rq_list_del_init(&rq->queuelist);
-		last = rq_list_empty(list);
+		head = rq->rq_next;
+		rq->rq_next = NULL;
+		last = !head;
 		if (!sctx)
 			sctx = rq_priv(rq)->ctx;
 		rq_start(hctx, rq);
@@ -1059,16 +1148,9 @@ static bool dispatch_rq_list(struct rq_hw_ctx *hctx, struct rq_list_node *list)
 			continue;
 		}
 		if (ret == RQ_STS_RESOURCE || ret == RQ_STS_DEV_RESOURCE) {
-			uint8_t expected = RQ_STATE_IN_FLIGHT;
-
-			__atomic_compare_exchange_n(&rq->state, &expected, RQ_STATE_IDLE, false,
-						    __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
-			trace_requeue(rq);
-			if (ops->put_budget)
-				ops->put_budget(q);
-			if (rq->rq_flags & RQ_RQF_SCHED_TAGS)
-				put_driver_tag(rq, cur_cpu());
-			rq_list_add(&rq->queuelist, list);
+			dispatch_refused(q, rq);
+			rq->rq_next = head;
+			head = rq;
 			resource++;
 			busy = true;
 			break;
@@ -1090,9 +1172,23 @@ static bool dispatch_rq_list(struct rq_hw_ctx *hctx, struct rq_list_node *list)
 		if (resource)
 			ctx_stat_add(sctx, ST_RESOURCE, resource);
 	}
-	if (busy)
-		hctx_busy(hctx, list);
+	if (busy) {
+		struct rq_list_node rest;
+
+		rq_list_init(&rest);
+		chain_to_list(head, &rest);
+		hctx_busy(hctx, &rest);
+	}
 	return !busy;
+}
+
+/*
+ * Issue the requests of @list (linked by queuelist) to the driver; @list
+ * ends empty.  Return and context: as dispatch_rq_chain().
+ */
+static bool dispatch_rq_list(struct rq_hw_ctx *hctx, struct rq_list_node *list)
+{
+	return dispatch_rq_chain(hctx, list_to_chain(list));
 }
 
 /* Collect staged requests of every software queue of @hctx. */
@@ -1314,60 +1410,58 @@ static void hctx_dispatch_all(struct rq_hw_ctx *hctx)
 	dispatch_read_unlock(q);
 }
 
+/* Stage the chain @head on @ctx for whoever runs its hctx. */
+static void ctx_stage_chain(struct rq_sw_ctx *ctx, struct rq_request *head)
+{
+	struct rq_list_node list;
+
+	rq_list_init(&list);
+	chain_to_list(head, &list);
+	ctx_stage(ctx, &list, false);
+}
+
 /*
- * Issue @list (requests of @hctx, no scheduler) now if we can own the hctx
- * and nothing is parked; else stage them for whoever runs it.
+ * Issue the chain @head (requests of @hctx linked by rq_next, no
+ * scheduler) now if we can own the hctx and nothing is parked or staged;
+ * else stage them for whoever runs it.
  */
-static void issue_list_directly(struct rq_hw_ctx *hctx, struct rq_sw_ctx *ctx,
-				struct rq_list_node *list, bool use_queue_rqs)
+static void issue_chain_directly(struct rq_hw_ctx *hctx, struct rq_sw_ctx *ctx,
+				 struct rq_request *head, bool use_queue_rqs)
 {
 	struct rq_queue *q = hctx->q;
 
 	if (!hctx_try_own(hctx)) {
-		ctx_stage(ctx, list, false);
+		ctx_stage_chain(ctx, head);
 		run_hw_queue(hctx);
 		return;
 	}
 	dispatch_read_lock(q);
 	if (queue_quiesced(q) || hctx_stopped(hctx) || hctx_has_dispatch(hctx) ||
 	    atomic_load_explicit(&hctx->pending, memory_order_relaxed)) {
-		ctx_stage(ctx, list, false);
+		ctx_stage_chain(ctx, head);
 		dispatch_read_unlock(q);
 		atomic_store(&hctx->run_state, RUN_AGAIN);
 		hctx_release(hctx);
 		return;
 	}
 	if (use_queue_rqs && q->ops->queue_rqs && !q->ops->get_budget) {
-		struct rq_request *head = NULL, **tail = &head;
 		struct rq_request *rq;
 		struct comp_batch cb;
 		bool own_batch = comp_batch_start(&cb, hctx);
 		uint64_t n = 0;
 
-		while ((rq = rq_list_first_rq(list))) {
-			rq_list_del_init(&rq->queuelist);
+		for (rq = head; rq; rq = rq->rq_next, n++)
 			rq_start(hctx, rq);
-			rq->rq_next = NULL;
-			*tail = rq;
-			tail = &rq->rq_next;
-			n++;
-		}
 		q->ops->queue_rqs(hctx, &head);
 		/* what the driver left goes the normal way */
-		while (head) {
-			rq = head;
-			head = rq->rq_next;
-			rq->rq_next = NULL;
+		for (rq = head; rq; rq = rq->rq_next, n--)
 			rq_unstart(hctx, rq);
-			rq_list_add_tail(&rq->queuelist, list);
-			n--;
-		}
 		if (own_batch)
 			comp_batch_end(&cb);
 		ctx_stat_add(ctx, ST_DISPATCHED, n);
 	}
-	if (!rq_list_empty(list))
-		dispatch_rq_list(hctx, list);
+	if (head)
+		dispatch_rq_chain(hctx, head);
 	dispatch_read_unlock(q);
 	hctx_release(hctx);
 }
@@ -1408,7 +1502,7 @@ static void mq_plug_issue(struct rq_list_node *list, struct rq_request *first)
 	struct rq_list_node bypass, *it, *next;
 
 	if (!q->elevator) {
-		issue_list_directly(hctx, rq_priv(first)->ctx, list, true);
+		issue_chain_directly(hctx, rq_priv(first)->ctx, list_to_chain(list), true);
 		return;
 	}
 	rq_list_init(&bypass);
@@ -1429,6 +1523,24 @@ static void mq_plug_issue(struct rq_list_node *list, struct rq_request *first)
 	if (!rq_list_empty(list))
 		q->elevator->type->ops.insert_requests(hctx, list, 0);
 	run_hw_queue(hctx);
+}
+
+/*
+ * The plug's run @first... (linked by rq_next, submission order) of one
+ * queue and hctx: without a scheduler issued as a chain, with one through
+ * mq_plug_issue().
+ */
+static void mq_plug_issue_chain(struct rq_request *first)
+{
+	struct rq_list_node list;
+
+	if (!first->q->elevator) {
+		issue_chain_directly(first->hctx, rq_priv(first)->ctx, first, true);
+		return;
+	}
+	rq_list_init(&list);
+	chain_to_list(first, &list);
+	mq_plug_issue(&list, first);
 }
 
 /* ----------------------------------------------------------- submission */
@@ -1488,13 +1600,8 @@ static void mq_submit(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_bio *
 		mq_insert_request(rq, false, true);
 		return;
 	}
-	{
-		struct rq_list_node list;
-
-		rq_list_init(&list);
-		rq_list_add_tail(&rq->queuelist, &list);
-		issue_list_directly(rq->hctx, ctx, &list, false);
-	}
+	rq->rq_next = NULL;
+	issue_chain_directly(rq->hctx, ctx, rq, false);
 }
 
 
@@ -1994,6 +2101,8 @@ RQ_EXPORT int rq_mq_alloc_queue(struct rq_tag_set *set, const struct rq_queue_co
 		return -ENOMEM;
 	q->set = set;
 	q->ops = &set->ops;
+	q->mq_flags = ((set->flags & RQ_TAG_SET_SHARED) ? MQ_F_SHARED_TAGS : 0) |
+		      (set->ops.put_budget ? MQ_F_PUT_BUDGET : 0);
 	q->nr_hw_queues = set->nr_hw_queues;
 	q->map = set->map;
 	ret = mq_alloc_hctxs(q);
@@ -2250,6 +2359,7 @@ static const struct rq_fe_ops mq_fe_ops = {
 	.elv_features = RQ_ELV_F_MQ,
 	.submit = mq_submit,
 	.plug_issue = mq_plug_issue,
+	.plug_issue_chain = mq_plug_issue_chain,
 	.release_request = mq_release_request,
 	.bio_hctx = mq_bio_hctx,
 	.complete = complete_here,

@@ -34,9 +34,12 @@ __thread uint64_t tls_plug_now __attribute__((tls_model("initial-exec")));
 
 /*
  * Batched tag allocation: a plug takes up to PLUG_TAG_BATCH tags of one hw
- * queue with a single compare-and-swap (sbq_get_batch) and hands them out
- * as its requests are made; what is left goes back in one batch when the
- * plug flushes or finishes (the kernel's plug->cached_rqs).  Driver tags
+ * queue (as many as a full plug holds requests, at most one bitmap word)
+ * with a single compare-and-swap (sbq_get_batch) and hands them out as its
+ * requests are made; what is left goes back in one batch when the plug
+ * flushes or finishes (the kernel's plug->cached_rqs, sized there by the
+ * submitter's nr_ios).  A plug of 32 requests on words of 16 bits thus
+ * refills twice, not four times as with batches of 8.  Driver tags
  * without a scheduler, scheduler tags with one; not for shared tag sets
  * (fair sharing counts driver tags one by one) nor for depth-limited
  * allocations (limit_depth).
@@ -47,7 +50,7 @@ __thread uint64_t tls_plug_now __attribute__((tls_model("initial-exec")));
  * plug gives them back.  A plug never takes scheduler tags ahead once a
  * freeze has begun.  Driver tags live as long as the tag set.
  */
-#define PLUG_TAG_BATCH 8
+#define PLUG_TAG_BATCH RQ_PLUG_MAX_REQUESTS
 
 void plug_return_tags(struct rq_plug *plug, unsigned cpu)
 {
@@ -109,9 +112,10 @@ int plug_cached_tag_refill(struct rq_plug *plug, struct rq_tags *tags, struct rq
 
 /*
  * Queue usage taken ahead: the first bio a plugged thread submits to a
- * queue takes PLUG_USAGE_BATCH usage references with one atomic add; the
- * next bios to the same queue take theirs from that stock with no atomic
- * operation, and a bio merged away gives its reference back to it.  The
+ * queue takes PLUG_USAGE_BATCH (a full plug's worth) usage references with
+ * one atomic add; the next bios to the same queue take theirs from that
+ * stock with no atomic operation, and a bio merged away gives its
+ * reference back to it.  The
  * stock belongs to the thread's outermost plug and goes back when the plug
  * flushes (rq_flush_plug(): before the thread sleeps in the library, and
  * when a freeze starts on the freezing thread), finishes, or fails a queue
@@ -122,7 +126,7 @@ int plug_cached_tag_refill(struct rq_plug *plug, struct rq_tags *tags, struct rq
  * One reference, taken before the freeze began, is what each such bio
  * holds, exactly as if it had entered one by one.
  */
-#define PLUG_USAGE_BATCH 8
+#define PLUG_USAGE_BATCH RQ_PLUG_MAX_REQUESTS
 
 static __thread struct rq_queue *tls_usage_q __attribute__((tls_model("initial-exec")));
 static __thread unsigned tls_usage_refs __attribute__((tls_model("initial-exec")));
@@ -214,6 +218,16 @@ static void plug_flush_list(struct rq_plug *plug)
 		struct rq_hw_ctx *hctx = first->hctx;
 		struct rq_list_node list;
 
+		if (q->fe->plug_issue_chain && !obs_on(q)) {
+			struct rq_request *last = rq;
+
+			/* cut the run off the plug's chain; the next run starts at @rq */
+			while ((rq = last->rq_next) && rq->q == q && rq->hctx == hctx)
+				last = rq;
+			last->rq_next = NULL;
+			q->fe->plug_issue_chain(first);
+			continue;
+		}
 		rq_list_init(&list);
 		do {
 			struct rq_request *next = rq->rq_next;

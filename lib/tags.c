@@ -228,14 +228,29 @@ static int sb_find_bit(struct sbitmap *sb, unsigned hint, unsigned shallow)
 	return -1;
 }
 
-/* One bit with @cpu's hint, which moves on as the kernel's does. */
+/*
+ * One bit with @cpu's hint, which moves on as the kernel's does.  The
+ * common case first, inline: the hint's own bit is free (a put moves the
+ * hint to what it freed), the bit sb_find_bit() would try first; any other
+ * case, or losing that bit to another thread, takes the search.
+ */
 static int sb_get(struct sbitmap *sb, unsigned cpu, unsigned shallow)
 {
 	unsigned *hintp = sb_hint(sb, cpu);
 	unsigned hint = READ_ONCE(*hintp);
-	int nr;
+	int nr = -1;
 
-	nr = sb_find_bit(sb, hint, shallow);
+	if (likely(!shallow && hint < READ_ONCE(sb->depth))) {
+		struct sbitmap_word *w = &sb->map[hint >> sb->shift];
+		unsigned long bit = 1UL << (hint & (sb_bits_per_word(sb) - 1));
+
+		/* Acquire: pairs with the release of the put that freed it. */
+		if (!(atomic_load_explicit(&w->word, memory_order_relaxed) & bit) &&
+		    !(atomic_fetch_or_explicit(&w->word, bit, memory_order_acquire) & bit))
+			nr = (int)hint;
+	}
+	if (nr < 0)
+		nr = sb_find_bit(sb, hint, shallow);
 	if (nr < 0)
 		return -1;
 	if ((unsigned)nr == hint || sb->round_robin) {

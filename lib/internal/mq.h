@@ -17,6 +17,10 @@
 #define HCTX_RESTART (1u << 1)      /* re-run when a request completes */
 #define HCTX_ASYNC_RUN (1u << 2)    /* the service thread should run it */
 
+/* q->mq_flags: fixed with the tag set, one word for the per-request tests */
+#define MQ_F_SHARED_TAGS (1u << 0)  /* RQ_TAG_SET_SHARED: fair sharing counts driver tags */
+#define MQ_F_PUT_BUDGET (1u << 1)   /* ops.put_budget is set */
+
 /* run_state values: dispatch ownership of one hctx */
 #define RUN_IDLE 0
 #define RUN_BUSY 1

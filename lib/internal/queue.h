@@ -188,6 +188,7 @@ struct rq_queue {
 	struct bio_fast_lim fast;      /* from limits: queue_limits_changed() */
 	_Atomic uint64_t capacity;
 	unsigned nr_hw_queues;         /* 0 on the single-queue front end */
+	unsigned mq_flags;             /* MQ_F_*: tag set features the mq fast path tests */
 	struct rq_hw_ctx **hctxs;
 	unsigned nr_cpus;
 	struct rq_sw_ctx *ctxs;        /* nr_cpus, cache aligned */
@@ -258,6 +259,13 @@ struct rq_fe_ops {
 	 * thread, no lock held.
 	 */
 	void (*plug_issue)(struct rq_list_node *list, struct rq_request *first);
+	/*
+	 * @plug_issue_chain: optional.  As @plug_issue, but the run is the
+	 * chain @first (linked by rq_next, the last one's NULL), as the plug
+	 * held it: no list to build.  The plug uses it unless the queue is
+	 * observed (trace_unplug() wants the list).  NULL: @plug_issue.
+	 */
+	void (*plug_issue_chain)(struct rq_request *first);
 	/*
 	 * @release_request: a request that is not with the driver leaves for
 	 * good: scheduler told, tags or pool slot back.  Return: the sw ctx

@@ -245,6 +245,36 @@ static void test_plug_data(void **state)
 	mock_destroy(m);
 }
 
+/*
+ * A plug takes its tags ahead a whole batch at a time: its first request
+ * takes up to RQ_PLUG_MAX_REQUESTS tags of one bitmap word (depth 256:
+ * words of 64 bits) with one compare-and-swap and keeps the rest cached;
+ * 32 requests then use exactly that batch, and finishing gives back
+ * nothing more.  (Batches were 8: a plug of 32 refilled four times.)
+ */
+static void test_plug_tag_batch(void **state)
+{
+	struct mock_config cfg = { .completion = MOCK_COMPLETE_DEFER, .queue_depth = 256 };
+	struct mock_dev *m = mock_create(&cfg, NULL);
+	struct fx_rec rec[RQ_PLUG_MAX_REQUESTS];
+	struct rq_plug plug;
+
+	(void)state;
+	rq_start_plug(&plug);
+	rq_submit_bio(m->q, fx_bio(&rec[0], RQ_OP_WRITE, spread(0), bufs[0], 4096));
+	assert_int_equal(__builtin_popcountl(plug.cached_tags), RQ_PLUG_MAX_REQUESTS - 1);
+	for (unsigned i = 1; i < RQ_PLUG_MAX_REQUESTS - 1; i++)
+		rq_submit_bio(m->q, fx_bio(&rec[i], RQ_OP_WRITE, spread(i), bufs[i], 4096));
+	assert_int_equal(__builtin_popcountl(plug.cached_tags), 1);
+	rq_finish_plug(&plug);
+	assert_int_equal(plug.cached_tags, 0);
+	assert_int_equal(mock_count(m, MOCK_QUEUE_RQ), RQ_PLUG_MAX_REQUESTS - 1);
+	assert_int_equal(mock_complete_all(m, RQ_STS_OK), RQ_PLUG_MAX_REQUESTS - 1);
+	assert_true(fx_wait(rec, RQ_PLUG_MAX_REQUESTS - 1, 10000));
+	fx_put(rec, RQ_PLUG_MAX_REQUESTS - 1);
+	mock_destroy(m);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -256,6 +286,7 @@ int main(void)
 		cmocka_unit_test(test_plug_uses_queue_rqs),
 		cmocka_unit_test(test_no_plug_uses_queue_rq),
 		cmocka_unit_test(test_plug_data),
+		cmocka_unit_test(test_plug_tag_batch),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
