@@ -371,7 +371,7 @@ static void kyber_put_token(struct rq_request *rq)
 	rq->elv_priv[0] = NULL;
 	domain = (unsigned)token - 1;
 	bit = 1u << domain;
-	khd = kyber_rq_hd(rq);
+	khd = rq->elv_priv[1]; /* set with the token (kyber_take()) */
 	atomic_fetch_add_explicit(&khd->returned[domain], 1, memory_order_seq_cst);
 	if (unlikely(atomic_load_explicit(&khd->waiting, memory_order_seq_cst) & bit) &&
 	    (atomic_fetch_and_explicit(&khd->waiting, ~bit, memory_order_seq_cst) & bit))
