@@ -948,8 +948,10 @@ _Static_assert((int)RQ_OP_READ == (int)KYBER_READ && (int)RQ_OP_WRITE == (int)KY
 /*
  * Count the request's latencies; maybe close the window.  Both latencies
  * under a quarter of the target (the usual case) take one counter; the
- * unsigned differences send a clock behind the request's times, and a
- * request never issued (issue time 0), the slow way.
+ * unsigned differences send a clock behind the request's times the slow
+ * way, and a request never issued (issue time 0) goes there too, which
+ * counts nothing for it (tested last: that is rare, and with a clock
+ * past a quarter of the target the difference already sends it).
  */
 static void kyber_completed_request(struct rq_request *rq, uint64_t now)
 {
@@ -963,7 +965,8 @@ static void kyber_completed_request(struct rq_request *rq, uint64_t now)
 	khd = kyber_rq_hd(rq);
 	kqd = khd->kqd;
 	quarter = atomic_load_explicit(&kqd->lat_quarter[t], memory_order_relaxed);
-	if (unlikely(now - rq->start_time_ns >= quarter || now - rq->io_start_time_ns >= quarter)) {
+	if (unlikely(now - rq->start_time_ns >= quarter || now - rq->io_start_time_ns >= quarter ||
+		     !rq->io_start_time_ns)) {
 		kyber_count_slow(khd, rq, t, quarter, now);
 		return;
 	}
