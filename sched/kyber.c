@@ -127,7 +127,12 @@ struct kyber_ctx_queue {
  *	they only grow.  Completers bump them with a plain load and store (a
  *	count lost to two completers racing on one hctx does not matter to a
  *	percentile, and no locked instruction is paid per completion).
- * @lat_seen: @lat as the last window close read it (window closer only).
+ * @lat_fast: per target domain, completions whose total and device
+ *	latencies were both under a quarter of the target: bucket 0 of both
+ *	kinds, counted once (the usual case on a fast device); a window close
+ *	adds them to both.  Same rules as @lat.
+ * @lat_seen, @lat_fast_seen: @lat and @lat_fast as the last window close
+ *	read them (window closer only).
  */
 struct kyber_hctx_data {
 	struct kyber_queue_data *kqd;
@@ -145,7 +150,9 @@ struct kyber_hctx_data {
 	atomic_uint waiting;
 
 	_Alignas(64) _Atomic uint64_t lat[KYBER_NR_TARGETS][KYBER_NR_LAT_KINDS][KYBER_BUCKETS];
+	_Atomic uint64_t lat_fast[KYBER_NR_TARGETS];
 	uint64_t lat_seen[KYBER_NR_TARGETS][KYBER_NR_LAT_KINDS][KYBER_BUCKETS];
+	uint64_t lat_fast_seen[KYBER_NR_TARGETS];
 };
 
 /**
@@ -364,7 +371,7 @@ static void kyber_put_token(struct rq_request *rq)
 	rq->elv_priv[0] = NULL;
 	domain = (unsigned)token - 1;
 	bit = 1u << domain;
-	khd = kyber_rq_hd(rq);
+	khd = rq->elv_priv[1]; /* set with the token (kyber_take()) */
 	atomic_fetch_add_explicit(&khd->returned[domain], 1, memory_order_seq_cst);
 	if (unlikely(atomic_load_explicit(&khd->waiting, memory_order_seq_cst) & bit) &&
 	    (atomic_fetch_and_explicit(&khd->waiting, ~bit, memory_order_seq_cst) & bit))
@@ -443,6 +450,20 @@ static inline void kyber_count(_Atomic uint64_t *c)
 			      memory_order_relaxed);
 }
 
+/*
+ * Samples counted in @c since the last window close read it (*@seen, which
+ * moves on).  A racing store may have lost counts: never negative.
+ * Context: the window closer.
+ */
+static uint64_t kyber_counted(const _Atomic uint64_t *c, uint64_t *seen)
+{
+	uint64_t now = atomic_load_explicit(c, memory_order_relaxed);
+	uint64_t n = now > *seen ? now - *seen : 0;
+
+	*seen = now;
+	return n;
+}
+
 /* The bucket below which @pct percent of the @n samples in @hist lie. */
 static unsigned kyber_percentile(const uint64_t *hist, uint64_t n, unsigned pct)
 {
@@ -497,18 +518,17 @@ static void kyber_close_window(struct kyber_queue_data *kqd)
 
 		if (!khd)
 			continue;
-		for (unsigned t = 0; t < KYBER_NR_TARGETS; t++)
-			for (unsigned k = 0; k < KYBER_NR_LAT_KINDS; k++)
-				for (unsigned b = 0; b < KYBER_BUCKETS; b++) {
-					uint64_t now = atomic_load_explicit(&khd->lat[t][k][b],
-									    memory_order_relaxed);
-					uint64_t *seen = &khd->lat_seen[t][k][b];
+		for (unsigned t = 0; t < KYBER_NR_TARGETS; t++) {
+			uint64_t fast = kyber_counted(&khd->lat_fast[t], &khd->lat_fast_seen[t]);
 
-					/* a racing store may have lost counts: never negative */
-					if (now > *seen)
-						kqd->acc[t][k][b] += now - *seen;
-					*seen = now;
-				}
+			/* bucket 0 of both kinds (see struct kyber_hctx_data) */
+			kqd->acc[t][KYBER_LAT_TOTAL][0] += fast;
+			kqd->acc[t][KYBER_LAT_IO][0] += fast;
+			for (unsigned k = 0; k < KYBER_NR_LAT_KINDS; k++)
+				for (unsigned b = 0; b < KYBER_BUCKETS; b++)
+					kqd->acc[t][k][b] += kyber_counted(&khd->lat[t][k][b],
+									   &khd->lat_seen[t][k][b]);
+		}
 	}
 
 	for (unsigned t = 0; t < KYBER_NR_TARGETS; t++) {
@@ -898,23 +918,59 @@ static bool kyber_has_work(struct rq_hw_ctx *hctx)
 	return false;
 }
 
-/* Count the request's latencies; maybe close the window. */
-static void kyber_completed_request(struct rq_request *rq, uint64_t now)
+/*
+ * Count the latencies of @rq (of target domain @t, on @khd) in the
+ * histograms' buckets, then maybe close the window: the other case of
+ * kyber_completed_request(), out of line so that the usual one saves no
+ * register across a call.
+ */
+static __attribute__((noinline)) void kyber_count_slow(struct kyber_hctx_data *khd,
+						       const struct rq_request *rq, unsigned t,
+						       uint64_t quarter, uint64_t now)
 {
-	struct kyber_queue_data *kqd;
-	struct kyber_hctx_data *khd;
-	unsigned t = kyber_domain_of_op(rq->op);
-	uint64_t quarter, total, io;
+	struct kyber_queue_data *kqd = khd->kqd;
+	uint64_t total, io;
 
-	if (t >= KYBER_NR_TARGETS || !rq->io_start_time_ns)
-		return;
-	khd = kyber_rq_hd(rq);
-	kqd = khd->kqd;
-	quarter = atomic_load_explicit(&kqd->lat_quarter[t], memory_order_relaxed);
+	if (!rq->io_start_time_ns)
+		return; /* never issued: no device latency to speak of */
 	total = now > rq->start_time_ns ? now - rq->start_time_ns : 0;
 	io = now > rq->io_start_time_ns ? now - rq->io_start_time_ns : 0;
 	kyber_count(&khd->lat[t][KYBER_LAT_TOTAL][kyber_bucket(total, quarter)]);
 	kyber_count(&khd->lat[t][KYBER_LAT_IO][kyber_bucket(io, quarter)]);
+	if (unlikely(now >= atomic_load_explicit(&kqd->window_end, memory_order_relaxed)))
+		kyber_maybe_close_window(kqd, now);
+}
+
+/* Reads and writes are their own target domains: the op is the domain. */
+_Static_assert((int)RQ_OP_READ == (int)KYBER_READ && (int)RQ_OP_WRITE == (int)KYBER_WRITE &&
+	       KYBER_NR_TARGETS == 2, "kyber: target domains are the ops");
+
+/*
+ * Count the request's latencies; maybe close the window.  Both latencies
+ * under a quarter of the target (the usual case) take one counter; the
+ * unsigned differences send a clock behind the request's times the slow
+ * way, and a request never issued (issue time 0) goes there too, which
+ * counts nothing for it (tested last: that is rare, and with a clock
+ * past a quarter of the target the difference already sends it).
+ */
+static void kyber_completed_request(struct rq_request *rq, uint64_t now)
+{
+	unsigned t = rq->op; /* see the assertion above */
+	struct kyber_queue_data *kqd;
+	struct kyber_hctx_data *khd;
+	uint64_t quarter;
+
+	if (t >= KYBER_NR_TARGETS)
+		return;
+	khd = kyber_rq_hd(rq);
+	kqd = khd->kqd;
+	quarter = atomic_load_explicit(&kqd->lat_quarter[t], memory_order_relaxed);
+	if (unlikely(now - rq->start_time_ns >= quarter || now - rq->io_start_time_ns >= quarter ||
+		     !rq->io_start_time_ns)) {
+		kyber_count_slow(khd, rq, t, quarter, now);
+		return;
+	}
+	kyber_count(&khd->lat_fast[t]);
 	if (unlikely(now >= atomic_load_explicit(&kqd->window_end, memory_order_relaxed)))
 		kyber_maybe_close_window(kqd, now);
 }

@@ -381,6 +381,49 @@ static void test_write_own_latency(void **state)
 	mock_destroy(m);
 }
 
+/* Submit @n reads and complete them @ns later. */
+static void reads_after(struct mock_dev *m, unsigned n, uint64_t ns)
+{
+	static struct fx_rec rec[16];
+
+	for (unsigned i = 0; i < n; i++)
+		submit(m, &rec[i], RQ_OP_READ, i, 0);
+	advance(ns);
+	assert_int_equal(complete_op(m, RQ_OP_READ), n);
+	expect_all_ok(rec, n);
+}
+
+/*
+ * Fast completions (both latencies under a quarter of the target) count
+ * in both histograms: 10 reads at 2.5 ms among 1009 at 100 us are under 1%,
+ * so p99 and p90 stay in bucket 0 and no depth moves.  Were the fast ones
+ * missing from the total (or the device) latencies, the late ten alone
+ * would cut the write (or the read) depth.  A window of late reads alone
+ * then shows that windows do close here.
+ */
+static void test_fast_samples_count(void **state)
+{
+	struct mock_dev *m = make_dev(256);
+
+	/* the queue's first window closes 100 ms from now */
+	for (unsigned i = 0; i < 10; i++)
+		reads_after(m, 1, 25 * MS / 10); /* each 2.5 ms: above the target */
+	for (unsigned r = 0; r < 63; r++)
+		reads_after(m, 16, 100 * US);
+	advance(75 * MS);
+	reads_after(m, 1, 100 * US); /* past the window's end: it closes */
+	assert_int_equal(attr_u64(m->q, "iosched/read_depth"), READ_DEPTH);
+	assert_int_equal(attr_u64(m->q, "iosched/write_depth"), WRITE_DEPTH);
+	assert_int_equal(attr_u64(m->q, "iosched/discard_depth"), DISCARD_DEPTH);
+
+	for (unsigned i = 0; i < 8; i++)
+		reads_after(m, 1, 25 * MS); /* late reads only: the next window cuts */
+	advance(WINDOW_NS);
+	reads_after(m, 1, 25 * MS);
+	assert_int_equal(attr_u64(m->q, "iosched/write_depth"), WRITE_DEPTH / 2);
+	mock_destroy(m);
+}
+
 /* The latency targets round-trip; bad values are refused, changing nothing. */
 static void test_tunables(void **state)
 {
@@ -612,6 +655,7 @@ int main(void)
 		cmocka_unit_test(test_batch_carries_over),
 		cmocka_unit_test(test_latency_feedback),
 		cmocka_unit_test(test_write_own_latency),
+		cmocka_unit_test(test_fast_samples_count),
 		cmocka_unit_test(test_tunables),
 		cmocka_unit_test(test_async_limit),
 		cmocka_unit_test(test_async_limit_deep),
