@@ -214,7 +214,7 @@ static inline uint32_t fold_g_action(uint32_t q_action)
 }
 
 #define RING_EVENTS 65536u      /* per thread and trace: 3 MiB */
-#define RING_WAIT_NS 50000000ll /* a full ring waits this long for the writer to free some */
+#define RING_WAIT_NS 200000000ll /* a full ring waits this long for the writer to free some */
 #define RING_WAKE_EVENTS (RING_EVENTS / 4) /* a waiting owner is woken per this much freed */
 
 /*
