@@ -50,6 +50,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/futex.h>
 #include <limits.h>
 #include <pthread.h>
 #include <semaphore.h>
@@ -213,7 +214,8 @@ static inline uint32_t fold_g_action(uint32_t q_action)
 }
 
 #define RING_EVENTS 65536u      /* per thread and trace: 3 MiB */
-#define RING_WAIT_YIELDS 64     /* a full ring waits this long for the writer */
+#define RING_WAIT_NS 200000000ll /* a full ring waits this long for the writer to free some */
+#define RING_WAKE_EVENTS (RING_EVENTS / 4) /* a waiting owner is woken per this much freed */
 
 /*
  * A thread that made events for some trace (never freed: one small record
@@ -235,6 +237,7 @@ struct trace_ring {
 	uint64_t room;               /* head may grow to this before tail is read again */
 	uint64_t wake_at;            /* from this head on, wake the writer once (half way to room) */
 	uint64_t last_stamp;         /* slow mode: the last stamp (kept increasing) */
+	uint64_t stall_tail;         /* a wait saw the tail stay here: drop, no wait, until it moves */
 	_Atomic uint64_t dropped;    /* events that found the ring full */
 	struct obs_thread *_Atomic owner;
 	struct trace_ring *next;     /* the trace's list (prepend, under lock) */
@@ -244,6 +247,7 @@ struct trace_ring {
 	_Alignas(64) _Atomic uint64_t tail; /* events taken */
 	uint64_t w_stamp;            /* the raw stamp of the last event taken */
 	uint64_t w_next;             /* the earliest time its next record may have */
+	uint64_t w_woke;             /* the tail when the writer last woke waiting owners */
 	_Alignas(64) struct trace_slot ev[RING_EVENTS];
 };
 
@@ -270,6 +274,8 @@ struct rq_trace {
 	pthread_t writer;
 	sem_t wake;
 	_Atomic bool stop;
+	_Atomic uint32_t room_seq;   /* futex word of owners waiting for room: bumped to wake them */
+	_Atomic unsigned room_waiters; /* owners waiting for room in their ring */
 	struct trace_ring **cur;     /* drain scratch: rings, their positions */
 	uint64_t *pos, *end;
 	unsigned cur_cap;
@@ -479,20 +485,60 @@ static void __attribute__((noinline)) trace_wake(struct rq_trace *t, struct trac
 	sem_post(&t->wake);
 }
 
+/* Real time for a ring's wait (the library's clock may be a test's, standing still). */
+static uint64_t wait_clock_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 /*
- * @r is full as far as its owner last looked: look again, wait a little
- * for the writer (it is behind), and if the ring stays full count the
- * event as dropped.  True if there is room now.
+ * Sleep until the writer frees room in @r (whose slot @h is taken), at
+ * most until @deadline (CLOCK_MONOTONIC ns): the owner does not spin on
+ * the CPU the writer may need.  The waiter counts itself, then reads the
+ * tail; the writer stores the tail, then reads the count (all seq_cst),
+ * so one of them sees the other.  Return: the tail.
+ */
+static uint64_t ring_sleep(struct rq_trace *t, struct trace_ring *r, uint64_t h,
+			   uint64_t deadline)
+{
+	uint32_t seq = atomic_load(&t->room_seq);
+	uint64_t tl, now = wait_clock_ns();
+
+	atomic_fetch_add(&t->room_waiters, 1);
+	tl = atomic_load(&r->tail);
+	if (h - tl >= RING_EVENTS && now < deadline) {
+		struct timespec ts = { .tv_sec = (time_t)((deadline - now) / 1000000000u),
+				       .tv_nsec = (long)((deadline - now) % 1000000000u) };
+
+		sem_post(&t->wake);
+		syscall(SYS_futex, &t->room_seq, FUTEX_WAIT_PRIVATE, seq, &ts, NULL, 0);
+		tl = atomic_load(&r->tail);
+	}
+	atomic_fetch_sub(&t->room_waiters, 1);
+	return tl;
+}
+
+/*
+ * @r is full as far as its owner last looked: look again, wait for the
+ * writer (it is behind) until it frees a slot, and if it frees none for
+ * RING_WAIT_NS count the event as dropped; until the tail moves, the
+ * events after it drop with no wait.  True if there is room now.
  */
 static bool __attribute__((noinline)) ring_wait(struct rq_trace *t, struct trace_ring *r,
 						uint64_t h)
 {
 	uint64_t tl = atomic_load_explicit(&r->tail, memory_order_acquire);
 
-	for (unsigned i = 0; h - tl >= RING_EVENTS && i < RING_WAIT_YIELDS; i++) {
-		sem_post(&t->wake);
-		sched_yield();
-		tl = atomic_load_explicit(&r->tail, memory_order_acquire);
+	if (h - tl >= RING_EVENTS && tl != r->stall_tail) {
+		uint64_t deadline = wait_clock_ns() + RING_WAIT_NS;
+
+		while (h - tl >= RING_EVENTS && wait_clock_ns() < deadline)
+			tl = ring_sleep(t, r, h, deadline);
+		if (h - tl >= RING_EVENTS)
+			r->stall_tail = tl;
 	}
 	r->room = tl + RING_EVENTS;
 	r->wake_at = tl + RING_EVENTS / 2;
@@ -574,6 +620,7 @@ static struct trace_ring *__attribute__((noinline)) ring_self(struct rq_trace *t
 	r->tid = atomic_load(&th->tid);
 	r->room = RING_EVENTS;
 	r->wake_at = RING_EVENTS / 2;
+	r->stall_tail = UINT64_MAX;
 	memcpy(r->comm, th->comm, sizeof(r->comm));
 	ring_put(t, r, TN_PROCESS | TC_ACT(TC_NOTIFY), r->comm, COMM_LEN);
 	pthread_mutex_lock(&t->lock);
@@ -1077,6 +1124,23 @@ TRACE_INLINE unsigned char *rec_put(unsigned char *p, uint32_t seq, uint64_t tim
 	return p + sizeof(*rec);
 }
 
+/*
+ * The writer took @r's events before @pos: give their slots back to the
+ * owner, and wake owners waiting for room if it freed RING_WAKE_EVENTS
+ * since it last did, or with @all.  See ring_sleep() for the order.
+ */
+static void ring_release(struct rq_trace *t, struct trace_ring *r, uint64_t pos, bool all)
+{
+	atomic_store(&r->tail, pos);
+	if (!all && pos - r->w_woke < RING_WAKE_EVENTS)
+		return;
+	r->w_woke = pos;
+	if (atomic_load(&t->room_waiters)) {
+		atomic_fetch_add(&t->room_seq, 1);
+		syscall(SYS_futex, &t->room_seq, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+	}
+}
+
 /* Room in @ro's buffer for one slot's records (three, or one with its payload). */
 #define SLOT_OUT_MAX (3 * sizeof(struct bt_record) + sizeof(((struct trace_slot *)0)->pdu))
 
@@ -1124,6 +1188,7 @@ static void write_run(struct rq_trace *t, unsigned i, uint64_t next)
 			if (!out_flush(ro.o))
 				t->io_error = true;
 			ro.len = 0;
+			ring_release(t, r, pos, false); /* slots copied out: the owner may reuse them */
 		}
 		p = rec_put(ro.o->buf + ro.len, ++ro.seq, time, s, s->action, pid_dev, cpu,
 			    s->error, s->pdu_len);
@@ -1262,7 +1327,7 @@ static void trace_drain(struct rq_trace *t, bool final)
 		write_run(t, bi, next);
 	}
 	for (unsigned i = 0; i < n; i++)
-		atomic_store_explicit(&t->cur[i]->tail, t->pos[i], memory_order_release);
+		ring_release(t, t->cur[i], t->pos[i], true);
 	for (unsigned c = 0; c < t->nr_cpus; c++)
 		if (!out_flush(&t->out[c]))
 			t->io_error = true;
