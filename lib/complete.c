@@ -379,6 +379,9 @@ static uint64_t mbox_now_ns(void)
  * when a poll finds work and halves when one gives up.  While polling is
  * set, pushes neither wake the owner nor arm the service fallback; the
  * caller looks at the stacks after this returns.  Return: work was found.
+ * A poll that gives up leaves polling set: the caller clears it only once
+ * sleeping is set (mbox_sleep()) or it has looked a last time, so a push
+ * never finds the owner between the two flags and arms the fallback.
  */
 static bool mbox_poll(struct rq_mailbox *mb, uint64_t limit_ns)
 {
@@ -398,20 +401,24 @@ static bool mbox_poll(struct rq_mailbox *mb, uint64_t limit_ns)
 		if (!(i % 16) && mbox_now_ns() - start >= budget)
 			break;
 	}
-	atomic_store(&mb->polling, false);
-	if (found)
+	if (found) {
+		atomic_store(&mb->polling, false);
 		mb->poll_ns = mb->poll_ns * 2 < MBOX_POLL_MAX_NS ? mb->poll_ns * 2 : MBOX_POLL_MAX_NS;
-	else
+	} else
 		mb->poll_ns = mb->poll_ns / 2 > MBOX_POLL_MIN_NS ? mb->poll_ns / 2 : MBOX_POLL_MIN_NS;
 	return found;
 }
 
-/* Sleep on @mb until a push wakes the owner or @tsp passes. */
+/*
+ * Sleep on @mb until a push wakes the owner or @tsp passes.  sleeping is
+ * set before a poll's polling is cleared: a push sees one or the other.
+ */
 static void mbox_sleep(struct rq_mailbox *mb, const struct timespec *tsp)
 {
 	uint32_t seq = atomic_load(&mb->wake_seq);
 
 	atomic_store(&mb->sleeping, true);
+	atomic_store(&mb->polling, false);
 	if (!mbox_has_work(mb))
 		syscall(SYS_futex, &mb->wake_seq, FUTEX_WAIT_PRIVATE, seq, tsp, NULL, 0);
 	atomic_store(&mb->sleeping, false);
@@ -433,8 +440,11 @@ RQ_EXPORT int rq_wait_completions(uint64_t timeout_ns)
 	if (!mbox_poll(mb, timeout_ns)) {
 		uint64_t spent = mbox_now_ns() - start;
 
-		if (spent >= timeout_ns)
+		if (spent >= timeout_ns) {
+			atomic_store(&mb->polling, false);
+			atomic_thread_fence(memory_order_seq_cst);
 			return (int)mbox_drain(mb);
+		}
 		if (timeout_ns != UINT64_MAX) {
 			ts.tv_sec = (time_t)((timeout_ns - spent) / 1000000000u);
 			ts.tv_nsec = (long)((timeout_ns - spent) % 1000000000u);

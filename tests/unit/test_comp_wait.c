@@ -10,6 +10,8 @@
  * - an owner whose polling gave up and went to sleep is woken by the push
  *   and ends every bio exactly once; a wait with nothing to come returns
  *   0 once its timeout passed;
+ * - an owner whose poll gives up shows sleeping before it stops showing
+ *   polling: a push at that moment finds it waiting and kicks nothing;
  * - the null driver's completion thread, with its submitter on another
  *   CPU, hands bios back every 8 requests (early hand-over), never a whole
  *   plug of 32 at once, and each bio still ends exactly once;
@@ -234,6 +236,89 @@ static void test_woken_after_polling(void **state)
 	mock_destroy(m);
 }
 
+/* The ender of test_poll_to_sleep_no_gap(), started before the owner waits. */
+struct gap_ender {
+	struct mock_dev *m;
+	struct rq_mailbox *owner;
+	_Atomic bool ready;
+	bool polled;  /* the owner polled, and its poll gave up before the push */
+	bool asleep;  /* ... and showed sleeping when polling fell */
+};
+
+/*
+ * Spin (a poll lasts microseconds) until the owner polls or sleeps; if it
+ * polls, until its poll gives up; note whether it shows sleeping at that
+ * moment; then end every held request in one batch.
+ */
+static void *end_after_poll(void *arg)
+{
+	struct gap_ender *g = arg;
+	struct rq_comp_batch cb = RQ_COMP_BATCH_INIT;
+	uint64_t end = fixture_now_ms() + 10000;
+	struct rq_request *rq;
+
+	atomic_store(&g->ready, true);
+	while (!atomic_load(&g->owner->polling) && !atomic_load(&g->owner->sleeping))
+		assert_true(fixture_now_ms() < end);
+	if (atomic_load(&g->owner->polling)) {
+		while (atomic_load(&g->owner->polling))
+			cpu_relax();
+		g->polled = true;
+		g->asleep = atomic_load(&g->owner->sleeping);
+	}
+	while ((rq = mock_take_held(g->m, 0)))
+		assert_true(rq_mq_add_to_batch(&cb, rq, RQ_STS_OK));
+	assert_int_equal(cb.nr, NR);
+	rq_mq_end_request_batch(&cb);
+	return NULL;
+}
+
+/*
+ * An owner whose poll gives up shows sleeping before polling falls, so a
+ * push at that moment still finds it waiting: no service kick, and every
+ * bio ends once, on the owner.  Repeated: the moment is short, and the
+ * owner polls only when the last push came from another CPU.
+ */
+static void test_poll_to_sleep_no_gap(void **state)
+{
+	struct mock_dev *m = defer_dev();
+	struct ender e = { .m = m };
+	unsigned polled = 0;
+
+	(void)state;
+	e.owner = mbox_self();
+	assert_non_null(e.owner);
+	round_trip(m, &e); /* the owner's stacks have seen a push */
+	for (unsigned r = 0; r < ROUNDS; r++) {
+		struct gap_ender g = { .m = m, .owner = e.owner };
+		unsigned got = 0;
+		pthread_t th;
+
+		for (unsigned i = 0; i < NR; i++)
+			submit_slot(m->q, i, 8 * (10 * i + 1));
+		assert_true(mock_wait_held(m, NR, 10000));
+		rq_service_run();
+		assert_int_equal(pthread_create(&th, NULL, end_after_poll, &g), 0);
+		assert_true(FX_WAIT_FOR(atomic_load(&g.ready), 10000));
+		while (got < NR) {
+			int n = rq_wait_completions(UINT64_MAX);
+
+			assert_true(n > 0);
+			got += (unsigned)n;
+		}
+		pthread_join(th, NULL);
+		assert_int_equal(nr_ended(0, NR), NR);
+		if (g.polled) {
+			polled++;
+			assert_true(g.asleep);
+		}
+		assert_false(service_kicked());
+	}
+	print_message("the owner's poll gave up before the push in %u of %u rounds\n",
+		      polled, ROUNDS);
+	mock_destroy(m);
+}
+
 /* ---------------------------------------------- the null completion thread */
 
 static int cpu_a = -1, cpu_b = -1; /* the submitter's and the completer's */
@@ -378,6 +463,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_waiting_owner_no_service_kick),
 		cmocka_unit_test(test_woken_after_polling),
+		cmocka_unit_test(test_poll_to_sleep_no_gap),
 		cmocka_unit_test(test_null_early_handover),
 		cmocka_unit_test(test_null_two_submitters),
 	};
