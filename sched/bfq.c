@@ -1394,16 +1394,13 @@ static void bfqq_unpin(struct bfq_sched *bs, struct bfq_queue *bfqq, struct rq_r
  * hold, so this finds nothing to do for them); free it if its context is
  * gone.
  */
-static void bfq_finish_request(struct rq_request *rq)
+static __attribute__((noinline)) void bfq_finish_pinned(struct rq_request *rq,
+							   struct bfq_queue *bfqq)
 {
 	struct bfq_data *bd = bfq_of(rq->q);
-	struct bfq_queue *bfqq = rq_bfqq(rq);
+	struct bfq_sched *bs = bfqq->bs;
 	struct rq_hw_ctx *kick = NULL;
-	struct bfq_sched *bs;
 
-	if (!bfqq)
-		return;
-	bs = bfqq->bs;
 	bfq_lock(&bs->lock);
 	if (rq_bits(rq) & BFQ_RQ_QUEUED) {
 		bfqq_del_rq(rq->q, bfqq, rq, rq_clock_ns());
@@ -1427,6 +1424,14 @@ static void bfq_finish_request(struct rq_request *rq)
 	sched_unlock(bs);
 	if (kick && bs->queued)
 		rq_mq_run_hw_queue(kick, true);
+}
+
+static void bfq_finish_request(struct rq_request *rq)
+{
+	struct bfq_queue *bfqq = rq_bfqq(rq);
+
+	if (bfqq)
+		bfq_finish_pinned(rq, bfqq);
 }
 
 /* depth_updated: nr_requests changed (queue frozen): new async depths. */
@@ -2052,16 +2057,47 @@ static bool bfq_has_work(struct rq_hw_ctx *hctx)
 }
 
 /*
+ * The completion of @rq, @bfqq's last request out, ended the in-service
+ * turn's requests (or strict_guarantees waits for an empty device): open
+ * the idle window or run the queue for the next turn; then what
+ * bfq_completed_request() does after.  Lock held; dropped here.
+ */
+static __attribute__((noinline)) void bfq_completed_turn(struct bfq_sched *bs,
+							 struct bfq_queue *bfqq,
+							 struct rq_request *rq, uint64_t now)
+{
+	struct bfq_data *bd = bs->bd;
+	struct rq_hw_ctx *kick = NULL;
+	unsigned delay = 0;
+
+	if (bs->in_service == bfqq && !bfqq->queued && !bfqq->dispatched && !bs->idling) {
+		if (bfqq_should_idle(bd, bfqq)) {
+			sched_set_idle(bs, true, now + slice_idle_ns(bd));
+			if (bs->queued)
+				delay = (unsigned)DIV_ROUND_UP(slice_idle_ns(bd), NSEC_PER_MSEC);
+		} else if (bs->queued) {
+			kick = bs->hctx;
+		}
+	}
+	if (bd->strict_guarantees && !bs->in_flight && bs->queued)
+		kick = bs->hctx;
+	if (!(rq_bits(rq) & (BFQ_RQ_QUEUED | BFQ_RQ_HEAD)))
+		bfqq_unpin(bs, bfqq, rq);
+	sched_unlock(bs);
+	if (delay)
+		rq_mq_delay_run_hw_queue(bs->hctx, delay);
+	if (kick)
+		rq_mq_run_hw_queue(kick, true);
+}
+
+/*
  * completed_request: the device is done with @rq.  The in-service queue's
  * idle window opens when its last request completes; strict_guarantees
- * waits for the device to be empty.
+ * waits for the device to be empty (bfq_completed_turn()).
  */
 static void bfq_completed_request(struct rq_request *rq, uint64_t now)
 {
-	struct bfq_data *bd = bfq_of(rq->q);
 	struct bfq_queue *bfqq = rq_bfqq(rq);
-	struct rq_hw_ctx *kick = NULL;
-	unsigned delay = 0;
 	struct bfq_sched *bs;
 
 	if (!bfqq)
@@ -2071,27 +2107,16 @@ static void bfq_completed_request(struct rq_request *rq, uint64_t now)
 	if (rq_bits(rq) & BFQ_RQ_DISPATCHED) {
 		rate_sample(bs, (unsigned)(rq_bits(rq) >> BFQ_RQ_SECTOR_SHIFT), now);
 		bfqq_request_done(bs, bfqq, rq);
-		if (bs->in_service == bfqq && !bfqq->queued && !bfqq->dispatched && !bs->idling) {
-			if (bfqq_should_idle(bd, bfqq)) {
-				sched_set_idle(bs, true, now + slice_idle_ns(bd));
-				if (bs->queued)
-					delay = (unsigned)DIV_ROUND_UP(slice_idle_ns(bd),
-								       NSEC_PER_MSEC);
-			} else if (bs->queued) {
-				kick = bs->hctx;
-			}
+		if (unlikely((bs->in_service == bfqq && !bfqq->dispatched) ||
+			     bs->bd->strict_guarantees)) {
+			bfq_completed_turn(bs, bfqq, rq, now);
+			return;
 		}
-		if (bd->strict_guarantees && !bs->in_flight && bs->queued)
-			kick = bs->hctx;
 	}
 	/* the core's finish_request follows: its work is done here, in this hold */
 	if (!(rq_bits(rq) & (BFQ_RQ_QUEUED | BFQ_RQ_HEAD)))
 		bfqq_unpin(bs, bfqq, rq);
 	sched_unlock(bs);
-	if (delay)
-		rq_mq_delay_run_hw_queue(bs->hctx, delay);
-	if (kick)
-		rq_mq_run_hw_queue(kick, true);
 }
 
 static void bfq_requeue_request(struct rq_request *rq)
@@ -2107,30 +2132,44 @@ static void bfq_requeue_request(struct rq_request *rq)
 	sched_unlock(bfqq->bs);
 }
 
-static bool bfq_bio_merge(struct rq_queue *q, struct rq_bio *bio, unsigned nr_segs)
+/* bio_merge with requests queued on @bs, the bio's hardware queue's scheduler. */
+static __attribute__((noinline)) bool bfq_bio_merge_locked(struct rq_queue *q, struct bfq_sched *bs,
+							   struct rq_bio *bio, unsigned nr_segs)
 {
-	struct rq_hw_ctx *hctx = rq_sched_bio_hctx(q, bio, NULL);
 	struct rq_request *free_rq = NULL;
-	struct bfq_sched *bs;
 	bool merged;
 
-	/*
-	 * Only requests queued on the bio's hardware queue are candidates (the
-	 * core's hash is per hardware queue, and during a submission the core
-	 * keeps the bio's mapping, so the lock taken is the hash's): none
-	 * queued, no lock to take (a race only misses a merge).
-	 */
-	if (!hctx)
-		return false;
-	bs = sched_of_hctx(bfq_of(q), hctx);
-	if (!READ_ONCE(bs->queued))
-		return false;
 	bfq_lock(&bs->lock);
 	merged = rq_sched_try_merge(q, bio, nr_segs, &free_rq);
 	sched_unlock(bs);
 	if (free_rq)
 		rq_sched_free_request(free_rq);
 	return merged;
+}
+
+static bool bfq_bio_merge(struct rq_queue *q, struct rq_bio *bio, unsigned nr_segs)
+{
+	struct bfq_data *bd = bfq_of(q);
+	struct rq_hw_ctx *hctx;
+	struct bfq_sched *bs;
+
+	/*
+	 * Only requests queued on the bio's hardware queue are candidates (the
+	 * core's hash is per hardware queue, and during a submission the core
+	 * keeps the bio's mapping, so the lock taken is the hash's): none
+	 * queued, no lock to take (a race only misses a merge).  With one
+	 * scheduler every hardware queue maps to it: no mapping to ask for
+	 * when it has nothing queued (the common case of a drained queue).
+	 */
+	if (bd->nr_sched == 1 && !READ_ONCE(bd->sched[0].queued))
+		return false;
+	hctx = rq_sched_bio_hctx(q, bio, NULL);
+	if (!hctx)
+		return false;
+	bs = sched_of_hctx(bd, hctx);
+	if (!READ_ONCE(bs->queued))
+		return false;
+	return bfq_bio_merge_locked(q, bs, bio, nr_segs);
 }
 
 /* request_merge: a front merge in the sorted tree of the bio's own queue; lock held. */
