@@ -527,13 +527,18 @@ static void entity_requeue(struct bfq_entity *e, uint32_t budget, unsigned weigh
 	e->finish = e->start + vt_delta(budget, weight);
 }
 
-/* Service: @e (and its group) received @sectors; virtual times advance. */
-static void entity_charge(struct bfq_entity *e, unsigned sectors)
+/*
+ * Service: @e (and its group) received @n requests of @sectors each;
+ * virtual times advance.  V moves by the last charge's step kept per
+ * level, so n charges of one size in a row are n times one step, exactly
+ * what n calls for one request each would add.
+ */
+static void entity_charge_n(struct bfq_entity *e, unsigned sectors, unsigned n)
 {
 	for (; e && e->parent; e = e->parent->entity.parent ? &e->parent->entity : NULL) {
 		struct bfq_level *lv = entity_level(e);
 
-		e->service += sectors;
+		e->service += sectors * n;
 		if (!lv->wsum)
 			continue;
 		if (sectors != lv->charge_sectors || lv->wsum != lv->charge_wsum) {
@@ -541,8 +546,13 @@ static void entity_charge(struct bfq_entity *e, unsigned sectors)
 			lv->charge_wsum = lv->wsum;
 			lv->charge_delta = vt_delta(sectors, lv->wsum);
 		}
-		lv->vtime += lv->charge_delta;
+		lv->vtime += lv->charge_delta * n;
 	}
+}
+
+static void entity_charge(struct bfq_entity *e, unsigned sectors)
+{
+	entity_charge_n(e, sectors, 1);
 }
 
 /*
@@ -1931,51 +1941,101 @@ static void drain_unlink(struct bfq_drain *d, unsigned i)
 		d->prev[n] = (uint8_t)p;
 }
 
+/* Read @bfqq's tree into @d as a sorted array with neighbour links. */
+static void drain_load(struct bfq_drain *d, struct bfq_queue *bfqq)
+{
+	d->k = 0;
+	drain_flatten(d, bfqq->sort.node);
+	for (unsigned i = 0; i < d->k; i++) {
+		d->prev[i] = (uint8_t)(i ? i - 1 : BFQ_DRAIN_NONE);
+		d->next[i] = (uint8_t)(i + 1 < d->k ? i + 1 : BFQ_DRAIN_NONE);
+	}
+	d->head = 0;
+}
+
+/*
+ * The in-service @bfqq handed out @n requests of @total sectors, the last
+ * @last, ending with @charge_n of @charge_s sectors still to charge (the
+ * earlier ones were charged as their size changed): what
+ * sched_account_dispatch() does per request, once.  The queue's next
+ * request is already set.
+ */
+static void drain_account(struct bfq_sched *bs, struct bfq_queue *bfqq, unsigned n,
+			  uint64_t total, const struct rq_request *last, unsigned charge_s,
+			  unsigned charge_n, uint64_t now)
+{
+	entity_charge_n(&bfqq->entity, charge_s, charge_n);
+	bfqq->queued -= n;
+	WRITE_ONCE(bs->queued, bs->queued - n);
+	bfqq->burst_sectors += total;
+	bfqq->dispatched += n;
+	bs->in_flight += n;
+	bs->head_pos = rq_request_end_sector(last);
+	if (!bfqq->budget_timeout)
+		bfqq->budget_timeout = now + (uint64_t)bs->bd->timeout_sync_ms * NSEC_PER_MSEC;
+	if (!bfqq->queued)
+		bfqq_emptied(bs->bd, bfqq, now);
+}
+
 /*
  * Dispatch requests of the in-service queue onto @list while its turn
  * goes on, as the one-at-a-time path would (sched_next_in_turn(), then
  * sched_dispatch_rq()), in the same order with the same state, at most
  * @room of them: the caller made sure the queue's first request may go and
  * that @room more would fit the batch and the in-flight cap; the budget is
- * checked before each, as sched_next_in_turn() does.  The queue has
- * 2..BFQ_RUN_MAX requests.  Returns how many went (at least one).
+ * checked before each, as sched_next_in_turn() does.  Each request leaves
+ * the FIFO and the hash and is marked as it goes; the counts and charges
+ * are added up and applied once at the end (drain_account()): nothing in
+ * the loop reads them but the budget check, which sees the running sum.
+ * The queue has 2..BFQ_RUN_MAX requests.  Returns how many went (at least
+ * one).
  */
 static unsigned sched_drain_in_turn(struct rq_queue *q, struct bfq_sched *bs,
 				    struct rq_list_node *list, unsigned room, uint64_t now)
 {
 	struct bfq_queue *bfqq = bs->in_service;
+	uint32_t service = bfqq->entity.service, budget = bfqq->entity.budget;
+	unsigned cur, i, left = 0, n = 0, queued = bfqq->queued, run_s = 0, run_n = 0;
+	struct rq_request *last = NULL;
 	struct bfq_drain d;
-	unsigned cur, i, left = 0, n = 0;
+	uint64_t total = 0;
 
-	d.k = 0;
-	drain_flatten(&d, bfqq->sort.node);
-	for (i = 0; i < d.k; i++) {
-		d.prev[i] = (uint8_t)(i ? i - 1 : BFQ_DRAIN_NONE);
-		d.next[i] = (uint8_t)(i + 1 < d.k ? i + 1 : BFQ_DRAIN_NONE);
-	}
-	d.head = 0;
+	drain_load(&d, bfqq);
 	cur = drain_index(&d, bfqq->next_rq);
 	for (;;) {
 		struct rq_request *rq = d.v[cur];
-		unsigned nxt = BFQ_DRAIN_NONE;
+		unsigned nxt = BFQ_DRAIN_NONE, s = rq_request_sectors(rq);
 
-		if (bfqq->entity.service &&
-		    bfqq->entity.service + rq_request_sectors(rq) > bfqq->entity.budget)
+		if (service && service + s > budget)
 			break;
-		if (bfqq->queued > 1)
+		if (queued > 1)
 			nxt = drain_find_next(&d, bs->bd, bfqq, cur, now);
 		else
 			bfqq->fifo_checked = true; /* what looking would have done */
 		drain_unlink(&d, cur);
 		rq_rb_clear_node(&rq->rb_node);
-		bfqq_unqueue(q, bfqq, rq);
-		bfqq->next_rq = nxt != BFQ_DRAIN_NONE ? d.v[nxt] : NULL;
-		sched_account_dispatch(bs, bfqq, rq, now);
+		rq_list_del_init(&rq->queuelist);
+		if (rq->rq_flags & RQ_RQF_HASHED)
+			rq_sched_hash_del(q, rq);
+		rq_set_bits(rq, (rq_bits(rq) & 0xff & ~BFQ_RQ_QUEUED) | BFQ_RQ_DISPATCHED |
+				    ((unsigned long)s << BFQ_RQ_SECTOR_SHIFT));
 		rq_list_add_tail(&rq->queuelist, list);
+		queued--;
+		if (s != run_s && run_n) {
+			entity_charge_n(&bfqq->entity, run_s, run_n);
+			run_n = 0;
+		}
+		run_s = s;
+		run_n++;
+		service += s;
+		total += s;
+		last = rq;
+		bfqq->next_rq = nxt != BFQ_DRAIN_NONE ? d.v[nxt] : NULL;
 		if (++n == room || nxt == BFQ_DRAIN_NONE)
 			break;
 		cur = nxt;
 	}
+	drain_account(bs, bfqq, n, total, last, run_s, run_n, now);
 	for (i = d.head; i != BFQ_DRAIN_NONE; i = d.next[i])
 		d.v[left++] = d.v[i]; /* in order, and left <= i */
 	run_build_tree(&bfqq->sort, d.v, left);
