@@ -116,6 +116,7 @@
 #define BFQ_RATE_WINDOW_NS 20000000ull  /* peak-rate sampling window */
 #define BFQ_RECLAIM_NS 5000000000ull    /* unused queues of live contexts kept this long */
 #define BFQ_HASH_BITS 6
+#define BFQ_RUN_MAX 64                  /* requests in a sorted run at most (6 bits) */
 #define BFQ_NR_CLASSES 3                /* RT, BE, IDLE */
 
 #define NSEC_PER_MSEC 1000000ull
@@ -230,7 +231,7 @@ struct bfq_queue {
 	bool fifo_checked;       /* the FIFO was looked at in this turn */
 	struct rq_request *next_rq; /* the request it sends next (bfq_choose_req rules) */
 	unsigned ioc_gen;        /* ioc_group_gen() the group was taken at */
-	struct rq_rb_root sort;  /* queued requests by sector */
+	struct rq_rb_root sort;  /* queued requests by sector (see @run) */
 	struct rq_list_node fifo; /* queued requests by arrival */
 	unsigned queued;
 	unsigned dispatched;     /* handed out, not completed */
@@ -248,6 +249,14 @@ struct bfq_queue {
 	uint64_t busy_start;     /* ns it last became busy */
 	uint64_t burst_sectors;  /* sectors dispatched since then */
 	uint64_t softrt_next;    /* ns from which a new burst counts as soft real-time */
+	/*
+	 * While @run_n is not 0 the queued requests are run[0, run_n) in
+	 * sector order and @sort is empty: the tree is built only when
+	 * something walks it (bfqq_sort()); a plug's run that is drained
+	 * whole is never built.
+	 */
+	unsigned run_n;
+	struct rq_request *run[BFQ_RUN_MAX];
 };
 
 /* struct bfq_sched - the scheduler of one hardware queue. */
@@ -773,6 +782,18 @@ static struct bfq_queue *bfqq_lookup(struct bfq_sched *bs, struct rq_io_context 
 
 /* ------------------------------------------------------ requests in a queue */
 
+static void run_build_tree(struct rq_rb_root *root, struct rq_request **v, unsigned n);
+
+/* @bfqq's sorted tree, built first from a pending run (see struct bfq_queue); lock held. */
+static struct rq_rb_root *bfqq_sort(struct bfq_queue *bfqq)
+{
+	if (unlikely(bfqq->run_n)) {
+		run_build_tree(&bfqq->sort, bfqq->run, bfqq->run_n);
+		bfqq->run_n = 0;
+	}
+	return &bfqq->sort;
+}
+
 /* First request at or after @sector in @root, or NULL. */
 static struct rq_request *sort_ceiling(struct rq_rb_root *root, uint64_t sector)
 {
@@ -883,6 +904,7 @@ static void bfqq_unqueue(struct rq_queue *q, struct bfq_queue *bfqq, struct rq_r
 static void bfqq_del_rq(struct rq_queue *q, struct bfq_queue *bfqq, struct rq_request *rq,
 			uint64_t now)
 {
+	bfqq_sort(bfqq);
 	if (bfqq->next_rq == rq) {
 		if (bfqq->queued > 1)
 			bfqq->next_rq = bfqq_find_next_rq(bfqq->bs->bd, bfqq, rq, now);
@@ -1485,7 +1507,7 @@ static bool bfq_mergeable(const struct rq_request *rq)
  */
 static bool bfqq_has_neighbour(struct bfq_queue *bfqq, const struct rq_request *rq)
 {
-	struct rq_request *after = sort_ceiling(&bfqq->sort, rq->sector), *before;
+	struct rq_request *after = sort_ceiling(bfqq_sort(bfqq), rq->sector), *before;
 	struct rq_rb_node *last;
 
 	if (after) {
@@ -1512,7 +1534,6 @@ static bool bfqq_has_neighbour(struct bfq_queue *bfqq, const struct rq_request *
  * order.  The result is the same tree contents, the same next request and
  * the same state as the one-by-one inserts: see bfq_insert_run().
  */
-#define BFQ_RUN_MAX 64                  /* requests sorted on the stack at most (6 bits) */
 
 /*
  * The colour bit of rq_rb_node.parent_color: 0 red (what rq_rb_link_node()
@@ -1521,18 +1542,17 @@ static bool bfqq_has_neighbour(struct bfq_queue *bfqq, const struct rq_request *
 #define BFQ_RB_BLACK ((uintptr_t)1)
 
 /*
- * Sort the run v[0, n) (n <= BFQ_RUN_MAX) by sector, stably: an insertion
- * sort of keys sector << 6 | arrival index, so equal sectors stay in
- * arrival order and the inner loop moves one word; key[0] = 0 stops every
- * scan.  False, with v[] untouched, if a sector does not fit the key
- * (2^58 sectors and more: 128 PiB).
+ * Sort the run v[0, n) (n <= BFQ_RUN_MAX) by sector into dst[], stably: an
+ * insertion sort of keys sector << 6 | arrival index, so equal sectors stay
+ * in arrival order and the inner loop moves one word; key[0] = 0 stops
+ * every scan.  False, with dst[] untouched, if a sector does not fit the
+ * key (2^58 sectors and more: 128 PiB).
  */
 #define BFQ_RUN_IDX_BITS 6
 
-static bool run_sort(struct rq_request **v, unsigned n)
+static bool run_sort(struct rq_request **dst, struct rq_request *const *v, unsigned n)
 {
 	uint64_t key[BFQ_RUN_MAX + 1];
-	struct rq_request *in[BFQ_RUN_MAX];
 
 	key[0] = 0;
 	for (unsigned i = 0; i < n; i++) {
@@ -1544,9 +1564,8 @@ static bool run_sort(struct rq_request **v, unsigned n)
 			at[0] = at[-1];
 		*at = k;
 	}
-	memcpy(in, v, n * sizeof(*v));
 	for (unsigned i = 0; i < n; i++)
-		v[i] = in[key[i + 1] & ((1u << BFQ_RUN_IDX_BITS) - 1)];
+		dst[i] = v[key[i + 1] & ((1u << BFQ_RUN_IDX_BITS) - 1)];
 	return true;
 }
 
@@ -1716,9 +1735,9 @@ static bool bfq_insert_run(struct rq_queue *q, struct bfq_sched *bs, struct rq_l
 		v[n++] = rq;
 	}
 	bfqq = bfqq_lookup(bs, first->ioc, sync, true, first->start_time_ns);
-	if (bfqq->sort.node)
+	if (bfqq->sort.node || bfqq->run_n)
 		return false;
-	if (!run_sort(v, n) || run_may_merge(v, n))
+	if (!run_sort(bfqq->run, v, n) || run_may_merge(bfqq->run, n))
 		return false;
 	while ((rq = rq_list_first_rq(list))) {
 		rq_list_del_init(&rq->queuelist);
@@ -1726,9 +1745,9 @@ static bool bfq_insert_run(struct rq_queue *q, struct bfq_sched *bs, struct rq_l
 		bfqq_arrive(q, bfqq, rq, fill);
 		fill &= !bfq_mergeable(rq);
 	}
-	run_build_tree(&bfqq->sort, v, n);
-	bfqq->next_rq = bfq_choose_req(bs->bd, bfqq->next_rq, run_next_rq(bs->bd, v, n, bs->head_pos),
-				       bs->head_pos);
+	bfqq->run_n = n; /* the tree is built when needed: bfqq_sort() */
+	bfqq->next_rq = bfq_choose_req(bs->bd, bfqq->next_rq,
+				       run_next_rq(bs->bd, bfqq->run, n, bs->head_pos), bs->head_pos);
 	bfqq->queued += n;
 	WRITE_ONCE(bs->queued, bs->queued + n);
 	bfqq_got_request(bs, bfqq, first);
@@ -1768,7 +1787,7 @@ static void bfq_insert_requests(struct rq_hw_ctx *hctx, struct rq_list_node *lis
 		    rq_sched_try_insert_merge(q, rq, &free_list))
 			continue;
 		bfqq_arrive(q, bfqq, rq, true);
-		rq_sched_rb_add(&bfqq->sort, rq);
+		rq_sched_rb_add(bfqq_sort(bfqq), rq);
 		bfqq->next_rq = bfq_choose_req(bs->bd, bfqq->next_rq, rq, bs->head_pos);
 		bfqq->queued++;
 		WRITE_ONCE(bs->queued, bs->queued + 1);
@@ -1872,15 +1891,16 @@ static struct rq_request *sched_next_in_turn(const struct bfq_sched *bs, uint64_
 
 /*
  * Many requests of the in-service queue in one go (sched_drain_in_turn()):
- * its tree as the sorted array v[0, k) with neighbour links, so a request
- * leaves in O(1) instead of an rb-tree erase, and what is left is built
- * back into a tree at the end (run_build_tree(); the shape of a tree is
- * not seen by anyone, only its order).
+ * its requests as the sorted array v[0, k) with neighbour links (its
+ * pending run as inserted, or its tree read out), so a request leaves in
+ * O(1) instead of an rb-tree erase, and what is left stays a sorted run,
+ * built into a tree only if something walks it (bfqq_sort(); the shape of
+ * a tree is not seen by anyone, only its order).
  */
 #define BFQ_DRAIN_NONE 0xffu
 
 struct bfq_drain {
-	struct rq_request *v[BFQ_RUN_MAX];
+	struct rq_request **v;                        /* the queue's run[] */
 	uint8_t prev[BFQ_RUN_MAX], next[BFQ_RUN_MAX]; /* BFQ_DRAIN_NONE: none */
 	unsigned k;                                   /* requests in v */
 	unsigned head;                                /* the lowest one left */
@@ -1941,11 +1961,19 @@ static void drain_unlink(struct bfq_drain *d, unsigned i)
 		d->prev[n] = (uint8_t)p;
 }
 
-/* Read @bfqq's tree into @d as a sorted array with neighbour links. */
+/*
+ * @bfqq's requests into @d as a sorted array with neighbour links: its
+ * pending run as it is, else its tree read into run[] (the queue is then
+ * the drain's until sched_drain_in_turn() leaves the rest as a run).
+ */
 static void drain_load(struct bfq_drain *d, struct bfq_queue *bfqq)
 {
-	d->k = 0;
-	drain_flatten(d, bfqq->sort.node);
+	d->v = bfqq->run;
+	d->k = bfqq->run_n;
+	if (!d->k)
+		drain_flatten(d, bfqq->sort.node);
+	bfqq->run_n = 0;
+	bfqq->sort.node = NULL;
 	for (unsigned i = 0; i < d->k; i++) {
 		d->prev[i] = (uint8_t)(i ? i - 1 : BFQ_DRAIN_NONE);
 		d->next[i] = (uint8_t)(i + 1 < d->k ? i + 1 : BFQ_DRAIN_NONE);
@@ -2038,7 +2066,7 @@ static unsigned sched_drain_in_turn(struct rq_queue *q, struct bfq_sched *bs,
 	drain_account(bs, bfqq, n, total, last, run_s, run_n, now);
 	for (i = d.head; i != BFQ_DRAIN_NONE; i = d.next[i])
 		d.v[left++] = d.v[i]; /* in order, and left <= i */
-	run_build_tree(&bfqq->sort, d.v, left);
+	bfqq->run_n = left; /* the rest, a run again: built if someone walks it */
 	return n;
 }
 
@@ -2245,7 +2273,7 @@ static int bfq_request_merge(struct rq_queue *q, struct rq_request **rq, struct 
 	bfqq = bfqq_lookup(sched_of_hctx(bd, hctx), ioc_of_bio(bio), bio_is_sync(bio), false, 0);
 	if (!bfqq)
 		return RQ_ELV_NO_MERGE;
-	found = rq_sched_rb_find(&bfqq->sort, rq_bio_end_sector(bio));
+	found = rq_sched_rb_find(bfqq_sort(bfqq), rq_bio_end_sector(bio));
 	if (!found)
 		return RQ_ELV_NO_MERGE;
 	*rq = found;
@@ -2272,6 +2300,7 @@ static void bfq_request_merged(struct rq_queue *q, struct rq_request *rq, enum r
 
 	if (type != RQ_ELV_FRONT_MERGE || !bfqq || !(rq_bits(rq) & BFQ_RQ_QUEUED))
 		return;
+	bfqq_sort(bfqq);
 	prev = rq_sched_rb_former(rq);
 	if (!prev || rq->sector >= prev->sector)
 		return;
@@ -2300,14 +2329,21 @@ static void bfq_requests_merged(struct rq_queue *q, struct rq_request *rq, struc
 		entity_deactivate(&nq->entity);
 }
 
+/* former_request / next_request: @rq's neighbours in its queue's tree; lock held. */
 static struct rq_request *bfq_former_request(struct rq_queue *q, struct rq_request *rq)
 {
-	return (rq_bits(rq) & BFQ_RQ_QUEUED) ? rq_sched_rb_former(rq) : NULL;
+	if (!(rq_bits(rq) & BFQ_RQ_QUEUED))
+		return NULL;
+	bfqq_sort(rq_bfqq(rq));
+	return rq_sched_rb_former(rq);
 }
 
 static struct rq_request *bfq_next_request(struct rq_queue *q, struct rq_request *rq)
 {
-	return (rq_bits(rq) & BFQ_RQ_QUEUED) ? rq_sched_rb_latter(rq) : NULL;
+	if (!(rq_bits(rq) & BFQ_RQ_QUEUED))
+		return NULL;
+	bfqq_sort(rq_bfqq(rq));
+	return rq_sched_rb_latter(rq);
 }
 
 /* ------------------------------------------------------------ tunables */
