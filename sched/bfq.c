@@ -274,6 +274,7 @@ struct bfq_sched {
 	unsigned nr_head;             /* requests on head_list; READ_ONCE outside the lock */
 	bool ready;                   /* has_work's answer needs no lock: see sched_unlock() */
 	unsigned wr_busy;             /* busy raised queues; READ_ONCE outside the lock */
+	struct bfq_queue *hash_pending; /* its run is not in the merge hash yet: sched_hash_flush() */
 	unsigned in_flight;           /* handed out, not completed */
 	uint64_t head_pos;            /* end sector of the last dispatch */
 	bool idling;
@@ -717,6 +718,8 @@ static void bfqq_free(struct bfq_sched *bs, struct bfq_queue *bfqq)
 		*pp = bfqq->hash_next;
 	if (bs->last_hit == bfqq)
 		bs->last_hit = NULL;
+	if (bs->hash_pending == bfqq)
+		bs->hash_pending = NULL;
 	group_put_queue(bfqq->entity.parent);
 	bfq_ioc_put(bfqq->ioc);
 	mem_free(bfqq, sizeof(*bfqq));
@@ -1666,13 +1669,14 @@ static struct rq_request *run_next_rq(const struct bfq_data *bd, struct rq_reque
 
 /*
  * @rq's arrival in @bfqq, up to the tree: FIFO place and deadline, seek
- * history, hash and, if @fill, the one-hit cache when it is empty (what
- * bfq_insert_requests() does per request, in the same order).  A run asks
- * for the cache only until a mergeable request was offered it: the cache
- * is not empty after that, and nothing in a run empties it.  Lock held.
+ * history and, if @hash, the hash and the one-hit cache when it is empty
+ * (what bfq_insert_requests() does per request, in the same order).  A run
+ * hashes only until a mergeable request was offered the cache (it is not
+ * empty after that, and nothing in a run empties it): the rest of the run
+ * is hashed when someone may look (sched_hash_flush()).  Lock held.
  */
 static void bfqq_arrive(struct rq_queue *q, struct bfq_queue *bfqq, struct rq_request *rq,
-			bool fill)
+			bool hash)
 {
 	const struct bfq_data *bd = bfqq->bs->bd;
 
@@ -1682,10 +1686,32 @@ static void bfqq_arrive(struct rq_queue *q, struct bfq_queue *bfqq, struct rq_re
 	bfqq_update_seek(bfqq, rq);
 	rq_list_add_tail(&rq->queuelist, &bfqq->fifo);
 	rq_set_bits(rq, rq_bits(rq) | BFQ_RQ_QUEUED);
-	if (bfq_mergeable(rq)) {
+	if (hash && bfq_mergeable(rq)) {
 		rq_sched_hash_add(q, rq);
-		if (fill)
-			rq_sched_last_merge_fill(q, rq);
+		rq_sched_last_merge_fill(q, rq);
+	}
+}
+
+/*
+ * Put the requests of the run bfq_insert_run() left out of the merge hash
+ * in, in arrival order (the queue's FIFO: nothing but dispatch and
+ * removal touched it since), before anything else on @bs is hashed or
+ * the hash is looked at: the hash chains then hold what hashing each at
+ * its arrival would have left.  A request dispatched or freed before
+ * that was never hashed, as if hashed and removed.  Lock held.
+ */
+static void sched_hash_flush(struct rq_queue *q, struct bfq_sched *bs)
+{
+	struct bfq_queue *bfqq = bs->hash_pending;
+
+	if (likely(!bfqq))
+		return;
+	bs->hash_pending = NULL;
+	for (struct rq_list_node *n = bfqq->fifo.next; n != &bfqq->fifo; n = n->next) {
+		struct rq_request *rq = RQ_CONTAINER_OF(n, struct rq_request, queuelist);
+
+		if (!(rq->rq_flags & RQ_RQF_HASHED) && bfq_mergeable(rq))
+			rq_sched_hash_add(q, rq);
 	}
 }
 
@@ -1724,7 +1750,7 @@ static bool bfq_insert_run(struct rq_queue *q, struct bfq_sched *bs, struct rq_l
 	struct rq_request *first = rq_list_first_rq(list), *v[BFQ_RUN_MAX], *rq;
 	struct bfq_queue *bfqq;
 	unsigned n = 0;
-	bool sync, fill = true;
+	bool sync, hash = true;
 
 	sync = rq_is_sync(first);
 	for (struct rq_list_node *it = list->next; it != list; it = it->next) {
@@ -1742,9 +1768,11 @@ static bool bfq_insert_run(struct rq_queue *q, struct bfq_sched *bs, struct rq_l
 	while ((rq = rq_list_first_rq(list))) {
 		rq_list_del_init(&rq->queuelist);
 		bfq_pin_rq(bfqq, rq);
-		bfqq_arrive(q, bfqq, rq, fill);
-		fill &= !bfq_mergeable(rq);
+		bfqq_arrive(q, bfqq, rq, hash);
+		hash &= !bfq_mergeable(rq);
 	}
+	if (!hash)
+		bs->hash_pending = bfqq; /* the rest of the run: sched_hash_flush() */
 	bfqq->run_n = n; /* the tree is built when needed: bfqq_sort() */
 	bfqq->next_rq = bfq_choose_req(bs->bd, bfqq->next_rq,
 				       run_next_rq(bs->bd, bfqq->run, n, bs->head_pos), bs->head_pos);
@@ -1764,6 +1792,7 @@ static void bfq_insert_requests(struct rq_hw_ctx *hctx, struct rq_list_node *lis
 
 	rq_list_init(&free_list);
 	bfq_lock(&bs->lock);
+	sched_hash_flush(q, bs);
 	/* a run is two requests or more (list->next->next: a second one) */
 	if (!(flags & RQ_INSERT_AT_HEAD) && list->next->next != list &&
 	    bfq_insert_run(q, bs, list))
@@ -2228,6 +2257,7 @@ static __attribute__((noinline)) bool bfq_bio_merge_locked(struct rq_queue *q, s
 	bool merged;
 
 	bfq_lock(&bs->lock);
+	sched_hash_flush(q, bs);
 	merged = rq_sched_try_merge(q, bio, nr_segs, &free_rq);
 	sched_unlock(bs);
 	if (free_rq)
