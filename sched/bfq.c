@@ -1269,7 +1269,7 @@ static void rate_sample(struct bfq_sched *bs, unsigned sectors, uint64_t now)
  * request freed or merged away, a tunable store): dispatch then finds
  * nothing and the core comes back later, as after any has_work race.
  */
-static void sched_unlock(struct bfq_sched *bs)
+static inline __attribute__((always_inline)) void sched_unlock(struct bfq_sched *bs)
 {
 	const struct bfq_data *bd = bs->bd;
 	bool ready = bs->nr_head ||
@@ -1675,8 +1675,8 @@ static struct rq_request *run_next_rq(const struct bfq_data *bd, struct rq_reque
  * empty after that, and nothing in a run empties it): the rest of the run
  * is hashed when someone may look (sched_hash_flush()).  Lock held.
  */
-static void bfqq_arrive(struct rq_queue *q, struct bfq_queue *bfqq, struct rq_request *rq,
-			bool hash)
+static inline __attribute__((always_inline)) void
+bfqq_arrive(struct rq_queue *q, struct bfq_queue *bfqq, struct rq_request *rq, bool hash)
 {
 	const struct bfq_data *bd = bfqq->bs->bd;
 
