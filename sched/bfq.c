@@ -33,11 +33,14 @@
  * (bfq_limit_depth()), so reads always find some.
  *
  * A plug's batch of one queue, inserted where that queue has nothing, is
- * sorted once and built into a balanced tree (bfq_insert_run()), and a
- * turn's requests are dispatched from the sorted array of its tree
- * (sched_drain_in_turn()): the same requests in the same order and the
- * same state as inserting and dispatching them one at a time, with the
- * per-request work (FIFO, seek history, hash, charges) still per request.
+ * sorted once into an array, a tree only if something walks it
+ * (bfq_insert_run(), bfqq_sort()), and its hash entries go in when the
+ * hash is next used (sched_hash_flush()); a turn's requests are
+ * dispatched from that sorted array (sched_drain_in_turn()), charged
+ * once per batch with the same arithmetic: the same requests in the same
+ * order and the same state as inserting and dispatching them one at a
+ * time, with the work that depends on arrival order (FIFO, seek history)
+ * still per request.
  *
  * With several hardware queues each has a scheduler of its own (queues,
  * groups, virtual times, and the peak-rate estimate behind the automatic
@@ -1531,11 +1534,13 @@ static bool bfqq_has_neighbour(struct bfq_queue *bfqq, const struct rq_request *
  * costs an rb-tree walk and rebalance, a neighbour search and a
  * bfq_choose_req() each, with branches no predictor learns.  The run is
  * instead sorted once (stable: equal sectors keep their arrival order, as
- * rq_sched_rb_add() keeps them) and built into a balanced tree; everything
+ * rq_sched_rb_add() keeps them) into the queue's run array; everything
  * that depends on arrival order (FIFO, deadlines, seek history, hash, the
  * one-hit cache, activation) still goes request by request, in arrival
- * order.  The result is the same tree contents, the same next request and
- * the same state as the one-by-one inserts: see bfq_insert_run().
+ * order.  The result is the same requests in the same order, the same
+ * next request and the same state as the one-by-one inserts: see
+ * bfq_insert_run().  The tree itself is built only when something walks
+ * it (bfqq_sort()).
  */
 
 /*
@@ -1738,12 +1743,13 @@ static void bfqq_got_request(struct bfq_sched *bs, struct bfq_queue *bfqq, struc
  * queue yet: not requeued) of one context and kind, 2 to BFQ_RUN_MAX,
  * into a queue with nothing queued, none of them able to insert-merge.
  * The same state as inserting them one by one (the loop of
- * bfq_insert_requests()): the tree holds the same requests in the same
- * order, the next request is the same (run_next_rq()), and the FIFO,
- * hash, cache, seek history, pins and activation go in arrival order as
- * before; activation and preemption look at no tree, so making them after
- * the tree is built changes nothing.  False, with nothing done, when it is
- * not a run.  Lock held.
+ * bfq_insert_requests()): the run array (the tree, once built) holds the
+ * same requests in the same order, the next request is the same
+ * (run_next_rq()), and the FIFO, cache, seek history, pins and activation
+ * go in arrival order as before, the hash too (the part after the cache's
+ * request when it is next used: sched_hash_flush()); activation and
+ * preemption look at no tree, so making them after the sort changes
+ * nothing.  False, with nothing done, when it is not a run.  Lock held.
  */
 static bool bfq_insert_run(struct rq_queue *q, struct bfq_sched *bs, struct rq_list_node *list)
 {
