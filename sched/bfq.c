@@ -1489,12 +1489,13 @@ static void bfq_depth_updated(struct rq_hw_ctx *hctx)
  */
 static void bfq_limit_depth(struct rq_alloc_data *data)
 {
-	struct bfq_data *bd = bfq_of(data->q);
 	bool sync = data->opf & (RQ_BIO_SYNC | RQ_BIO_FUA);
+	struct bfq_data *bd;
 	bool wr;
 
 	if (data->op == RQ_OP_READ)
 		return;
+	bd = bfq_of(data->q);
 	wr = READ_ONCE(sched_of_hctx(bd, data->hctx)->wr_busy) != 0;
 	data->shallow_depth = rq_sched_shallow_depth(data->hctx,
 						    READ_ONCE(bd->async_depths[wr][sync]));
@@ -2271,11 +2272,24 @@ static __attribute__((noinline)) bool bfq_bio_merge_locked(struct rq_queue *q, s
 	return merged;
 }
 
+/* bio_merge on the bio's hardware queue's scheduler, if it has requests queued. */
+static __attribute__((noinline)) bool bfq_bio_merge_mapped(struct rq_queue *q, struct bfq_data *bd,
+							   struct rq_bio *bio, unsigned nr_segs)
+{
+	struct rq_hw_ctx *hctx = rq_sched_bio_hctx(q, bio, NULL);
+	struct bfq_sched *bs;
+
+	if (!hctx)
+		return false;
+	bs = sched_of_hctx(bd, hctx);
+	if (!READ_ONCE(bs->queued))
+		return false;
+	return bfq_bio_merge_locked(q, bs, bio, nr_segs);
+}
+
 static bool bfq_bio_merge(struct rq_queue *q, struct rq_bio *bio, unsigned nr_segs)
 {
 	struct bfq_data *bd = bfq_of(q);
-	struct rq_hw_ctx *hctx;
-	struct bfq_sched *bs;
 
 	/*
 	 * Only requests queued on the bio's hardware queue are candidates (the
@@ -2287,13 +2301,7 @@ static bool bfq_bio_merge(struct rq_queue *q, struct rq_bio *bio, unsigned nr_se
 	 */
 	if (bd->nr_sched == 1 && !READ_ONCE(bd->sched[0].queued))
 		return false;
-	hctx = rq_sched_bio_hctx(q, bio, NULL);
-	if (!hctx)
-		return false;
-	bs = sched_of_hctx(bd, hctx);
-	if (!READ_ONCE(bs->queued))
-		return false;
-	return bfq_bio_merge_locked(q, bs, bio, nr_segs);
+	return bfq_bio_merge_mapped(q, bd, bio, nr_segs);
 }
 
 /* request_merge: a front merge in the sorted tree of the bio's own queue; lock held. */
