@@ -827,8 +827,9 @@ static struct rq_request *sort_ceiling(struct rq_rb_root *root, uint64_t sector)
  * "wrapped" (after everything not wrapped) if further back; on a tie the
  * higher sector, and of two wrapped ones the lower.
  */
-static struct rq_request *bfq_choose_req(const struct bfq_data *bd, struct rq_request *a,
-					 struct rq_request *b, uint64_t last)
+static inline __attribute__((always_inline)) struct rq_request *
+choose_req_inline(const struct bfq_data *bd, struct rq_request *a, struct rq_request *b,
+		  uint64_t last)
 {
 	uint64_t back_max = (uint64_t)bd->back_seek_max_kib * 2, d[2] = { 0, 0 };
 	struct rq_request *r[2] = { a, b };
@@ -860,6 +861,13 @@ static struct rq_request *bfq_choose_req(const struct bfq_data *bd, struct rq_re
 	if (d[0] != d[1])
 		return d[0] < d[1] ? a : b;
 	return a->sector >= b->sector ? a : b;
+}
+
+/* choose_req_inline(), called: inlined only in the per-request drain step. */
+static struct rq_request *bfq_choose_req(const struct bfq_data *bd, struct rq_request *a,
+					 struct rq_request *b, uint64_t last)
+{
+	return choose_req_inline(bd, a, b, last);
 }
 
 /*
@@ -1982,7 +1990,7 @@ static unsigned drain_find_next(const struct bfq_drain *d, const struct bfq_data
 		in = d->head; /* after the last: wrap to the first */
 	if (in != BFQ_DRAIN_NONE)
 		next = d->v[in];
-	return bfq_choose_req(bd, next, prev, last->sector) == next ? in : ip;
+	return choose_req_inline(bd, next, prev, last->sector) == next ? in : ip;
 }
 
 static void drain_unlink(struct bfq_drain *d, unsigned i)
