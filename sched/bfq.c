@@ -33,11 +33,14 @@
  * (bfq_limit_depth()), so reads always find some.
  *
  * A plug's batch of one queue, inserted where that queue has nothing, is
- * sorted once and built into a balanced tree (bfq_insert_run()), and a
- * turn's requests are dispatched from the sorted array of its tree
- * (sched_drain_in_turn()): the same requests in the same order and the
- * same state as inserting and dispatching them one at a time, with the
- * per-request work (FIFO, seek history, hash, charges) still per request.
+ * sorted once into an array, a tree only if something walks it
+ * (bfq_insert_run(), bfqq_sort()), and its hash entries go in when the
+ * hash is next used (sched_hash_flush()); a turn's requests are
+ * dispatched from that sorted array (sched_drain_in_turn()), charged
+ * once per batch with the same arithmetic: the same requests in the same
+ * order and the same state as inserting and dispatching them one at a
+ * time, with the work that depends on arrival order (FIFO, seek history)
+ * still per request.
  *
  * With several hardware queues each has a scheduler of its own (queues,
  * groups, virtual times, and the peak-rate estimate behind the automatic
@@ -116,6 +119,7 @@
 #define BFQ_RATE_WINDOW_NS 20000000ull  /* peak-rate sampling window */
 #define BFQ_RECLAIM_NS 5000000000ull    /* unused queues of live contexts kept this long */
 #define BFQ_HASH_BITS 6
+#define BFQ_RUN_MAX 64                  /* requests in a sorted run at most (6 bits) */
 #define BFQ_NR_CLASSES 3                /* RT, BE, IDLE */
 
 #define NSEC_PER_MSEC 1000000ull
@@ -230,7 +234,7 @@ struct bfq_queue {
 	bool fifo_checked;       /* the FIFO was looked at in this turn */
 	struct rq_request *next_rq; /* the request it sends next (bfq_choose_req rules) */
 	unsigned ioc_gen;        /* ioc_group_gen() the group was taken at */
-	struct rq_rb_root sort;  /* queued requests by sector */
+	struct rq_rb_root sort;  /* queued requests by sector (see @run) */
 	struct rq_list_node fifo; /* queued requests by arrival */
 	unsigned queued;
 	unsigned dispatched;     /* handed out, not completed */
@@ -248,6 +252,14 @@ struct bfq_queue {
 	uint64_t busy_start;     /* ns it last became busy */
 	uint64_t burst_sectors;  /* sectors dispatched since then */
 	uint64_t softrt_next;    /* ns from which a new burst counts as soft real-time */
+	/*
+	 * While @run_n is not 0 the queued requests are run[0, run_n) in
+	 * sector order and @sort is empty: the tree is built only when
+	 * something walks it (bfqq_sort()); a plug's run that is drained
+	 * whole is never built.
+	 */
+	unsigned run_n;
+	struct rq_request *run[BFQ_RUN_MAX];
 };
 
 /* struct bfq_sched - the scheduler of one hardware queue. */
@@ -265,6 +277,7 @@ struct bfq_sched {
 	unsigned nr_head;             /* requests on head_list; READ_ONCE outside the lock */
 	bool ready;                   /* has_work's answer needs no lock: see sched_unlock() */
 	unsigned wr_busy;             /* busy raised queues; READ_ONCE outside the lock */
+	struct bfq_queue *hash_pending; /* its run is not in the merge hash yet: sched_hash_flush() */
 	unsigned in_flight;           /* handed out, not completed */
 	uint64_t head_pos;            /* end sector of the last dispatch */
 	bool idling;
@@ -527,13 +540,18 @@ static void entity_requeue(struct bfq_entity *e, uint32_t budget, unsigned weigh
 	e->finish = e->start + vt_delta(budget, weight);
 }
 
-/* Service: @e (and its group) received @sectors; virtual times advance. */
-static void entity_charge(struct bfq_entity *e, unsigned sectors)
+/*
+ * Service: @e (and its group) received @n requests of @sectors each;
+ * virtual times advance.  V moves by the last charge's step kept per
+ * level, so n charges of one size in a row are n times one step, exactly
+ * what n calls for one request each would add.
+ */
+static void entity_charge_n(struct bfq_entity *e, unsigned sectors, unsigned n)
 {
 	for (; e && e->parent; e = e->parent->entity.parent ? &e->parent->entity : NULL) {
 		struct bfq_level *lv = entity_level(e);
 
-		e->service += sectors;
+		e->service += sectors * n;
 		if (!lv->wsum)
 			continue;
 		if (sectors != lv->charge_sectors || lv->wsum != lv->charge_wsum) {
@@ -541,8 +559,13 @@ static void entity_charge(struct bfq_entity *e, unsigned sectors)
 			lv->charge_wsum = lv->wsum;
 			lv->charge_delta = vt_delta(sectors, lv->wsum);
 		}
-		lv->vtime += lv->charge_delta;
+		lv->vtime += lv->charge_delta * n;
 	}
+}
+
+static void entity_charge(struct bfq_entity *e, unsigned sectors)
+{
+	entity_charge_n(e, sectors, 1);
 }
 
 /*
@@ -698,6 +721,8 @@ static void bfqq_free(struct bfq_sched *bs, struct bfq_queue *bfqq)
 		*pp = bfqq->hash_next;
 	if (bs->last_hit == bfqq)
 		bs->last_hit = NULL;
+	if (bs->hash_pending == bfqq)
+		bs->hash_pending = NULL;
 	group_put_queue(bfqq->entity.parent);
 	bfq_ioc_put(bfqq->ioc);
 	mem_free(bfqq, sizeof(*bfqq));
@@ -763,6 +788,18 @@ static struct bfq_queue *bfqq_lookup(struct bfq_sched *bs, struct rq_io_context 
 
 /* ------------------------------------------------------ requests in a queue */
 
+static void run_build_tree(struct rq_rb_root *root, struct rq_request **v, unsigned n);
+
+/* @bfqq's sorted tree, built first from a pending run (see struct bfq_queue); lock held. */
+static struct rq_rb_root *bfqq_sort(struct bfq_queue *bfqq)
+{
+	if (unlikely(bfqq->run_n)) {
+		run_build_tree(&bfqq->sort, bfqq->run, bfqq->run_n);
+		bfqq->run_n = 0;
+	}
+	return &bfqq->sort;
+}
+
 /* First request at or after @sector in @root, or NULL. */
 static struct rq_request *sort_ceiling(struct rq_rb_root *root, uint64_t sector)
 {
@@ -790,8 +827,9 @@ static struct rq_request *sort_ceiling(struct rq_rb_root *root, uint64_t sector)
  * "wrapped" (after everything not wrapped) if further back; on a tie the
  * higher sector, and of two wrapped ones the lower.
  */
-static struct rq_request *bfq_choose_req(const struct bfq_data *bd, struct rq_request *a,
-					 struct rq_request *b, uint64_t last)
+static inline __attribute__((always_inline)) struct rq_request *
+choose_req_inline(const struct bfq_data *bd, struct rq_request *a, struct rq_request *b,
+		  uint64_t last)
 {
 	uint64_t back_max = (uint64_t)bd->back_seek_max_kib * 2, d[2] = { 0, 0 };
 	struct rq_request *r[2] = { a, b };
@@ -823,6 +861,13 @@ static struct rq_request *bfq_choose_req(const struct bfq_data *bd, struct rq_re
 	if (d[0] != d[1])
 		return d[0] < d[1] ? a : b;
 	return a->sector >= b->sector ? a : b;
+}
+
+/* choose_req_inline(), called: inlined only in the per-request drain step. */
+static struct rq_request *bfq_choose_req(const struct bfq_data *bd, struct rq_request *a,
+					 struct rq_request *b, uint64_t last)
+{
+	return choose_req_inline(bd, a, b, last);
 }
 
 /*
@@ -873,6 +918,7 @@ static void bfqq_unqueue(struct rq_queue *q, struct bfq_queue *bfqq, struct rq_r
 static void bfqq_del_rq(struct rq_queue *q, struct bfq_queue *bfqq, struct rq_request *rq,
 			uint64_t now)
 {
+	bfqq_sort(bfqq);
 	if (bfqq->next_rq == rq) {
 		if (bfqq->queued > 1)
 			bfqq->next_rq = bfqq_find_next_rq(bfqq->bs->bd, bfqq, rq, now);
@@ -1234,7 +1280,7 @@ static void rate_sample(struct bfq_sched *bs, unsigned sectors, uint64_t now)
  * request freed or merged away, a tunable store): dispatch then finds
  * nothing and the core comes back later, as after any has_work race.
  */
-static void sched_unlock(struct bfq_sched *bs)
+static inline __attribute__((always_inline)) void sched_unlock(struct bfq_sched *bs)
 {
 	const struct bfq_data *bd = bs->bd;
 	bool ready = bs->nr_head ||
@@ -1394,16 +1440,13 @@ static void bfqq_unpin(struct bfq_sched *bs, struct bfq_queue *bfqq, struct rq_r
  * hold, so this finds nothing to do for them); free it if its context is
  * gone.
  */
-static void bfq_finish_request(struct rq_request *rq)
+static __attribute__((noinline)) void bfq_finish_pinned(struct rq_request *rq,
+							   struct bfq_queue *bfqq)
 {
 	struct bfq_data *bd = bfq_of(rq->q);
-	struct bfq_queue *bfqq = rq_bfqq(rq);
+	struct bfq_sched *bs = bfqq->bs;
 	struct rq_hw_ctx *kick = NULL;
-	struct bfq_sched *bs;
 
-	if (!bfqq)
-		return;
-	bs = bfqq->bs;
 	bfq_lock(&bs->lock);
 	if (rq_bits(rq) & BFQ_RQ_QUEUED) {
 		bfqq_del_rq(rq->q, bfqq, rq, rq_clock_ns());
@@ -1429,6 +1472,14 @@ static void bfq_finish_request(struct rq_request *rq)
 		rq_mq_run_hw_queue(kick, true);
 }
 
+static void bfq_finish_request(struct rq_request *rq)
+{
+	struct bfq_queue *bfqq = rq_bfqq(rq);
+
+	if (bfqq)
+		bfq_finish_pinned(rq, bfqq);
+}
+
 /* depth_updated: nr_requests changed (queue frozen): new async depths. */
 static void bfq_depth_updated(struct rq_hw_ctx *hctx)
 {
@@ -1446,12 +1497,13 @@ static void bfq_depth_updated(struct rq_hw_ctx *hctx)
  */
 static void bfq_limit_depth(struct rq_alloc_data *data)
 {
-	struct bfq_data *bd = bfq_of(data->q);
 	bool sync = data->opf & (RQ_BIO_SYNC | RQ_BIO_FUA);
+	struct bfq_data *bd;
 	bool wr;
 
 	if (data->op == RQ_OP_READ)
 		return;
+	bd = bfq_of(data->q);
 	wr = READ_ONCE(sched_of_hctx(bd, data->hctx)->wr_busy) != 0;
 	data->shallow_depth = rq_sched_shallow_depth(data->hctx,
 						    READ_ONCE(bd->async_depths[wr][sync]));
@@ -1470,7 +1522,7 @@ static bool bfq_mergeable(const struct rq_request *rq)
  */
 static bool bfqq_has_neighbour(struct bfq_queue *bfqq, const struct rq_request *rq)
 {
-	struct rq_request *after = sort_ceiling(&bfqq->sort, rq->sector), *before;
+	struct rq_request *after = sort_ceiling(bfqq_sort(bfqq), rq->sector), *before;
 	struct rq_rb_node *last;
 
 	if (after) {
@@ -1491,13 +1543,14 @@ static bool bfqq_has_neighbour(struct bfq_queue *bfqq, const struct rq_request *
  * costs an rb-tree walk and rebalance, a neighbour search and a
  * bfq_choose_req() each, with branches no predictor learns.  The run is
  * instead sorted once (stable: equal sectors keep their arrival order, as
- * rq_sched_rb_add() keeps them) and built into a balanced tree; everything
+ * rq_sched_rb_add() keeps them) into the queue's run array; everything
  * that depends on arrival order (FIFO, deadlines, seek history, hash, the
  * one-hit cache, activation) still goes request by request, in arrival
- * order.  The result is the same tree contents, the same next request and
- * the same state as the one-by-one inserts: see bfq_insert_run().
+ * order.  The result is the same requests in the same order, the same
+ * next request and the same state as the one-by-one inserts: see
+ * bfq_insert_run().  The tree itself is built only when something walks
+ * it (bfqq_sort()).
  */
-#define BFQ_RUN_MAX 64                  /* requests sorted on the stack at most (6 bits) */
 
 /*
  * The colour bit of rq_rb_node.parent_color: 0 red (what rq_rb_link_node()
@@ -1506,18 +1559,17 @@ static bool bfqq_has_neighbour(struct bfq_queue *bfqq, const struct rq_request *
 #define BFQ_RB_BLACK ((uintptr_t)1)
 
 /*
- * Sort the run v[0, n) (n <= BFQ_RUN_MAX) by sector, stably: an insertion
- * sort of keys sector << 6 | arrival index, so equal sectors stay in
- * arrival order and the inner loop moves one word; key[0] = 0 stops every
- * scan.  False, with v[] untouched, if a sector does not fit the key
- * (2^58 sectors and more: 128 PiB).
+ * Sort the run v[0, n) (n <= BFQ_RUN_MAX) by sector into dst[], stably: an
+ * insertion sort of keys sector << 6 | arrival index, so equal sectors stay
+ * in arrival order and the inner loop moves one word; key[0] = 0 stops
+ * every scan.  False, with dst[] untouched, if a sector does not fit the
+ * key (2^58 sectors and more: 128 PiB).
  */
 #define BFQ_RUN_IDX_BITS 6
 
-static bool run_sort(struct rq_request **v, unsigned n)
+static bool run_sort(struct rq_request **dst, struct rq_request *const *v, unsigned n)
 {
 	uint64_t key[BFQ_RUN_MAX + 1];
-	struct rq_request *in[BFQ_RUN_MAX];
 
 	key[0] = 0;
 	for (unsigned i = 0; i < n; i++) {
@@ -1529,9 +1581,8 @@ static bool run_sort(struct rq_request **v, unsigned n)
 			at[0] = at[-1];
 		*at = k;
 	}
-	memcpy(in, v, n * sizeof(*v));
 	for (unsigned i = 0; i < n; i++)
-		v[i] = in[key[i + 1] & ((1u << BFQ_RUN_IDX_BITS) - 1)];
+		dst[i] = v[key[i + 1] & ((1u << BFQ_RUN_IDX_BITS) - 1)];
 	return true;
 }
 
@@ -1632,13 +1683,14 @@ static struct rq_request *run_next_rq(const struct bfq_data *bd, struct rq_reque
 
 /*
  * @rq's arrival in @bfqq, up to the tree: FIFO place and deadline, seek
- * history, hash and, if @fill, the one-hit cache when it is empty (what
- * bfq_insert_requests() does per request, in the same order).  A run asks
- * for the cache only until a mergeable request was offered it: the cache
- * is not empty after that, and nothing in a run empties it.  Lock held.
+ * history and, if @hash, the hash and the one-hit cache when it is empty
+ * (what bfq_insert_requests() does per request, in the same order).  A run
+ * hashes only until a mergeable request was offered the cache (it is not
+ * empty after that, and nothing in a run empties it): the rest of the run
+ * is hashed when someone may look (sched_hash_flush()).  Lock held.
  */
-static void bfqq_arrive(struct rq_queue *q, struct bfq_queue *bfqq, struct rq_request *rq,
-			bool fill)
+static inline __attribute__((always_inline)) void
+bfqq_arrive(struct rq_queue *q, struct bfq_queue *bfqq, struct rq_request *rq, bool hash)
 {
 	const struct bfq_data *bd = bfqq->bs->bd;
 
@@ -1648,10 +1700,32 @@ static void bfqq_arrive(struct rq_queue *q, struct bfq_queue *bfqq, struct rq_re
 	bfqq_update_seek(bfqq, rq);
 	rq_list_add_tail(&rq->queuelist, &bfqq->fifo);
 	rq_set_bits(rq, rq_bits(rq) | BFQ_RQ_QUEUED);
-	if (bfq_mergeable(rq)) {
+	if (hash && bfq_mergeable(rq)) {
 		rq_sched_hash_add(q, rq);
-		if (fill)
-			rq_sched_last_merge_fill(q, rq);
+		rq_sched_last_merge_fill(q, rq);
+	}
+}
+
+/*
+ * Put the requests of the run bfq_insert_run() left out of the merge hash
+ * in, in arrival order (the queue's FIFO: nothing but dispatch and
+ * removal touched it since), before anything else on @bs is hashed or
+ * the hash is looked at: the hash chains then hold what hashing each at
+ * its arrival would have left.  A request dispatched or freed before
+ * that was never hashed, as if hashed and removed.  Lock held.
+ */
+static void sched_hash_flush(struct rq_queue *q, struct bfq_sched *bs)
+{
+	struct bfq_queue *bfqq = bs->hash_pending;
+
+	if (likely(!bfqq))
+		return;
+	bs->hash_pending = NULL;
+	for (struct rq_list_node *n = bfqq->fifo.next; n != &bfqq->fifo; n = n->next) {
+		struct rq_request *rq = RQ_CONTAINER_OF(n, struct rq_request, queuelist);
+
+		if (!(rq->rq_flags & RQ_RQF_HASHED) && bfq_mergeable(rq))
+			rq_sched_hash_add(q, rq);
 	}
 }
 
@@ -1678,19 +1752,20 @@ static void bfqq_got_request(struct bfq_sched *bs, struct bfq_queue *bfqq, struc
  * queue yet: not requeued) of one context and kind, 2 to BFQ_RUN_MAX,
  * into a queue with nothing queued, none of them able to insert-merge.
  * The same state as inserting them one by one (the loop of
- * bfq_insert_requests()): the tree holds the same requests in the same
- * order, the next request is the same (run_next_rq()), and the FIFO,
- * hash, cache, seek history, pins and activation go in arrival order as
- * before; activation and preemption look at no tree, so making them after
- * the tree is built changes nothing.  False, with nothing done, when it is
- * not a run.  Lock held.
+ * bfq_insert_requests()): the run array (the tree, once built) holds the
+ * same requests in the same order, the next request is the same
+ * (run_next_rq()), and the FIFO, cache, seek history, pins and activation
+ * go in arrival order as before, the hash too (the part after the cache's
+ * request when it is next used: sched_hash_flush()); activation and
+ * preemption look at no tree, so making them after the sort changes
+ * nothing.  False, with nothing done, when it is not a run.  Lock held.
  */
 static bool bfq_insert_run(struct rq_queue *q, struct bfq_sched *bs, struct rq_list_node *list)
 {
 	struct rq_request *first = rq_list_first_rq(list), *v[BFQ_RUN_MAX], *rq;
 	struct bfq_queue *bfqq;
 	unsigned n = 0;
-	bool sync, fill = true;
+	bool sync, hash = true;
 
 	sync = rq_is_sync(first);
 	for (struct rq_list_node *it = list->next; it != list; it = it->next) {
@@ -1701,19 +1776,21 @@ static bool bfq_insert_run(struct rq_queue *q, struct bfq_sched *bs, struct rq_l
 		v[n++] = rq;
 	}
 	bfqq = bfqq_lookup(bs, first->ioc, sync, true, first->start_time_ns);
-	if (bfqq->sort.node)
+	if (bfqq->sort.node || bfqq->run_n)
 		return false;
-	if (!run_sort(v, n) || run_may_merge(v, n))
+	if (!run_sort(bfqq->run, v, n) || run_may_merge(bfqq->run, n))
 		return false;
 	while ((rq = rq_list_first_rq(list))) {
 		rq_list_del_init(&rq->queuelist);
 		bfq_pin_rq(bfqq, rq);
-		bfqq_arrive(q, bfqq, rq, fill);
-		fill &= !bfq_mergeable(rq);
+		bfqq_arrive(q, bfqq, rq, hash);
+		hash &= !bfq_mergeable(rq);
 	}
-	run_build_tree(&bfqq->sort, v, n);
-	bfqq->next_rq = bfq_choose_req(bs->bd, bfqq->next_rq, run_next_rq(bs->bd, v, n, bs->head_pos),
-				       bs->head_pos);
+	if (!hash)
+		bs->hash_pending = bfqq; /* the rest of the run: sched_hash_flush() */
+	bfqq->run_n = n; /* the tree is built when needed: bfqq_sort() */
+	bfqq->next_rq = bfq_choose_req(bs->bd, bfqq->next_rq,
+				       run_next_rq(bs->bd, bfqq->run, n, bs->head_pos), bs->head_pos);
 	bfqq->queued += n;
 	WRITE_ONCE(bs->queued, bs->queued + n);
 	bfqq_got_request(bs, bfqq, first);
@@ -1730,6 +1807,7 @@ static void bfq_insert_requests(struct rq_hw_ctx *hctx, struct rq_list_node *lis
 
 	rq_list_init(&free_list);
 	bfq_lock(&bs->lock);
+	sched_hash_flush(q, bs);
 	/* a run is two requests or more (list->next->next: a second one) */
 	if (!(flags & RQ_INSERT_AT_HEAD) && list->next->next != list &&
 	    bfq_insert_run(q, bs, list))
@@ -1753,7 +1831,7 @@ static void bfq_insert_requests(struct rq_hw_ctx *hctx, struct rq_list_node *lis
 		    rq_sched_try_insert_merge(q, rq, &free_list))
 			continue;
 		bfqq_arrive(q, bfqq, rq, true);
-		rq_sched_rb_add(&bfqq->sort, rq);
+		rq_sched_rb_add(bfqq_sort(bfqq), rq);
 		bfqq->next_rq = bfq_choose_req(bs->bd, bfqq->next_rq, rq, bs->head_pos);
 		bfqq->queued++;
 		WRITE_ONCE(bs->queued, bs->queued + 1);
@@ -1857,15 +1935,16 @@ static struct rq_request *sched_next_in_turn(const struct bfq_sched *bs, uint64_
 
 /*
  * Many requests of the in-service queue in one go (sched_drain_in_turn()):
- * its tree as the sorted array v[0, k) with neighbour links, so a request
- * leaves in O(1) instead of an rb-tree erase, and what is left is built
- * back into a tree at the end (run_build_tree(); the shape of a tree is
- * not seen by anyone, only its order).
+ * its requests as the sorted array v[0, k) with neighbour links (its
+ * pending run as inserted, or its tree read out), so a request leaves in
+ * O(1) instead of an rb-tree erase, and what is left stays a sorted run,
+ * built into a tree only if something walks it (bfqq_sort(); the shape of
+ * a tree is not seen by anyone, only its order).
  */
 #define BFQ_DRAIN_NONE 0xffu
 
 struct bfq_drain {
-	struct rq_request *v[BFQ_RUN_MAX];
+	struct rq_request **v;                        /* the queue's run[] */
 	uint8_t prev[BFQ_RUN_MAX], next[BFQ_RUN_MAX]; /* BFQ_DRAIN_NONE: none */
 	unsigned k;                                   /* requests in v */
 	unsigned head;                                /* the lowest one left */
@@ -1911,7 +1990,7 @@ static unsigned drain_find_next(const struct bfq_drain *d, const struct bfq_data
 		in = d->head; /* after the last: wrap to the first */
 	if (in != BFQ_DRAIN_NONE)
 		next = d->v[in];
-	return bfq_choose_req(bd, next, prev, last->sector) == next ? in : ip;
+	return choose_req_inline(bd, next, prev, last->sector) == next ? in : ip;
 }
 
 static void drain_unlink(struct bfq_drain *d, unsigned i)
@@ -1927,53 +2006,111 @@ static void drain_unlink(struct bfq_drain *d, unsigned i)
 }
 
 /*
+ * @bfqq's requests into @d as a sorted array with neighbour links: its
+ * pending run as it is, else its tree read into run[] (the queue is then
+ * the drain's until sched_drain_in_turn() leaves the rest as a run).
+ */
+static void drain_load(struct bfq_drain *d, struct bfq_queue *bfqq)
+{
+	d->v = bfqq->run;
+	d->k = bfqq->run_n;
+	if (!d->k)
+		drain_flatten(d, bfqq->sort.node);
+	bfqq->run_n = 0;
+	bfqq->sort.node = NULL;
+	for (unsigned i = 0; i < d->k; i++) {
+		d->prev[i] = (uint8_t)(i ? i - 1 : BFQ_DRAIN_NONE);
+		d->next[i] = (uint8_t)(i + 1 < d->k ? i + 1 : BFQ_DRAIN_NONE);
+	}
+	d->head = 0;
+}
+
+/*
+ * The in-service @bfqq handed out @n requests of @total sectors, the last
+ * @last, ending with @charge_n of @charge_s sectors still to charge (the
+ * earlier ones were charged as their size changed): what
+ * sched_account_dispatch() does per request, once.  The queue's next
+ * request is already set.
+ */
+static void drain_account(struct bfq_sched *bs, struct bfq_queue *bfqq, unsigned n,
+			  uint64_t total, const struct rq_request *last, unsigned charge_s,
+			  unsigned charge_n, uint64_t now)
+{
+	entity_charge_n(&bfqq->entity, charge_s, charge_n);
+	bfqq->queued -= n;
+	WRITE_ONCE(bs->queued, bs->queued - n);
+	bfqq->burst_sectors += total;
+	bfqq->dispatched += n;
+	bs->in_flight += n;
+	bs->head_pos = rq_request_end_sector(last);
+	if (!bfqq->budget_timeout)
+		bfqq->budget_timeout = now + (uint64_t)bs->bd->timeout_sync_ms * NSEC_PER_MSEC;
+	if (!bfqq->queued)
+		bfqq_emptied(bs->bd, bfqq, now);
+}
+
+/*
  * Dispatch requests of the in-service queue onto @list while its turn
  * goes on, as the one-at-a-time path would (sched_next_in_turn(), then
  * sched_dispatch_rq()), in the same order with the same state, at most
  * @room of them: the caller made sure the queue's first request may go and
  * that @room more would fit the batch and the in-flight cap; the budget is
- * checked before each, as sched_next_in_turn() does.  The queue has
- * 2..BFQ_RUN_MAX requests.  Returns how many went (at least one).
+ * checked before each, as sched_next_in_turn() does.  Each request leaves
+ * the FIFO and the hash and is marked as it goes; the counts and charges
+ * are added up and applied once at the end (drain_account()): nothing in
+ * the loop reads them but the budget check, which sees the running sum.
+ * The queue has 2..BFQ_RUN_MAX requests.  Returns how many went (at least
+ * one).
  */
 static unsigned sched_drain_in_turn(struct rq_queue *q, struct bfq_sched *bs,
 				    struct rq_list_node *list, unsigned room, uint64_t now)
 {
 	struct bfq_queue *bfqq = bs->in_service;
+	uint32_t service = bfqq->entity.service, budget = bfqq->entity.budget;
+	unsigned cur, i, left = 0, n = 0, queued = bfqq->queued, run_s = 0, run_n = 0;
+	struct rq_request *last = NULL;
 	struct bfq_drain d;
-	unsigned cur, i, left = 0, n = 0;
+	uint64_t total = 0;
 
-	d.k = 0;
-	drain_flatten(&d, bfqq->sort.node);
-	for (i = 0; i < d.k; i++) {
-		d.prev[i] = (uint8_t)(i ? i - 1 : BFQ_DRAIN_NONE);
-		d.next[i] = (uint8_t)(i + 1 < d.k ? i + 1 : BFQ_DRAIN_NONE);
-	}
-	d.head = 0;
+	drain_load(&d, bfqq);
 	cur = drain_index(&d, bfqq->next_rq);
 	for (;;) {
 		struct rq_request *rq = d.v[cur];
-		unsigned nxt = BFQ_DRAIN_NONE;
+		unsigned nxt = BFQ_DRAIN_NONE, s = rq_request_sectors(rq);
 
-		if (bfqq->entity.service &&
-		    bfqq->entity.service + rq_request_sectors(rq) > bfqq->entity.budget)
+		if (service && service + s > budget)
 			break;
-		if (bfqq->queued > 1)
+		if (queued > 1)
 			nxt = drain_find_next(&d, bs->bd, bfqq, cur, now);
 		else
 			bfqq->fifo_checked = true; /* what looking would have done */
 		drain_unlink(&d, cur);
 		rq_rb_clear_node(&rq->rb_node);
-		bfqq_unqueue(q, bfqq, rq);
-		bfqq->next_rq = nxt != BFQ_DRAIN_NONE ? d.v[nxt] : NULL;
-		sched_account_dispatch(bs, bfqq, rq, now);
+		rq_list_del_init(&rq->queuelist);
+		if (rq->rq_flags & RQ_RQF_HASHED)
+			rq_sched_hash_del(q, rq);
+		rq_set_bits(rq, (rq_bits(rq) & 0xff & ~BFQ_RQ_QUEUED) | BFQ_RQ_DISPATCHED |
+				    ((unsigned long)s << BFQ_RQ_SECTOR_SHIFT));
 		rq_list_add_tail(&rq->queuelist, list);
+		queued--;
+		if (s != run_s && run_n) {
+			entity_charge_n(&bfqq->entity, run_s, run_n);
+			run_n = 0;
+		}
+		run_s = s;
+		run_n++;
+		service += s;
+		total += s;
+		last = rq;
+		bfqq->next_rq = nxt != BFQ_DRAIN_NONE ? d.v[nxt] : NULL;
 		if (++n == room || nxt == BFQ_DRAIN_NONE)
 			break;
 		cur = nxt;
 	}
+	drain_account(bs, bfqq, n, total, last, run_s, run_n, now);
 	for (i = d.head; i != BFQ_DRAIN_NONE; i = d.next[i])
 		d.v[left++] = d.v[i]; /* in order, and left <= i */
-	run_build_tree(&bfqq->sort, d.v, left);
+	bfqq->run_n = left; /* the rest, a run again: built if someone walks it */
 	return n;
 }
 
@@ -2052,16 +2189,47 @@ static bool bfq_has_work(struct rq_hw_ctx *hctx)
 }
 
 /*
+ * The completion of @rq, @bfqq's last request out, ended the in-service
+ * turn's requests (or strict_guarantees waits for an empty device): open
+ * the idle window or run the queue for the next turn; then what
+ * bfq_completed_request() does after.  Lock held; dropped here.
+ */
+static __attribute__((noinline)) void bfq_completed_turn(struct bfq_sched *bs,
+							 struct bfq_queue *bfqq,
+							 struct rq_request *rq, uint64_t now)
+{
+	struct bfq_data *bd = bs->bd;
+	struct rq_hw_ctx *kick = NULL;
+	unsigned delay = 0;
+
+	if (bs->in_service == bfqq && !bfqq->queued && !bfqq->dispatched && !bs->idling) {
+		if (bfqq_should_idle(bd, bfqq)) {
+			sched_set_idle(bs, true, now + slice_idle_ns(bd));
+			if (bs->queued)
+				delay = (unsigned)DIV_ROUND_UP(slice_idle_ns(bd), NSEC_PER_MSEC);
+		} else if (bs->queued) {
+			kick = bs->hctx;
+		}
+	}
+	if (bd->strict_guarantees && !bs->in_flight && bs->queued)
+		kick = bs->hctx;
+	if (!(rq_bits(rq) & (BFQ_RQ_QUEUED | BFQ_RQ_HEAD)))
+		bfqq_unpin(bs, bfqq, rq);
+	sched_unlock(bs);
+	if (delay)
+		rq_mq_delay_run_hw_queue(bs->hctx, delay);
+	if (kick)
+		rq_mq_run_hw_queue(kick, true);
+}
+
+/*
  * completed_request: the device is done with @rq.  The in-service queue's
  * idle window opens when its last request completes; strict_guarantees
- * waits for the device to be empty.
+ * waits for the device to be empty (bfq_completed_turn()).
  */
 static void bfq_completed_request(struct rq_request *rq, uint64_t now)
 {
-	struct bfq_data *bd = bfq_of(rq->q);
 	struct bfq_queue *bfqq = rq_bfqq(rq);
-	struct rq_hw_ctx *kick = NULL;
-	unsigned delay = 0;
 	struct bfq_sched *bs;
 
 	if (!bfqq)
@@ -2071,27 +2239,16 @@ static void bfq_completed_request(struct rq_request *rq, uint64_t now)
 	if (rq_bits(rq) & BFQ_RQ_DISPATCHED) {
 		rate_sample(bs, (unsigned)(rq_bits(rq) >> BFQ_RQ_SECTOR_SHIFT), now);
 		bfqq_request_done(bs, bfqq, rq);
-		if (bs->in_service == bfqq && !bfqq->queued && !bfqq->dispatched && !bs->idling) {
-			if (bfqq_should_idle(bd, bfqq)) {
-				sched_set_idle(bs, true, now + slice_idle_ns(bd));
-				if (bs->queued)
-					delay = (unsigned)DIV_ROUND_UP(slice_idle_ns(bd),
-								       NSEC_PER_MSEC);
-			} else if (bs->queued) {
-				kick = bs->hctx;
-			}
+		if (unlikely((bs->in_service == bfqq && !bfqq->dispatched) ||
+			     bs->bd->strict_guarantees)) {
+			bfq_completed_turn(bs, bfqq, rq, now);
+			return;
 		}
-		if (bd->strict_guarantees && !bs->in_flight && bs->queued)
-			kick = bs->hctx;
 	}
 	/* the core's finish_request follows: its work is done here, in this hold */
 	if (!(rq_bits(rq) & (BFQ_RQ_QUEUED | BFQ_RQ_HEAD)))
 		bfqq_unpin(bs, bfqq, rq);
 	sched_unlock(bs);
-	if (delay)
-		rq_mq_delay_run_hw_queue(bs->hctx, delay);
-	if (kick)
-		rq_mq_run_hw_queue(kick, true);
 }
 
 static void bfq_requeue_request(struct rq_request *rq)
@@ -2107,30 +2264,52 @@ static void bfq_requeue_request(struct rq_request *rq)
 	sched_unlock(bfqq->bs);
 }
 
-static bool bfq_bio_merge(struct rq_queue *q, struct rq_bio *bio, unsigned nr_segs)
+/* bio_merge with requests queued on @bs, the bio's hardware queue's scheduler. */
+static __attribute__((noinline)) bool bfq_bio_merge_locked(struct rq_queue *q, struct bfq_sched *bs,
+							   struct rq_bio *bio, unsigned nr_segs)
 {
-	struct rq_hw_ctx *hctx = rq_sched_bio_hctx(q, bio, NULL);
 	struct rq_request *free_rq = NULL;
-	struct bfq_sched *bs;
 	bool merged;
 
-	/*
-	 * Only requests queued on the bio's hardware queue are candidates (the
-	 * core's hash is per hardware queue, and during a submission the core
-	 * keeps the bio's mapping, so the lock taken is the hash's): none
-	 * queued, no lock to take (a race only misses a merge).
-	 */
-	if (!hctx)
-		return false;
-	bs = sched_of_hctx(bfq_of(q), hctx);
-	if (!READ_ONCE(bs->queued))
-		return false;
 	bfq_lock(&bs->lock);
+	sched_hash_flush(q, bs);
 	merged = rq_sched_try_merge(q, bio, nr_segs, &free_rq);
 	sched_unlock(bs);
 	if (free_rq)
 		rq_sched_free_request(free_rq);
 	return merged;
+}
+
+/* bio_merge on the bio's hardware queue's scheduler, if it has requests queued. */
+static __attribute__((noinline)) bool bfq_bio_merge_mapped(struct rq_queue *q, struct bfq_data *bd,
+							   struct rq_bio *bio, unsigned nr_segs)
+{
+	struct rq_hw_ctx *hctx = rq_sched_bio_hctx(q, bio, NULL);
+	struct bfq_sched *bs;
+
+	if (!hctx)
+		return false;
+	bs = sched_of_hctx(bd, hctx);
+	if (!READ_ONCE(bs->queued))
+		return false;
+	return bfq_bio_merge_locked(q, bs, bio, nr_segs);
+}
+
+static bool bfq_bio_merge(struct rq_queue *q, struct rq_bio *bio, unsigned nr_segs)
+{
+	struct bfq_data *bd = bfq_of(q);
+
+	/*
+	 * Only requests queued on the bio's hardware queue are candidates (the
+	 * core's hash is per hardware queue, and during a submission the core
+	 * keeps the bio's mapping, so the lock taken is the hash's): none
+	 * queued, no lock to take (a race only misses a merge).  With one
+	 * scheduler every hardware queue maps to it: no mapping to ask for
+	 * when it has nothing queued (the common case of a drained queue).
+	 */
+	if (bd->nr_sched == 1 && !READ_ONCE(bd->sched[0].queued))
+		return false;
+	return bfq_bio_merge_mapped(q, bd, bio, nr_segs);
 }
 
 /* request_merge: a front merge in the sorted tree of the bio's own queue; lock held. */
@@ -2146,7 +2325,7 @@ static int bfq_request_merge(struct rq_queue *q, struct rq_request **rq, struct 
 	bfqq = bfqq_lookup(sched_of_hctx(bd, hctx), ioc_of_bio(bio), bio_is_sync(bio), false, 0);
 	if (!bfqq)
 		return RQ_ELV_NO_MERGE;
-	found = rq_sched_rb_find(&bfqq->sort, rq_bio_end_sector(bio));
+	found = rq_sched_rb_find(bfqq_sort(bfqq), rq_bio_end_sector(bio));
 	if (!found)
 		return RQ_ELV_NO_MERGE;
 	*rq = found;
@@ -2173,6 +2352,7 @@ static void bfq_request_merged(struct rq_queue *q, struct rq_request *rq, enum r
 
 	if (type != RQ_ELV_FRONT_MERGE || !bfqq || !(rq_bits(rq) & BFQ_RQ_QUEUED))
 		return;
+	bfqq_sort(bfqq);
 	prev = rq_sched_rb_former(rq);
 	if (!prev || rq->sector >= prev->sector)
 		return;
@@ -2201,14 +2381,21 @@ static void bfq_requests_merged(struct rq_queue *q, struct rq_request *rq, struc
 		entity_deactivate(&nq->entity);
 }
 
+/* former_request / next_request: @rq's neighbours in its queue's tree; lock held. */
 static struct rq_request *bfq_former_request(struct rq_queue *q, struct rq_request *rq)
 {
-	return (rq_bits(rq) & BFQ_RQ_QUEUED) ? rq_sched_rb_former(rq) : NULL;
+	if (!(rq_bits(rq) & BFQ_RQ_QUEUED))
+		return NULL;
+	bfqq_sort(rq_bfqq(rq));
+	return rq_sched_rb_former(rq);
 }
 
 static struct rq_request *bfq_next_request(struct rq_queue *q, struct rq_request *rq)
 {
-	return (rq_bits(rq) & BFQ_RQ_QUEUED) ? rq_sched_rb_latter(rq) : NULL;
+	if (!(rq_bits(rq) & BFQ_RQ_QUEUED))
+		return NULL;
+	bfqq_sort(rq_bfqq(rq));
+	return rq_sched_rb_latter(rq);
 }
 
 /* ------------------------------------------------------------ tunables */

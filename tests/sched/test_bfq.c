@@ -648,6 +648,106 @@ static void test_insert_merge_own_context(void **state)
 	rq_ioc_put(a);
 }
 
+/* The queue's counters now. */
+static struct rq_queue_stats dev_stats(struct mock_dev *m)
+{
+	struct rq_queue_stats st;
+
+	assert_int_equal(rq_queue_get_stats(m->q, &st, sizeof(st)), 0);
+	return st;
+}
+
+/* Queue a plug of 4 KiB reads of @ioc at @sectors (one run), counted in @rec. */
+static void submit_run(struct mock_dev *m, struct fx_rec *rec, struct rq_io_context *ioc,
+		       const uint64_t *sectors, unsigned n)
+{
+	struct rq_plug plug;
+
+	rq_start_plug(&plug);
+	for (unsigned i = 0; i < n; i++)
+		submit_read(m, &rec[i], ioc, sectors[i], 0);
+	rq_finish_plug(&plug);
+}
+
+/* Complete the held requests in order, checking their sectors and sizes. */
+static void complete_sized(struct mock_dev *m, const uint64_t *want, const unsigned *bytes,
+			   unsigned n)
+{
+	for (unsigned i = 0; i < n; i++) {
+		assert_true(mock_nr_held(m) >= 1);
+		assert_int_equal(mock_held(m, 0)->sector, want[i]);
+		assert_int_equal(mock_held(m, 0)->bytes, bytes[i]);
+		mock_complete_one(m, 0, RQ_STS_OK);
+	}
+}
+
+/*
+ * A run (a plug's batch of one context) puts in the merge hash only its
+ * requests up to the one the one-hit cache takes; the rest go in when the
+ * hash is next looked at (sched/bfq.c, sched_hash_flush()).  A bio that
+ * starts where the run's third request ends must still find it
+ * there: a back merge (merges_back), not a new request joined at insert
+ * (merges_rq), and [1300, 1308) likewise.  A bio_merge that looked before
+ * the rest of the run was hashed would miss both.
+ */
+static void test_run_hash_back_merge(void **state)
+{
+	static const uint64_t run[] = { 100, 500, 900, 1300 };
+	struct rq_io_context *a = rq_ioc_create(0);
+	struct mock_dev *m = make_dev();
+	static struct fx_rec rec[6];
+	struct rq_queue_stats st;
+
+	(void)state;
+	rq_queue_quiesce(m->q);
+	submit_run(m, rec, a, run, 4);
+	submit_read(m, &rec[4], a, 908, 0);
+	submit_read(m, &rec[5], a, 1308, 0);
+	st = dev_stats(m);
+	assert_int_equal(st.requests, 4);
+	assert_int_equal(st.merges_back, 2);
+	assert_int_equal(st.merges_rq, 0);
+	rq_queue_unquiesce(m->q);
+	complete_sized(m, run, (const unsigned[]){ BS, BS, 2 * BS, 2 * BS }, 4);
+	assert_true(fx_wait(rec, 6, 10000));
+	fx_put(rec, 6);
+	mock_destroy(m);
+	rq_ioc_put(a);
+}
+
+/*
+ * A run's sorted requests become a tree only when something walks it
+ * (sched/bfq.c, bfqq_sort()): a bio ending where the run's 900 starts (not
+ * the one-hit cache's request: that is 100, the first) is a front merge
+ * found in that tree (request_merge), and the
+ * grown request [892, 908) goes in its sector order.  A lookup in a tree
+ * not built yet would miss it, and the bio would become a request of its
+ * own (five requests).
+ */
+static void test_run_tree_front_merge(void **state)
+{
+	static const uint64_t run[] = { 100, 900, 1300, 500 };
+	static const uint64_t want[] = { 100, 500, 892, 1300 };
+	struct rq_io_context *a = rq_ioc_create(0);
+	struct mock_dev *m = make_dev();
+	static struct fx_rec rec[5];
+	struct rq_queue_stats st;
+
+	(void)state;
+	rq_queue_quiesce(m->q);
+	submit_run(m, rec, a, run, 4);
+	submit_read(m, &rec[4], a, 892, 0);
+	st = dev_stats(m);
+	assert_int_equal(st.requests, 4);
+	assert_int_equal(st.merges_front, 1);
+	rq_queue_unquiesce(m->q);
+	complete_sized(m, want, (const unsigned[]){ BS, BS, 2 * BS, BS }, 4);
+	assert_true(fx_wait(rec, 5, 10000));
+	fx_put(rec, 5);
+	mock_destroy(m);
+	rq_ioc_put(a);
+}
+
 /*
  * bfq idles for a sync queue whose last request completed, waiting for its
  * context's next one; once the application releases the context (as a
@@ -941,6 +1041,8 @@ int main(void)
 		cmocka_unit_test(test_insert_fills_merge_cache),
 		cmocka_unit_test(test_run_sorted_order),
 		cmocka_unit_test(test_insert_merge_own_context),
+		cmocka_unit_test(test_run_hash_back_merge),
+		cmocka_unit_test(test_run_tree_front_merge),
 		cmocka_unit_test(test_released_context_ends_idling),
 		cmocka_unit_test(test_async_writer_preempted),
 		cmocka_unit_test(test_rt_reader_preempts),
