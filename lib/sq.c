@@ -80,6 +80,7 @@ struct rq_sq_data {
 	unsigned in_flight[2];           /* started: [async, sync] */
 	bool stopped;
 	int request_fn_active;           /* request_fn is running (no recursion) */
+	unsigned stat_batch[3];          /* counted while it runs (SQ_ST_*) */
 	int lib_locked;                  /* the library holds the lock (it drains
 					    deferred bios when it drops it) */
 	bool rerun;                      /* work arrived while it ran */
@@ -104,6 +105,14 @@ struct rq_sq_data {
 };
 
 static const struct rq_fe_ops sq_fe_ops;
+
+/*
+ * Starts and ends while request_fn runs are counted in the queue (a
+ * plain increment under the lock) and go to the statistics as request_fn
+ * returns, once per run; elsewhere they are counted at once.
+ */
+enum { SQ_ST_DISPATCHED, SQ_ST_COMPLETED, SQ_ST_ERRORS, SQ_ST_NR };
+static const unsigned char sq_st_index[SQ_ST_NR] = { ST_DISPATCHED, ST_COMPLETED, ST_ERRORS };
 
 static struct rq_sq_data *sqd_of(const struct rq_queue *q)
 {
@@ -283,6 +292,28 @@ static void sq_bio_end_later(struct rq_queue *q, struct rq_bio *bio, rq_status_t
 
 /* ----------------------------------------------------------- run queue */
 
+/* Count one event of kind @k (SQ_ST_*).  Lock held. */
+static inline void sq_stat_inc(struct rq_queue *q, struct rq_sq_data *sqd, unsigned k)
+{
+	if (sqd->request_fn_active)
+		sqd->stat_batch[k]++;
+	else
+		stat_inc(q, sq_st_index[k]);
+}
+
+/* What request_fn's run counted, to the statistics.  Lock held. */
+static void sq_stat_flush(struct rq_queue *q, struct rq_sq_data *sqd)
+{
+	struct rq_stats_block *b = stats_block(q);
+
+	for (unsigned k = 0; k < SQ_ST_NR; k++) {
+		if (sqd->stat_batch[k]) {
+			stat_block_add(b, sq_st_index[k], sqd->stat_batch[k]);
+			sqd->stat_batch[k] = 0;
+		}
+	}
+}
+
 /* Call request_fn if there is work and the queue runs.  Lock held. */
 static void sq_run_queue_locked(struct rq_queue *q)
 {
@@ -302,6 +333,8 @@ static void sq_run_queue_locked(struct rq_queue *q)
 		sqd->ops.request_fn(q);
 		sqd->request_fn_active--;
 	} while (sqd->rerun && !sqd->stopped);
+	if (!sqd->request_fn_active)
+		sq_stat_flush(q, sqd);
 }
 
 RQ_EXPORT void rq_sq_run_queue_locked(struct rq_queue *q)
@@ -869,9 +902,14 @@ RQ_EXPORT unsigned rq_sq_in_flight(const struct rq_queue *q, bool sync)
 
 /* ------------------------------------------------------------ driver */
 
-RQ_EXPORT struct rq_request *rq_sq_peek_request(struct rq_queue *q)
+/*
+ * The hot helpers below are forced inline into request_fn's calls
+ * (rq_sq_fetch_request(), the end helpers) and have exported wrappers.
+ */
+#define sq_inline static inline __attribute__((always_inline))
+
+sq_inline struct rq_request *sq_peek(struct rq_queue *q, struct rq_sq_data *sqd)
 {
-	struct rq_sq_data *sqd = sqd_of(q);
 
 	for (;;) {
 		struct rq_request *rq = rq_list_first_rq(&sqd->queue_head);
@@ -898,31 +936,40 @@ RQ_EXPORT struct rq_request *rq_sq_peek_request(struct rq_queue *q)
 	}
 }
 
-RQ_EXPORT void rq_sq_start_request(struct rq_request *rq)
+RQ_EXPORT struct rq_request *rq_sq_peek_request(struct rq_queue *q)
 {
-	struct rq_sq_data *sqd = sqd_of(rq->q);
+	return sq_peek(q, sqd_of(q));
+}
 
+sq_inline void sq_start(struct rq_sq_data *sqd, struct rq_request *rq)
+{
 	rq_list_del_init(&rq->queuelist);
 	rq->rq_flags |= RQ_RQF_STARTED;
 	rq->io_start_time_ns = core_clock_ns();
 	sqd->in_flight[rq_request_is_sync(rq)]++;
 	__atomic_store_n(&rq_priv(rq)->gen, rq_priv(rq)->gen + 1, __ATOMIC_RELAXED);
 	__atomic_store_n(&rq->state, RQ_STATE_IN_FLIGHT, __ATOMIC_RELEASE);
-	stat_inc(rq->q, ST_DISPATCHED);
+	sq_stat_inc(rq->q, sqd, SQ_ST_DISPATCHED);
 	trace_issue(rq);
+}
+
+RQ_EXPORT void rq_sq_start_request(struct rq_request *rq)
+{
+	sq_start(sqd_of(rq->q), rq);
 }
 
 RQ_EXPORT struct rq_request *rq_sq_fetch_request(struct rq_queue *q)
 {
-	struct rq_request *rq = rq_sq_peek_request(q);
+	struct rq_sq_data *sqd = sqd_of(q);
+	struct rq_request *rq = sq_peek(q, sqd);
 
 	if (rq)
-		rq_sq_start_request(rq);
+		sq_start(sqd, rq);
 	return rq;
 }
 
 /* Give the request back to the pool; returns the ctx to drop usage on.  Lock held. */
-static struct rq_sw_ctx *sq_release_request(struct rq_request *rq)
+sq_inline struct rq_sw_ctx *sq_release_locked(struct rq_request *rq)
 {
 	struct rq_queue *q = rq->q;
 	struct rq_sq_data *sqd = sqd_of(q);
@@ -943,6 +990,12 @@ static struct rq_sw_ctx *sq_release_request(struct rq_request *rq)
 	__atomic_store_n(&rq->state, RQ_STATE_IDLE, __ATOMIC_RELEASE);
 	pool_put(sqd, rq);
 	return ctx;
+}
+
+/* fe->release_request: the above for the core (a request freed by a merge). */
+static struct rq_sw_ctx *sq_release_request(struct rq_request *rq)
+{
+	return sq_release_locked(rq);
 }
 
 /*
@@ -974,7 +1027,7 @@ static bool sq_update_request(struct rq_request *rq, rq_status_t status, unsigne
  * the pool, and its usage reference is dropped after its bios have ended.
  * Lock held.
  */
-static void sq_request_leave(struct rq_request *rq, rq_status_t status)
+sq_inline void sq_request_leave(struct rq_request *rq, rq_status_t status)
 {
 	struct rq_sq_data *sqd = sqd_of(rq->q);
 	bool mark = rq->bio != NULL;
@@ -985,7 +1038,7 @@ static void sq_request_leave(struct rq_request *rq, rq_status_t status)
 		rq->bio = rq->biotail = NULL;
 	}
 	rq->bytes = 0;
-	if (sq_release_request(rq)) {
+	if (sq_release_locked(rq)) {
 		sqd->deferred_refs++;
 		mark = true;
 	}
@@ -1012,7 +1065,7 @@ static void sq_plug_fail(struct rq_request *rq, rq_status_t status)
 }
 
 /* The request is done: scheduler told, bios ended (later), pool.  Lock held. */
-static void sq_finish_request(struct rq_request *rq, rq_status_t status)
+sq_inline void sq_finish_request(struct rq_request *rq, rq_status_t status)
 {
 	struct rq_queue *q = rq->q;
 	struct rq_sq_data *sqd = sqd_of(q);
@@ -1028,14 +1081,14 @@ static void sq_finish_request(struct rq_request *rq, rq_status_t status)
 	}
 	trace_complete_all(rq, status, OBS_C_QUIET | OBS_C_DONE);
 	if (status != RQ_STS_OK)
-		stat_inc(q, ST_ERRORS);
-	stat_inc(q, ST_COMPLETED);
+		sq_stat_inc(q, sqd, SQ_ST_ERRORS);
+	sq_stat_inc(q, sqd, SQ_ST_COMPLETED);
 	if ((rq->rq_flags & RQ_RQF_ELVPRIV) && sqd->eops.completed)
 		sqd->eops.completed(q, rq);
 	sq_request_leave(rq, status);
 }
 
-RQ_EXPORT bool rq_sq_end_request_locked(struct rq_request *rq, rq_status_t status, unsigned bytes)
+sq_inline bool sq_end_locked(struct rq_request *rq, rq_status_t status, unsigned bytes)
 {
 	if (__atomic_load_n(&rq->state, __ATOMIC_ACQUIRE) != RQ_STATE_IN_FLIGHT)
 		return false; /* never ends twice */
@@ -1044,6 +1097,11 @@ RQ_EXPORT bool rq_sq_end_request_locked(struct rq_request *rq, rq_status_t statu
 		return true;
 	sq_finish_request(rq, status);
 	return false;
+}
+
+RQ_EXPORT bool rq_sq_end_request_locked(struct rq_request *rq, rq_status_t status, unsigned bytes)
+{
+	return sq_end_locked(rq, status, bytes);
 }
 
 RQ_EXPORT bool rq_sq_end_request(struct rq_request *rq, rq_status_t status, unsigned bytes)
@@ -1059,7 +1117,7 @@ RQ_EXPORT bool rq_sq_end_request(struct rq_request *rq, rq_status_t status, unsi
 
 RQ_EXPORT void rq_sq_end_request_all_locked(struct rq_request *rq, rq_status_t status)
 {
-	rq_sq_end_request_locked(rq, status, rq->bytes ? rq->bytes : 1);
+	sq_end_locked(rq, status, rq->bytes ? rq->bytes : 1);
 }
 
 RQ_EXPORT void rq_sq_end_request_all(struct rq_request *rq, rq_status_t status)

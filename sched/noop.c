@@ -12,7 +12,11 @@
  *   front merges   a hash by start sector finds the request a bio ends
  *                  just before (the merge hook): O(1) per add, lookup and
  *                  removal, where a sorted tree cost a walk and rebalancing
- *                  on every request;
+ *                  on every request.  Requests enter it lazily: the FIFO
+ *                  tail added since the last lookup is hashed, in FIFO
+ *                  order, by the next lookup (or front merge), so requests
+ *                  that reach the driver before anyone looks never pay for
+ *                  it, and a lookup sees what an eager hash would;
  *   request pairs  after a bio merge the core asks former / latter for the
  *                  FIFO neighbours and joins them when they became
  *                  contiguous (neighbours in the FIFO, so even that never
@@ -39,9 +43,12 @@
  *	bucket, linked by elv_priv[0] (next request) and elv_priv[1] (the
  *	link pointing at the request); a request is hashed exactly when its
  *	elv_priv[1] is set.
+ * @unhashed: the first request of the FIFO's tail not yet looked at for
+ *	@front (every request behind it is not either), or NULL.
  */
 struct noop_data {
 	struct rq_list_node fifo;
+	struct rq_request *unhashed;
 	struct rq_request *front[1u << NOOP_HASH_BITS];
 };
 
@@ -94,6 +101,26 @@ static void noop_front_del(struct rq_request *rq)
 	rq->elv_priv[0] = rq->elv_priv[1] = NULL;
 }
 
+/* The FIFO request after @rq, or NULL at the tail. */
+static struct rq_request *noop_fifo_next(struct noop_data *nd, struct rq_request *rq)
+{
+	if (rq->queuelist.next == &nd->fifo)
+		return NULL;
+	return RQ_CONTAINER_OF(rq->queuelist.next, struct rq_request, queuelist);
+}
+
+/*
+ * Hash the FIFO tail added since the last lookup, oldest first: the order
+ * (and so which of several requests a lookup prefers) an eager hash gives.
+ */
+static void noop_front_catch_up(struct noop_data *nd)
+{
+	for (struct rq_request *rq = nd->unhashed; rq; rq = noop_fifo_next(nd, rq))
+		if (noop_rq_mergeable(rq))
+			noop_front_add(nd, rq);
+	nd->unhashed = NULL;
+}
+
 /*
  * Forget @rq: FIFO and front-merge hash.  The core's back-merge hash is the
  * core's: it hashes a request as it inserts it and unhashes it as it leaves
@@ -101,6 +128,8 @@ static void noop_front_del(struct rq_request *rq)
  */
 static void noop_remove(struct rq_queue *q, struct noop_data *nd, struct rq_request *rq)
 {
+	if (rq == nd->unhashed)
+		nd->unhashed = noop_fifo_next(nd, rq);
 	rq_list_del_init(&rq->queuelist);
 	noop_front_del(rq);
 }
@@ -114,6 +143,7 @@ static struct rq_request *noop_find_front(struct noop_data *nd, unsigned op, uin
 {
 	struct rq_request *rq, *found = NULL;
 
+	noop_front_catch_up(nd);
 	for (rq = *noop_bucket(nd, sector); rq; rq = rq->elv_priv[0])
 		if (rq->sector == sector && rq->op == op && noop_rq_mergeable(rq))
 			found = rq; /* newest first: keep the last match */
@@ -145,8 +175,9 @@ static void noop_exit_queue(struct rq_queue *q, void *data)
 }
 
 /**
- * noop_add_request() - queue @rq at the FIFO tail; mergeable requests also
- * go in the front-merge hash (the core has put them in its back-merge hash).
+ * noop_add_request() - queue @rq at the FIFO tail; mergeable requests go in
+ * the front-merge hash at the next lookup (the core has put them in its
+ * back-merge hash).
  * Context: queue lock held.
  */
 static void noop_add_request(struct rq_queue *q, struct rq_request *rq)
@@ -155,8 +186,8 @@ static void noop_add_request(struct rq_queue *q, struct rq_request *rq)
 
 	rq_list_add_tail(&rq->queuelist, &nd->fifo);
 	rq->elv_priv[0] = rq->elv_priv[1] = NULL;
-	if (noop_rq_mergeable(rq))
-		noop_front_add(nd, rq);
+	if (!nd->unhashed)
+		nd->unhashed = rq;
 }
 
 /**
@@ -204,10 +235,16 @@ static int noop_merge(struct rq_queue *q, struct rq_request **rq, struct rq_bio 
  */
 static void noop_merged(struct rq_queue *q, struct rq_request *rq, enum rq_elv_merge type)
 {
-	if (type != RQ_ELV_FRONT_MERGE || !rq->elv_priv[1])
+	struct noop_data *nd = noop_of(q);
+
+	if (type != RQ_ELV_FRONT_MERGE)
+		return;
+	/* what was queued before the merge is hashed before @rq moves to the top */
+	noop_front_catch_up(nd);
+	if (!rq->elv_priv[1])
 		return;
 	noop_front_del(rq);
-	noop_front_add(noop_of(q), rq);
+	noop_front_add(nd, rq);
 }
 
 /**

@@ -13,7 +13,14 @@
  *       next one: its new end counts);
  *   test_bios_end_in_order  bios finished under the lock end after it
  *       drops in the order they were finished: by request in completion
- *       order, by bio within a request, partial completions included.
+ *       order, by bio within a request, partial completions included;
+ *   test_stats_per_run  starts, ends and errors made inside request_fn
+ *       (counted once per run) and outside it (counted at once) are all
+ *       in the statistics, exactly, as soon as request_fn returns;
+ *   test_noop_front_lazy  noop's front-merge hash, filled at the first
+ *       lookup, finds what an eager one would: not a request that left
+ *       for the driver first, the oldest of two starting at one sector,
+ *       and a request again after a front merge moved it.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -39,6 +46,8 @@
 static pthread_mutex_t drv_lock;    /* the queue lock: the driver's, error-checking */
 static bool drv_hold;               /* keep requests instead of ending them */
 static bool drv_paused;             /* take none: they wait in the scheduler */
+static int drv_budget = -1;         /* take at most this many, then pause (-1: no limit) */
+static unsigned drv_fail_every;     /* end every Nth taken with IOERR (0: none) */
 static struct rq_request *held[MAX_HELD];
 static unsigned nr_held;
 static struct { uint64_t sector; uint32_t bytes; } seen[MAX_HELD];
@@ -48,13 +57,17 @@ static void drv_request_fn(struct rq_queue *q)
 {
 	struct rq_request *rq;
 
-	while (!drv_paused && (rq = rq_sq_fetch_request(q))) {
+	while (!drv_paused && drv_budget && (rq = rq_sq_fetch_request(q))) {
 		assert_true(nr_seen < MAX_HELD);
 		seen[nr_seen].sector = rq->sector;
 		seen[nr_seen].bytes = rq->bytes;
 		nr_seen++;
+		if (drv_budget > 0)
+			drv_budget--;
 		if (drv_hold)
 			held[nr_held++] = rq;
+		else if (drv_fail_every && nr_seen % drv_fail_every == 0)
+			rq_sq_end_request_all_locked(rq, RQ_STS_IOERR);
 		else
 			rq_sq_end_request_all_locked(rq, RQ_STS_OK);
 	}
@@ -177,6 +190,8 @@ static struct rq_queue *mkq(const char *sched)
 	pthread_mutex_init(&drv_lock, &attr);
 	pthread_mutexattr_destroy(&attr);
 	drv_hold = drv_paused = false;
+	drv_budget = -1;
+	drv_fail_every = 0;
 	nr_held = nr_seen = 0;
 	atomic_store(&ended, 0);
 	atomic_store(&bad, 0);
@@ -365,12 +380,123 @@ static void test_bios_end_in_order(void **state)
 	destroy(q);
 }
 
+/* The counters of @q now. */
+static void expect_stats(struct rq_queue *q, uint64_t dispatched, uint64_t completed,
+			 uint64_t errors)
+{
+	struct rq_queue_stats st;
+
+	assert_int_equal(rq_queue_get_stats(q, &st, sizeof(st)), 0);
+	assert_int_equal(st.dispatched, dispatched);
+	assert_int_equal(st.completed, completed);
+	assert_int_equal(st.errors, errors);
+}
+
+/*
+ * Six bios on one plug at distinct places; request_fn takes and ends the
+ * first four itself (every second with IOERR) and holds none.  Then two
+ * more are taken and started by the caller under the lock, outside
+ * request_fn, and ended there, one with an error.  After each step the
+ * statistics hold every start, end and error made so far.  A count kept
+ * for request_fn's run and never added, or added twice, fails.
+ */
+static void test_stats_per_run(void **state)
+{
+	struct rq_queue *q = mkq("noop");
+	struct rq_bio *bios[6];
+	struct rq_request *a, *b;
+	struct rq_plug plug;
+
+	drv_budget = 4;
+	drv_fail_every = 2;
+	rq_start_plug(&plug);
+	for (unsigned i = 0; i < 6; i++)
+		rq_submit_bio(q, bios[i] = mkbio(i * 1000 * SECS));
+	rq_finish_plug(&plug);
+	assert_int_equal(nr_seen, 4);
+	assert_int_equal(atomic_load(&ended), 4);
+	assert_int_equal(atomic_load(&bad), 2);
+	expect_stats(q, 4, 4, 2);
+
+	rq_sq_lock(q); /* the driver's own work, outside request_fn */
+	a = rq_sq_fetch_request(q);
+	b = rq_sq_fetch_request(q);
+	assert_non_null(a);
+	assert_non_null(b);
+	assert_null(rq_sq_fetch_request(q));
+	rq_sq_unlock(q);
+	expect_stats(q, 6, 4, 2);
+	rq_sq_lock(q);
+	rq_sq_end_request_all_locked(a, RQ_STS_OK);
+	rq_sq_end_request_all_locked(b, RQ_STS_IOERR);
+	rq_sq_unlock(q);
+	expect_stats(q, 6, 6, 3);
+	assert_int_equal(atomic_load(&ended), 6);
+	assert_int_equal(atomic_load(&bad), 3);
+	put_bios(bios, 6);
+	destroy(q);
+}
+
+/*
+ * noop, the driver paused, one plug (so nothing looks at the front hash
+ * while it fills): X at 5000 (it becomes the one-hit cache, so lookups
+ * below go through noop's hash), A at 100, R1 and R2 both at 300.  The
+ * driver takes one request: X.  Then, unplugged:
+ *   a bio ending at 100 joins A (hashed at the lookup);
+ *   a bio ending at 300 joins R1, the older of the two at 300;
+ *   another bio ending at 300 joins R2: R1 now starts lower and moved in
+ *   the hash (the merge hook caught up first, so R2 was not left out).
+ * Expected on the driver: X, A (2 bios from 99), R1 (2 from 299), R2
+ * (2 from 299).
+ */
+static void test_noop_front_lazy(void **state)
+{
+	static const uint64_t at[] = { 5000, 100, 300, 300 };
+	static const uint64_t front[] = { 99, 299, 299 };
+	static const struct want want[] = { { 5000, 1 }, { 99, 2 }, { 299, 2 }, { 299, 2 } };
+	struct rq_queue *q = mkq("noop");
+	struct rq_bio *bios[7];
+	struct rq_plug plug;
+
+	drv_paused = true;
+	rq_start_plug(&plug);
+	for (unsigned i = 0; i < 4; i++)
+		rq_submit_bio(q, bios[i] = mkbio(at[i] * SECS));
+	rq_finish_plug(&plug);
+	assert_int_equal(rq_sq_nr_sorted(q), 4);
+	drv_paused = false;
+	drv_budget = 1;
+	drv_hold = true;
+	rq_sq_run_queue(q);
+	assert_int_equal(nr_seen, 1);
+	for (unsigned i = 0; i < 3; i++)
+		rq_submit_bio(q, bios[4 + i] = mkbio(front[i] * SECS));
+	assert_int_equal(rq_sq_nr_sorted(q), 3);
+	drv_budget = -1;
+	rq_sq_run_queue(q);
+	assert_int_equal(nr_seen, 4);
+	for (unsigned i = 0; i < 4; i++) {
+		assert_int_equal(seen[i].sector, want[i].sector * SECS);
+		assert_int_equal(seen[i].bytes, want[i].bios * BS);
+	}
+	rq_sq_lock(q);
+	for (unsigned i = 0; i < nr_held; i++)
+		rq_sq_end_request_all_locked(held[i], RQ_STS_OK);
+	rq_sq_unlock(q);
+	assert_int_equal(atomic_load(&ended), 7);
+	assert_int_equal(atomic_load(&bad), 0);
+	put_bios(bios, 7);
+	destroy(q);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_plug_fail_under_queue_lock),
 		cmocka_unit_test(test_plug_insert_merges_own),
 		cmocka_unit_test(test_bios_end_in_order),
+		cmocka_unit_test(test_stats_per_run),
+		cmocka_unit_test(test_noop_front_lazy),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
