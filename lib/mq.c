@@ -238,13 +238,16 @@ static int driver_tag_get_wait(struct rq_queue *q, struct rq_hw_ctx *hctx, unsig
 	}
 }
 
-/* The scheduler's limit_depth() for @bio (0: no limit); flushes are not limited. */
+/*
+ * The scheduler's limit_depth() for @bio (0: no limit); flushes (@flush:
+ * a flush or PREFLUSH bio, which bypasses the scheduler) are not limited.
+ */
 static unsigned sched_limit_depth(struct rq_queue *q, struct rq_elevator_queue *eq,
-				  struct rq_hw_ctx *hctx, const struct rq_bio *bio)
+				  struct rq_hw_ctx *hctx, const struct rq_bio *bio, bool flush)
 {
 	struct rq_alloc_data data = { .q = q, .hctx = hctx, .op = bio->op, .opf = bio->opf };
 
-	if (!eq->type->ops.limit_depth || (bio->opf & RQ_BIO_PREFLUSH) || bio->op == RQ_OP_FLUSH)
+	if (flush || !eq->type->ops.limit_depth)
 		return 0;
 	eq->type->ops.limit_depth(&data);
 	return data.shallow_depth;
@@ -264,12 +267,14 @@ static struct rq_request *mq_get_request(struct rq_queue *q, struct rq_sw_ctx *c
 	struct rq_hw_ctx *hctx = likely(!(bio->opf & RQ_BIO_POLLED)) ?
 		ctx->hctx : map_hctx(q, ctx->cpu, bio->opf);
 	bool nowait = bio->opf & RQ_BIO_NOWAIT;
+	bool flush = false; /* with a scheduler: a flush or PREFLUSH bio */
 	struct rq_request *rq;
 	unsigned shallow;
 	int tag;
 
 	if (eq) {
-		shallow = sched_limit_depth(q, eq, hctx, bio);
+		flush = (bio->opf & RQ_BIO_PREFLUSH) || bio->op == RQ_OP_FLUSH;
+		shallow = sched_limit_depth(q, eq, hctx, bio, flush);
 		tag = -1;
 		if (plug_current())
 			tag = plug_cached_tag(plug_current(), hctx->sched_tags, q, ctx, shallow);
@@ -324,7 +329,7 @@ static struct rq_request *mq_get_request(struct rq_queue *q, struct rq_sw_ctx *c
 		 * else, FUA writes included (Linux 6.x), is the scheduler's, from
 		 * prepare_request to finish_request.
 		 */
-		if (!(rq->opf & RQ_BIO_PREFLUSH) && rq->op != RQ_OP_FLUSH) {
+		if (!flush) {
 			rq->rq_flags |= RQ_RQF_ELVPRIV;
 			if (eq->type->ops.prepare_request)
 				eq->type->ops.prepare_request(rq);
