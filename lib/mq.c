@@ -238,13 +238,16 @@ static int driver_tag_get_wait(struct rq_queue *q, struct rq_hw_ctx *hctx, unsig
 	}
 }
 
-/* The scheduler's limit_depth() for @bio (0: no limit); flushes are not limited. */
+/*
+ * The scheduler's limit_depth() for @bio (0: no limit); flushes (@flush:
+ * a flush or PREFLUSH bio, which bypasses the scheduler) are not limited.
+ */
 static unsigned sched_limit_depth(struct rq_queue *q, struct rq_elevator_queue *eq,
-				  struct rq_hw_ctx *hctx, const struct rq_bio *bio)
+				  struct rq_hw_ctx *hctx, const struct rq_bio *bio, bool flush)
 {
 	struct rq_alloc_data data = { .q = q, .hctx = hctx, .op = bio->op, .opf = bio->opf };
 
-	if (!eq->type->ops.limit_depth || (bio->opf & RQ_BIO_PREFLUSH) || bio->op == RQ_OP_FLUSH)
+	if (flush || !eq->type->ops.limit_depth)
 		return 0;
 	eq->type->ops.limit_depth(&data);
 	return data.shallow_depth;
@@ -264,12 +267,14 @@ static struct rq_request *mq_get_request(struct rq_queue *q, struct rq_sw_ctx *c
 	struct rq_hw_ctx *hctx = likely(!(bio->opf & RQ_BIO_POLLED)) ?
 		ctx->hctx : map_hctx(q, ctx->cpu, bio->opf);
 	bool nowait = bio->opf & RQ_BIO_NOWAIT;
+	bool flush = false; /* with a scheduler: a flush or PREFLUSH bio */
 	struct rq_request *rq;
 	unsigned shallow;
 	int tag;
 
 	if (eq) {
-		shallow = sched_limit_depth(q, eq, hctx, bio);
+		flush = (bio->opf & RQ_BIO_PREFLUSH) || bio->op == RQ_OP_FLUSH;
+		shallow = sched_limit_depth(q, eq, hctx, bio, flush);
 		tag = -1;
 		if (plug_current())
 			tag = plug_cached_tag(plug_current(), hctx->sched_tags, q, ctx, shallow);
@@ -324,7 +329,7 @@ static struct rq_request *mq_get_request(struct rq_queue *q, struct rq_sw_ctx *c
 		 * else, FUA writes included (Linux 6.x), is the scheduler's, from
 		 * prepare_request to finish_request.
 		 */
-		if (!(rq->opf & RQ_BIO_PREFLUSH) && rq->op != RQ_OP_FLUSH) {
+		if (!flush) {
 			rq->rq_flags |= RQ_RQF_ELVPRIV;
 			if (eq->type->ops.prepare_request)
 				eq->type->ops.prepare_request(rq);
@@ -1276,11 +1281,13 @@ static void sched_put_tags(struct rq_tags *tags, unsigned cpu, struct dispatch_t
  * words of @dt (the bits used are cleared), lowest word and bit first,
  * while they last and the request is of @hctx, else one by one.  The
  * word's base and the rqs table stay in registers: a request costs a bit
- * scan and two stores.
+ * scan and two stores.  In the same walk the requests leave @pulled (left
+ * unusable) for the rq_next chain ending at *@tail, in order; *@tail is
+ * moved to the last one's rq_next, which is left for the caller to end.
  * Return: false if a request got no tag.
  */
 static bool sched_tag_pulled(struct rq_hw_ctx *hctx, struct rq_list_node *pulled,
-			     struct dispatch_tags *dt)
+			     struct dispatch_tags *dt, struct rq_request ***tail)
 {
 	struct rq_tags *tags = hctx->tags;
 	struct rq_request **rqs = tags->rqs;
@@ -1288,9 +1295,13 @@ static bool sched_tag_pulled(struct rq_hw_ctx *hctx, struct rq_list_node *pulled
 	unsigned long b = dt->nr ? dt->bits[0] : 0;
 	bool ok = true;
 
-	for (struct rq_list_node *it = pulled->next; it != pulled; it = it->next) {
+	for (struct rq_list_node *it = pulled->next, *next; it != pulled; it = next) {
 		struct rq_request *rq = RQ_CONTAINER_OF(it, struct rq_request, queuelist);
 
+		next = it->next;
+		rq_list_init(it);
+		**tail = rq;
+		*tail = &rq->rq_next;
 		if (rq->tag >= 0)
 			continue;
 		if (!b && w + 1 < dt->nr) { /* this word is used up: the next */
@@ -1332,14 +1343,13 @@ static bool sched_dispatch(struct rq_hw_ctx *hctx, bool *progress)
 	struct rq_tags *tags = hctx->tags;
 	bool batch_tags = !tags_shared(hctx->q);
 	unsigned cpu, n = 0;
-	struct rq_list_node list;
+	struct rq_request *head = NULL, **tail = &head;
 	bool no_tag = false;
 
 	*progress = false;
 	if (!e->ops.has_work(hctx))
 		return true;
 	cpu = cur_cpu(); /* only with work: the last round of a run has none */
-	rq_list_init(&list);
 	do {
 		struct dispatch_tags dt = { .nr = 0 };
 		unsigned want = 1, got;
@@ -1361,16 +1371,16 @@ static bool sched_dispatch(struct rq_hw_ctx *hctx, bool *progress)
 			hctx_delay_run(hctx, RQ_RESOURCE_DELAY_MS);
 			break;
 		}
-		/* tag them where they lie, then move the whole batch over */
+		/* tag them and chain them up for dispatch, in one walk */
 		n += got;
-		no_tag = !sched_tag_pulled(hctx, &pulled, &dt);
-		rq_list_splice_tail_init(&pulled, &list);
+		no_tag = !sched_tag_pulled(hctx, &pulled, &dt, &tail);
 		sched_put_tags(tags, cpu, &dt);
 	} while (!no_tag && n < RQ_DISPATCH_BATCH && e->ops.has_work(hctx));
 	*progress = n != 0;
 	if (!n)
 		return true;
-	return dispatch_rq_list(hctx, &list);
+	*tail = NULL;
+	return dispatch_rq_chain(hctx, head);
 }
 
 /*
@@ -1490,6 +1500,20 @@ static void mq_insert_request(struct rq_request *rq, bool at_head, bool run)
 }
 
 /*
+ * The end of a plug flush with a scheduler: @bypass (flushes, FUA writes)
+ * goes to the dispatch list, @sorted into the scheduler, and @hctx runs.
+ */
+static void plug_hand_over(struct rq_hw_ctx *hctx, struct rq_list_node *sorted,
+			   struct rq_list_node *bypass)
+{
+	if (!rq_list_empty(bypass))
+		hctx_park(hctx, bypass, false);
+	if (!rq_list_empty(sorted))
+		hctx->q->elevator->type->ops.insert_requests(hctx, sorted, 0);
+	run_hw_queue(hctx);
+}
+
+/*
  * A plug flush hands over a run of requests of one queue and hctx
  * (@first's), in submission order.  With a scheduler each one is sorted
  * into it, or (flushes and FUA writes, as in the kernel) goes past it to
@@ -1518,29 +1542,40 @@ static void mq_plug_issue(struct rq_list_node *list, struct rq_request *first)
 			rq_list_add_tail(&rq->queuelist, &bypass);
 		}
 	}
-	if (!rq_list_empty(&bypass))
-		hctx_park(hctx, &bypass, false);
-	if (!rq_list_empty(list))
-		q->elevator->type->ops.insert_requests(hctx, list, 0);
-	run_hw_queue(hctx);
+	plug_hand_over(hctx, list, &bypass);
 }
 
 /*
  * The plug's run @first... (linked by rq_next, submission order) of one
- * queue and hctx: without a scheduler issued as a chain, with one through
- * mq_plug_issue().
+ * queue and hctx: without a scheduler issued as a chain, with one as
+ * mq_plug_issue() does, sorted out while the chain is unlinked (one walk
+ * rather than a conversion to a list and a walk of it).
  */
 static void mq_plug_issue_chain(struct rq_request *first)
 {
-	struct rq_list_node list;
+	struct rq_queue *q = first->q;
+	struct rq_hw_ctx *hctx = first->hctx;
+	struct rq_list_node list, bypass;
+	struct rq_request *rq, *next;
 
-	if (!first->q->elevator) {
-		issue_chain_directly(first->hctx, rq_priv(first)->ctx, first, true);
+	if (!q->elevator) {
+		issue_chain_directly(hctx, rq_priv(first)->ctx, first, true);
 		return;
 	}
 	rq_list_init(&list);
-	chain_to_list(first, &list);
-	mq_plug_issue(&list, first);
+	rq_list_init(&bypass);
+	for (rq = first; rq; rq = next) {
+		next = rq->rq_next;
+		rq->rq_next = NULL;
+		if (rq->rq_flags & RQ_RQF_ELVPRIV) {
+			rq->rq_flags |= RQ_RQF_SORTED;
+			trace_insert(rq);
+			rq_list_add_tail(&rq->queuelist, &list);
+		} else {
+			rq_list_add_tail(&rq->queuelist, &bypass);
+		}
+	}
+	plug_hand_over(hctx, &list, &bypass);
 }
 
 /* ----------------------------------------------------------- submission */

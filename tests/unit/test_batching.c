@@ -260,6 +260,56 @@ static void test_tags_back_after_rounds(void **state)
 	}
 }
 
+/* ------------------------------------- a plug's run through a scheduler */
+
+/*
+ * A plug of more requests than the device's depth, with a scheduler: the
+ * run goes into the scheduler and comes back out as chains of tagged
+ * requests (lib/mq.c: mq_plug_issue_chain(), sched_dispatch()).  The
+ * driver holds a full depth of them, each once, unlinked (rq_next NULL)
+ * and with a driver tag of its own; the rest follow as tags come back,
+ * and every request is queued exactly once.
+ */
+static void test_plug_run_through_scheduler(void **state)
+{
+	enum { DEPTH = 8, N = 2 * DEPTH }; /* N: the scheduler tags (2 x depth) */
+
+	(void)state;
+	for (unsigned s = 1; s < NR_SCHEDS; s++) {
+		struct mock_dev *m = make(scheds[s], DEPTH, MOCK_COMPLETE_DEFER);
+		struct mock_io io[N];
+		unsigned done = 0;
+		struct rq_plug plug;
+
+		rq_start_plug(&plug);
+		submit_reads(m, io, N, 0);
+		rq_finish_plug(&plug);
+		while (done < N) {
+			bool seen[DEPTH] = { false };
+			unsigned want = N - done < DEPTH ? N - done : DEPTH;
+
+			if (!mock_wait_held(m, want, 5000))
+				fail_msg("%s: driver holds %u of %u", scheds[s], mock_nr_held(m), want);
+			assert_int_equal(mock_nr_held(m), want);
+			for (unsigned i = 0; i < want; i++) {
+				struct rq_request *rq = mock_held(m, i);
+
+				assert_null(rq->rq_next);
+				assert_true(rq->tag >= 0 && rq->tag < DEPTH);
+				if (seen[rq->tag])
+					fail_msg("%s: driver tag %d twice", scheds[s], rq->tag);
+				seen[rq->tag] = true;
+			}
+			assert_int_equal(mock_complete_all(m, RQ_STS_OK), want);
+			done += want;
+		}
+		for (unsigned i = 0; i < N; i++)
+			finish_io(&io[i]);
+		assert_int_equal(mock_count(m, MOCK_QUEUE_RQ), N);
+		mock_destroy(m);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -268,6 +318,7 @@ int main(void)
 		cmocka_unit_test(test_depth1_inline_no_stall),
 		cmocka_unit_test(test_depth1_inline_fua_bypass),
 		cmocka_unit_test(test_tags_back_after_rounds),
+		cmocka_unit_test(test_plug_run_through_scheduler),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
