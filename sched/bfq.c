@@ -1813,12 +1813,20 @@ static bool bfq_insert_run(struct rq_queue *q, struct bfq_sched *bs, struct rq_l
 		return false;
 	expire = bfqq_fifo_expire_ns(bfqq);
 	bfqq_update_seek_run(bfqq, v, n);
-	while ((rq = rq_list_first_rq(list))) {
-		rq_list_del_init(&rq->queuelist);
-		bfq_pin_rq(bfqq, rq);
-		bfqq_arrive(q, bfqq, rq, hash, expire);
-		hash &= !bfq_mergeable(rq);
+	for (unsigned i = 0; i < n; i++) { /* bfq_pin_rq() and bfqq_arrive(), the list aside */
+		rq = v[i];
+		rq->elv_priv[0] = bfqq;
+		rq_set_bits(rq, BFQ_RQ_QUEUED);
+		rq->fifo_time = rq->start_time_ns + expire;
+		if (hash && bfq_mergeable(rq)) {
+			rq_sched_hash_add(q, rq);
+			rq_sched_last_merge_fill(q, rq);
+			hash = false;
+		}
 	}
+	bfqq->ref += n;
+	bfqq->last_used = v[n - 1]->start_time_ns;
+	rq_list_splice_tail_init(list, &bfqq->fifo); /* arrival order, as n list adds */
 	if (!hash)
 		bs->hash_pending = bfqq; /* the rest of the run: sched_hash_flush() */
 	bfqq->run_n = n; /* the tree is built when needed: bfqq_sort() */
