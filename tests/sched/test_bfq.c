@@ -749,6 +749,43 @@ static void test_run_tree_front_merge(void **state)
 }
 
 /*
+ * A run's seek history goes in arrival order, as one-by-one inserts
+ * (sched/bfq.c, bfqq_update_seek_run()): 16 reads alternating between two
+ * areas 100000 sectors apart seek at every arrival (seeky: not idled for,
+ * so another context's read goes at once after the last completes), though
+ * sorted they are two sequential streams; 16 reads 16 sectors apart do not
+ * seek (idled for: the other read waits for slice_idle).
+ */
+static void test_run_seek_history(void **state)
+{
+	(void)state;
+	for (unsigned seeky = 0; seeky < 2; seeky++) {
+		struct rq_io_context *a = rq_ioc_create(0), *b = rq_ioc_create(0);
+		struct mock_dev *m = make_dev();
+		static struct fx_rec rec[17];
+		uint64_t run[16];
+
+		for (unsigned i = 0; i < 16; i++)
+			run[i] = seeky ? (i & 1) * 100000ull + (i / 2) * 16 : 1000 + i * 16ull;
+		submit_run(m, rec, a, run, 16);
+		for (unsigned i = 0; i < 16; i++) {
+			assert_true(mock_nr_held(m) >= 1);
+			mock_complete_one(m, 0, RQ_STS_OK);
+		}
+		submit_read(m, &rec[16], b, 5000000, 0);
+		assert_int_equal(mock_nr_held(m), seeky ? 1 : 0);
+		vclock_advance(20 * 1000 * 1000ull); /* past slice_idle (8 ms) either way */
+		assert_int_equal(mock_nr_held(m), 1);
+		mock_complete_one(m, 0, RQ_STS_OK);
+		assert_true(fx_wait(rec, 17, 10000));
+		fx_put(rec, 17);
+		mock_destroy(m);
+		rq_ioc_put(a);
+		rq_ioc_put(b);
+	}
+}
+
+/*
  * bfq idles for a sync queue whose last request completed, waiting for its
  * context's next one; once the application releases the context (as a
  * process exits in the kernel: bfq_exit_icq -> bfq_exit_bfqq expires it),
@@ -1043,6 +1080,7 @@ int main(void)
 		cmocka_unit_test(test_insert_merge_own_context),
 		cmocka_unit_test(test_run_hash_back_merge),
 		cmocka_unit_test(test_run_tree_front_merge),
+		cmocka_unit_test(test_run_seek_history),
 		cmocka_unit_test(test_released_context_ends_idling),
 		cmocka_unit_test(test_async_writer_preempted),
 		cmocka_unit_test(test_rt_reader_preempts),
