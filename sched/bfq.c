@@ -1676,16 +1676,14 @@ static bool run_may_merge(struct rq_request **v, unsigned n)
  * the winner is one of three: the lowest sector (if behind back_seek_max,
  * wrapped), the first of the nearest sector behind @last, the first at or
  * after @last; the three have different sectors, so no tie is left.
+ * @meta: some request of the run is RQ_BIO_META.
  */
 static struct rq_request *run_next_rq(const struct bfq_data *bd, struct rq_request **v, unsigned n,
-				      uint64_t last)
+				      uint64_t last, bool meta)
 {
 	struct rq_request *best = NULL;
 	unsigned c = 0, f;
-	bool meta = false;
 
-	for (unsigned i = 0; i < n; i++)
-		meta |= (v[i]->opf & RQ_BIO_META) != 0;
 	if (meta) {
 		for (unsigned i = 0; i < n; i++)
 			best = bfq_choose_req(bd, best, v[i], last);
@@ -1794,7 +1792,7 @@ static bool bfq_insert_run(struct rq_queue *q, struct bfq_sched *bs, struct rq_l
 {
 	struct rq_request *first = rq_list_first_rq(list), *v[BFQ_RUN_MAX], *rq;
 	struct bfq_queue *bfqq;
-	unsigned n = 0;
+	unsigned n = 0, opf = 0;
 	uint64_t expire;
 	bool sync, hash = true;
 
@@ -1805,6 +1803,7 @@ static bool bfq_insert_run(struct rq_queue *q, struct bfq_sched *bs, struct rq_l
 		    rq_is_sync(rq) != sync)
 			return false;
 		v[n++] = rq;
+		opf |= rq->opf;
 	}
 	bfqq = bfqq_lookup(bs, first->ioc, sync, true, first->start_time_ns);
 	if (bfqq->sort.node || bfqq->run_n)
@@ -1831,7 +1830,7 @@ static bool bfq_insert_run(struct rq_queue *q, struct bfq_sched *bs, struct rq_l
 		bs->hash_pending = bfqq; /* the rest of the run: sched_hash_flush() */
 	bfqq->run_n = n; /* the tree is built when needed: bfqq_sort() */
 	bfqq->next_rq = bfq_choose_req(bs->bd, bfqq->next_rq,
-				       run_next_rq(bs->bd, bfqq->run, n, bs->head_pos), bs->head_pos);
+				       run_next_rq(bs->bd, bfqq->run, n, bs->head_pos, opf & RQ_BIO_META), bs->head_pos);
 	bfqq->queued += n;
 	WRITE_ONCE(bs->queued, bs->queued + n);
 	bfqq_got_request(bs, bfqq, first);
