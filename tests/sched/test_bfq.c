@@ -749,6 +749,23 @@ static void test_run_tree_front_merge(void **state)
 }
 
 /*
+ * With nothing of the other contexts held, @b reads at 500000 as rec[nr - 1]:
+ * held at once unless bfq is @idling, held once slice_idle (8 ms) is past
+ * either way; then completed, and rec[0, nr) waited for and put.
+ */
+static void other_context_read(struct mock_dev *m, struct fx_rec *rec, unsigned nr,
+			       struct rq_io_context *b, bool idling)
+{
+	submit_read(m, &rec[nr - 1], b, 500000, 0);
+	assert_int_equal(mock_nr_held(m), idling ? 0 : 1);
+	vclock_advance(20 * 1000 * 1000ull);
+	assert_int_equal(mock_nr_held(m), 1);
+	mock_complete_one(m, 0, RQ_STS_OK);
+	assert_true(fx_wait(rec, nr, 10000));
+	fx_put(rec, nr);
+}
+
+/*
  * A run's seek history goes in arrival order, as one-by-one inserts
  * (sched/bfq.c, bfqq_update_seek_run()): 16 reads alternating between two
  * areas 100000 sectors apart seek at every arrival (seeky: not idled for,
@@ -772,13 +789,7 @@ static void test_run_seek_history(void **state)
 			assert_true(mock_nr_held(m) >= 1);
 			mock_complete_one(m, 0, RQ_STS_OK);
 		}
-		submit_read(m, &rec[16], b, 5000000, 0);
-		assert_int_equal(mock_nr_held(m), seeky ? 1 : 0);
-		vclock_advance(20 * 1000 * 1000ull); /* past slice_idle (8 ms) either way */
-		assert_int_equal(mock_nr_held(m), 1);
-		mock_complete_one(m, 0, RQ_STS_OK);
-		assert_true(fx_wait(rec, 17, 10000));
-		fx_put(rec, 17);
+		other_context_read(m, rec, 17, b, !seeky);
 		mock_destroy(m);
 		rq_ioc_put(a);
 		rq_ioc_put(b);
@@ -804,13 +815,7 @@ static void test_released_context_ends_idling(void **state)
 		complete_in_order(m, (const uint64_t[]){ 1000 }, 1); /* idling on a now */
 		if (release)
 			rq_ioc_put(a);
-		submit_read(m, &rec[1], b, 500000, 0);
-		assert_int_equal(mock_nr_held(m), release ? 1 : 0);
-		vclock_advance(20 * 1000 * 1000ull); /* past slice_idle (8 ms) either way */
-		assert_int_equal(mock_nr_held(m), 1);
-		mock_complete_one(m, 0, RQ_STS_OK);
-		assert_true(fx_wait(rec, 2, 10000));
-		fx_put(rec, 2);
+		other_context_read(m, rec, 2, b, !release);
 		mock_destroy(m);
 		if (!release)
 			rq_ioc_put(a);
