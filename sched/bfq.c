@@ -946,6 +946,29 @@ static void bfqq_update_seek(struct bfq_queue *bfqq, const struct rq_request *rq
 	bfqq->last_end = rq_request_end_sector(rq);
 }
 
+/*
+ * bfqq_update_seek() for each of v[0, n) in turn (arrival order), with the
+ * history kept in registers for the run and stored once.
+ */
+static void bfqq_update_seek_run(struct bfq_queue *bfqq, struct rq_request *const *v, unsigned n)
+{
+	unsigned i = bfqq->seeky_known ? 0 : 1, nr = bfqq->nr_seeks;
+	uint64_t last = bfqq->seeky_known ? bfqq->last_end : rq_request_end_sector(v[0]);
+	uint32_t hist = bfqq->seek_history;
+
+	for (; i < n; i++) {
+		uint64_t s = v[i]->sector, d = s > last ? s - last : last - s;
+
+		nr += (d > BFQ_SEEK_THR) - (hist >> 31);
+		hist = (hist << 1) | (d > BFQ_SEEK_THR);
+		last = rq_request_end_sector(v[i]);
+	}
+	bfqq->nr_seeks = nr;
+	bfqq->seek_history = hist;
+	bfqq->seeky_known = true;
+	bfqq->last_end = last;
+}
+
 /* ------------------------------------------------------------ turns */
 
 /*
@@ -1653,16 +1676,14 @@ static bool run_may_merge(struct rq_request **v, unsigned n)
  * the winner is one of three: the lowest sector (if behind back_seek_max,
  * wrapped), the first of the nearest sector behind @last, the first at or
  * after @last; the three have different sectors, so no tie is left.
+ * @meta: some request of the run is RQ_BIO_META.
  */
 static struct rq_request *run_next_rq(const struct bfq_data *bd, struct rq_request **v, unsigned n,
-				      uint64_t last)
+				      uint64_t last, bool meta)
 {
 	struct rq_request *best = NULL;
 	unsigned c = 0, f;
-	bool meta = false;
 
-	for (unsigned i = 0; i < n; i++)
-		meta |= (v[i]->opf & RQ_BIO_META) != 0;
 	if (meta) {
 		for (unsigned i = 0; i < n; i++)
 			best = bfq_choose_req(bd, best, v[i], last);
@@ -1681,23 +1702,30 @@ static struct rq_request *run_next_rq(const struct bfq_data *bd, struct rq_reque
 	return best;
 }
 
+/* How long a request of @bfqq may wait before its FIFO deadline; lock held. */
+static uint64_t bfqq_fifo_expire_ns(const struct bfq_queue *bfqq)
+{
+	const struct bfq_data *bd = bfqq->bs->bd;
+
+	return (uint64_t)(bfqq->sync ? bd->fifo_expire_sync_ms : bd->fifo_expire_async_ms) *
+	       NSEC_PER_MSEC;
+}
+
 /*
- * @rq's arrival in @bfqq, up to the tree: FIFO place and deadline, seek
- * history and, if @hash, the hash and the one-hit cache when it is empty
- * (what bfq_insert_requests() does per request, in the same order).  A run
+ * @rq's arrival in @bfqq, up to the tree: FIFO place and deadline (@expire
+ * after its start: bfqq_fifo_expire_ns()) and, if @hash, the hash and the
+ * one-hit cache when it is empty (what bfq_insert_requests() does per
+ * request, in the same order; the seek history, which only @bfqq's own
+ * fields hold, is the caller's: bfqq_update_seek(), bfqq_update_seek_run()).  A run
  * hashes only until a mergeable request was offered the cache (it is not
  * empty after that, and nothing in a run empties it): the rest of the run
  * is hashed when someone may look (sched_hash_flush()).  Lock held.
  */
 static inline __attribute__((always_inline)) void
-bfqq_arrive(struct rq_queue *q, struct bfq_queue *bfqq, struct rq_request *rq, bool hash)
+bfqq_arrive(struct rq_queue *q, struct bfq_queue *bfqq, struct rq_request *rq, bool hash,
+	    uint64_t expire)
 {
-	const struct bfq_data *bd = bfqq->bs->bd;
-
-	rq->fifo_time = rq->start_time_ns +
-			(uint64_t)(bfqq->sync ? bd->fifo_expire_sync_ms : bd->fifo_expire_async_ms) *
-				NSEC_PER_MSEC;
-	bfqq_update_seek(bfqq, rq);
+	rq->fifo_time = rq->start_time_ns + expire;
 	rq_list_add_tail(&rq->queuelist, &bfqq->fifo);
 	rq_set_bits(rq, rq_bits(rq) | BFQ_RQ_QUEUED);
 	if (hash && bfq_mergeable(rq)) {
@@ -1764,7 +1792,8 @@ static bool bfq_insert_run(struct rq_queue *q, struct bfq_sched *bs, struct rq_l
 {
 	struct rq_request *first = rq_list_first_rq(list), *v[BFQ_RUN_MAX], *rq;
 	struct bfq_queue *bfqq;
-	unsigned n = 0;
+	unsigned n = 0, opf = 0;
+	uint64_t expire;
 	bool sync, hash = true;
 
 	sync = rq_is_sync(first);
@@ -1774,23 +1803,34 @@ static bool bfq_insert_run(struct rq_queue *q, struct bfq_sched *bs, struct rq_l
 		    rq_is_sync(rq) != sync)
 			return false;
 		v[n++] = rq;
+		opf |= rq->opf;
 	}
 	bfqq = bfqq_lookup(bs, first->ioc, sync, true, first->start_time_ns);
 	if (bfqq->sort.node || bfqq->run_n)
 		return false;
 	if (!run_sort(bfqq->run, v, n) || run_may_merge(bfqq->run, n))
 		return false;
-	while ((rq = rq_list_first_rq(list))) {
-		rq_list_del_init(&rq->queuelist);
-		bfq_pin_rq(bfqq, rq);
-		bfqq_arrive(q, bfqq, rq, hash);
-		hash &= !bfq_mergeable(rq);
+	expire = bfqq_fifo_expire_ns(bfqq);
+	bfqq_update_seek_run(bfqq, v, n);
+	for (unsigned i = 0; i < n; i++) { /* bfq_pin_rq() and bfqq_arrive(), the list aside */
+		rq = v[i];
+		rq->elv_priv[0] = bfqq;
+		rq_set_bits(rq, BFQ_RQ_QUEUED);
+		rq->fifo_time = rq->start_time_ns + expire;
+		if (hash && bfq_mergeable(rq)) {
+			rq_sched_hash_add(q, rq);
+			rq_sched_last_merge_fill(q, rq);
+			hash = false;
+		}
 	}
+	bfqq->ref += n;
+	bfqq->last_used = v[n - 1]->start_time_ns;
+	rq_list_splice_tail_init(list, &bfqq->fifo); /* arrival order, as n list adds */
 	if (!hash)
 		bs->hash_pending = bfqq; /* the rest of the run: sched_hash_flush() */
 	bfqq->run_n = n; /* the tree is built when needed: bfqq_sort() */
 	bfqq->next_rq = bfq_choose_req(bs->bd, bfqq->next_rq,
-				       run_next_rq(bs->bd, bfqq->run, n, bs->head_pos), bs->head_pos);
+				       run_next_rq(bs->bd, bfqq->run, n, bs->head_pos, opf & RQ_BIO_META), bs->head_pos);
 	bfqq->queued += n;
 	WRITE_ONCE(bs->queued, bs->queued + n);
 	bfqq_got_request(bs, bfqq, first);
@@ -1830,7 +1870,8 @@ static void bfq_insert_requests(struct rq_hw_ctx *hctx, struct rq_list_node *lis
 		if (bfq_mergeable(rq) && bfqq_has_neighbour(bfqq, rq) &&
 		    rq_sched_try_insert_merge(q, rq, &free_list))
 			continue;
-		bfqq_arrive(q, bfqq, rq, true);
+		bfqq_update_seek(bfqq, rq);
+		bfqq_arrive(q, bfqq, rq, true, bfqq_fifo_expire_ns(bfqq));
 		rq_sched_rb_add(bfqq_sort(bfqq), rq);
 		bfqq->next_rq = bfq_choose_req(bs->bd, bfqq->next_rq, rq, bs->head_pos);
 		bfqq->queued++;

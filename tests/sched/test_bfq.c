@@ -749,6 +749,54 @@ static void test_run_tree_front_merge(void **state)
 }
 
 /*
+ * With nothing of the other contexts held, @b reads at 500000 as rec[nr - 1]:
+ * held at once unless bfq is @idling, held once slice_idle (8 ms) is past
+ * either way; then completed, and rec[0, nr) waited for and put.
+ */
+static void other_context_read(struct mock_dev *m, struct fx_rec *rec, unsigned nr,
+			       struct rq_io_context *b, bool idling)
+{
+	submit_read(m, &rec[nr - 1], b, 500000, 0);
+	assert_int_equal(mock_nr_held(m), idling ? 0 : 1);
+	vclock_advance(20 * 1000 * 1000ull);
+	assert_int_equal(mock_nr_held(m), 1);
+	mock_complete_one(m, 0, RQ_STS_OK);
+	assert_true(fx_wait(rec, nr, 10000));
+	fx_put(rec, nr);
+}
+
+/*
+ * A run's seek history goes in arrival order, as one-by-one inserts
+ * (sched/bfq.c, bfqq_update_seek_run()): 16 reads alternating between two
+ * areas 100000 sectors apart seek at every arrival (seeky: not idled for,
+ * so another context's read goes at once after the last completes), though
+ * sorted they are two sequential streams; 16 reads 16 sectors apart do not
+ * seek (idled for: the other read waits for slice_idle).
+ */
+static void test_run_seek_history(void **state)
+{
+	(void)state;
+	for (unsigned seeky = 0; seeky < 2; seeky++) {
+		struct rq_io_context *a = rq_ioc_create(0), *b = rq_ioc_create(0);
+		struct mock_dev *m = make_dev();
+		static struct fx_rec rec[17];
+		uint64_t run[16];
+
+		for (unsigned i = 0; i < 16; i++)
+			run[i] = seeky ? (i & 1) * 100000ull + (i / 2) * 16 : 1000 + i * 16ull;
+		submit_run(m, rec, a, run, 16);
+		for (unsigned i = 0; i < 16; i++) {
+			assert_true(mock_nr_held(m) >= 1);
+			mock_complete_one(m, 0, RQ_STS_OK);
+		}
+		other_context_read(m, rec, 17, b, !seeky);
+		mock_destroy(m);
+		rq_ioc_put(a);
+		rq_ioc_put(b);
+	}
+}
+
+/*
  * bfq idles for a sync queue whose last request completed, waiting for its
  * context's next one; once the application releases the context (as a
  * process exits in the kernel: bfq_exit_icq -> bfq_exit_bfqq expires it),
@@ -767,13 +815,7 @@ static void test_released_context_ends_idling(void **state)
 		complete_in_order(m, (const uint64_t[]){ 1000 }, 1); /* idling on a now */
 		if (release)
 			rq_ioc_put(a);
-		submit_read(m, &rec[1], b, 500000, 0);
-		assert_int_equal(mock_nr_held(m), release ? 1 : 0);
-		vclock_advance(20 * 1000 * 1000ull); /* past slice_idle (8 ms) either way */
-		assert_int_equal(mock_nr_held(m), 1);
-		mock_complete_one(m, 0, RQ_STS_OK);
-		assert_true(fx_wait(rec, 2, 10000));
-		fx_put(rec, 2);
+		other_context_read(m, rec, 2, b, !release);
 		mock_destroy(m);
 		if (!release)
 			rq_ioc_put(a);
@@ -1043,6 +1085,7 @@ int main(void)
 		cmocka_unit_test(test_insert_merge_own_context),
 		cmocka_unit_test(test_run_hash_back_merge),
 		cmocka_unit_test(test_run_tree_front_merge),
+		cmocka_unit_test(test_run_seek_history),
 		cmocka_unit_test(test_released_context_ends_idling),
 		cmocka_unit_test(test_async_writer_preempted),
 		cmocka_unit_test(test_rt_reader_preempts),
