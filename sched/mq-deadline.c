@@ -477,12 +477,12 @@ static void dl_run_grow(struct dl_hctx_queue *hq, struct dl_prio_queue *pq, enum
 
 /*
  * Put the @n requests of @s, in sector order (walking dl_sort()'s
- * chains), into the empty run of @pq and @dir.  They must neither overlap
- * nor touch: false (the run still empty, the requests unmarked) when they
- * do.  Lock held.
+ * chains), into the empty run of @pq and @dir, with FIFO deadline @due.
+ * They must neither overlap nor touch: false (the run still empty, the
+ * requests unmarked) when they do.  Lock held.
  */
 static bool dl_fill_run(struct dl_hctx_queue *hq, struct dl_prio_queue *pq, enum dl_dir dir,
-			const struct dl_sort *s, unsigned n)
+			const struct dl_sort *s, unsigned n, uint64_t due)
 {
 	struct dl_run *run = &pq->run[dir];
 	uint64_t lim = 0; /* one past the end of the last one: the next must start after */
@@ -499,6 +499,7 @@ static bool dl_fill_run(struct dl_hctx_queue *hq, struct dl_prio_queue *pq, enum
 				return false;
 			}
 			lim = sector + rq_request_sectors(rq) + 1;
+			rq->fifo_time = due;
 			dl_run_set(run, pq, m++, rq, sector);
 		}
 	}
@@ -582,30 +583,29 @@ static bool dl_insert_runs(struct dl_data *dd, struct dl_hctx_queue *hq,
 	due[DL_READ] = now + READ_ONCE(dd->read_expire_ms) * NSEC_PER_MSEC;
 	due[DL_WRITE] = now + READ_ONCE(dd->write_expire_ms) * NSEC_PER_MSEC;
 	rq = rq_list_first_rq(list);
-	first = RQ_IOPRIO_CLASS(rq->ioprio) << 1 | dl_dir_of(rq->op);
+	/* one op and class (not just direction): the one-pass fill */
+	first = RQ_IOPRIO_CLASS(rq->ioprio) << 8 | rq->op;
 	for (struct rq_list_node *it = list->next; it != list; it = it->next) {
 		uint64_t sector;
-		enum dl_dir dir;
 
 		if (n == DL_RUN_MAX)
 			return false;
 		rq = RQ_CONTAINER_OF(it, struct rq_request, queuelist);
 		sector = rq->sector;
-		dir = dl_dir_of(rq->op);
-		mixed |= (RQ_IOPRIO_CLASS(rq->ioprio) << 1 | dir) ^ first;
+		mixed |= (RQ_IOPRIO_CLASS(rq->ioprio) << 8 | rq->op) ^ first;
 		s.rq[n] = rq;
 		s.sector[n] = sector;
 		lo = min_t(uint64_t, lo, sector);
 		hi = max_t(uint64_t, hi, sector);
-		/* the FIFO's deadline (the tree path sets it again if it is taken) */
-		rq->fifo_time = due[dir];
 		if (!first_mergeable && dl_mergeable(rq))
 			first_mergeable = rq;
 		n++;
 	}
 	dl_sort(&s, n, lo, hi);
 	if (!mixed) {
-		if (!dl_fill_run(hq, dl_pq_of(hq, s.rq[0]), dl_dir_of(s.rq[0]->op), &s, n))
+		enum dl_dir dir = dl_dir_of(s.rq[0]->op);
+
+		if (!dl_fill_run(hq, dl_pq_of(hq, s.rq[0]), dir, &s, n, due[dir]))
 			return false;
 	} else {
 		dl_sort_order(&s);
@@ -616,8 +616,12 @@ static bool dl_insert_runs(struct dl_data *dd, struct dl_hctx_queue *hq,
 			end = max_t(uint64_t, end, rq_request_end_sector(rq));
 		}
 		for (unsigned i = 0; i < n; i++) {
+			enum dl_dir dir;
+
 			rq = s.rq[s.ord[i]];
-			dl_append_run(hq, dl_pq_of(hq, rq), dl_dir_of(rq->op), rq);
+			dir = dl_dir_of(rq->op);
+			rq->fifo_time = due[dir];
+			dl_append_run(hq, dl_pq_of(hq, rq), dir, rq);
 		}
 	}
 	/* the FIFOs in arrival order */
