@@ -434,97 +434,129 @@ static inline struct dl_prio_queue *dl_pq_of(struct dl_hctx_queue *hq, const str
 
 /*
  * The requests of one dl_insert_runs() and their order: @rq and @sector in
- * list order, @ord the list indices in ascending sector order (made by
- * dl_sort()).
+ * list order; dl_sort() chains the list indices in ascending sector order
+ * into buckets (@used: the buckets holding any, @head: a bucket's first
+ * index, @next: an index's successor in its bucket, DL_SORT_END at the
+ * end), which dl_fill_run() walks, or flattens into @ord.
  */
 struct dl_sort {
 	struct rq_request *rq[DL_RUN_MAX];
 	uint64_t sector[DL_RUN_MAX];
+	uint64_t used;
+	uint8_t head[64];
+	uint8_t next[DL_RUN_MAX];
 	uint8_t ord[DL_RUN_MAX];
 };
 
 #define DL_SORT_END UINT8_MAX /* end of a bucket's chain */
 _Static_assert(DL_RUN_MAX < DL_SORT_END, "a list index fits a chain link");
 
-/*
- * Append the @n requests of @s, in sector order, to the run of @pq and
- * @dir (@s NULL: the one request @rq); with @s the run is empty and the
- * requests must neither overlap nor touch: false (the run still empty,
- * the requests unmarked) when they do.
- * Lock held.
- */
-static bool dl_fill_run(struct dl_hctx_queue *hq, struct dl_prio_queue *pq, enum dl_dir dir,
-			const struct dl_sort *s, struct rq_request *rq, unsigned n)
+/* Record @rq, with start sector @sector, as entry @i of @pq's @run. */
+static inline void dl_run_set(struct dl_run *run, struct dl_prio_queue *pq, unsigned i,
+			      struct rq_request *rq, uint64_t sector)
+{
+	run->sector[i] = sector;
+	run->rq[i] = rq;
+	rq->elv_priv[0] = DL_RUN_SLOT(i);
+	rq->elv_priv[1] = pq;
+}
+
+/* Mark entries base .. base + n - 1 (n >= 1) of @pq's run of @dir live. */
+static void dl_run_grow(struct dl_hctx_queue *hq, struct dl_prio_queue *pq, enum dl_dir dir,
+			unsigned base, unsigned n)
 {
 	struct dl_run *run = &pq->run[dir];
-	unsigned base = run->len;
-	uint64_t end = 0;
 
-	for (unsigned i = 0; i < n; i++) {
-		uint64_t sector;
-
-		if (s) {
-			unsigned k = s->ord[i];
-
-			rq = s->rq[k];
-			sector = s->sector[k];
-			if (i && sector <= end) {
-				while (i--)
-					run->rq[i]->elv_priv[0] = NULL;
-				return false;
-			}
-			end = max_t(uint64_t, end, sector + rq_request_sectors(rq));
-		} else {
-			sector = rq->sector;
-		}
-		run->sector[base + i] = sector;
-		run->rq[base + i] = rq;
-		rq->elv_priv[0] = DL_RUN_SLOT(base + i);
-		rq->elv_priv[1] = pq;
-	}
 	if (!base)
 		hq->nr_runs++;
-	/* bits base .. base + n - 1 (base + n <= 64, n >= 1) */
+	/* base + n <= 64 */
 	run->live_mask |= (~0ull >> (64 - n)) << base;
 	run->len = run->live = base + n;
 	pq->next_hint[dir] = NULL;
-	return true;
 }
 
 /*
- * Put the @n (at most DL_RUN_MAX) list indices of @s in ascending order of
- * their sectors, which lie in [@lo, @hi], into @s->ord (equal sectors in
- * either order: such requests overlap and make no run).  A bucket sort:
- * the span is cut into at most 64 buckets of a power of two sectors each,
- * a bucket keeps its indices on a chain in sector order (a chain is
- * rarely longer than one), a bitmap says which buckets hold any, and the
- * indices come back bucket by bucket.
+ * Put the @n requests of @s, in sector order (walking dl_sort()'s
+ * chains), into the empty run of @pq and @dir, with FIFO deadline @due.
+ * They must neither overlap nor touch: false (the run still empty, the
+ * requests unmarked) when they do.  Lock held.
+ */
+static bool dl_fill_run(struct dl_hctx_queue *hq, struct dl_prio_queue *pq, enum dl_dir dir,
+			const struct dl_sort *s, unsigned n, uint64_t due)
+{
+	struct dl_run *run = &pq->run[dir];
+	uint64_t lim = 0; /* one past the end of the last one: the next must start after */
+	unsigned m = 0;
+
+	for (uint64_t used = s->used; used; used &= used - 1) {
+		for (unsigned k = s->head[__builtin_ctzll(used)]; k != DL_SORT_END; k = s->next[k]) {
+			struct rq_request *rq = s->rq[k];
+			uint64_t sector = s->sector[k];
+
+			if (sector < lim) {
+				while (m--)
+					run->rq[m]->elv_priv[0] = NULL;
+				return false;
+			}
+			lim = sector + rq_request_sectors(rq) + 1;
+			rq->fifo_time = due;
+			dl_run_set(run, pq, m++, rq, sector);
+		}
+	}
+	dl_run_grow(hq, pq, dir, 0, n);
+	return true;
+}
+
+/* Append @rq to the run of its class and direction; lock held. */
+static void dl_append_run(struct dl_hctx_queue *hq, struct dl_prio_queue *pq, enum dl_dir dir,
+			  struct rq_request *rq)
+{
+	unsigned base = pq->run[dir].len;
+
+	dl_run_set(&pq->run[dir], pq, base, rq, rq->sector);
+	dl_run_grow(hq, pq, dir, base, 1);
+}
+
+/*
+ * Chain the @n (at most DL_RUN_MAX) list indices of @s in ascending order
+ * of their sectors, which lie in [@lo, @hi] (equal sectors in either
+ * order: such requests overlap and make no run).  A bucket sort: the span
+ * is cut into at most 64 buckets of a power of two sectors each, a bucket
+ * keeps its indices on a chain in sector order (a chain is rarely longer
+ * than one), @s->used says which buckets hold any.
  */
 static void dl_sort(struct dl_sort *s, unsigned n, uint64_t lo, uint64_t hi)
 {
-	uint8_t head[64], next[DL_RUN_MAX];
 	uint64_t span = hi - lo, used = 0;
-	unsigned shift = 0, m = 0;
+	unsigned shift = 0;
 
 	if (span >> 6)
 		shift = 64 - (unsigned)__builtin_clzll(span) - 6;
 	for (unsigned i = 0; i < n; i++) {
 		uint64_t sector = s->sector[i];
 		unsigned b = (unsigned)((sector - lo) >> shift);
-		uint8_t *p = &head[b];
+		uint8_t *p = &s->head[b];
 
 		if (used & (1ull << b)) {
 			while (*p != DL_SORT_END && s->sector[*p] < sector)
-				p = &next[*p];
-			next[i] = *p;
+				p = &s->next[*p];
+			s->next[i] = *p;
 		} else {
-			next[i] = DL_SORT_END;
+			s->next[i] = DL_SORT_END;
 			used |= 1ull << b;
 		}
 		*p = (uint8_t)i;
 	}
-	for (; used; used &= used - 1)
-		for (unsigned i = head[__builtin_ctzll(used)]; i != DL_SORT_END; i = next[i])
+	s->used = used;
+}
+
+/* Flatten dl_sort()'s chains of @s into @s->ord. */
+static void dl_sort_order(struct dl_sort *s)
+{
+	unsigned m = 0;
+
+	for (uint64_t used = s->used; used; used &= used - 1)
+		for (unsigned i = s->head[__builtin_ctzll(used)]; i != DL_SORT_END; i = s->next[i])
 			s->ord[m++] = (uint8_t)i;
 }
 
@@ -551,32 +583,32 @@ static bool dl_insert_runs(struct dl_data *dd, struct dl_hctx_queue *hq,
 	due[DL_READ] = now + READ_ONCE(dd->read_expire_ms) * NSEC_PER_MSEC;
 	due[DL_WRITE] = now + READ_ONCE(dd->write_expire_ms) * NSEC_PER_MSEC;
 	rq = rq_list_first_rq(list);
-	first = RQ_IOPRIO_CLASS(rq->ioprio) << 1 | dl_dir_of(rq->op);
+	/* one op and class (not just direction): the one-pass fill */
+	first = RQ_IOPRIO_CLASS(rq->ioprio) << 8 | rq->op;
 	for (struct rq_list_node *it = list->next; it != list; it = it->next) {
 		uint64_t sector;
-		enum dl_dir dir;
 
 		if (n == DL_RUN_MAX)
 			return false;
 		rq = RQ_CONTAINER_OF(it, struct rq_request, queuelist);
 		sector = rq->sector;
-		dir = dl_dir_of(rq->op);
-		mixed |= (RQ_IOPRIO_CLASS(rq->ioprio) << 1 | dir) ^ first;
+		mixed |= (RQ_IOPRIO_CLASS(rq->ioprio) << 8 | rq->op) ^ first;
 		s.rq[n] = rq;
 		s.sector[n] = sector;
 		lo = min_t(uint64_t, lo, sector);
 		hi = max_t(uint64_t, hi, sector);
-		/* the FIFO's deadline (the tree path sets it again if it is taken) */
-		rq->fifo_time = due[dir];
 		if (!first_mergeable && dl_mergeable(rq))
 			first_mergeable = rq;
 		n++;
 	}
 	dl_sort(&s, n, lo, hi);
 	if (!mixed) {
-		if (!dl_fill_run(hq, dl_pq_of(hq, s.rq[0]), dl_dir_of(s.rq[0]->op), &s, NULL, n))
+		enum dl_dir dir = dl_dir_of(s.rq[0]->op);
+
+		if (!dl_fill_run(hq, dl_pq_of(hq, s.rq[0]), dir, &s, n, due[dir]))
 			return false;
 	} else {
+		dl_sort_order(&s);
 		for (unsigned i = 0; i < n; i++) {
 			rq = s.rq[s.ord[i]];
 			if (i && rq->sector <= end)
@@ -584,8 +616,12 @@ static bool dl_insert_runs(struct dl_data *dd, struct dl_hctx_queue *hq,
 			end = max_t(uint64_t, end, rq_request_end_sector(rq));
 		}
 		for (unsigned i = 0; i < n; i++) {
+			enum dl_dir dir;
+
 			rq = s.rq[s.ord[i]];
-			dl_fill_run(hq, dl_pq_of(hq, rq), dl_dir_of(rq->op), NULL, rq, 1);
+			dir = dl_dir_of(rq->op);
+			rq->fifo_time = due[dir];
+			dl_append_run(hq, dl_pq_of(hq, rq), dir, rq);
 		}
 	}
 	/* the FIFOs in arrival order */
