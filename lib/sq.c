@@ -910,7 +910,6 @@ RQ_EXPORT unsigned rq_sq_in_flight(const struct rq_queue *q, bool sync)
 
 sq_inline struct rq_request *sq_peek(struct rq_queue *q, struct rq_sq_data *sqd)
 {
-
 	for (;;) {
 		struct rq_request *rq = rq_list_first_rq(&sqd->queue_head);
 
