@@ -1514,42 +1514,11 @@ static void plug_hand_over(struct rq_hw_ctx *hctx, struct rq_list_node *sorted,
 }
 
 /*
- * A plug flush hands over a run of requests of one queue and hctx
- * (@first's), in submission order.  With a scheduler each one is sorted
- * into it, or (flushes and FUA writes, as in the kernel) goes past it to
- * the dispatch list; without one they are issued directly.
- */
-static void mq_plug_issue(struct rq_list_node *list, struct rq_request *first)
-{
-	struct rq_queue *q = first->q;
-	struct rq_hw_ctx *hctx = first->hctx;
-	struct rq_list_node bypass, *it, *next;
-
-	if (!q->elevator) {
-		issue_chain_directly(hctx, rq_priv(first)->ctx, list_to_chain(list), true);
-		return;
-	}
-	rq_list_init(&bypass);
-	for (it = list->next; it != list; it = next) {
-		struct rq_request *rq = RQ_CONTAINER_OF(it, struct rq_request, queuelist);
-
-		next = it->next;
-		if (rq->rq_flags & RQ_RQF_ELVPRIV) {
-			rq->rq_flags |= RQ_RQF_SORTED;
-			trace_insert(rq);
-		} else {
-			rq_list_del_init(&rq->queuelist);
-			rq_list_add_tail(&rq->queuelist, &bypass);
-		}
-	}
-	plug_hand_over(hctx, list, &bypass);
-}
-
-/*
- * The plug's run @first... (linked by rq_next, submission order) of one
- * queue and hctx: without a scheduler issued as a chain, with one as
- * mq_plug_issue() does, sorted out while the chain is unlinked (one walk
- * rather than a conversion to a list and a walk of it).
+ * A plug flush hands over a run @first... (linked by rq_next, submission
+ * order) of one queue and hctx.  Without a scheduler it is issued
+ * directly as the chain it is; with one each request is sorted into it,
+ * or (flushes and FUA writes, as in the kernel) goes past it to the
+ * dispatch list, in the one walk that unlinks the chain.
  */
 static void mq_plug_issue_chain(struct rq_request *first)
 {
@@ -1576,6 +1545,16 @@ static void mq_plug_issue_chain(struct rq_request *first)
 		}
 	}
 	plug_hand_over(hctx, &list, &bypass);
+}
+
+/*
+ * The same for a run the plug built as @list (a traced queue's: its
+ * unplug event counts the list), whose first request is @first.
+ */
+static void mq_plug_issue(struct rq_list_node *list, struct rq_request *first)
+{
+	(void)first;
+	mq_plug_issue_chain(list_to_chain(list));
 }
 
 /* ----------------------------------------------------------- submission */
