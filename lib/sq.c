@@ -175,7 +175,7 @@ static void sq_end_chain(struct rq_queue *q, struct rq_bio *bio, long refs)
 		struct rq_bio *next = bio->next;
 
 		bio->next = NULL;
-		rq_bio_endio(bio);
+		bio_end_with(bio, RQ_STS_OK); /* its status is set: inline end_io */
 		bio = next;
 	}
 	sq_drop_refs(q, refs);
@@ -998,11 +998,48 @@ static struct rq_sw_ctx *sq_release_request(struct rq_request *rq)
 }
 
 /*
+ * Advance @bio over all it has left, as bio_advance(bio, its size) does:
+ * inline when what is left is the rest of its last vector (or it has no
+ * vectors), the shapes of nearly every bio.
+ */
+sq_inline void sq_bio_advance_all(struct rq_bio *bio)
+{
+	struct rq_bvec_iter *it = &bio->iter;
+
+	if (bio->vcnt && (it->idx + 1u != bio->vcnt ||
+			  it->done + it->size != bio->vecs[it->idx].len)) {
+		bio_advance(bio, it->size);
+		return;
+	}
+	it->sector += it->size >> RQ_SECTOR_SHIFT;
+	it->size = 0;
+	if (bio->vcnt) {
+		it->idx = bio->vcnt;
+		it->done = 0;
+	}
+}
+
+/*
+ * Every byte of @rq is done: each bio advanced to its end, @rq's sector to
+ * its end and no bytes left (as request_advance() leaves them), the bios
+ * queued to end as one chain after those ended before.  @rq has bios.
+ * Lock held; the caller marks the deferred work.
+ */
+sq_inline void sq_bios_done(struct rq_sq_data *sqd, struct rq_request *rq, rq_status_t status)
+{
+	for (struct rq_bio *bio = rq->bio; bio; bio = bio->next)
+		sq_bio_advance_all(bio);
+	rq->sector = rq_request_end_sector(rq);
+	rq->bytes = 0;
+	rq->biotail->next = NULL;
+	sq_bios_end_later(sqd, rq->bio, rq->biotail, status);
+	rq->bio = rq->biotail = NULL;
+}
+
+/*
  * Completion of @bytes of @rq; bios wholly done end after the lock drops.
- * When @bytes covers the request, as request_advance() does it (every bio
- * advanced to its end, rq->sector to the end, no bytes left) but with the
- * bios queued to end as one chain.  Return: true while bytes remain.
- * Lock held.
+ * When @bytes covers the request, sq_bios_done().  Return: true while
+ * bytes remain.  Lock held.
  */
 static bool sq_update_request(struct rq_request *rq, rq_status_t status, unsigned bytes)
 {
@@ -1010,13 +1047,7 @@ static bool sq_update_request(struct rq_request *rq, rq_status_t status, unsigne
 
 	if (!bytes || bytes < rq->bytes || !rq->bio)
 		return request_advance(rq, status, bytes, sq_bio_end_later);
-	for (struct rq_bio *bio = rq->bio; bio; bio = bio->next)
-		bio_advance(bio, bio->iter.size);
-	rq->sector = rq_request_end_sector(rq);
-	rq->bytes = 0;
-	rq->biotail->next = NULL;
-	sq_bios_end_later(sqd, rq->bio, rq->biotail, status);
-	rq->bio = rq->biotail = NULL;
+	sq_bios_done(sqd, rq, status);
 	sq_deferred_mark(sqd);
 	return false;
 }
@@ -1087,11 +1118,49 @@ sq_inline void sq_finish_request(struct rq_request *rq, rq_status_t status)
 	sq_request_leave(rq, status);
 }
 
+/*
+ * The common end in one pass: every byte of @rq done, it has bios and no
+ * flush sequencing (end_io).  What sq_update_request() and
+ * sq_finish_request() do, with one deferred mark and one tag check, and
+ * no one-hit cache check: a request leaves the cache as it leaves the
+ * scheduler (sq_leave_scheduler()) and a started one never comes back to
+ * it.  Lock held.
+ */
+sq_inline void sq_end_whole(struct rq_request *rq, rq_status_t status)
+{
+	struct rq_queue *q = rq->q;
+	struct rq_sq_data *sqd = sqd_of(q);
+
+	sq_bios_done(sqd, rq, status);
+	sqd->in_flight[rq_request_is_sync(rq)]--;
+	if (rq->tag >= 0)
+		rq_sq_end_tag(q, rq);
+	trace_complete_all(rq, status, OBS_C_QUIET | OBS_C_DONE);
+	if (status != RQ_STS_OK)
+		sq_stat_inc(q, sqd, SQ_ST_ERRORS);
+	sq_stat_inc(q, sqd, SQ_ST_COMPLETED);
+	if (rq->rq_flags & RQ_RQF_ELVPRIV) {
+		if (sqd->eops.completed)
+			sqd->eops.completed(q, rq);
+		if (sqd->eops.put_request)
+			sqd->eops.put_request(rq);
+		rq->rq_flags &= ~RQ_RQF_ELVPRIV;
+	}
+	__atomic_store_n(&rq->state, RQ_STATE_IDLE, __ATOMIC_RELEASE);
+	pool_put(sqd, rq);
+	sqd->deferred_refs++;
+	sq_deferred_mark(sqd);
+}
+
 sq_inline bool sq_end_locked(struct rq_request *rq, rq_status_t status, unsigned bytes)
 {
 	if (__atomic_load_n(&rq->state, __ATOMIC_ACQUIRE) != RQ_STATE_IN_FLIGHT)
 		return false; /* never ends twice */
 	trace_complete(rq, status, bytes < rq->bytes ? bytes : rq->bytes, 0);
+	if (likely(bytes && bytes >= rq->bytes && rq->bio && !rq_priv(rq)->end_io)) {
+		sq_end_whole(rq, status);
+		return false;
+	}
 	if (sq_update_request(rq, status, bytes))
 		return true;
 	sq_finish_request(rq, status);

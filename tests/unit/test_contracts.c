@@ -368,9 +368,15 @@ static void test_end_io_iter_by_bytes(void **state)
 	mock_destroy(m);
 }
 
-/* Single-queue: every driver completion counts bytes, so iter is at the end. */
+/*
+ * Single-queue: every driver completion counts bytes, so iter is at the
+ * end, its vector position too, as bio_advance() leaves it: one vector, three
+ * (one request), and split to max_sectors 12 (6 KiB pieces of 8 KiB
+ * vectors: the last piece starts inside the last vector).
+ */
 static void test_end_io_iter_sq(void **state)
 {
+	struct rq_queue_limits lim;
 	struct sq_config cfg = { .mode = SQ_MODE_INLINE, .depth = 4 };
 	struct sq_dev *d = sq_create(&cfg);
 	struct end_seen s;
@@ -378,7 +384,30 @@ static void test_end_io_iter_sq(void **state)
 
 	(void)state;
 	rq_submit_bio(d->q, bio);
+	assert_true(FX_WAIT_FOR(seen_calls(&s) == 1, 10000));
+	assert_int_equal(s.iter.idx, 1);
+	assert_int_equal(s.iter.done, 0);
 	assert_ended_at_end(&s, bio, 1, 400 + 16);
+
+	bio = seen_bio(&s, 500, 3);
+	rq_submit_bio(d->q, bio);
+	assert_true(FX_WAIT_FOR(seen_calls(&s) == 1, 10000));
+	assert_int_equal(s.iter.idx, 3);
+	assert_int_equal(s.iter.done, 0);
+	assert_ended_at_end(&s, bio, 3, 500 + 48);
+	sq_destroy(d);
+
+	rq_queue_limits_default(&lim);
+	lim.max_sectors = 12;
+	cfg.limits = &lim;
+	d = sq_create(&cfg);
+	bio = seen_bio(&s, 600, 3);
+	rq_submit_bio(d->q, bio);
+	assert_true(FX_WAIT_FOR(seen_calls(&s) == 1, 10000));
+	assert_int_equal(stats_of(d->q).splits, 3);
+	assert_int_equal(s.iter.idx, 3);
+	assert_int_equal(s.iter.done, 0);
+	assert_ended_at_end(&s, bio, 3, 600 + 48);
 	sq_destroy(d);
 }
 
