@@ -768,8 +768,10 @@ static int sq_set_nr_requests(struct rq_queue *q, const char *val)
 
 /* ------------------------------------------------------ the scheduler */
 
-static void sq_rq_init(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_request *rq,
-		       struct rq_bio *bio, unsigned nr_segs)
+/* @rq, from the pool, made for @bio; inline: its stores merge with the caller's. */
+static inline __attribute__((always_inline))
+void sq_rq_init(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_request *rq,
+		struct rq_bio *bio, unsigned nr_segs)
 {
 	/* the pool slot (internal_tag) and the issue generation stay */
 	rq_init_common(rq, q, NULL, ctx);
@@ -1355,23 +1357,13 @@ static unsigned sq_plug_batch(struct rq_queue *q, const struct rq_plug *plug,
 	return want ? want : 1;
 }
 
-/* @rq made for @bio goes on @plug.  Lock not held. */
-static void sq_plug_request(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_plug *plug,
-			    struct rq_request *rq, struct rq_bio *bio, unsigned nr_segs)
-{
-	sq_rq_init(q, ctx, rq, bio, nr_segs);
-	stat_inc(q, ST_REQUESTS);
-	trace_getrq(q, rq, bio);
-	rq->rq_flags |= RQ_RQF_ELVPRIV;
-	plug_add(plug, rq);
-}
-
 /*
  * A plugged bio that nothing queued could take (sq_merge_candidates()) gets
- * a request the thread took ahead: no lock for it.  False: the locked way.
+ * a request the thread took ahead, and goes on @plug: no lock for it.
+ * Counted in @sb, the thread's statistics of @q.  False: the locked way.
  */
 static bool sq_submit_plugged(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_plug *plug,
-			      struct rq_bio *bio, unsigned nr_segs)
+			      struct rq_bio *bio, unsigned nr_segs, struct rq_stats_block *sb)
 {
 	struct rq_sq_data *sqd = sqd_of(q);
 	struct rq_request *rq;
@@ -1381,7 +1373,11 @@ static bool sq_submit_plugged(struct rq_queue *q, struct rq_sw_ctx *ctx, struct 
 	rq = sq_cache_get(q, plug, bio);
 	if (!rq)
 		return false;
-	sq_plug_request(q, ctx, plug, rq, bio, nr_segs);
+	sq_rq_init(q, ctx, rq, bio, nr_segs);
+	stat_block_add(sb, ST_REQUESTS, 1);
+	trace_getrq(q, rq, bio);
+	rq->rq_flags |= RQ_RQF_ELVPRIV;
+	plug_add(plug, rq);
 	return true;
 }
 
@@ -1414,15 +1410,16 @@ static void sq_submit(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_bio *
 	struct rq_sq_data *sqd = sqd_of(q);
 	struct rq_plug *plug = plug_current();
 	bool flush_seq = (bio->opf & (RQ_BIO_PREFLUSH | RQ_BIO_FUA)) || bio->op == RQ_OP_FLUSH;
+	struct rq_stats_block *sb = stats_block(q);
 	struct rq_request *rq;
 
-	stat_inc(q, ST_BIOS);
+	stat_block_add(sb, ST_BIOS, 1);
 	if (!flush_seq && READ_ONCE(q->nomerges) != 2 && bio_mergeable(bio) &&
 	    plug_try_merge(plug, q, bio, nr_segs)) {
 		queue_exit(q);
 		return;
 	}
-	if (plug && !flush_seq && sq_submit_plugged(q, ctx, plug, bio, nr_segs))
+	if (plug && !flush_seq && sq_submit_plugged(q, ctx, plug, bio, nr_segs, sb))
 		return;
 	sq_lock(sqd);
 	if (!flush_seq && sq_attempt_merge(q, bio, nr_segs)) {
@@ -1438,7 +1435,7 @@ static void sq_submit(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_bio *
 		return;
 	}
 	sq_rq_init(q, ctx, rq, bio, nr_segs);
-	stat_inc(q, ST_REQUESTS);
+	stat_block_add(sb, ST_REQUESTS, 1);
 	trace_getrq(q, rq, bio);
 	if (flush_seq) {
 		if (!flush_insert(rq)) /* data only: straight to the driver */
