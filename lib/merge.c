@@ -203,18 +203,24 @@ static inline struct elv_merge_state *ems_of_bio(struct rq_queue *q, const struc
 	return ems_of_hctx(q, q->fe->bio_hctx(q, bio));
 }
 
-RQ_EXPORT void rq_sched_hash_del(struct rq_queue *q, struct rq_request *rq)
+/* Take the hashed @rq out of its hash. */
+static inline void hash_unlink(struct rq_request *rq)
 {
 	struct rq_hlist_node *n = &rq_priv(rq)->hash;
 
-	if (!(rq->rq_flags & RQ_RQF_HASHED))
-		return;
 	*n->pprev = n->next;
 	if (n->next)
 		n->next->pprev = n->pprev;
 	n->next = NULL;
 	n->pprev = NULL;
 	rq->rq_flags &= ~RQ_RQF_HASHED;
+}
+
+RQ_EXPORT void rq_sched_hash_del(struct rq_queue *q, struct rq_request *rq)
+{
+	if (!(rq->rq_flags & RQ_RQF_HASHED))
+		return;
+	hash_unlink(rq);
 	if (q->elevator) {
 		struct elv_merge_state *ems = ems_of_rq(q, rq);
 
@@ -257,6 +263,20 @@ void elv_sq_hash_insert(struct rq_queue *q, struct rq_request *rq)
 		hash_link(ems, rq);
 	if (!ems->last_merge)
 		ems->last_merge = rq;
+}
+
+/*
+ * @rq leaves the single-queue scheduler (for the dispatch queue): out of
+ * the hash and the one-hit cache of the one merge state.  Lock held.
+ */
+void elv_sq_hash_leave(struct rq_queue *q, struct rq_request *rq)
+{
+	struct elv_merge_state *ems = &q->elevator->merge[0];
+
+	if (ems->last_merge == rq)
+		ems->last_merge = NULL;
+	if (rq->rq_flags & RQ_RQF_HASHED)
+		hash_unlink(rq);
 }
 
 /*

@@ -825,9 +825,7 @@ static void sq_leave_scheduler(struct rq_queue *q, struct rq_request *rq)
 {
 	struct rq_sq_data *sqd = sqd_of(q);
 
-	if (q->elevator->merge[0].last_merge == rq)
-		q->elevator->merge[0].last_merge = NULL;
-	rq_sched_hash_del(q, rq);
+	elv_sq_hash_leave(q, rq);
 	if (rq->rq_flags & RQ_RQF_SORTED) {
 		rq->rq_flags &= ~RQ_RQF_SORTED;
 		sq_sorted_add(sqd, -1);

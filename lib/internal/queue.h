@@ -507,6 +507,7 @@ static inline bool rq_mergeable(const struct rq_request *rq)
 }
 struct rq_elevator_queue *elv_queue_alloc(unsigned nr_merge);
 void elv_sq_hash_insert(struct rq_queue *q, struct rq_request *rq);
+void elv_sq_hash_leave(struct rq_queue *q, struct rq_request *rq);
 bool ctx_list_merge(struct rq_queue *q, struct rq_list_node *list, struct rq_bio *bio,
 		    unsigned nr_segs);
 
