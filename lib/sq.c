@@ -1401,24 +1401,19 @@ static struct rq_request *sq_get_request(struct rq_queue *q, struct rq_plug *plu
 	return pool_get(q, bio);
 }
 
-/* Submit one piece that fits the limits; consumes one usage reference. */
-static void sq_submit(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_bio *bio,
-		      unsigned nr_segs)
+/*
+ * The locked way of sq_submit(): a merge into queued work, else a request
+ * from the pool (which may sleep) to the plug, the flush machinery or the
+ * scheduler.  Out of line: the plugged way is the common one.
+ */
+static __attribute__((noinline)) void sq_submit_locked(struct rq_queue *q, struct rq_sw_ctx *ctx,
+						       struct rq_plug *plug, struct rq_bio *bio,
+						       unsigned nr_segs, struct rq_stats_block *sb)
 {
 	struct rq_sq_data *sqd = sqd_of(q);
-	struct rq_plug *plug = plug_current();
 	bool flush_seq = (bio->opf & (RQ_BIO_PREFLUSH | RQ_BIO_FUA)) || bio->op == RQ_OP_FLUSH;
-	struct rq_stats_block *sb = stats_block(q);
 	struct rq_request *rq;
 
-	stat_block_add(sb, ST_BIOS, 1);
-	if (!flush_seq && READ_ONCE(q->nomerges) != 2 && bio_mergeable(bio) &&
-	    plug_try_merge(plug, q, bio, nr_segs)) {
-		queue_exit(q);
-		return;
-	}
-	if (plug && !flush_seq && sq_submit_plugged(q, ctx, plug, bio, nr_segs, sb))
-		return;
 	sq_lock(sqd);
 	if (!flush_seq && sq_attempt_merge(q, bio, nr_segs)) {
 		sq_unlock(sqd);
@@ -1452,6 +1447,25 @@ static void sq_submit(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_bio *
 	sq_insert_sorted(q, rq);
 	sq_run_queue_locked(q);
 	sq_unlock_end(q);
+}
+
+/* Submit one piece that fits the limits; consumes one usage reference. */
+static void sq_submit(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_bio *bio,
+		      unsigned nr_segs)
+{
+	struct rq_plug *plug = plug_current();
+	bool flush_seq = (bio->opf & (RQ_BIO_PREFLUSH | RQ_BIO_FUA)) || bio->op == RQ_OP_FLUSH;
+	struct rq_stats_block *sb = stats_block(q);
+
+	stat_block_add(sb, ST_BIOS, 1);
+	if (!flush_seq && READ_ONCE(q->nomerges) != 2 && bio_mergeable(bio) &&
+	    plug_try_merge(plug, q, bio, nr_segs)) {
+		queue_exit(q);
+		return;
+	}
+	if (plug && !flush_seq && sq_submit_plugged(q, ctx, plug, bio, nr_segs, sb))
+		return;
+	sq_submit_locked(q, ctx, plug, bio, nr_segs, sb);
 }
 
 /*
