@@ -1415,7 +1415,8 @@ static __attribute__((noinline)) void sq_submit_locked(struct rq_queue *q, struc
 	struct rq_request *rq;
 
 	sq_lock(sqd);
-	if (!flush_seq && sq_attempt_merge(q, bio, nr_segs)) {
+	/* only requests in the scheduler take bio merges (sq_merge_candidates()) */
+	if (!flush_seq && sqd->nr_sorted && sq_attempt_merge(q, bio, nr_segs)) {
 		sq_unlock(sqd);
 		queue_exit(q);
 		return;
