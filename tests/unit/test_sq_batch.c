@@ -11,6 +11,9 @@
  *       succeed, yet a plug's requests still join each other at insert
  *       (A, B, A+1; and a request that grew by such a merge takes the
  *       next one: its new end counts);
+ *   test_unplug_traced_same  an unplug of the plug's chain and a traced
+ *       queue's unplug of a list give the scheduler the same requests in
+ *       the same order, with the same insert merges;
  *   test_bios_end_in_order  bios finished under the lock end after it
  *       drops in the order they were finished: by request in completion
  *       order, by bio within a request, partial completions included;
@@ -22,6 +25,7 @@
  *       for the driver first, the oldest of two starting at one sector,
  *       and a request again after a front merge moved it.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -29,8 +33,10 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -336,6 +342,58 @@ static void test_plug_insert_merges_own(void **state)
 }
 
 /*
+ * An unplug takes the plug's chain as the plug held it
+ * (fe->plug_issue_chain); a traced queue's unplug gets the run as a list
+ * (its unplug event lists it).  Both must give the scheduler the same
+ * requests, in the same order, with the same insert merges: the plugs of
+ * test_plug_insert_merges_own again, once traced and once not, on one
+ * queue.  A list path that lost a request, reordered the run, or merged
+ * differently from the chain fails.
+ */
+static void test_unplug_traced_same(void **state)
+{
+	static const uint64_t one[] = { 0, 1000, 1 }, two[] = { 0, 500, 1, 900, 2 };
+	static const struct want want_one[] = { { 0, 2 }, { 1000, 1 } };
+	static const struct want want_two[] = { { 0, 3 }, { 500, 1 }, { 900, 1 } };
+	char dir[] = "/tmp/rq-sq-batch-XXXXXX";
+	struct rq_queue *q = mkq("noop");
+	struct rq_trace_info info;
+	struct rq_queue_stats st;
+	struct dirent *de;
+	DIR *d;
+
+	assert_non_null(mkdtemp(dir));
+	for (int traced = 1; traced >= 0; traced--) {
+		if (traced)
+			assert_int_equal(rq_queue_trace_start(q, dir, "unplug"), 0);
+		unplug_expect(q, one, 3, want_one, 2);
+		unplug_expect(q, two, 5, want_two, 3);
+		if (!traced)
+			continue;
+		assert_int_equal(rq_queue_trace_stop(q, &info, sizeof(info)), 0);
+		assert_true(info.events > 0);
+		assert_int_equal(info.dropped, 0);
+	}
+	rq_queue_get_stats(q, &st, sizeof(st));
+	assert_int_equal(st.merges_rq, 6);
+	assert_int_equal(atomic_load(&bad), 0);
+	destroy(q);
+
+	d = opendir(dir);
+	assert_non_null(d);
+	while ((de = readdir(d))) {
+		char path[320];
+
+		if (de->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+		unlink(path);
+	}
+	closedir(d);
+	assert_int_equal(rmdir(dir), 0);
+}
+
+/*
  * Bios ended under the lock end, after it drops, in the order they were
  * ended: the driver holds two requests of two bios each (plug merges) and,
  * in one lock hold, ends the second request whole, then the first by one
@@ -494,6 +552,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_plug_fail_under_queue_lock),
 		cmocka_unit_test(test_plug_insert_merges_own),
+		cmocka_unit_test(test_unplug_traced_same),
 		cmocka_unit_test(test_bios_end_in_order),
 		cmocka_unit_test(test_stats_per_run),
 		cmocka_unit_test(test_noop_front_lazy),
