@@ -1475,9 +1475,9 @@ static void sq_submit(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_bio *
  * When the scheduler was empty as the unplug began, those are the unplug's
  * own requests inserted before it, or requests that took some of them in
  * and so end where one of them ended.  The unplug notes each end sector in
- * a 1024-bit filter (false positives only, about 1 in 60 inserts of a full
- * plug of random I/O); a request whose start is not in
- * it is inserted without the attempt, which would find nothing.  A plug's
+ * a 1024-bit filter (false positives only: about 1 insert in 60 of a full
+ * plug of random I/O); a request whose start is not in it is inserted
+ * without the attempt, which would find nothing.  A plug's
  * requests thus still join each other (A, B, A+1: A+1 joins A), and with
  * requests queued before the unplug every insert tries as before.
  */
