@@ -187,11 +187,14 @@ struct kyber_queue_data {
  * hctx meanwhile are counted here, per domain, and returned together at
  * the end (kyber_batch_end()).
  * @khd: the batch's hctx data; NULL while no batch is open.
- * @tokens: per domain, tokens given back inside the batch.
+ * @tokens: per domain, tokens given back inside the batch, not yet returned.
+ * @bits: domains whose tokens went back to @khd during the batch (the end
+ *	wakes a dispatch waiting for any of them).
  */
 struct kyber_batch {
 	struct kyber_hctx_data *khd;
 	unsigned tokens[KYBER_NR_DOMAINS];
+	unsigned bits;
 };
 
 static __thread struct kyber_batch kyber_batch __attribute__((tls_model("initial-exec")));
@@ -420,15 +423,13 @@ static void kyber_batch_begin(struct rq_hw_ctx *hctx)
 }
 
 /*
- * completion_batch_end: the batch's tokens go back, one atomic add per
- * domain that had any, then one look at the waiting bits for all of them.
+ * Give the tokens counted in kyber_batch back to @khd, one atomic add per
+ * domain that had any, and note those domains in kyber_batch.bits.
  */
-static void kyber_batch_end(struct rq_hw_ctx *hctx)
+static void kyber_batch_return(struct kyber_hctx_data *khd)
 {
-	struct kyber_hctx_data *khd = kyber_batch.khd;
 	unsigned bits = 0;
 
-	kyber_batch.khd = NULL; /* before the wake: a run it starts is outside */
 	for (unsigned d = 0; d < KYBER_NR_DOMAINS; d++) {
 		unsigned n = kyber_batch.tokens[d];
 
@@ -438,6 +439,22 @@ static void kyber_batch_end(struct rq_hw_ctx *hctx)
 		atomic_fetch_add_explicit(&khd->returned[d], n, memory_order_seq_cst);
 		bits |= 1u << d;
 	}
+	kyber_batch.bits |= bits;
+}
+
+/*
+ * completion_batch_end: the batch's tokens go back, then one look at the
+ * waiting bits for all their domains.
+ */
+static void kyber_batch_end(struct rq_hw_ctx *hctx)
+{
+	struct kyber_hctx_data *khd = kyber_batch.khd;
+	unsigned bits;
+
+	kyber_batch_return(khd);
+	bits = kyber_batch.bits;
+	kyber_batch.bits = 0;
+	kyber_batch.khd = NULL; /* before the wake: a run it starts is outside */
 	if (bits)
 		kyber_wake(khd, hctx, bits);
 }
@@ -909,6 +926,13 @@ static unsigned kyber_dispatch_requests(struct rq_hw_ctx *hctx, struct rq_list_n
 	struct kyber_queue_data *kqd = khd->kqd;
 	unsigned n = 0;
 
+	/*
+	 * A dispatch inside this thread's completion batch of the hctx (a
+	 * bio's end_io submitting): the batch's tokens so far count, as they
+	 * would have one by one.  Whoever waits is run by the batch's end.
+	 */
+	if (unlikely(kyber_batch.khd == khd))
+		kyber_batch_return(khd);
 	while (n < max) {
 		unsigned domain = khd->cur_domain, want, got = 0;
 
