@@ -197,10 +197,12 @@ struct rq_elevator_type {
 	 * or teardown can free the scheduler's data), so the deferred work
 	 * may keep pointers to it; it must keep none to the requests, which
 	 * may be reused before the end.  A batch is one issue round's inline
-	 * completions (no dispatch_request(s) of @hctx runs on the thread
-	 * inside it) or one driver batch (rq_mq_end_request_batch()):
-	 * microseconds.  Begin comes with the first request the batch frees,
-	 * after that request's hooks ran; batches never nest on a thread.
+	 * completions or one driver batch (rq_mq_end_request_batch()):
+	 * microseconds.  Other hooks may run on the thread inside it (a bio's
+	 * end_io submitting); a scheduler applies what it deferred first if
+	 * they depend on it.  Begin comes with the first request the batch
+	 * frees, after that request's hooks ran; batches never nest on a
+	 * thread.
 	 * Context: the completing thread, no core lock held; end may run
 	 * @hctx (it is outside the batch by then).
 	 */
