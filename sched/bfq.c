@@ -2351,7 +2351,7 @@ static bool bfq_has_work(struct rq_hw_ctx *hctx)
  * Hold the completion of @rq (dispatched, of @bfqq on the open batch's
  * scheduler) for the batch's end; false if it must be applied now.
  */
-static bool bfq_batch_add(struct bfq_queue *bfqq, struct rq_request *rq, uint64_t now)
+static inline bool bfq_batch_add(struct bfq_queue *bfqq, struct rq_request *rq, uint64_t now)
 {
 	struct bfq_batch *b = &bfq_batch;
 	unsigned long bits = rq_bits(rq);
@@ -2386,25 +2386,14 @@ static void bfq_batch_end(struct rq_hw_ctx *hctx)
 	bfq_batch.bs = NULL;
 }
 
-/*
- * completed_request: the device is done with @rq.  The in-service queue's
- * idle window opens when its last request completes; strict_guarantees
- * waits for the device to be empty (bfq_completed_turn()).  Inside a
- * completion batch of its hardware queue on this thread the work waits
- * for the batch's end (bfq_batch_add()).
- */
-static void bfq_completed_request(struct rq_request *rq, uint64_t now)
+/* bfq_completed_request() applied now, in a lock hold of its own. */
+static __attribute__((noinline)) void bfq_completed_locked(struct bfq_queue *bfqq,
+							   struct rq_request *rq, uint64_t now)
 {
-	struct bfq_queue *bfqq = rq_bfqq(rq);
-	struct bfq_sched *bs;
+	struct bfq_sched *bs = bfqq->bs;
 	unsigned delay = 0;
 	bool kick = false;
 
-	if (!bfqq)
-		return;
-	bs = bfqq->bs;
-	if (bs == bfq_batch.bs && bfq_batch_add(bfqq, rq, now))
-		return;
 	bfq_batch_sync(bs);
 	bfq_lock(&bs->lock);
 	if (rq_bits(rq) & BFQ_RQ_DISPATCHED) {
@@ -2416,6 +2405,24 @@ static void bfq_completed_request(struct rq_request *rq, uint64_t now)
 	if (!(rq_bits(rq) & (BFQ_RQ_QUEUED | BFQ_RQ_HEAD)))
 		bfqq_unpin(bs, bfqq, rq);
 	sched_unlock_run(bs, delay, kick);
+}
+
+/*
+ * completed_request: the device is done with @rq.  The in-service queue's
+ * idle window opens when its last request completes; strict_guarantees
+ * waits for the device to be empty (bfq_completed_turn()).  Inside a
+ * completion batch of its hardware queue on this thread the work waits
+ * for the batch's end (bfq_batch_add()).
+ */
+static void bfq_completed_request(struct rq_request *rq, uint64_t now)
+{
+	struct bfq_queue *bfqq = rq_bfqq(rq);
+
+	if (!bfqq)
+		return;
+	if (bfqq->bs == bfq_batch.bs && bfq_batch_add(bfqq, rq, now))
+		return;
+	bfq_completed_locked(bfqq, rq, now);
 }
 
 static void bfq_requeue_request(struct rq_request *rq)
