@@ -130,6 +130,9 @@ static int check_type(struct rq_elevator_type *t)
 		return -EINVAL;
 	if ((t->features & RQ_ELV_F_SQ) && !t->sq_ops)
 		return -EINVAL;
+	/* a batch that opens must close: the completion batch hooks come paired */
+	if (!t->completion_batch_begin != !t->completion_batch_end)
+		return -EINVAL;
 	return 0;
 }
 
@@ -193,7 +196,8 @@ void elevator_register_builtins(void)
  * the first ABI, a bad name or alias (empty, over 31 characters, with
  * whitespace or '/', "none"), unknown feature bits, or missing required
  * hooks (insert_requests, dispatch_request, has_work for RQ_ELV_F_MQ;
- * sq_ops for RQ_ELV_F_SQ); -EEXIST when the name or alias is taken by a
+ * sq_ops for RQ_ELV_F_SQ), or only one of completion_batch_begin and
+ * completion_batch_end; -EEXIST when the name or alias is taken by a
  * name or alias; -ENOMEM.
  */
 RQ_EXPORT int rq_sched_register(const struct rq_elevator_type *e)

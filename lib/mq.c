@@ -387,6 +387,8 @@ struct comp_batch {
 	unsigned tags_word, sched_word;   /* ~(bits per word - 1) */
 	/* completions of hctx's queue counted at the end (stats, once per batch) */
 	uint64_t done, errors;
+	/* the scheduler's completion batch hooks, if open (valid once nr_usage) */
+	const struct rq_elevator_type *elv;
 };
 
 static __thread struct comp_batch *tls_cbatch __attribute__((tls_model("initial-exec")));
@@ -444,8 +446,9 @@ static void comp_batch_put_tags(struct comp_batch *cb)
 }
 
 /*
- * End the thread's batch @cb: completions counted, tags back, restart
- * check, usage dropped last.  The dispatch owner's caller keeps the queue
+ * End the thread's batch @cb: completions counted, the scheduler's
+ * deferred completion work applied, tags back, restart check, usage
+ * dropped last.  The dispatch owner's caller keeps the queue
  * (its own requests or usage) while a batch runs, so counting after the
  * requests of a batch that took none is as safe as the dispatch count.
  */
@@ -461,9 +464,25 @@ static void comp_batch_end(struct comp_batch *cb)
 	}
 	if (!cb->nr_usage)
 		return;
+	if (cb->elv)
+		cb->elv->completion_batch_end(cb->hctx);
 	comp_batch_put_tags(cb);
 	hctx_restart(cb->hctx);
 	queue_exit_ctx_n(cb->hctx->q, cb->ctx, cb->nr_usage);
+}
+
+/*
+ * The scheduler's side of @cb opens with the first request @cb takes: from
+ * then on @cb holds the queue (a usage reference) until its end, so the
+ * scheduler's data outlives what it defers.
+ */
+static void comp_batch_elv_begin(struct comp_batch *cb)
+{
+	const struct rq_elevator_queue *eq = cb->hctx->q->elevator;
+
+	cb->elv = eq && eq->type->completion_batch_begin ? eq->type : NULL;
+	if (cb->elv)
+		cb->elv->completion_batch_begin(cb->hctx);
 }
 
 /* The thread's completion batch if it is one of @hctx, else NULL. */
@@ -488,6 +507,7 @@ comp_batch_take(struct comp_batch *cb, int tag, int itag, struct rq_sw_ctx *ctx)
 	if (!cb->nr_usage) {
 		cb->cpu = ctx->cpu;
 		cb->ctx = ctx;
+		comp_batch_elv_begin(cb);
 	}
 	if (tag >= 0)
 		comp_batch_bit(cb->tags_sbq, cb->tags_word, &cb->tags, &cb->tags_off,

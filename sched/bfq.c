@@ -1316,6 +1316,121 @@ static inline __attribute__((always_inline)) void sched_unlock(struct bfq_sched 
 	bfq_unlock(&bs->lock);
 }
 
+/* Drop a pin of @bfqq: free it with the last one when its context is gone.  Lock held. */
+static void bfqq_put(struct bfq_sched *bs, struct bfq_queue *bfqq)
+{
+	if (!--bfqq->ref && bfqq != &bs->oom_q && !bfqq_busy(bfqq) && bs->in_service != bfqq &&
+	    bfqq_ioc_gone(bfqq))
+		bfqq_free(bs, bfqq);
+}
+
+/*
+ * A completion of @bfqq, its last request out, ended the in-service turn's
+ * requests (or strict_guarantees waits for an empty device): open the idle
+ * window (a delayed run in *@delay) or ask for a run for the next turn
+ * (*@kick).  Lock held.
+ */
+static __attribute__((noinline)) void bfq_completed_turn(struct bfq_sched *bs,
+							 struct bfq_queue *bfqq, uint64_t now,
+							 unsigned *delay, bool *kick)
+{
+	struct bfq_data *bd = bs->bd;
+
+	if (bs->in_service == bfqq && !bfqq->queued && !bfqq->dispatched && !bs->idling) {
+		if (bfqq_should_idle(bd, bfqq)) {
+			sched_set_idle(bs, true, now + slice_idle_ns(bd));
+			if (bs->queued)
+				*delay = (unsigned)DIV_ROUND_UP(slice_idle_ns(bd), NSEC_PER_MSEC);
+		} else if (bs->queued) {
+			*kick = true;
+		}
+	}
+	if (bd->strict_guarantees && !bs->in_flight && bs->queued)
+		*kick = true;
+}
+
+/*
+ * The accounting of a dispatched request of @bfqq, @sectors long, that
+ * completed at @now: the rate sample, the in-flight counts, the turn's
+ * end.  Lock held.
+ */
+static inline void bfq_account_done(struct bfq_sched *bs, struct bfq_queue *bfqq,
+				    unsigned sectors, uint64_t now, unsigned *delay, bool *kick)
+{
+	rate_sample(bs, sectors, now);
+	bfqq->dispatched--;
+	bs->in_flight--;
+	if (unlikely((bs->in_service == bfqq && !bfqq->dispatched) || bs->bd->strict_guarantees))
+		bfq_completed_turn(bs, bfqq, now, delay, kick);
+}
+
+/* Drop @bs's lock, then start the runs a completion asked for. */
+static void sched_unlock_run(struct bfq_sched *bs, unsigned delay, bool kick)
+{
+	sched_unlock(bs);
+	if (delay)
+		rq_mq_delay_run_hw_queue(bs->hctx, delay);
+	if (kick)
+		rq_mq_run_hw_queue(bs->hctx, true);
+}
+
+/*
+ * struct bfq_batch - completions left, on this thread, to the end of a
+ * completion batch (completion_batch_begin/end) of @bs's hardware queue:
+ * each dispatched request's queue, length and completion time, in
+ * completion order.  The end (or a full array, or any other bfq call for
+ * @bs on this thread meanwhile) applies them, in that order, in one lock
+ * hold: exactly what the per-request calls would have done, the requests
+ * themselves already unpinned (the batch holds their queues' pins).
+ * @bs: the batch's scheduler; NULL while no batch is open.
+ * @n: completions held.
+ * @base: completion time of the first; each one's is @base + @done[i].dt.
+ */
+#define BFQ_BATCH_MAX 32u
+
+struct bfq_batch {
+	struct bfq_sched *bs;
+	unsigned n;
+	uint64_t base;
+	struct {
+		struct bfq_queue *bfqq;
+		uint32_t sectors;
+		uint32_t dt;           /* ns after @base */
+	} done[BFQ_BATCH_MAX];
+};
+
+static __thread struct bfq_batch bfq_batch __attribute__((tls_model("initial-exec")));
+
+/* Apply the completions held in bfq_batch, in order, in one lock hold. */
+static __attribute__((noinline)) void bfq_batch_flush(void)
+{
+	struct bfq_batch *b = &bfq_batch;
+	struct bfq_sched *bs = b->bs;
+	unsigned delay = 0;
+	bool kick = false;
+
+	bfq_lock(&bs->lock);
+	for (unsigned i = 0; i < b->n; i++) {
+		struct bfq_queue *bfqq = b->done[i].bfqq;
+
+		bfq_account_done(bs, bfqq, b->done[i].sectors, b->base + b->done[i].dt, &delay,
+				 &kick);
+		bfqq_put(bs, bfqq);
+	}
+	b->n = 0;
+	sched_unlock_run(bs, delay, kick);
+}
+
+/*
+ * Before a bfq call for @bs on this thread: completions it holds for @bs
+ * go in first, so the call sees what it would have without the batch.
+ */
+static inline void bfq_batch_sync(const struct bfq_sched *bs)
+{
+	if (unlikely(bfq_batch.n) && bfq_batch.bs == bs)
+		bfq_batch_flush();
+}
+
 /* ------------------------------------------------------------------ ops */
 
 static void bfq_sched_init(struct bfq_data *bd, struct bfq_sched *bs, struct rq_hw_ctx *hctx)
@@ -1452,9 +1567,7 @@ static void bfqq_unpin(struct bfq_sched *bs, struct bfq_queue *bfqq, struct rq_r
 {
 	rq->elv_priv[0] = NULL;
 	rq_set_bits(rq, 0);
-	if (!--bfqq->ref && bfqq != &bs->oom_q && !bfqq_busy(bfqq) && bs->in_service != bfqq &&
-	    bfqq_ioc_gone(bfqq))
-		bfqq_free(bs, bfqq);
+	bfqq_put(bs, bfqq);
 }
 
 /*
@@ -1470,6 +1583,7 @@ static __attribute__((noinline)) void bfq_finish_pinned(struct rq_request *rq,
 	struct bfq_sched *bs = bfqq->bs;
 	struct rq_hw_ctx *kick = NULL;
 
+	bfq_batch_sync(bs);
 	bfq_lock(&bs->lock);
 	if (rq_bits(rq) & BFQ_RQ_QUEUED) {
 		bfqq_del_rq(rq->q, bfqq, rq, rq_clock_ns());
@@ -1846,6 +1960,7 @@ static void bfq_insert_requests(struct rq_hw_ctx *hctx, struct rq_list_node *lis
 	struct rq_request *rq;
 
 	rq_list_init(&free_list);
+	bfq_batch_sync(bs);
 	bfq_lock(&bs->lock);
 	sched_hash_flush(q, bs);
 	/* a run is two requests or more (list->next->next: a second one) */
@@ -1941,6 +2056,7 @@ static struct rq_request *bfq_dispatch_request(struct rq_hw_ctx *hctx)
 	struct rq_request *rq;
 	unsigned delay = 0;
 
+	bfq_batch_sync(bs);
 	bfq_lock(&bs->lock);
 	rq = sched_next_locked(hctx->q, bs, now, &delay);
 	sched_unlock(bs);
@@ -2171,6 +2287,7 @@ static unsigned bfq_dispatch_requests(struct rq_hw_ctx *hctx, struct rq_list_nod
 	uint64_t now;
 	unsigned n = 0, delay = 0, cap;
 
+	bfq_batch_sync(bs);
 	if (!READ_ONCE(bs->queued) && !READ_ONCE(bs->nr_head))
 		return 0; /* as has_work: whoever adds a request runs the queue after */
 	now = rq_clock_ns();
@@ -2213,6 +2330,7 @@ static bool bfq_has_work(struct rq_hw_ctx *hctx)
 	unsigned delay = 0;
 	bool work;
 
+	bfq_batch_sync(bs);
 	/*
 	 * Lock-free answers: ready (see sched_unlock()), or empty (whoever
 	 * adds a request runs the queue after).
@@ -2230,66 +2348,81 @@ static bool bfq_has_work(struct rq_hw_ctx *hctx)
 }
 
 /*
- * The completion of @rq, @bfqq's last request out, ended the in-service
- * turn's requests (or strict_guarantees waits for an empty device): open
- * the idle window or run the queue for the next turn; then what
- * bfq_completed_request() does after.  Lock held; dropped here.
+ * Hold the completion of @rq (dispatched, of @bfqq on the open batch's
+ * scheduler) for the batch's end; false if it must be applied now.
  */
-static __attribute__((noinline)) void bfq_completed_turn(struct bfq_sched *bs,
-							 struct bfq_queue *bfqq,
-							 struct rq_request *rq, uint64_t now)
+static inline bool bfq_batch_add(struct bfq_queue *bfqq, struct rq_request *rq, uint64_t now)
 {
-	struct bfq_data *bd = bs->bd;
-	struct rq_hw_ctx *kick = NULL;
-	unsigned delay = 0;
+	struct bfq_batch *b = &bfq_batch;
+	unsigned long bits = rq_bits(rq);
 
-	if (bs->in_service == bfqq && !bfqq->queued && !bfqq->dispatched && !bs->idling) {
-		if (bfqq_should_idle(bd, bfqq)) {
-			sched_set_idle(bs, true, now + slice_idle_ns(bd));
-			if (bs->queued)
-				delay = (unsigned)DIV_ROUND_UP(slice_idle_ns(bd), NSEC_PER_MSEC);
-		} else if (bs->queued) {
-			kick = bs->hctx;
-		}
+	if ((bits & (BFQ_RQ_DISPATCHED | BFQ_RQ_QUEUED | BFQ_RQ_HEAD)) != BFQ_RQ_DISPATCHED)
+		return false;
+	if (b->n && (b->n == BFQ_BATCH_MAX || now < b->base || now - b->base > UINT32_MAX))
+		bfq_batch_flush();
+	if (!b->n)
+		b->base = now;
+	b->done[b->n].bfqq = bfqq;
+	b->done[b->n].sectors = (uint32_t)(bits >> BFQ_RQ_SECTOR_SHIFT);
+	b->done[b->n].dt = (uint32_t)(now - b->base);
+	b->n++;
+	/* what bfqq_request_done() and bfqq_unpin() do to @rq; the pin stays */
+	rq->elv_priv[0] = NULL;
+	rq_set_bits(rq, 0);
+	return true;
+}
+
+/* completion_batch_begin: completions of @hctx's scheduler wait in bfq_batch. */
+static void bfq_batch_begin(struct rq_hw_ctx *hctx)
+{
+	bfq_batch.bs = sched_of_hctx(bfq_of(rq_hctx_queue(hctx)), hctx);
+}
+
+/* completion_batch_end: apply what the batch holds, in one lock hold. */
+static void bfq_batch_end(struct rq_hw_ctx *hctx)
+{
+	if (bfq_batch.n)
+		bfq_batch_flush();
+	bfq_batch.bs = NULL;
+}
+
+/* bfq_completed_request() applied now, in a lock hold of its own. */
+static __attribute__((noinline)) void bfq_completed_locked(struct bfq_queue *bfqq,
+							   struct rq_request *rq, uint64_t now)
+{
+	struct bfq_sched *bs = bfqq->bs;
+	unsigned delay = 0;
+	bool kick = false;
+
+	bfq_batch_sync(bs);
+	bfq_lock(&bs->lock);
+	if (rq_bits(rq) & BFQ_RQ_DISPATCHED) {
+		bfq_account_done(bs, bfqq, (unsigned)(rq_bits(rq) >> BFQ_RQ_SECTOR_SHIFT), now,
+				 &delay, &kick);
+		rq_set_bits(rq, rq_bits(rq) & ~BFQ_RQ_DISPATCHED);
 	}
-	if (bd->strict_guarantees && !bs->in_flight && bs->queued)
-		kick = bs->hctx;
+	/* the core's finish_request follows: its work is done here, in this hold */
 	if (!(rq_bits(rq) & (BFQ_RQ_QUEUED | BFQ_RQ_HEAD)))
 		bfqq_unpin(bs, bfqq, rq);
-	sched_unlock(bs);
-	if (delay)
-		rq_mq_delay_run_hw_queue(bs->hctx, delay);
-	if (kick)
-		rq_mq_run_hw_queue(kick, true);
+	sched_unlock_run(bs, delay, kick);
 }
 
 /*
  * completed_request: the device is done with @rq.  The in-service queue's
  * idle window opens when its last request completes; strict_guarantees
- * waits for the device to be empty (bfq_completed_turn()).
+ * waits for the device to be empty (bfq_completed_turn()).  Inside a
+ * completion batch of its hardware queue on this thread the work waits
+ * for the batch's end (bfq_batch_add()).
  */
 static void bfq_completed_request(struct rq_request *rq, uint64_t now)
 {
 	struct bfq_queue *bfqq = rq_bfqq(rq);
-	struct bfq_sched *bs;
 
 	if (!bfqq)
 		return;
-	bs = bfqq->bs;
-	bfq_lock(&bs->lock);
-	if (rq_bits(rq) & BFQ_RQ_DISPATCHED) {
-		rate_sample(bs, (unsigned)(rq_bits(rq) >> BFQ_RQ_SECTOR_SHIFT), now);
-		bfqq_request_done(bs, bfqq, rq);
-		if (unlikely((bs->in_service == bfqq && !bfqq->dispatched) ||
-			     bs->bd->strict_guarantees)) {
-			bfq_completed_turn(bs, bfqq, rq, now);
-			return;
-		}
-	}
-	/* the core's finish_request follows: its work is done here, in this hold */
-	if (!(rq_bits(rq) & (BFQ_RQ_QUEUED | BFQ_RQ_HEAD)))
-		bfqq_unpin(bs, bfqq, rq);
-	sched_unlock(bs);
+	if (bfqq->bs == bfq_batch.bs && bfq_batch_add(bfqq, rq, now))
+		return;
+	bfq_completed_locked(bfqq, rq, now);
 }
 
 static void bfq_requeue_request(struct rq_request *rq)
@@ -2298,6 +2431,7 @@ static void bfq_requeue_request(struct rq_request *rq)
 
 	if (!bfqq)
 		return;
+	bfq_batch_sync(bfqq->bs);
 	bfq_lock(&bfqq->bs->lock);
 	if (rq_bits(rq) & BFQ_RQ_DISPATCHED)
 		bfqq_request_done(bfqq->bs, bfqq, rq);
@@ -2552,4 +2686,6 @@ const struct rq_elevator_type rq_bfq_type = {
 	},
 	.attrs = bfq_attrs,
 	.dispatch_requests = bfq_dispatch_requests,
+	.completion_batch_begin = bfq_batch_begin,
+	.completion_batch_end = bfq_batch_end,
 };

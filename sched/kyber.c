@@ -26,7 +26,10 @@
  *   completed_request                  everything            per-hctx histogram counters
  *                                                            (relaxed load/store); one window
  *                                                            closer at a time (atomic flag)
- *   finish_request, requeue_request    everything            atomic token counters
+ *   finish_request, requeue_request    everything            atomic token counters; inside a
+ *                                                            completion batch, the thread's
+ *   completion_batch_begin/end         everything            own counts (kyber_batch), then
+ *                                                            the atomic counters at its end
  *   limit_depth, prepare_request       everything            nothing shared is written
  *   attribute show/store               everything            atomics
  */
@@ -177,6 +180,24 @@ struct kyber_queue_data {
 	atomic_bool window_busy;
 	uint64_t acc[KYBER_NR_TARGETS][KYBER_NR_LAT_KINDS][KYBER_BUCKETS];
 } rq_cacheline_aligned; /* read on every completion: no line shared with other data */
+
+/*
+ * struct kyber_batch - the completion batch open on this thread, if any
+ * (completion_batch_begin/end): tokens given back by requests of @khd's
+ * hctx meanwhile are counted here, per domain, and returned together at
+ * the end (kyber_batch_end()).
+ * @khd: the batch's hctx data; NULL while no batch is open.
+ * @tokens: per domain, tokens given back inside the batch, not yet returned.
+ * @bits: domains whose tokens went back to @khd during the batch (the end
+ *	wakes a dispatch waiting for any of them).
+ */
+struct kyber_batch {
+	struct kyber_hctx_data *khd;
+	unsigned tokens[KYBER_NR_DOMAINS];
+	unsigned bits;
+};
+
+static __thread struct kyber_batch kyber_batch __attribute__((tls_model("initial-exec")));
 
 /* What one window says about a target domain. */
 enum kyber_verdict {
@@ -355,27 +376,87 @@ static unsigned kyber_get_tokens(const struct kyber_queue_data *kqd, struct kybe
 }
 
 /*
+ * Tokens of the domains in @bits just came back to @khd (their counters
+ * raised): re-run @hctx if a dispatch of one of them waits.  The counters
+ * are raised before the waiting bits are read, as kyber_get_tokens() sets
+ * a bit before it reads the counter again (both sequentially consistent):
+ * one side or the other sees the token.
+ */
+static inline void kyber_wake(struct kyber_hctx_data *khd, struct rq_hw_ctx *hctx, unsigned bits)
+{
+	if (unlikely(atomic_load_explicit(&khd->waiting, memory_order_seq_cst) & bits) &&
+	    (atomic_fetch_and_explicit(&khd->waiting, ~bits, memory_order_seq_cst) & bits))
+		rq_mq_run_hw_queue(hctx, false);
+}
+
+/*
  * Give back the token @rq holds, if any; re-run the hctx if one waited.
  * It is both finish_request (the request is freed: completed, failed or
  * merged away) and requeue_request (it goes back to be inserted again):
- * the core calls it directly, no wrapper in between.
+ * the core calls it directly, no wrapper in between.  Inside a completion
+ * batch of the request's hctx on this thread the token is only counted;
+ * kyber_batch_end() gives the batch's tokens back.
  */
 static void kyber_put_token(struct rq_request *rq)
 {
 	uintptr_t token = KYBER_TOKEN(rq);
 	struct kyber_hctx_data *khd;
-	unsigned domain, bit;
+	unsigned domain;
 
 	if (!token)
 		return;
 	rq->elv_priv[0] = NULL;
 	domain = (unsigned)token - 1;
-	bit = 1u << domain;
 	khd = rq->elv_priv[1]; /* set with the token (kyber_take()) */
+	if (khd == kyber_batch.khd) {
+		kyber_batch.tokens[domain]++;
+		return;
+	}
 	atomic_fetch_add_explicit(&khd->returned[domain], 1, memory_order_seq_cst);
-	if (unlikely(atomic_load_explicit(&khd->waiting, memory_order_seq_cst) & bit) &&
-	    (atomic_fetch_and_explicit(&khd->waiting, ~bit, memory_order_seq_cst) & bit))
-		rq_mq_run_hw_queue(rq->hctx, false);
+	kyber_wake(khd, rq->hctx, 1u << domain);
+}
+
+/* completion_batch_begin: tokens of @hctx's requests wait in kyber_batch. */
+static void kyber_batch_begin(struct rq_hw_ctx *hctx)
+{
+	kyber_batch.khd = kyber_hd(hctx);
+}
+
+/*
+ * Give the tokens counted in kyber_batch back to @khd, one atomic add per
+ * domain that had any, and note those domains in kyber_batch.bits.
+ */
+static void kyber_batch_return(struct kyber_hctx_data *khd)
+{
+	unsigned bits = 0;
+
+	for (unsigned d = 0; d < KYBER_NR_DOMAINS; d++) {
+		unsigned n = kyber_batch.tokens[d];
+
+		if (!n)
+			continue;
+		kyber_batch.tokens[d] = 0;
+		atomic_fetch_add_explicit(&khd->returned[d], n, memory_order_seq_cst);
+		bits |= 1u << d;
+	}
+	kyber_batch.bits |= bits;
+}
+
+/*
+ * completion_batch_end: the batch's tokens go back, then one look at the
+ * waiting bits for all their domains.
+ */
+static void kyber_batch_end(struct rq_hw_ctx *hctx)
+{
+	struct kyber_hctx_data *khd = kyber_batch.khd;
+	unsigned bits;
+
+	kyber_batch_return(khd);
+	bits = kyber_batch.bits;
+	kyber_batch.bits = 0;
+	kyber_batch.khd = NULL; /* before the wake: a run it starts is outside */
+	if (bits)
+		kyber_wake(khd, hctx, bits);
 }
 
 /*
@@ -845,6 +926,13 @@ static unsigned kyber_dispatch_requests(struct rq_hw_ctx *hctx, struct rq_list_n
 	struct kyber_queue_data *kqd = khd->kqd;
 	unsigned n = 0;
 
+	/*
+	 * A dispatch inside this thread's completion batch of the hctx (a
+	 * bio's end_io submitting): the batch's tokens so far count, as they
+	 * would have one by one.  Whoever waits is run by the batch's end.
+	 */
+	if (unlikely(kyber_batch.khd == khd))
+		kyber_batch_return(khd);
 	while (n < max) {
 		unsigned domain = khd->cur_domain, want, got = 0;
 
@@ -1106,4 +1194,6 @@ const struct rq_elevator_type rq_kyber_type = {
 	},
 	.attrs = kyber_attrs,
 	.dispatch_requests = kyber_dispatch_requests,
+	.completion_batch_begin = kyber_batch_begin,
+	.completion_batch_end = kyber_batch_end,
 };

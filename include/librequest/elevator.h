@@ -183,6 +183,31 @@ struct rq_elevator_type {
 	 */
 	unsigned (*dispatch_requests)(struct rq_hw_ctx *hctx, struct rq_list_node *list,
 				      unsigned max);
+
+	/**
+	 * @completion_batch_begin / @completion_batch_end: optional, both or
+	 * neither: a completion batch of @hctx opens / closes on the calling
+	 * thread.  In between, completed_request, finish_request and
+	 * requeue_request calls on that thread for requests of @hctx (only
+	 * those: requests of other hw queues and other threads come as
+	 * usual) may leave their effect on shared state to be applied, once
+	 * and in the same order, by completion_batch_end, which must apply
+	 * all of it (and wake what a per-request call would have woken, once
+	 * is enough).  The core holds the queue from begin to end (no switch
+	 * or teardown can free the scheduler's data), so the deferred work
+	 * may keep pointers to it; it must keep none to the requests, which
+	 * may be reused before the end.  A batch is one issue round's inline
+	 * completions or one driver batch (rq_mq_end_request_batch()):
+	 * microseconds.  Other hooks may run on the thread inside it (a bio's
+	 * end_io submitting); a scheduler applies what it deferred first if
+	 * they depend on it.  Begin comes with the first request the batch
+	 * frees, after that request's hooks ran; batches never nest on a
+	 * thread.
+	 * Context: the completing thread, no core lock held; end may run
+	 * @hctx (it is outside the batch by then).
+	 */
+	void (*completion_batch_begin)(struct rq_hw_ctx *hctx);
+	void (*completion_batch_end)(struct rq_hw_ctx *hctx);
 };
 
 #define RQ_ELV_TYPE_INIT .size = sizeof(struct rq_elevator_type), .abi_version = RQ_ELV_ABI
@@ -199,7 +224,8 @@ struct rq_elevator_type {
  * unknown ABI version or size, a bad name or alias (empty, over 31
  * characters, with whitespace or '/', "none"), unknown feature bits, or
  * missing required ops (insert_requests, dispatch_request, has_work for
- * RQ_ELV_F_MQ; sq_ops for RQ_ELV_F_SQ); -ENOMEM.
+ * RQ_ELV_F_MQ; sq_ops for RQ_ELV_F_SQ), or only one of
+ * completion_batch_begin and completion_batch_end; -ENOMEM.
  */
 int rq_sched_register(const struct rq_elevator_type *e);
 

@@ -17,6 +17,7 @@
  * moment it falls due.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -647,6 +648,68 @@ static void test_batch_end_samples(void **state)
 	bdev_destroy(set, q);
 }
 
+/* What the end_io of the batch's third request does (test_batch_tokens_at_end). */
+static struct {
+	struct rq_queue *q;
+	struct fx_rec rec[2];
+	unsigned held_after; /* nr_bheld once the other thread's writes went in */
+} xt;
+
+static void *xt_submit(void *arg)
+{
+	for (unsigned i = 0; i < 2; i++)
+		bsubmit(xt.q, &xt.rec[i], RQ_OP_WRITE, 500 + i);
+	return NULL;
+}
+
+static void xt_end_io(struct rq_bio *bio)
+{
+	pthread_t t;
+
+	/* another thread's dispatch, while this batch holds the second token */
+	assert_int_equal(pthread_create(&t, NULL, xt_submit, NULL), 0);
+	assert_int_equal(pthread_join(t, NULL), 0);
+	xt.held_after = nr_bheld;
+	fx_end_io(bio);
+}
+
+/*
+ * Tokens given back inside a driver batch count for other threads when the
+ * batch ends, and a dispatch that waited for them is woken by that end.
+ * The driver holds the 128 writes of the write depth; a batch ends the
+ * first three.  The first one's token goes back at once (the batch opens
+ * with the first request it frees), the second's waits for the batch's
+ * end.  From the third's end_io another thread submits two writes: one
+ * takes the first token, the other finds none and waits (the driver holds
+ * 125 + 1).  When the batch ends, its two tokens go back and the waiting
+ * write goes (125 + 2); then exactly one more token is free: a token lost
+ * or returned twice by the batch makes that 0 or 2.
+ */
+static void test_batch_tokens_at_end(void **state)
+{
+	static struct fx_rec rec[WRITE_DEPTH + 2];
+	struct rq_queue *q;
+	struct rq_tag_set *set = bdev_make(&q);
+
+	xt.q = q;
+	for (unsigned i = 0; i < WRITE_DEPTH; i++)
+		bsubmit(q, &rec[i], RQ_OP_WRITE, i);
+	assert_int_equal(nr_bheld, WRITE_DEPTH);
+	/* the third request of the batch: bheld[2], slot 2 */
+	rec[2].bio->end_io = xt_end_io;
+	bdev_end(3);
+	assert_int_equal(xt.held_after, WRITE_DEPTH - 3 + 1);
+	assert_int_equal(nr_bheld, WRITE_DEPTH - 3 + 2);
+	bsubmit(q, &rec[WRITE_DEPTH], RQ_OP_WRITE, WRITE_DEPTH);
+	bsubmit(q, &rec[WRITE_DEPTH + 1], RQ_OP_WRITE, WRITE_DEPTH + 1);
+	assert_int_equal(nr_bheld, WRITE_DEPTH);
+	while (nr_bheld)
+		bdev_end(nr_bheld);
+	expect_all_ok(rec, WRITE_DEPTH + 2);
+	expect_all_ok(xt.rec, 2);
+	bdev_destroy(set, q);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -661,6 +724,7 @@ int main(void)
 		cmocka_unit_test(test_async_limit_deep),
 		cmocka_unit_test(test_batch_end_tokens),
 		cmocka_unit_test(test_batch_end_samples),
+		cmocka_unit_test(test_batch_tokens_at_end),
 	};
 
 	/* before any queue exists: no service thread, and the virtual clock */

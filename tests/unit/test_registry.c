@@ -311,6 +311,21 @@ static void test_abi_copy_zero_fills(void **state)
 	assert_null(e->sq_ops);
 	elevator_put(e);
 	assert_int_equal(rq_sched_unregister("toy-old2"), 0);
+
+	/*
+	 * Built before the completion batch hooks (its struct ends at them,
+	 * garbage after): it registers, and they read as NULL (no batch).
+	 */
+	old.t.size = offsetof(struct rq_elevator_type, completion_batch_begin);
+	old.t.name = "toy-old3";
+	old.t.dispatch_requests = NULL;
+	assert_int_equal(rq_sched_register(&old.t), 0);
+	e = elevator_get("toy-old3", 0);
+	assert_non_null(e);
+	assert_null(e->completion_batch_begin);
+	assert_null(e->completion_batch_end);
+	elevator_put(e);
+	assert_int_equal(rq_sched_unregister("toy-old3"), 0);
 }
 
 /* ---------------------------------------------------------- listing */
