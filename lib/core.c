@@ -230,10 +230,13 @@ static __attribute__((noinline)) void submit_bio_split(struct rq_queue *q,
  * end drops it when the piece is merged away or its request is freed.
  * The common read or write (bio_fast_ok(), then a size that max_sectors
  * never splits) skips the full check and the split walk: one piece, one
- * segment.
+ * segment.  The software queue is the one of the plug's usage stock
+ * (plug_queue_enter(): the CPU is looked up once per stock), else the
+ * calling CPU's; it is the submission's (tls_submit_ctx) from here on.
  */
-static inline void submit_bio_on(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_bio *bio)
+static inline void submit_bio_on(struct rq_queue *q, struct rq_bio *bio)
 {
+	struct rq_sw_ctx *ctx;
 	uint64_t capacity;
 	rq_status_t status;
 	bool fast;
@@ -250,11 +253,17 @@ static inline void submit_bio_on(struct rq_queue *q, struct rq_sw_ctx *ctx, stru
 			return;
 		}
 	}
-	ret = plug_queue_enter(q, ctx) ? 0 : queue_enter(q, ctx, bio->opf & RQ_BIO_NOWAIT);
-	if (unlikely(ret)) {
-		bio_end_with(bio, ret == -EAGAIN ? RQ_STS_AGAIN : RQ_STS_IOERR);
-		return;
+	ctx = plug_queue_enter(q);
+	if (unlikely(!ctx)) {
+		ctx = queue_ctx(q, cur_cpu());
+		tls_submit_ctx = ctx;
+		ret = queue_enter(q, ctx, bio->opf & RQ_BIO_NOWAIT);
+		if (unlikely(ret)) {
+			bio_end_with(bio, ret == -EAGAIN ? RQ_STS_AGAIN : RQ_STS_IOERR);
+			return;
+		}
 	}
+	tls_submit_ctx = ctx;
 	/* max_sectors may change under a freeze: read it inside the queue */
 	if (likely(fast) && likely(bio->iter.size <= q->fast.max_bytes)) {
 		trace_queue(q, bio);
@@ -266,11 +275,9 @@ static inline void submit_bio_on(struct rq_queue *q, struct rq_sw_ctx *ctx, stru
 
 RQ_EXPORT void rq_submit_bio(struct rq_queue *q, struct rq_bio *bio)
 {
-	struct rq_sw_ctx *ctx = queue_ctx(q, cur_cpu());
 	struct rq_sw_ctx *outer = tls_submit_ctx; /* a driver may submit from inside a submission */
 
-	tls_submit_ctx = ctx;
-	submit_bio_on(q, ctx, bio);
+	submit_bio_on(q, bio);
 	trace_step_end();
 	tls_submit_ctx = outer;
 }

@@ -130,6 +130,8 @@ int plug_cached_tag_refill(struct rq_plug *plug, struct rq_tags *tags, struct rq
 
 static __thread struct rq_queue *tls_usage_q __attribute__((tls_model("initial-exec")));
 static __thread unsigned tls_usage_refs __attribute__((tls_model("initial-exec")));
+/* the software queue of @tls_usage_q the stock was taken on (valid while it is set) */
+static __thread struct rq_sw_ctx *tls_usage_ctx __attribute__((tls_model("initial-exec")));
 
 /* Give the stock of usage references back (on @cpu's slot: the freezer sums them). */
 static void plug_return_usage(unsigned cpu)
@@ -145,33 +147,45 @@ static void plug_return_usage(unsigned cpu)
 }
 
 /*
- * One usage reference of @q for a bio submitted on @ctx, from the plug's
- * stock (refilled PLUG_USAGE_BATCH at a time).  Returns false without a
- * plug or once a freeze has begun: then the caller enters with
+ * One usage reference of @q for a bio, from the plug's stock (refilled
+ * PLUG_USAGE_BATCH at a time).  The stock is taken on the software queue
+ * of the CPU the thread runs on at the refill, and the bios it serves are
+ * made into requests there too: the CPU is looked up once per stock, not
+ * per bio, as the kernel's plug-cached requests keep the software queue
+ * they were allocated on even if the thread moves.  So a plug's requests
+ * are made on one software queue (one hw queue) per stock of a queue;
+ * the next refill (a new plug, another queue's bio, or a full plug's
+ * worth of bios later) looks again.
+ * Return: that software queue; NULL without a plug or once a freeze has
+ * begun: then the caller takes the calling CPU's and enters with
  * queue_enter().  Pairs with queue_exit_ctx() or plug_queue_exit().
  */
-bool plug_queue_enter(struct rq_queue *q, struct rq_sw_ctx *ctx)
+struct rq_sw_ctx *plug_queue_enter(struct rq_queue *q)
 {
+	struct rq_sw_ctx *ctx;
+
 	if (!tls_plug)
-		return false;
+		return NULL;
 	if (unlikely(atomic_load_explicit(&q->freeze_depth, memory_order_relaxed))) {
 		if (tls_usage_q == q)
-			plug_return_usage(ctx->cpu);
-		return false;
+			plug_return_usage(tls_usage_ctx->cpu);
+		return NULL;
 	}
 	if (likely(tls_usage_q == q && tls_usage_refs)) {
 		tls_usage_refs--;
-		return true;
+		return tls_usage_ctx;
 	}
+	ctx = queue_ctx(q, cur_cpu());
 	plug_return_usage(ctx->cpu);
 	atomic_fetch_add_explicit(&ctx->usage, PLUG_USAGE_BATCH, memory_order_seq_cst);
 	if (unlikely(atomic_load_explicit(&q->freeze_depth, memory_order_seq_cst))) {
 		queue_exit_ctx_n(q, ctx, PLUG_USAGE_BATCH);
-		return false;
+		return NULL;
 	}
 	tls_usage_q = q;
+	tls_usage_ctx = ctx;
 	tls_usage_refs = PLUG_USAGE_BATCH - 1;
-	return true;
+	return ctx;
 }
 
 /* Drop one usage reference of @q: into the plug's stock if it is @q's. */
@@ -245,26 +259,31 @@ static void plug_flush_list(struct rq_plug *plug)
 RQ_EXPORT void rq_flush_plug(void)
 {
 	struct rq_plug *plug = tls_plug;
+	unsigned cpu;
 
 	if (!plug)
 		return;
 	if (plug->head)
 		plug_flush_list(plug);
 	/* the thread may sleep next: others may need the tags it took ahead */
-	plug_return_tags(plug, cur_cpu());
-	plug_return_usage(cur_cpu());
+	cpu = cur_cpu();
+	plug_return_tags(plug, cpu);
+	plug_return_usage(cpu);
 }
 
 RQ_EXPORT void rq_finish_plug(struct rq_plug *plug)
 {
+	unsigned cpu;
+
 	if (plug != tls_plug)
 		return; /* a nested plug: the outermost one flushes */
 	if (plug->head)
 		plug_flush_list(plug);
 	tls_plug = NULL;
 	tls_plug_now = 0;
-	plug_return_tags(plug, cur_cpu());
-	plug_return_usage(cur_cpu());
+	cpu = cur_cpu();
+	plug_return_tags(plug, cpu);
+	plug_return_usage(cpu);
 	mbox_run_own();
 }
 

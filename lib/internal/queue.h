@@ -609,7 +609,7 @@ static inline int plug_cached_tag(struct rq_plug *plug, struct rq_tags *tags,
 	return (int)(tags->nr_reserved + plug->cached_off + bit);
 }
 void plug_fail_queue(struct rq_queue *q);
-bool plug_queue_enter(struct rq_queue *q, struct rq_sw_ctx *ctx);
+struct rq_sw_ctx *plug_queue_enter(struct rq_queue *q);
 void plug_queue_exit(struct rq_queue *q, struct rq_sw_ctx *ctx);
 
 /* ---- lib/core.c ---- */
