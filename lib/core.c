@@ -233,8 +233,9 @@ static __attribute__((noinline)) void submit_bio_split(struct rq_queue *q,
  * segment.  The software queue is the one of the plug's usage stock
  * (plug_queue_enter(): the CPU is looked up once per stock), else the
  * calling CPU's; it is the submission's (tls_submit_ctx) from here on.
+ * Out of line: rq_submit_bio() takes the commonest case itself.
  */
-static inline void submit_bio_on(struct rq_queue *q, struct rq_bio *bio)
+static __attribute__((noinline)) void submit_bio_on(struct rq_queue *q, struct rq_bio *bio)
 {
 	struct rq_sw_ctx *ctx;
 	uint64_t capacity;
@@ -273,11 +274,35 @@ static inline void submit_bio_on(struct rq_queue *q, struct rq_bio *bio)
 	submit_bio_split(q, ctx, bio);
 }
 
+/*
+ * The commonest case takes no call but the front end's: nothing in the
+ * mailbox, a bio bio_fast_ok() takes, nothing observed (no Q event to
+ * record), and a usage reference from the plug's stock (plug_stock_take(),
+ * which gives the software queue).  Everything else, and a stock that
+ * needs a refill, goes to submit_bio_on(), which does it all in the same
+ * order.  Only @outer lives across a call here, so the frame stays small.
+ */
 RQ_EXPORT void rq_submit_bio(struct rq_queue *q, struct rq_bio *bio)
 {
 	struct rq_sw_ctx *outer = tls_submit_ctx; /* a driver may submit from inside a submission */
+	struct rq_mailbox *mb = tls_mbox;
+	struct rq_sw_ctx *ctx;
 
-	submit_bio_on(q, bio);
+	if (likely((!mb || (!atomic_load_explicit(&mb->head, memory_order_relaxed) &&
+			    !atomic_load_explicit(&mb->batch_head, memory_order_relaxed))) &&
+		   bio_fast_ok(&q->fast, atomic_load_explicit(&q->capacity, memory_order_relaxed),
+			       bio) &&
+		   !atomic_load_explicit(&obs_active, memory_order_relaxed) &&
+		   (ctx = plug_stock_take(q)))) {
+		tls_submit_ctx = ctx;
+		/* max_sectors may change under a freeze: read it inside the queue */
+		if (likely(bio->iter.size <= q->fast.max_bytes))
+			q->fe->submit(q, ctx, bio, 1);
+		else
+			submit_bio_split(q, ctx, bio);
+	} else {
+		submit_bio_on(q, bio);
+	}
 	trace_step_end();
 	tls_submit_ctx = outer;
 }

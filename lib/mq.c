@@ -1029,7 +1029,6 @@ static inline void rq_start(struct rq_hw_ctx *hctx, struct rq_request *rq)
 	if (rq->rq_flags & RQ_RQF_ELVPRIV)
 		rq->io_start_time_ns = core_clock_ns(); /* schedulers measure latency */
 	__atomic_store_n(&rq_priv(rq)->gen, rq_priv(rq)->gen + 1, __ATOMIC_RELAXED);
-	rq_priv(rq)->deadline_ns = 0;
 	rq->rq_flags |= RQ_RQF_STARTED;
 	__atomic_store_n(&rq->state, RQ_STATE_IN_FLIGHT, __ATOMIC_RELEASE);
 	trace_issue(rq);

@@ -128,10 +128,10 @@ int plug_cached_tag_refill(struct rq_plug *plug, struct rq_tags *tags, struct rq
  */
 #define PLUG_USAGE_BATCH RQ_PLUG_MAX_REQUESTS
 
-static __thread struct rq_queue *tls_usage_q __attribute__((tls_model("initial-exec")));
-static __thread unsigned tls_usage_refs __attribute__((tls_model("initial-exec")));
+__thread struct rq_queue *tls_usage_q __attribute__((tls_model("initial-exec")));
+__thread unsigned tls_usage_refs __attribute__((tls_model("initial-exec")));
 /* the software queue of @tls_usage_q the stock was taken on (valid while it is set) */
-static __thread struct rq_sw_ctx *tls_usage_ctx __attribute__((tls_model("initial-exec")));
+__thread struct rq_sw_ctx *tls_usage_ctx __attribute__((tls_model("initial-exec")));
 
 /* Give the stock of usage references back (on @cpu's slot: the freezer sums them). */
 static void plug_return_usage(unsigned cpu)

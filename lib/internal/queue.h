@@ -610,6 +610,27 @@ static inline int plug_cached_tag(struct rq_plug *plug, struct rq_tags *tags,
 }
 void plug_fail_queue(struct rq_queue *q);
 struct rq_sw_ctx *plug_queue_enter(struct rq_queue *q);
+
+/* plug_queue_enter()'s stock (plug.c): set only while the thread holds a plug */
+extern __thread struct rq_queue *tls_usage_q __attribute__((tls_model("initial-exec")));
+extern __thread unsigned tls_usage_refs __attribute__((tls_model("initial-exec")));
+extern __thread struct rq_sw_ctx *tls_usage_ctx __attribute__((tls_model("initial-exec")));
+
+/*
+ * plug_queue_enter()'s common case, inline: a reference from a stock of
+ * @q that holds one, with no freeze begun.  Return: the stock's software
+ * queue, or NULL having taken nothing (then plug_queue_enter() decides).
+ * A stock is only ever set while its thread holds a plug.
+ */
+static inline struct rq_sw_ctx *plug_stock_take(struct rq_queue *q)
+{
+	if (likely(tls_usage_q == q && tls_usage_refs) &&
+	    likely(!atomic_load_explicit(&q->freeze_depth, memory_order_relaxed))) {
+		tls_usage_refs--;
+		return tls_usage_ctx;
+	}
+	return NULL;
+}
 void plug_queue_exit(struct rq_queue *q, struct rq_sw_ctx *ctx);
 
 /* ---- lib/core.c ---- */
@@ -647,7 +668,6 @@ static inline void rq_init_common(struct rq_request *rq, struct rq_queue *q,
 	rq->cpu = (int32_t)ctx->cpu;
 	rq->rq_flags = 0;
 	p->core_busy = 0;
-	p->deadline_ns = 0;
 	rq->fifo_time = 0;
 	rq->rq_next = NULL;
 	p->end_io = NULL;
