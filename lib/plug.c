@@ -201,6 +201,14 @@ void plug_queue_exit(struct rq_queue *q, struct rq_sw_ctx *ctx)
 
 /* ------------------------------------------------------------- plugging */
 
+/*
+ * The calling thread's plug holds requests of more than one run (queue
+ * and hw queue): plug_add_slow() sets it when a request's differ from the
+ * first's, a flush clears it.  Without it the flush hands the plug's
+ * whole chain over as the one run it is, with no walk to find its end.
+ */
+static __thread bool tls_plug_runs __attribute__((tls_model("initial-exec")));
+
 RQ_EXPORT void rq_start_plug(struct rq_plug *plug)
 {
 	plug->tag_cache = NULL;
@@ -215,14 +223,18 @@ RQ_EXPORT void rq_start_plug(struct rq_plug *plug)
 	if (!tls_plug) {
 		tls_plug = plug;
 		tls_plug_now = 0;
+		tls_plug_runs = false;
 	}
 }
 
+/* Hand the plug's requests over, run by run.  @plug is the thread's own (tls_plug). */
 static void plug_flush_list(struct rq_plug *plug)
 {
 	struct rq_request *rq = plug->head;
+	bool runs = tls_plug_runs;
 
 	tls_plug_now = 0; /* a new reading for what happens now */
+	tls_plug_runs = false;
 	plug->head = plug->tail = NULL;
 	plug->count = 0;
 	plug->multiple_queues = 0;
@@ -235,6 +247,11 @@ static void plug_flush_list(struct rq_plug *plug)
 		if (q->fe->plug_issue_chain && !obs_on(q)) {
 			struct rq_request *last = rq;
 
+			if (!runs) {
+				/* one run: the whole chain, its last rq_next NULL */
+				q->fe->plug_issue_chain(first);
+				break;
+			}
 			/* cut the run off the plug's chain; the next run starts at @rq */
 			while ((rq = last->rq_next) && rq->q == q && rq->hctx == hctx)
 				last = rq;
@@ -323,6 +340,8 @@ void plug_add_slow(struct rq_plug *plug, struct rq_request *rq)
 		} else {
 			if (unlikely(first->q != q))
 				plug->multiple_queues = 1;
+			if (first->q != q || first->hctx != rq->hctx)
+				tls_plug_runs = true;
 			plug->tail->rq_next = rq;
 		}
 	}

@@ -543,15 +543,16 @@ void plug_add_slow(struct rq_plug *plug, struct rq_request *rq);
 
 /*
  * Queue @rq on @plug.  Inline the common case: a plug already holding
- * requests of the same queue, far from full; plug_add_slow() (plug.c) does
- * the rest (first request, another queue, a flush when full) as one.
+ * requests of the same queue and hw queue, far from full; plug_add_slow()
+ * (plug.c) does the rest (first request, another queue or hw queue, a
+ * flush when full) as one.
  */
 static inline void plug_add(struct rq_plug *plug, struct rq_request *rq)
 {
 	struct rq_request *first = plug->head;
 
-	if (unlikely(!first || first->q != rq->q || plug->count >= RQ_PLUG_MAX_REQUESTS ||
-		     first->bytes >= PLUG_FLUSH_BYTES)) {
+	if (unlikely(!first || first->q != rq->q || first->hctx != rq->hctx ||
+		     plug->count >= RQ_PLUG_MAX_REQUESTS || first->bytes >= PLUG_FLUSH_BYTES)) {
 		plug_add_slow(plug, rq);
 		return;
 	}

@@ -376,18 +376,23 @@ static bool pin_to(unsigned cpu)
  * Two hw queues (CPU 0 -> 0, CPU 1 -> 1).  Inside one plug, a read made on
  * CPU 0 and one made after the thread moved to CPU 1 both go to hw queue
  * 0: the second is made on the software queue of the plug's stock, as the
- * kernel's plug-cached requests keep theirs.  A new plug on CPU 1 takes a
+ * kernel's plug-cached requests keep theirs.  A bio of another queue then
+ * takes the stock, so the next read of the first queue takes a new one on
+ * CPU 1, and hw queue 1: the plug holds three runs (queue, hw queue) and
+ * hands each to its own hw queue, in order.  A new plug on CPU 1 takes a
  * new stock there, and hw queue 1.
  */
 static void test_plug_ctx_per_stock(void **state)
 {
 	struct mock_config cfg = { .queue_depth = 8, .completion = MOCK_COMPLETE_DEFER,
 				   .nr_hw_queues = 2 };
+	static const uint64_t sector[] = { 0, 1024, 4096, 2048 };
+	static const unsigned hctx[] = { 0, 0, 1, 1 };
 	struct rq_queue_config qc;
 	struct mock_event ev;
-	struct mock_io io[3];
+	struct mock_io io[4], other;
 	struct rq_plug plug;
-	struct mock_dev *m;
+	struct mock_dev *m, *b;
 	cpu_set_t old;
 
 	(void)state;
@@ -401,25 +406,35 @@ static void test_plug_ctx_per_stock(void **state)
 	qc.scheduler = "none";
 	m = mock_create(&cfg, &qc);
 	assert_non_null(m);
+	b = make("none", 8, MOCK_COMPLETE_DEFER);
 	rq_start_plug(&plug);
 	assert_true(pin_to(0));
-	submit_reads(m, io, 1, 0);
+	submit_reads(m, io, 1, sector[0]);
 	assert_true(pin_to(1));
-	submit_reads(m, io + 1, 1, 1024);
+	submit_reads(m, io + 1, 1, sector[1]);
+	submit_reads(b, &other, 1, 512);
+	submit_reads(m, io + 2, 1, sector[2]);
 	rq_finish_plug(&plug);
 	rq_start_plug(&plug);
-	submit_reads(m, io + 2, 1, 2048);
+	submit_reads(m, io + 3, 1, sector[3]);
 	rq_finish_plug(&plug);
 	assert_int_equal(pthread_setaffinity_np(pthread_self(), sizeof(old), &old), 0);
-	assert_true(mock_wait_held(m, 3, 5000));
-	for (unsigned i = 0; i < 3; i++) {
+	assert_true(mock_wait_held(m, 4, 5000));
+	assert_true(mock_wait_held(b, 1, 5000));
+	for (unsigned i = 0; i < 4; i++) {
 		assert_true(mock_find(m, MOCK_QUEUE_RQ, i, &ev));
-		assert_int_equal(ev.hctx, ev.sector < 2048 ? 0 : 1);
+		assert_int_equal(ev.sector, sector[i]);
+		assert_int_equal(ev.hctx, hctx[i]);
 	}
-	assert_int_equal(mock_complete_all(m, RQ_STS_OK), 3);
-	for (unsigned i = 0; i < 3; i++)
+	assert_int_equal(mock_count(m, MOCK_QUEUE_RQ), 4);
+	assert_int_equal(mock_count(b, MOCK_QUEUE_RQ), 1);
+	assert_int_equal(mock_complete_all(m, RQ_STS_OK), 4);
+	assert_int_equal(mock_complete_all(b, RQ_STS_OK), 1);
+	for (unsigned i = 0; i < 4; i++)
 		finish_io(&io[i]);
+	finish_io(&other);
 	mock_destroy(m);
+	mock_destroy(b);
 }
 
 int main(void)
