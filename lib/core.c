@@ -430,9 +430,9 @@ RQ_EXPORT int rq_queue_get_stats(struct rq_queue *q, struct rq_queue_stats *out,
 	if (size < sizeof(uint32_t))
 		return -EINVAL;
 	stats_sum(q, sum);
-	st->bios = sum[ST_BIOS];
+	st->bios = sum[ST_BIOS] + sum[ST_BIO_REQUESTS];
 	st->splits = sum[ST_SPLITS];
-	st->requests = sum[ST_REQUESTS];
+	st->requests = sum[ST_REQUESTS] + sum[ST_BIO_REQUESTS];
 	st->dispatched = sum[ST_DISPATCHED];
 	st->completed = sum[ST_COMPLETED];
 	st->merges_back = sum[ST_MERGES_BACK];

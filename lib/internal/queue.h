@@ -62,6 +62,7 @@ enum {
 	ST_BIOS, ST_SPLITS, ST_REQUESTS, ST_DISPATCHED, ST_COMPLETED, ST_MERGES_BACK,
 	ST_MERGES_FRONT, ST_MERGES_RQ, ST_PLUG_MERGES, ST_RESOURCE, ST_REQUEUES,
 	ST_TIMEOUTS, ST_FLUSHES, ST_ERRORS, ST_INVALID,
+	ST_BIO_REQUESTS, /* a bio made into a request of its own: one bio and one request */
 	/* diskstats (iostats on; lib/trace.c counts them): per op group R W D F */
 	ST_DS_IOS, ST_DS_MERGES = ST_DS_IOS + 4, ST_DS_SECTORS = ST_DS_MERGES + 4,
 	ST_DS_NSECS = ST_DS_SECTORS + 4, ST_DS_STARTED = ST_DS_NSECS + 4, /* R W */
