@@ -233,19 +233,20 @@ static __attribute__((noinline)) void submit_bio_split(struct rq_queue *q,
  * segment.  The software queue is the one of the plug's usage stock
  * (plug_queue_enter(): the CPU is looked up once per stock), else the
  * calling CPU's; it is the submission's (tls_submit_ctx) from here on.
+ * @fast: bio_fast_ok()'s answer (the limits it reads do not change while
+ * a queue is in use; max_sectors, which may, is read inside the queue).
  * Out of line: rq_submit_bio() takes the commonest case itself.
  */
-static __attribute__((noinline)) void submit_bio_on(struct rq_queue *q, struct rq_bio *bio)
+static __attribute__((noinline)) void submit_bio_on(struct rq_queue *q, struct rq_bio *bio,
+						    bool fast)
 {
 	struct rq_sw_ctx *ctx;
 	uint64_t capacity;
 	rq_status_t status;
-	bool fast;
 	int ret;
 
 	mbox_run_own();
 	capacity = atomic_load_explicit(&q->capacity, memory_order_relaxed);
-	fast = bio_fast_ok(&q->fast, capacity, bio);
 	if (!fast) {
 		status = bio_check(&q->limits, capacity, bio);
 		if (unlikely(status != RQ_STS_OK)) {
@@ -287,11 +288,12 @@ RQ_EXPORT void rq_submit_bio(struct rq_queue *q, struct rq_bio *bio)
 	struct rq_sw_ctx *outer = tls_submit_ctx; /* a driver may submit from inside a submission */
 	struct rq_mailbox *mb = tls_mbox;
 	struct rq_sw_ctx *ctx;
+	bool fast;
 
-	if (likely((!mb || (!atomic_load_explicit(&mb->head, memory_order_relaxed) &&
-			    !atomic_load_explicit(&mb->batch_head, memory_order_relaxed))) &&
-		   bio_fast_ok(&q->fast, atomic_load_explicit(&q->capacity, memory_order_relaxed),
-			       bio) &&
+	fast = bio_fast_ok(&q->fast, atomic_load_explicit(&q->capacity, memory_order_relaxed), bio);
+	if (likely(fast && (!mb || (!atomic_load_explicit(&mb->head, memory_order_relaxed) &&
+				    !atomic_load_explicit(&mb->batch_head,
+							  memory_order_relaxed))) &&
 		   !atomic_load_explicit(&obs_active, memory_order_relaxed) &&
 		   (ctx = plug_stock_take(q)))) {
 		tls_submit_ctx = ctx;
@@ -301,7 +303,7 @@ RQ_EXPORT void rq_submit_bio(struct rq_queue *q, struct rq_bio *bio)
 		else
 			submit_bio_split(q, ctx, bio);
 	} else {
-		submit_bio_on(q, bio);
+		submit_bio_on(q, bio, fast);
 	}
 	trace_step_end();
 	tls_submit_ctx = outer;
