@@ -230,18 +230,23 @@ static __attribute__((noinline)) void submit_bio_split(struct rq_queue *q,
  * end drops it when the piece is merged away or its request is freed.
  * The common read or write (bio_fast_ok(), then a size that max_sectors
  * never splits) skips the full check and the split walk: one piece, one
- * segment.
+ * segment.  The software queue is the one of the plug's usage stock
+ * (plug_queue_enter(): the CPU is looked up once per stock), else the
+ * calling CPU's; it is the submission's (tls_submit_ctx) from here on.
+ * @fast: bio_fast_ok()'s answer (the limits it reads do not change while
+ * a queue is in use; max_sectors, which may, is read inside the queue).
+ * Out of line: rq_submit_bio() takes the commonest case itself.
  */
-static inline void submit_bio_on(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_bio *bio)
+static __attribute__((noinline)) void submit_bio_on(struct rq_queue *q, struct rq_bio *bio,
+						    bool fast)
 {
+	struct rq_sw_ctx *ctx;
 	uint64_t capacity;
 	rq_status_t status;
-	bool fast;
 	int ret;
 
 	mbox_run_own();
 	capacity = atomic_load_explicit(&q->capacity, memory_order_relaxed);
-	fast = bio_fast_ok(&q->fast, capacity, bio);
 	if (!fast) {
 		status = bio_check(&q->limits, capacity, bio);
 		if (unlikely(status != RQ_STS_OK)) {
@@ -250,11 +255,17 @@ static inline void submit_bio_on(struct rq_queue *q, struct rq_sw_ctx *ctx, stru
 			return;
 		}
 	}
-	ret = plug_queue_enter(q, ctx) ? 0 : queue_enter(q, ctx, bio->opf & RQ_BIO_NOWAIT);
-	if (unlikely(ret)) {
-		bio_end_with(bio, ret == -EAGAIN ? RQ_STS_AGAIN : RQ_STS_IOERR);
-		return;
+	ctx = plug_queue_enter(q);
+	if (unlikely(!ctx)) {
+		ctx = queue_ctx(q, cur_cpu());
+		tls_submit_ctx = ctx;
+		ret = queue_enter(q, ctx, bio->opf & RQ_BIO_NOWAIT);
+		if (unlikely(ret)) {
+			bio_end_with(bio, ret == -EAGAIN ? RQ_STS_AGAIN : RQ_STS_IOERR);
+			return;
+		}
 	}
+	tls_submit_ctx = ctx;
 	/* max_sectors may change under a freeze: read it inside the queue */
 	if (likely(fast) && likely(bio->iter.size <= q->fast.max_bytes)) {
 		trace_queue(q, bio);
@@ -264,13 +275,36 @@ static inline void submit_bio_on(struct rq_queue *q, struct rq_sw_ctx *ctx, stru
 	submit_bio_split(q, ctx, bio);
 }
 
+/*
+ * The commonest case takes no call but the front end's: nothing in the
+ * mailbox, a bio bio_fast_ok() takes, nothing observed (no Q event to
+ * record), and a usage reference from the plug's stock (plug_stock_take(),
+ * which gives the software queue).  Everything else, and a stock that
+ * needs a refill, goes to submit_bio_on(), which does it all in the same
+ * order.  Only @outer lives across a call here, so the frame stays small.
+ */
 RQ_EXPORT void rq_submit_bio(struct rq_queue *q, struct rq_bio *bio)
 {
-	struct rq_sw_ctx *ctx = queue_ctx(q, cur_cpu());
 	struct rq_sw_ctx *outer = tls_submit_ctx; /* a driver may submit from inside a submission */
+	struct rq_mailbox *mb = tls_mbox;
+	struct rq_sw_ctx *ctx;
+	bool fast;
 
-	tls_submit_ctx = ctx;
-	submit_bio_on(q, ctx, bio);
+	fast = bio_fast_ok(&q->fast, atomic_load_explicit(&q->capacity, memory_order_relaxed), bio);
+	if (likely(fast && (!mb || (!atomic_load_explicit(&mb->head, memory_order_relaxed) &&
+				    !atomic_load_explicit(&mb->batch_head,
+							  memory_order_relaxed))) &&
+		   !atomic_load_explicit(&obs_active, memory_order_relaxed) &&
+		   (ctx = plug_stock_take(q)))) {
+		tls_submit_ctx = ctx;
+		/* max_sectors may change under a freeze: read it inside the queue */
+		if (likely(bio->iter.size <= q->fast.max_bytes))
+			q->fe->submit(q, ctx, bio, 1);
+		else
+			submit_bio_split(q, ctx, bio);
+	} else {
+		submit_bio_on(q, bio, fast);
+	}
 	trace_step_end();
 	tls_submit_ctx = outer;
 }
@@ -398,9 +432,9 @@ RQ_EXPORT int rq_queue_get_stats(struct rq_queue *q, struct rq_queue_stats *out,
 	if (size < sizeof(uint32_t))
 		return -EINVAL;
 	stats_sum(q, sum);
-	st->bios = sum[ST_BIOS];
+	st->bios = sum[ST_BIOS] + sum[ST_BIO_REQUESTS];
 	st->splits = sum[ST_SPLITS];
-	st->requests = sum[ST_REQUESTS];
+	st->requests = sum[ST_REQUESTS] + sum[ST_BIO_REQUESTS];
 	st->dispatched = sum[ST_DISPATCHED];
 	st->completed = sum[ST_COMPLETED];
 	st->merges_back = sum[ST_MERGES_BACK];

@@ -255,18 +255,17 @@ static unsigned sched_limit_depth(struct rq_queue *q, struct rq_elevator_queue *
 
 /*
  * Allocate a request for @bio on @ctx: a scheduler tag with a scheduler,
- * else a driver tag; counted in @sb (the submitter's stats_block()).
+ * else a driver tag (from @plug's batch, when the thread has a plug).
  * Returns NULL when no tag could be had (nowait, dying).
  */
 static struct rq_request *mq_get_request(struct rq_queue *q, struct rq_sw_ctx *ctx,
-					 struct rq_bio *bio, unsigned nr_segs,
-					 struct rq_stats_block *sb)
+					 struct rq_plug *plug, struct rq_bio *bio,
+					 unsigned nr_segs)
 {
 	struct rq_elevator_queue *eq = q->elevator;
 	/* ctx->hctx is map_hctx()'s answer for every bio but a polled one */
 	struct rq_hw_ctx *hctx = likely(!(bio->opf & RQ_BIO_POLLED)) ?
 		ctx->hctx : map_hctx(q, ctx->cpu, bio->opf);
-	bool nowait = bio->opf & RQ_BIO_NOWAIT;
 	bool flush = false; /* with a scheduler: a flush or PREFLUSH bio */
 	struct rq_request *rq;
 	unsigned shallow;
@@ -276,10 +275,11 @@ static struct rq_request *mq_get_request(struct rq_queue *q, struct rq_sw_ctx *c
 		flush = (bio->opf & RQ_BIO_PREFLUSH) || bio->op == RQ_OP_FLUSH;
 		shallow = sched_limit_depth(q, eq, hctx, bio, flush);
 		tag = -1;
-		if (plug_current())
-			tag = plug_cached_tag(plug_current(), hctx->sched_tags, q, ctx, shallow);
+		if (plug)
+			tag = plug_cached_tag(plug, hctx->sched_tags, q, ctx, shallow);
 		if (tag < 0)
-			tag = get_tag(q, hctx->sched_tags, ctx->cpu, shallow, nowait);
+			tag = get_tag(q, hctx->sched_tags, ctx->cpu, shallow,
+				      bio->opf & RQ_BIO_NOWAIT);
 		if (tag < 0)
 			return NULL;
 		rq = hctx->sched_tags->static_rqs[tag];
@@ -289,19 +289,21 @@ static struct rq_request *mq_get_request(struct rq_queue *q, struct rq_sw_ctx *c
 		rq->rq_flags = RQ_RQF_SCHED_TAGS;
 		rq->start_time_ns = core_clock_ns();
 	} else {
+		struct rq_tags *tags = hctx->tags;
+
 		tag = -1;
-		if (plug_current() && !tags_shared(q))
-			tag = plug_cached_tag(plug_current(), hctx->tags, NULL, ctx, 0);
+		if (plug && !tags_shared(q))
+			tag = plug_cached_tag(plug, tags, NULL, ctx, 0);
 		if (tag < 0)
-			tag = driver_tag_get_wait(q, hctx, ctx->cpu, nowait);
+			tag = driver_tag_get_wait(q, hctx, ctx->cpu, bio->opf & RQ_BIO_NOWAIT);
 		if (tag < 0)
 			return NULL;
-		rq = hctx->tags->static_rqs[tag];
+		rq = tags->static_rqs[tag];
 		rq_init_common(rq, q, hctx, ctx);
 		rq->tag = tag;
 		rq->internal_tag = -1;
 		rq->start_time_ns = 0;
-		__atomic_store_n(&hctx->tags->rqs[tag], rq, __ATOMIC_RELEASE);
+		__atomic_store_n(&tags->rqs[tag], rq, __ATOMIC_RELEASE);
 	}
 
 	rq->op = bio->op;
@@ -315,7 +317,6 @@ static struct rq_request *mq_get_request(struct rq_queue *q, struct rq_sw_ctx *c
 	rq->ioc = bio->ioc;
 	if (unlikely(READ_ONCE(q->rq_affinity) == 2))
 		rq_priv(rq)->end_io_data = mbox_self();
-	stat_block_add(sb, ST_REQUESTS, 1);
 	trace_getrq(q, rq, bio);
 
 	if (eq) {
@@ -1049,7 +1050,6 @@ static inline void rq_start(struct rq_hw_ctx *hctx, struct rq_request *rq)
 	if (rq->rq_flags & RQ_RQF_ELVPRIV)
 		rq->io_start_time_ns = core_clock_ns(); /* schedulers measure latency */
 	__atomic_store_n(&rq_priv(rq)->gen, rq_priv(rq)->gen + 1, __ATOMIC_RELAXED);
-	rq_priv(rq)->deadline_ns = 0;
 	rq->rq_flags |= RQ_RQF_STARTED;
 	__atomic_store_n(&rq->state, RQ_STATE_IN_FLIGHT, __ATOMIC_RELEASE);
 	trace_issue(rq);
@@ -1609,17 +1609,24 @@ static void mq_submit(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_bio *
 		      unsigned nr_segs)
 {
 	struct rq_plug *plug = plug_current();
-	struct rq_stats_block *sb = stats_block(q); /* one look-up for both counts */
+	struct rq_stats_block *sb = stats_block(q); /* one look-up for every count */
 	struct rq_request *rq;
 	bool flush_seq = (bio->opf & (RQ_BIO_PREFLUSH | RQ_BIO_FUA)) || bio->op == RQ_OP_FLUSH;
 
-	stat_block_add(sb, ST_BIOS, 1);
+	/*
+	 * Counted first, as a bio and a request in one (ST_BIO_REQUESTS): a
+	 * bio that makes no request takes its request back (the sums wrap),
+	 * so every bio is counted before it can end.
+	 */
+	stat_block_add(sb, ST_BIO_REQUESTS, 1);
 	if (!flush_seq && mq_attempt_bio_merge(q, ctx, plug, bio, nr_segs)) {
+		stat_block_add(sb, ST_REQUESTS, (uint64_t)-1);
 		plug_queue_exit(q, ctx);
 		return;
 	}
-	rq = mq_get_request(q, ctx, bio, nr_segs, sb);
+	rq = mq_get_request(q, ctx, plug, bio, nr_segs);
 	if (unlikely(!rq)) {
+		stat_block_add(sb, ST_REQUESTS, (uint64_t)-1);
 		queue_exit_ctx(q, ctx);
 		bio_end_with(bio, atomic_load(&q->dying) ? RQ_STS_IOERR : RQ_STS_AGAIN);
 		return;

@@ -128,8 +128,10 @@ int plug_cached_tag_refill(struct rq_plug *plug, struct rq_tags *tags, struct rq
  */
 #define PLUG_USAGE_BATCH RQ_PLUG_MAX_REQUESTS
 
-static __thread struct rq_queue *tls_usage_q __attribute__((tls_model("initial-exec")));
-static __thread unsigned tls_usage_refs __attribute__((tls_model("initial-exec")));
+__thread struct rq_queue *tls_usage_q __attribute__((tls_model("initial-exec")));
+__thread unsigned tls_usage_refs __attribute__((tls_model("initial-exec")));
+/* the software queue of @tls_usage_q the stock was taken on (valid while it is set) */
+__thread struct rq_sw_ctx *tls_usage_ctx __attribute__((tls_model("initial-exec")));
 
 /* Give the stock of usage references back (on @cpu's slot: the freezer sums them). */
 static void plug_return_usage(unsigned cpu)
@@ -145,33 +147,45 @@ static void plug_return_usage(unsigned cpu)
 }
 
 /*
- * One usage reference of @q for a bio submitted on @ctx, from the plug's
- * stock (refilled PLUG_USAGE_BATCH at a time).  Returns false without a
- * plug or once a freeze has begun: then the caller enters with
+ * One usage reference of @q for a bio, from the plug's stock (refilled
+ * PLUG_USAGE_BATCH at a time).  The stock is taken on the software queue
+ * of the CPU the thread runs on at the refill, and the bios it serves are
+ * made into requests there too: the CPU is looked up once per stock, not
+ * per bio, as the kernel's plug-cached requests keep the software queue
+ * they were allocated on even if the thread moves.  So a plug's requests
+ * are made on one software queue (one hw queue) per stock of a queue;
+ * the next refill (a new plug, another queue's bio, or a full plug's
+ * worth of bios later) looks again.
+ * Return: that software queue; NULL without a plug or once a freeze has
+ * begun: then the caller takes the calling CPU's and enters with
  * queue_enter().  Pairs with queue_exit_ctx() or plug_queue_exit().
  */
-bool plug_queue_enter(struct rq_queue *q, struct rq_sw_ctx *ctx)
+struct rq_sw_ctx *plug_queue_enter(struct rq_queue *q)
 {
+	struct rq_sw_ctx *ctx;
+
 	if (!tls_plug)
-		return false;
+		return NULL;
 	if (unlikely(atomic_load_explicit(&q->freeze_depth, memory_order_relaxed))) {
 		if (tls_usage_q == q)
-			plug_return_usage(ctx->cpu);
-		return false;
+			plug_return_usage(tls_usage_ctx->cpu);
+		return NULL;
 	}
 	if (likely(tls_usage_q == q && tls_usage_refs)) {
 		tls_usage_refs--;
-		return true;
+		return tls_usage_ctx;
 	}
+	ctx = queue_ctx(q, cur_cpu());
 	plug_return_usage(ctx->cpu);
 	atomic_fetch_add_explicit(&ctx->usage, PLUG_USAGE_BATCH, memory_order_seq_cst);
 	if (unlikely(atomic_load_explicit(&q->freeze_depth, memory_order_seq_cst))) {
 		queue_exit_ctx_n(q, ctx, PLUG_USAGE_BATCH);
-		return false;
+		return NULL;
 	}
 	tls_usage_q = q;
+	tls_usage_ctx = ctx;
 	tls_usage_refs = PLUG_USAGE_BATCH - 1;
-	return true;
+	return ctx;
 }
 
 /* Drop one usage reference of @q: into the plug's stock if it is @q's. */
@@ -187,6 +201,14 @@ void plug_queue_exit(struct rq_queue *q, struct rq_sw_ctx *ctx)
 
 /* ------------------------------------------------------------- plugging */
 
+/*
+ * The calling thread's plug holds requests of more than one run (queue
+ * and hw queue): plug_add_slow() sets it when a request's differ from the
+ * first's, a flush clears it.  Without it the flush hands the plug's
+ * whole chain over as the one run it is, with no walk to find its end.
+ */
+static __thread bool tls_plug_runs __attribute__((tls_model("initial-exec")));
+
 RQ_EXPORT void rq_start_plug(struct rq_plug *plug)
 {
 	plug->tag_cache = NULL;
@@ -201,14 +223,18 @@ RQ_EXPORT void rq_start_plug(struct rq_plug *plug)
 	if (!tls_plug) {
 		tls_plug = plug;
 		tls_plug_now = 0;
+		tls_plug_runs = false;
 	}
 }
 
+/* Hand the plug's requests over, run by run.  @plug is the thread's own (tls_plug). */
 static void plug_flush_list(struct rq_plug *plug)
 {
 	struct rq_request *rq = plug->head;
+	bool runs = tls_plug_runs;
 
 	tls_plug_now = 0; /* a new reading for what happens now */
+	tls_plug_runs = false;
 	plug->head = plug->tail = NULL;
 	plug->count = 0;
 	plug->multiple_queues = 0;
@@ -221,6 +247,11 @@ static void plug_flush_list(struct rq_plug *plug)
 		if (q->fe->plug_issue_chain && !obs_on(q)) {
 			struct rq_request *last = rq;
 
+			if (!runs) {
+				/* one run: the whole chain, its last rq_next NULL */
+				q->fe->plug_issue_chain(first);
+				break;
+			}
 			/* cut the run off the plug's chain; the next run starts at @rq */
 			while ((rq = last->rq_next) && rq->q == q && rq->hctx == hctx)
 				last = rq;
@@ -245,26 +276,31 @@ static void plug_flush_list(struct rq_plug *plug)
 RQ_EXPORT void rq_flush_plug(void)
 {
 	struct rq_plug *plug = tls_plug;
+	unsigned cpu;
 
 	if (!plug)
 		return;
 	if (plug->head)
 		plug_flush_list(plug);
 	/* the thread may sleep next: others may need the tags it took ahead */
-	plug_return_tags(plug, cur_cpu());
-	plug_return_usage(cur_cpu());
+	cpu = cur_cpu();
+	plug_return_tags(plug, cpu);
+	plug_return_usage(cpu);
 }
 
 RQ_EXPORT void rq_finish_plug(struct rq_plug *plug)
 {
+	unsigned cpu;
+
 	if (plug != tls_plug)
 		return; /* a nested plug: the outermost one flushes */
 	if (plug->head)
 		plug_flush_list(plug);
 	tls_plug = NULL;
 	tls_plug_now = 0;
-	plug_return_tags(plug, cur_cpu());
-	plug_return_usage(cur_cpu());
+	cpu = cur_cpu();
+	plug_return_tags(plug, cpu);
+	plug_return_usage(cpu);
 	mbox_run_own();
 }
 
@@ -304,6 +340,8 @@ void plug_add_slow(struct rq_plug *plug, struct rq_request *rq)
 		} else {
 			if (unlikely(first->q != q))
 				plug->multiple_queues = 1;
+			if (first->q != q || first->hctx != rq->hctx)
+				tls_plug_runs = true;
 			plug->tail->rq_next = rq;
 		}
 	}

@@ -62,6 +62,7 @@ enum {
 	ST_BIOS, ST_SPLITS, ST_REQUESTS, ST_DISPATCHED, ST_COMPLETED, ST_MERGES_BACK,
 	ST_MERGES_FRONT, ST_MERGES_RQ, ST_PLUG_MERGES, ST_RESOURCE, ST_REQUEUES,
 	ST_TIMEOUTS, ST_FLUSHES, ST_ERRORS, ST_INVALID,
+	ST_BIO_REQUESTS, /* a bio made into a request of its own: one bio and one request */
 	/* diskstats (iostats on; lib/trace.c counts them): per op group R W D F */
 	ST_DS_IOS, ST_DS_MERGES = ST_DS_IOS + 4, ST_DS_SECTORS = ST_DS_MERGES + 4,
 	ST_DS_NSECS = ST_DS_SECTORS + 4, ST_DS_STARTED = ST_DS_NSECS + 4, /* R W */
@@ -544,15 +545,16 @@ void plug_add_slow(struct rq_plug *plug, struct rq_request *rq);
 
 /*
  * Queue @rq on @plug.  Inline the common case: a plug already holding
- * requests of the same queue, far from full; plug_add_slow() (plug.c) does
- * the rest (first request, another queue, a flush when full) as one.
+ * requests of the same queue and hw queue, far from full; plug_add_slow()
+ * (plug.c) does the rest (first request, another queue or hw queue, a
+ * flush when full) as one.
  */
 static inline void plug_add(struct rq_plug *plug, struct rq_request *rq)
 {
 	struct rq_request *first = plug->head;
 
-	if (unlikely(!first || first->q != rq->q || plug->count >= RQ_PLUG_MAX_REQUESTS ||
-		     first->bytes >= PLUG_FLUSH_BYTES)) {
+	if (unlikely(!first || first->q != rq->q || first->hctx != rq->hctx ||
+		     plug->count >= RQ_PLUG_MAX_REQUESTS || first->bytes >= PLUG_FLUSH_BYTES)) {
 		plug_add_slow(plug, rq);
 		return;
 	}
@@ -610,7 +612,28 @@ static inline int plug_cached_tag(struct rq_plug *plug, struct rq_tags *tags,
 	return (int)(tags->nr_reserved + plug->cached_off + bit);
 }
 void plug_fail_queue(struct rq_queue *q);
-bool plug_queue_enter(struct rq_queue *q, struct rq_sw_ctx *ctx);
+struct rq_sw_ctx *plug_queue_enter(struct rq_queue *q);
+
+/* plug_queue_enter()'s stock (plug.c): set only while the thread holds a plug */
+extern __thread struct rq_queue *tls_usage_q __attribute__((tls_model("initial-exec")));
+extern __thread unsigned tls_usage_refs __attribute__((tls_model("initial-exec")));
+extern __thread struct rq_sw_ctx *tls_usage_ctx __attribute__((tls_model("initial-exec")));
+
+/*
+ * plug_queue_enter()'s common case, inline: a reference from a stock of
+ * @q that holds one, with no freeze begun.  Return: the stock's software
+ * queue, or NULL having taken nothing (then plug_queue_enter() decides).
+ * A stock is only ever set while its thread holds a plug.
+ */
+static inline struct rq_sw_ctx *plug_stock_take(struct rq_queue *q)
+{
+	if (likely(tls_usage_q == q && tls_usage_refs) &&
+	    likely(!atomic_load_explicit(&q->freeze_depth, memory_order_relaxed))) {
+		tls_usage_refs--;
+		return tls_usage_ctx;
+	}
+	return NULL;
+}
 void plug_queue_exit(struct rq_queue *q, struct rq_sw_ctx *ctx);
 
 /* ---- lib/core.c ---- */
@@ -648,7 +671,6 @@ static inline void rq_init_common(struct rq_request *rq, struct rq_queue *q,
 	rq->cpu = (int32_t)ctx->cpu;
 	rq->rq_flags = 0;
 	p->core_busy = 0;
-	p->deadline_ns = 0;
 	rq->fifo_time = 0;
 	rq->rq_next = NULL;
 	p->end_io = NULL;

@@ -11,10 +11,15 @@
  *   plug issued before rq_finish_plug() returns (no stall waiting for a
  *   tag that sits in a batch);
  * - after a round, every tag is back: as many requests as the depth can be
- *   held by the driver at once.
+ *   held by the driver at once;
+ * - a plug's bios take the CPU's software queue once per usage stock, not
+ *   once per bio: their requests stay on that queue's hw queue even if
+ *   the thread moves, and the next stock looks again.
  */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <pthread.h>
+#include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -22,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "mock_driver.h"
@@ -310,6 +316,127 @@ static void test_plug_run_through_scheduler(void **state)
 	}
 }
 
+/* ------------------------------------ a plug's software queue per stock */
+
+/*
+ * The library's sched_getcpu() calls, counted: this definition in the
+ * executable comes before libc's in the lookup of librequest.so's calls.
+ */
+static unsigned getcpu_calls;
+
+int sched_getcpu(void)
+{
+	static int (*real)(void);
+
+	if (!real)
+		real = (int (*)(void))dlsym(RTLD_NEXT, "sched_getcpu");
+	getcpu_calls++;
+	return real ? real() : 0;
+}
+
+/*
+ * A full plug's worth of reads: the first takes the plug's usage stock,
+ * and with it the calling CPU's software queue; the other 31 take theirs
+ * from that stock and look the CPU up no more (they did once per bio).
+ */
+static void test_plug_cpu_lookup_per_stock(void **state)
+{
+	enum { N = 32 };
+	struct mock_dev *m = make("none", 64, MOCK_COMPLETE_DEFER);
+	struct mock_io io[N];
+	struct rq_plug plug;
+	unsigned calls;
+
+	(void)state;
+	rq_start_plug(&plug);
+	submit_reads(m, io, 1, 0);
+	getcpu_calls = 0;
+	submit_reads(m, io + 1, N - 1, 1024);
+	calls = getcpu_calls;
+	rq_finish_plug(&plug);
+	assert_int_equal(calls, 0);
+	assert_true(mock_wait_held(m, N, 5000));
+	assert_int_equal(mock_complete_all(m, RQ_STS_OK), N);
+	for (unsigned i = 0; i < N; i++)
+		finish_io(&io[i]);
+	mock_destroy(m);
+}
+
+static bool pin_to(unsigned cpu)
+{
+	cpu_set_t set;
+
+	CPU_ZERO(&set);
+	CPU_SET(cpu, &set);
+	return !pthread_setaffinity_np(pthread_self(), sizeof(set), &set) &&
+	       sched_getcpu() == (int)cpu;
+}
+
+/*
+ * Two hw queues (CPU 0 -> 0, CPU 1 -> 1).  Inside one plug, a read made on
+ * CPU 0 and one made after the thread moved to CPU 1 both go to hw queue
+ * 0: the second is made on the software queue of the plug's stock, as the
+ * kernel's plug-cached requests keep theirs.  A bio of another queue then
+ * takes the stock, so the next read of the first queue takes a new one on
+ * CPU 1, and hw queue 1: the plug holds three runs (queue, hw queue) and
+ * hands each to its own hw queue, in order.  A new plug on CPU 1 takes a
+ * new stock there, and hw queue 1.
+ */
+static void test_plug_ctx_per_stock(void **state)
+{
+	struct mock_config cfg = { .queue_depth = 8, .completion = MOCK_COMPLETE_DEFER,
+				   .nr_hw_queues = 2 };
+	static const uint64_t sector[] = { 0, 1024, 4096, 2048 };
+	static const unsigned hctx[] = { 0, 0, 1, 1 };
+	struct rq_queue_config qc;
+	struct mock_event ev;
+	struct mock_io io[4], other;
+	struct rq_plug plug;
+	struct mock_dev *m, *b;
+	cpu_set_t old;
+
+	(void)state;
+	if (sysconf(_SC_NPROCESSORS_ONLN) < 2)
+		skip();
+	assert_int_equal(pthread_getaffinity_np(pthread_self(), sizeof(old), &old), 0);
+	if (!CPU_ISSET(0, &old) || !CPU_ISSET(1, &old))
+		skip();
+	memset(&qc, 0, sizeof(qc));
+	qc.size = sizeof(qc);
+	qc.scheduler = "none";
+	m = mock_create(&cfg, &qc);
+	assert_non_null(m);
+	b = make("none", 8, MOCK_COMPLETE_DEFER);
+	rq_start_plug(&plug);
+	assert_true(pin_to(0));
+	submit_reads(m, io, 1, sector[0]);
+	assert_true(pin_to(1));
+	submit_reads(m, io + 1, 1, sector[1]);
+	submit_reads(b, &other, 1, 512);
+	submit_reads(m, io + 2, 1, sector[2]);
+	rq_finish_plug(&plug);
+	rq_start_plug(&plug);
+	submit_reads(m, io + 3, 1, sector[3]);
+	rq_finish_plug(&plug);
+	assert_int_equal(pthread_setaffinity_np(pthread_self(), sizeof(old), &old), 0);
+	assert_true(mock_wait_held(m, 4, 5000));
+	assert_true(mock_wait_held(b, 1, 5000));
+	for (unsigned i = 0; i < 4; i++) {
+		assert_true(mock_find(m, MOCK_QUEUE_RQ, i, &ev));
+		assert_int_equal(ev.sector, sector[i]);
+		assert_int_equal(ev.hctx, hctx[i]);
+	}
+	assert_int_equal(mock_count(m, MOCK_QUEUE_RQ), 4);
+	assert_int_equal(mock_count(b, MOCK_QUEUE_RQ), 1);
+	assert_int_equal(mock_complete_all(m, RQ_STS_OK), 4);
+	assert_int_equal(mock_complete_all(b, RQ_STS_OK), 1);
+	for (unsigned i = 0; i < 4; i++)
+		finish_io(&io[i]);
+	finish_io(&other);
+	mock_destroy(m);
+	mock_destroy(b);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -319,6 +446,8 @@ int main(void)
 		cmocka_unit_test(test_depth1_inline_fua_bypass),
 		cmocka_unit_test(test_tags_back_after_rounds),
 		cmocka_unit_test(test_plug_run_through_scheduler),
+		cmocka_unit_test(test_plug_cpu_lookup_per_stock),
+		cmocka_unit_test(test_plug_ctx_per_stock),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
