@@ -1117,11 +1117,16 @@ static void run_out_switch(struct rq_trace *t, struct run_out *ro, unsigned cpu)
 TRACE_INLINE unsigned char *rec_put(unsigned char *p, uint32_t seq, uint64_t time, uint64_t sector,
 				    uint64_t bytes_action, uint64_t pid_dev, uint64_t cpu_word)
 {
-	const uint64_t w[6] = { (uint64_t)seq << 32 | (BT_MAGIC | BT_VERSION), time, sector,
-				bytes_action, pid_dev, cpu_word };
+	const uint64_t magic_seq = (uint64_t)seq << 32 | (BT_MAGIC | BT_VERSION);
 
-	memcpy(p, w, sizeof(w));
-	return p + sizeof(w);
+	/* one store each (a buffer's records need not be 8-aligned: a message's payload) */
+	memcpy(p, &magic_seq, 8);
+	memcpy(p + 8, &time, 8);
+	memcpy(p + 16, &sector, 8);
+	memcpy(p + 24, &bytes_action, 8);
+	memcpy(p + 32, &pid_dev, 8);
+	memcpy(p + 40, &cpu_word, 8);
+	return p + sizeof(struct bt_record);
 }
 
 /* A bytes-and-action word with @action instead of the slot's. */
@@ -1169,7 +1174,7 @@ _Static_assert(offsetof(struct trace_slot, error) == offsetof(struct trace_slot,
  * bits), the record written as six.  What the loop reads of @t is in
  * locals: stores to a byte buffer alias everything.
  */
-static void write_run(struct rq_trace *t, unsigned i, uint64_t next)
+static void __attribute__((noinline)) write_run(struct rq_trace *t, unsigned i, uint64_t next)
 {
 	struct trace_ring *r = t->cur[i];
 	const uint64_t end = t->end[i];
@@ -1225,7 +1230,8 @@ static void write_run(struct rq_trace *t, unsigned i, uint64_t next)
 		w_stamp = stamp;
 		if (++pos == end)
 			break;
-		s = &r->ev[pos % RING_EVENTS];
+		if (unlikely(++s == r->ev + RING_EVENTS))
+			s = r->ev;
 		stamp = s->stamp;
 	} while (stamp <= next);
 	ro.o->len = ro.len;
