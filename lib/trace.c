@@ -1195,6 +1195,7 @@ static void __attribute__((noinline)) write_run(struct rq_trace *t, unsigned i, 
 		unsigned char *p;
 		int64_t ns;
 
+		__builtin_prefetch(s + 32); /* 1536 bytes on: the owner's CPU wrote them */
 		memcpy(&cw, &s->cpu, sizeof(cw));
 		memcpy(&ba, &s->bytes, sizeof(ba));
 		ns = base + (int64_t)(((unsigned __int128)(stamp - tick_base) * mult) >> 32);
