@@ -257,7 +257,6 @@ struct rq_trace {
 	bool rseq;                   /* with tsc: the CPU from rseq's cpu_id, else rdtscp */
 	uint64_t tick_base, nsec_base, mult; /* ticks -> ns, as rq_clock_ns() scales them */
 	uint64_t start_ns;
-	uint64_t last_time;          /* writer: the last record's time */
 	uint32_t dev;
 	_Atomic uint32_t act_mask;   /* categories traced (TC_ACT()), the queue's trace_actions */
 	unsigned nr_cpus;
@@ -268,7 +267,9 @@ struct rq_trace {
 	_Atomic unsigned nr_rings;
 	_Atomic uint64_t lost;       /* events with no ring (no memory) */
 	_Atomic uint64_t written;    /* records written, as of the last drain */
-	uint64_t nr_written;         /* writer: records written */
+	/* the writer's, stored per run: more than a line after what the points read */
+	uint64_t last_time;          /* the last record's time */
+	uint64_t nr_written;         /* records written */
 	bool io_error;
 	/* the writer */
 	pthread_t writer;
@@ -280,6 +281,10 @@ struct rq_trace {
 	uint64_t *pos, *end;
 	unsigned cur_cap;
 };
+
+_Static_assert(offsetof(struct rq_trace, last_time) >=
+		       offsetof(struct rq_trace, act_mask) + sizeof(uint32_t) + 64,
+	       "the writer's stores share no line with what the points read");
 
 static _Atomic uint64_t next_trace_id = 1;
 
