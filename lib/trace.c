@@ -1200,7 +1200,8 @@ static void __attribute__((noinline)) write_run(struct rq_trace *t, unsigned i, 
 		unsigned char *p;
 		int64_t ns;
 
-		__builtin_prefetch(s + 32); /* 1536 bytes on: the owner's CPU wrote them */
+		/* 32 slots on, written on the owner's CPU (past the ring's end: it does not fault) */
+		__builtin_prefetch((const void *)((uintptr_t)s + 32 * sizeof(*s)));
 		memcpy(&cw, &s->cpu, sizeof(cw));
 		memcpy(&ba, &s->bytes, sizeof(ba));
 		ns = base + (int64_t)(((unsigned __int128)(stamp - tick_base) * mult) >> 32);
