@@ -257,7 +257,6 @@ struct rq_trace {
 	bool rseq;                   /* with tsc: the CPU from rseq's cpu_id, else rdtscp */
 	uint64_t tick_base, nsec_base, mult; /* ticks -> ns, as rq_clock_ns() scales them */
 	uint64_t start_ns;
-	uint64_t last_time;          /* writer: the last record's time */
 	uint32_t dev;
 	_Atomic uint32_t act_mask;   /* categories traced (TC_ACT()), the queue's trace_actions */
 	unsigned nr_cpus;
@@ -268,7 +267,9 @@ struct rq_trace {
 	_Atomic unsigned nr_rings;
 	_Atomic uint64_t lost;       /* events with no ring (no memory) */
 	_Atomic uint64_t written;    /* records written, as of the last drain */
-	uint64_t nr_written;         /* writer: records written */
+	/* the writer's, stored per run: more than a line after what the points read */
+	uint64_t last_time;          /* the last record's time */
+	uint64_t nr_written;         /* records written */
 	bool io_error;
 	/* the writer */
 	pthread_t writer;
@@ -280,6 +281,10 @@ struct rq_trace {
 	uint64_t *pos, *end;
 	unsigned cur_cap;
 };
+
+_Static_assert(offsetof(struct rq_trace, last_time) >=
+		       offsetof(struct rq_trace, act_mask) + sizeof(uint32_t) + 64,
+	       "the writer's stores share no line with what the points read");
 
 static _Atomic uint64_t next_trace_id = 1;
 
@@ -1085,15 +1090,20 @@ static void out_record(struct rq_trace *t, unsigned cpu, struct bt_record *rec,
 
 /* The writer's place in one CPU's file during a run. */
 struct run_out {
-	unsigned cpu;
+	unsigned cpu;                /* UINT_MAX before the first record */
 	struct trace_out *o;
 	size_t len;
 	uint32_t seq;
 };
 
-/* Switch @ro to @cpu's buffer, keeping the last one's length and sequence. */
+/*
+ * Switch @ro to @cpu's buffer (the last CPU's for a CPU past them),
+ * keeping the last one's length and sequence.
+ */
 static void run_out_switch(struct rq_trace *t, struct run_out *ro, unsigned cpu)
 {
+	if (cpu >= t->nr_cpus)
+		cpu = t->nr_cpus - 1;
 	if (ro->o) {
 		ro->o->len = ro->len;
 		t->seq[ro->cpu] = ro->seq;
@@ -1104,24 +1114,30 @@ static void run_out_switch(struct rq_trace *t, struct run_out *ro, unsigned cpu)
 	ro->seq = t->seq[cpu];
 }
 
-/* One record at @p: @s's sector and bytes with @action, @error, @pdu_len; past it. */
-TRACE_INLINE unsigned char *rec_put(unsigned char *p, uint32_t seq, uint64_t time,
-				    const struct trace_slot *s, uint32_t action, uint64_t pid_dev,
-				    uint32_t cpu, uint16_t error, uint16_t pdu_len)
+/*
+ * A record's 48 bytes as six 8-byte words: magic and sequence, time,
+ * sector, bytes and action, pid and device, CPU with error and payload
+ * length (little endian, see struct bt_record).  Past it.
+ */
+TRACE_INLINE unsigned char *rec_put(unsigned char *p, uint32_t seq, uint64_t time, uint64_t sector,
+				    uint64_t bytes_action, uint64_t pid_dev, uint64_t cpu_word)
 {
-	struct bt_record *rec = (struct bt_record *)(void *)p;
+	const uint64_t magic_seq = (uint64_t)seq << 32 | (BT_MAGIC | BT_VERSION);
 
-	/* magic and sequence, pid and device: adjacent pairs, one store each */
-	*(uint64_t *)&rec->magic = (uint64_t)seq << 32 | (BT_MAGIC | BT_VERSION);
-	rec->time = time;
-	rec->sector = s->sector;
-	rec->bytes = s->bytes;
-	rec->action = action;
-	*(uint64_t *)&rec->pid = pid_dev;
-	rec->cpu = cpu;
-	rec->error = error;
-	rec->pdu_len = pdu_len;
-	return p + sizeof(*rec);
+	/* one store each (a buffer's records need not be 8-aligned: a message's payload) */
+	memcpy(p, &magic_seq, 8);
+	memcpy(p + 8, &time, 8);
+	memcpy(p + 16, &sector, 8);
+	memcpy(p + 24, &bytes_action, 8);
+	memcpy(p + 32, &pid_dev, 8);
+	memcpy(p + 40, &cpu_word, 8);
+	return p + sizeof(struct bt_record);
+}
+
+/* A bytes-and-action word with @action instead of the slot's. */
+TRACE_INLINE uint64_t ba_with(uint64_t bytes_action, uint32_t action)
+{
+	return (uint32_t)bytes_action | (uint64_t)action << 32;
 }
 
 /*
@@ -1144,6 +1160,13 @@ static void ring_release(struct rq_trace *t, struct trace_ring *r, uint64_t pos,
 /* Room in @ro's buffer for one slot's records (three, or one with its payload). */
 #define SLOT_OUT_MAX (3 * sizeof(struct bt_record) + sizeof(((struct trace_slot *)0)->pdu))
 
+/* A slot's cpu, error, pdu_len, fold as one word (little endian) */
+_Static_assert(offsetof(struct trace_slot, error) == offsetof(struct trace_slot, cpu) + 2 &&
+		       offsetof(struct trace_slot, pdu_len) == offsetof(struct trace_slot, cpu) + 4 &&
+		       offsetof(struct trace_slot, fold) == offsetof(struct trace_slot, cpu) + 6 &&
+		       offsetof(struct trace_slot, action) == offsetof(struct trace_slot, bytes) + 4,
+	       "a slot's words");
+
 /*
  * Write ring @i's events from its position while they are no later than
  * @next (at least one).  Each slot's record gets its stamp scaled to
@@ -1151,38 +1174,41 @@ static void ring_release(struct rq_trace *t, struct trace_ring *r, uint64_t pos,
  * last record (the thread's order survives blkparse's sort by time) and
  * never before the last record written; its CPU's next sequence number;
  * and goes to its CPU's buffer, followed by the G and D folded into it,
- * each a nanosecond later.  What the loop reads of @t is in locals:
- * stores to a byte buffer alias everything.
+ * each a nanosecond later.  The slot is read as words (sector; bytes and
+ * action, as the record has them; CPU, error, payload length and fold
+ * bits), the record written as six.  What the loop reads of @t is in
+ * locals: stores to a byte buffer alias everything.
  */
-static void write_run(struct rq_trace *t, unsigned i, uint64_t next)
+static void __attribute__((noinline)) write_run(struct rq_trace *t, unsigned i, uint64_t next)
 {
 	struct trace_ring *r = t->cur[i];
 	const uint64_t end = t->end[i];
-	uint64_t pos = t->pos[i], w_next = r->w_next, last = t->last_time, stamp, nrec = 0;
+	uint64_t pos = t->pos[i], nrec = 0;
+	/* the earliest time the next record may have: after the ring's last, not before any */
+	uint64_t lo = r->w_next > t->last_time ? r->w_next : t->last_time;
 	/* stamp -> time since start: base + (stamp - tick_base) * mult >> 32 */
 	const uint64_t tick_base = t->tsc ? t->tick_base : 0;
 	const uint64_t mult = t->tsc ? t->mult : 1ull << 32;
 	const int64_t base = (int64_t)((t->tsc ? t->nsec_base : 0) - t->start_ns);
-	const unsigned nr_cpus = t->nr_cpus;
 	const uint64_t pid_dev = (uint64_t)t->dev << 32 | r->tid;
-	struct run_out ro = { .o = NULL };
+	const struct trace_slot *s = &r->ev[pos % RING_EVENTS];
+	uint64_t stamp = s->stamp, w_stamp;
+	struct run_out ro = { .cpu = UINT_MAX, .o = NULL };
 
 	do {
-		const struct trace_slot *s = &r->ev[pos % RING_EVENTS];
-		unsigned cpu = s->cpu, fold = s->fold;
+		uint64_t cw, ba, time;
 		unsigned char *p;
 		int64_t ns;
-		uint64_t time;
 
-		stamp = s->stamp;
+		/* 32 slots on, written on the owner's CPU (past the ring's end: it does not fault) */
+		__builtin_prefetch((const void *)((uintptr_t)s + 32 * sizeof(*s)));
+		memcpy(&cw, &s->cpu, sizeof(cw));
+		memcpy(&ba, &s->bytes, sizeof(ba));
 		ns = base + (int64_t)(((unsigned __int128)(stamp - tick_base) * mult) >> 32);
 		time = ns > 0 && stamp >= tick_base ? (uint64_t)ns : 0;
-		time = time < w_next ? w_next : time;
-		time = time < last ? last : time;
-		if (unlikely(cpu >= nr_cpus))
-			cpu = nr_cpus - 1;
-		if (unlikely(cpu != ro.cpu || !ro.o))
-			run_out_switch(t, &ro, cpu);
+		time = time < lo ? lo : time;
+		if (unlikely((uint16_t)cw != ro.cpu))
+			run_out_switch(t, &ro, (uint16_t)cw);
 		if (unlikely(ro.len + SLOT_OUT_MAX > sizeof(ro.o->buf))) {
 			ro.o->len = ro.len;
 			if (!out_flush(ro.o))
@@ -1190,31 +1216,36 @@ static void write_run(struct rq_trace *t, unsigned i, uint64_t next)
 			ro.len = 0;
 			ring_release(t, r, pos, false); /* slots copied out: the owner may reuse them */
 		}
-		p = rec_put(ro.o->buf + ro.len, ++ro.seq, time, s, s->action, pid_dev, cpu,
-			    s->error, s->pdu_len);
+		/* the record's CPU word: the CPU, the slot's error and payload length */
+		p = rec_put(ro.o->buf + ro.len, ++ro.seq, time, s->sector, ba, pid_dev,
+			    ro.cpu | (cw & 0xffffffff0000ull) << 16);
 		memcpy(p, s->pdu, sizeof(s->pdu)); /* past the payload: overwritten or not sent */
-		p += s->pdu_len;
+		p += (uint16_t)(cw >> 32);
 		nrec++;
-		if (fold & SLOT_G) {
-			p = rec_put(p, ++ro.seq, ++time, s, fold_g_action(s->action), pid_dev, cpu,
-				    0, 0);
+		if (cw >> 48 & SLOT_G) {
+			p = rec_put(p, ++ro.seq, ++time, s->sector,
+				    ba_with(ba, fold_g_action((uint32_t)(ba >> 32))), pid_dev, ro.cpu);
 			nrec++;
 		}
-		if (fold & SLOT_D) {
-			p = rec_put(p, ++ro.seq, ++time, s, fold_d_action(s->action), pid_dev, cpu,
-				    0, 0);
+		if (cw >> 48 & SLOT_D) {
+			p = rec_put(p, ++ro.seq, ++time, s->sector,
+				    ba_with(ba, fold_d_action((uint32_t)(ba >> 32))), pid_dev, ro.cpu);
 			nrec++;
 		}
 		ro.len = (size_t)(p - ro.o->buf);
-		last = time;
-		w_next = time + 1;
-		pos++;
-	} while (pos != end && r->ev[pos % RING_EVENTS].stamp <= next);
+		lo = time + 1;
+		w_stamp = stamp;
+		if (++pos == end)
+			break;
+		if (unlikely(++s == r->ev + RING_EVENTS))
+			s = r->ev;
+		stamp = s->stamp;
+	} while (stamp <= next);
 	ro.o->len = ro.len;
 	t->seq[ro.cpu] = ro.seq;
-	r->w_stamp = stamp;
-	r->w_next = w_next;
-	t->last_time = last;
+	r->w_stamp = w_stamp;
+	r->w_next = lo;
+	t->last_time = lo - 1;
 	t->nr_written += nrec;
 	t->pos[i] = pos;
 }
