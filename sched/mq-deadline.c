@@ -434,22 +434,27 @@ static inline struct dl_prio_queue *dl_pq_of(struct dl_hctx_queue *hq, const str
 
 /*
  * The requests of one dl_insert_runs() and their order: @rq and @sector in
- * list order; dl_sort() chains the list indices in ascending sector order
- * into buckets (@used: the buckets holding any, @head: a bucket's first
- * index, @next: an index's successor in its bucket, DL_SORT_END at the
- * end), which dl_fill_run() walks, or flattens into @ord.
+ * list order, with one more entry past the list's (sector UINT64_MAX, a
+ * sentinel for dl_fill_run()); dl_sort() puts the list indices into @ord
+ * by the bucket of their sectors (@bucket: per index; @cnt: per bucket,
+ * the requests in it, then where the next goes in @ord), requests sharing
+ * a bucket in list order.
  */
+#define DL_SORT_BITS 7
+#define DL_SORT_BUCKETS (1u << DL_SORT_BITS)
+
 struct dl_sort {
-	struct rq_request *rq[DL_RUN_MAX];
-	uint64_t sector[DL_RUN_MAX];
-	uint64_t used;
-	uint8_t head[64];
-	uint8_t next[DL_RUN_MAX];
-	uint8_t ord[DL_RUN_MAX];
+	struct rq_request *rq[DL_RUN_MAX + 1];
+	uint64_t sector[DL_RUN_MAX + 1];
+	uint8_t bucket[DL_RUN_MAX];
+	uint8_t ord[DL_RUN_MAX + 1];
+	union {
+		uint8_t b[DL_SORT_BUCKETS];
+		uint64_t w[DL_SORT_BUCKETS / 8];
+	} cnt;
 };
 
-#define DL_SORT_END UINT8_MAX /* end of a bucket's chain */
-_Static_assert(DL_RUN_MAX < DL_SORT_END, "a list index fits a chain link");
+_Static_assert(DL_RUN_MAX < 255, "a list index and a bucket's count fit a byte");
 
 /* Record @rq, with start sector @sector, as entry @i of @pq's @run. */
 static inline void dl_run_set(struct dl_run *run, struct dl_prio_queue *pq, unsigned i,
@@ -476,33 +481,41 @@ static void dl_run_grow(struct dl_hctx_queue *hq, struct dl_prio_queue *pq, enum
 }
 
 /*
- * Put the @n requests of @s, in sector order (walking dl_sort()'s
- * chains), into the empty run of @pq and @dir, with FIFO deadline @due.
- * They must neither overlap nor touch: false (the run still empty, the
- * requests unmarked) when they do.  Lock held.
+ * Put the @n requests of @s into the empty run of @pq and @dir in the
+ * order of @s->ord, with FIFO deadline @due, but each time the smaller of
+ * the next in @ord and the larger one held back from before (one pass of
+ * a bubble sort: two requests sharing a bucket come out in sector order
+ * whatever their list order).  No branch depends on the sectors.  The
+ * requests must then ascend and neither overlap nor touch: false when
+ * they do not (the run still empty; entries and requests written, which
+ * the caller's next fill or the tree path overwrites).  Lock held.
  */
 static bool dl_fill_run(struct dl_hctx_queue *hq, struct dl_prio_queue *pq, enum dl_dir dir,
 			const struct dl_sort *s, unsigned n, uint64_t due)
 {
 	struct dl_run *run = &pq->run[dir];
+	struct rq_request *held = s->rq[s->ord[0]];
+	uint64_t held_sector = s->sector[s->ord[0]];
 	uint64_t lim = 0; /* one past the end of the last one: the next must start after */
-	unsigned m = 0;
+	bool bad = false;
 
-	for (uint64_t used = s->used; used; used &= used - 1) {
-		for (unsigned k = s->head[__builtin_ctzll(used)]; k != DL_SORT_END; k = s->next[k]) {
-			struct rq_request *rq = s->rq[k];
-			uint64_t sector = s->sector[k];
+	for (unsigned m = 0; m < n; m++) {
+		unsigned k = s->ord[m + 1];
+		struct rq_request *rq = s->rq[k], *out;
+		uint64_t sector = s->sector[k], out_sector;
+		bool lower = sector < held_sector;
 
-			if (sector < lim) {
-				while (m--)
-					run->rq[m]->elv_priv[0] = NULL;
-				return false;
-			}
-			lim = sector + rq_request_sectors(rq) + 1;
-			rq->fifo_time = due;
-			dl_run_set(run, pq, m++, rq, sector);
-		}
+		out = lower ? rq : held;
+		out_sector = lower ? sector : held_sector;
+		held = lower ? held : rq;
+		held_sector = lower ? held_sector : sector;
+		bad |= out_sector < lim;
+		lim = out_sector + rq_request_sectors(out) + 1;
+		out->fifo_time = due;
+		dl_run_set(run, pq, m, out, out_sector);
 	}
+	if (bad)
+		return false;
 	dl_run_grow(hq, pq, dir, 0, n);
 	return true;
 }
@@ -518,46 +531,64 @@ static void dl_append_run(struct dl_hctx_queue *hq, struct dl_prio_queue *pq, en
 }
 
 /*
- * Chain the @n (at most DL_RUN_MAX) list indices of @s in ascending order
- * of their sectors, which lie in [@lo, @hi] (equal sectors in either
- * order: such requests overlap and make no run).  A bucket sort: the span
- * is cut into at most 64 buckets of a power of two sectors each, a bucket
- * keeps its indices on a chain in sector order (a chain is rarely longer
- * than one), @s->used says which buckets hold any.
+ * Put the @n (at most DL_RUN_MAX) list indices of @s into @s->ord by
+ * bucket of their sectors, which lie in [@lo, @hi]: the span is cut into
+ * DL_SORT_BUCKETS buckets of a power of two sectors each, and a counting
+ * sort (count per bucket, prefix sums, scatter) orders the buckets; within
+ * a bucket the list order stays.  No branch depends on the sectors (a
+ * random plug's sort used to mispredict about once per request).  Also
+ * sets the sentinel after the list's entries.
  */
 static void dl_sort(struct dl_sort *s, unsigned n, uint64_t lo, uint64_t hi)
 {
-	uint64_t span = hi - lo, used = 0;
-	unsigned shift = 0;
+	uint64_t span = hi - lo;
+	unsigned shift = 0, carry = 0;
 
-	if (span >> 6)
-		shift = 64 - (unsigned)__builtin_clzll(span) - 6;
+	if (span >> DL_SORT_BITS)
+		shift = 64 - (unsigned)__builtin_clzll(span) - DL_SORT_BITS;
+	memset(&s->cnt, 0, sizeof(s->cnt));
 	for (unsigned i = 0; i < n; i++) {
-		uint64_t sector = s->sector[i];
-		unsigned b = (unsigned)((sector - lo) >> shift);
-		uint8_t *p = &s->head[b];
+		unsigned b = (unsigned)((s->sector[i] - lo) >> shift);
 
-		if (used & (1ull << b)) {
-			while (*p != DL_SORT_END && s->sector[*p] < sector)
-				p = &s->next[*p];
-			s->next[i] = *p;
-		} else {
-			s->next[i] = DL_SORT_END;
-			used |= 1ull << b;
-		}
-		*p = (uint8_t)i;
+		s->bucket[i] = (uint8_t)b;
+		s->cnt.b[b]++;
 	}
-	s->used = used;
+	/* each bucket's count becomes the place of its first request */
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+	for (unsigned w = 0; w < DL_SORT_BUCKETS / 8; w++) {
+		/* bytes: a word times 0x01..01 sums each byte with those below it */
+		uint64_t sums = s->cnt.w[w] * 0x0101010101010101ull;
+
+		s->cnt.w[w] = (sums << 8) + carry * 0x0101010101010101ull;
+		carry += (unsigned)(sums >> 56);
+	}
+#else
+	for (unsigned b = 0; b < DL_SORT_BUCKETS; b++) {
+		unsigned c = s->cnt.b[b];
+
+		s->cnt.b[b] = (uint8_t)carry;
+		carry += c;
+	}
+#endif
+	for (unsigned i = 0; i < n; i++)
+		s->ord[s->cnt.b[s->bucket[i]]++] = (uint8_t)i;
+	s->ord[n] = (uint8_t)n;
+	s->sector[n] = UINT64_MAX;
+	s->rq[n] = NULL;
 }
 
-/* Flatten dl_sort()'s chains of @s into @s->ord. */
-static void dl_sort_order(struct dl_sort *s)
+/* Finish @s->ord's sort by sector (insertion sort: it is nearly sorted). */
+static void dl_sort_exact(struct dl_sort *s, unsigned n)
 {
-	unsigned m = 0;
+	for (unsigned i = 1; i < n; i++) {
+		uint8_t k = s->ord[i];
+		uint64_t sector = s->sector[k];
+		unsigned j = i;
 
-	for (uint64_t used = s->used; used; used &= used - 1)
-		for (unsigned i = s->head[__builtin_ctzll(used)]; i != DL_SORT_END; i = s->next[i])
-			s->ord[m++] = (uint8_t)i;
+		for (; j && s->sector[s->ord[j - 1]] > sector; j--)
+			s->ord[j] = s->ord[j - 1];
+		s->ord[j] = k;
+	}
 }
 
 /*
@@ -604,11 +635,16 @@ static bool dl_insert_runs(struct dl_data *dd, struct dl_hctx_queue *hq,
 	dl_sort(&s, n, lo, hi);
 	if (!mixed) {
 		enum dl_dir dir = dl_dir_of(s.rq[0]->op);
+		struct dl_prio_queue *pq = dl_pq_of(hq, s.rq[0]);
 
-		if (!dl_fill_run(hq, dl_pq_of(hq, s.rq[0]), dir, &s, n, due[dir]))
-			return false;
+		/* a bucket of three or more out of order, or an overlap */
+		if (!dl_fill_run(hq, pq, dir, &s, n, due[dir])) {
+			dl_sort_exact(&s, n);
+			if (!dl_fill_run(hq, pq, dir, &s, n, due[dir]))
+				return false;
+		}
 	} else {
-		dl_sort_order(&s);
+		dl_sort_exact(&s, n);
 		for (unsigned i = 0; i < n; i++) {
 			rq = s.rq[s.ord[i]];
 			if (i && rq->sector <= end)
