@@ -234,6 +234,9 @@ struct dl_clock {
  * @run_first: the first mergeable request of the list the runs were made
  *	from, while it is still in a run: the one the kernel, inserting one by
  *	one, would have made the one-hit merge cache.
+ * @run_first_run: the run @run_first was put in, and @run_first_bit its
+ *	entry's bit there (a streak clears @run_first without a branch on
+ *	which entries it took).
  */
 struct dl_hctx_queue {
 	struct dl_lock lock;
@@ -244,6 +247,8 @@ struct dl_hctx_queue {
 	unsigned starved;
 	unsigned nr_runs;
 	struct rq_request *run_first;
+	const struct dl_run *run_first_run;
+	uint64_t run_first_bit;
 	struct dl_prio_queue prio[DL_NR_PRIOS];
 } rq_cacheline_aligned;
 
@@ -700,8 +705,12 @@ static bool dl_insert_runs(struct dl_data *dd, struct dl_hctx_queue *hq,
 			dl_append_run(hq, dl_pq_of(hq, rq), dir, rq);
 		}
 	}
-	/* the FIFOs in arrival order */
 	hq->run_first = first_mergeable;
+	if (first_mergeable) {
+		hq->run_first_run = &dl_pq(first_mergeable)->run[dl_dir_of(first_mergeable->op)];
+		hq->run_first_bit = 1ull << dl_run_index(first_mergeable);
+	}
+	/* the FIFOs in arrival order */
 	if (!mixed) {
 		struct dl_prio_queue *pq = dl_pq(s.rq[0]);
 
@@ -1270,6 +1279,7 @@ static unsigned dl_run_take(struct dl_hctx_queue *hq, struct dl_prio_queue *pq, 
 	uint64_t from = ~0ull << dl_run_index(pq->next_hint[dir]);
 	uint64_t live = run->live_mask, left = live & from;
 	struct rq_request *last = NULL;
+	uint64_t first_hit;
 	unsigned n = 0;
 
 	/*
@@ -1296,10 +1306,11 @@ static unsigned dl_run_take(struct dl_hctx_queue *hq, struct dl_prio_queue *pq, 
 		return 0;
 	tail->next = list;
 	list->prev = tail;
+	/* what dl_run_del() does per entry, once; @run_first may be among them */
+	first_hit = hq->run_first_run == run ? hq->run_first_bit : 0;
+	first_hit &= live & from & ~left;
+	hq->run_first = first_hit ? NULL : hq->run_first;
 	live = (live & ~from) | left;
-	/* what dl_run_del() does per entry, once */
-	if (hq->run_first && !hq->run_first->elv_priv[0])
-		hq->run_first = NULL;
 	pq->latest_pos[dir] = last->sector;
 	run->live_mask = live;
 	run->live -= n;
