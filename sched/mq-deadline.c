@@ -1309,7 +1309,7 @@ static unsigned dl_run_take(struct dl_hctx_queue *hq, struct dl_prio_queue *pq, 
 	/* what dl_run_del() does per entry, once; @run_first may be among them */
 	first_hit = hq->run_first_run == run ? hq->run_first_bit : 0;
 	first_hit &= live & from & ~left;
-	hq->run_first = (struct rq_request *)((uintptr_t)hq->run_first & -(uintptr_t)!first_hit);
+	hq->run_first = first_hit ? NULL : hq->run_first;
 	live = (live & ~from) | left;
 	pq->latest_pos[dir] = last->sector;
 	run->live_mask = live;
