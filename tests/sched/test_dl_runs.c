@@ -251,6 +251,19 @@ static void drain(struct side *s, unsigned step)
 	}
 }
 
+/* Both devices got the same bios, each ended exactly once; free them. */
+static void sides_finish(struct side *s)
+{
+	assert_int_equal(s[0].nr, s[1].nr);
+	for (unsigned k = 0; k < 2; k++) {
+		for (unsigned i = 0; i < s[k].nr; i++)
+			assert_int_equal(fx_done(&s[k].recs[i]), 1);
+		mock_destroy(s[k].m);
+		fx_put(s[k].recs, s[k].nr);
+		free(s[k].recs);
+	}
+}
+
 static void run_script(uint64_t seed)
 {
 	struct side s[2];
@@ -319,14 +332,7 @@ static void run_script(uint64_t seed)
 	drain(s, STEPS);
 	expect_same_dispatch(&s[0], &s[1], STEPS);
 	assert_int_equal(mock_nr_held(s[1].m), 0);
-	assert_int_equal(s[0].nr, s[1].nr);
-	for (unsigned k = 0; k < 2; k++) {
-		for (unsigned i = 0; i < s[k].nr; i++)
-			assert_int_equal(fx_done(&s[k].recs[i]), 1);
-		mock_destroy(s[k].m);
-		fx_put(s[k].recs, s[k].nr);
-		free(s[k].recs);
-	}
+	sides_finish(s);
 	print_message("seed %llu: %u bios\n", (unsigned long long)seed, s[0].nr);
 }
 
@@ -401,14 +407,7 @@ static void test_run_sort_buckets(void **state)
 		plug_both(s, four_mixed, 8, RQ_IOPRIO_CLASS_RT << RQ_IOPRIO_CLASS_SHIFT);
 		plug_both(s, three_reversed, 6, RQ_IOPRIO_CLASS_IDLE << RQ_IOPRIO_CLASS_SHIFT);
 	}
-	assert_int_equal(s[0].nr, s[1].nr);
-	for (unsigned k = 0; k < 2; k++) {
-		for (unsigned i = 0; i < s[k].nr; i++)
-			assert_int_equal(fx_done(&s[k].recs[i]), 1);
-		mock_destroy(s[k].m);
-		fx_put(s[k].recs, s[k].nr);
-		free(s[k].recs);
-	}
+	sides_finish(s);
 }
 
 /* Several seeds, so that runs meet every path at least once. */
