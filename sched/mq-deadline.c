@@ -67,7 +67,6 @@
 #include <errno.h>
 #include <limits.h>
 #include <sched.h>
-#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -108,25 +107,18 @@
 /* ------------------------------------------------------- data structures */
 
 /*
- * struct dl_lock - the lock of one hardware queue's state: a test-and-set
- * word standing for the kernel's dd->lock spinlock.  Taking it is one
- * atomic and dropping it a store, where a mutex costs an atomic each way
- * (two sections a plug: the insert and the dispatch).  A waiter spins a
- * while, then yields, so a holder the kernel preempted gets the CPU back;
- * nothing done under it blocks.
+ * The lock of one hardware queue's state is the library's test-and-set
+ * spinlock (rq_spinlock_t), standing for the kernel's dd->lock: taking it
+ * is one atomic and dropping it a store, where a mutex costs an atomic
+ * each way (two sections a plug: the insert and the dispatch).  A waiter
+ * spins a while, then yields, so a holder the kernel preempted gets the
+ * CPU back; nothing done under it blocks.
  */
-struct dl_lock {
-	atomic_int v;
-};
-
 #define DL_LOCK_SPINS 128 /* pauses before a waiter starts yielding */
 
-static __attribute__((noinline)) void dl_lock_slow(struct dl_lock *l)
+static __attribute__((noinline)) void dl_lock_wait(rq_spinlock_t *l)
 {
-	for (unsigned spins = 0;; spins++) {
-		if (!atomic_load_explicit(&l->v, memory_order_relaxed) &&
-		    !atomic_exchange_explicit(&l->v, 1, memory_order_acquire))
-			return;
+	for (unsigned spins = 0; !rq_spin_trylock(l); spins++) {
 		if (spins < DL_LOCK_SPINS)
 			cpu_relax();
 		else
@@ -134,16 +126,10 @@ static __attribute__((noinline)) void dl_lock_slow(struct dl_lock *l)
 	}
 }
 
-static inline void dl_lock(struct dl_lock *l)
+static inline void dl_lock(rq_spinlock_t *l)
 {
-	if (likely(!atomic_exchange_explicit(&l->v, 1, memory_order_acquire)))
-		return;
-	dl_lock_slow(l);
-}
-
-static inline void dl_unlock(struct dl_lock *l)
-{
-	atomic_store_explicit(&l->v, 0, memory_order_release);
+	if (unlikely(!rq_spin_trylock(l)))
+		dl_lock_wait(l);
 }
 
 enum dl_dir {
@@ -239,7 +225,7 @@ struct dl_clock {
  *	which entries it took).
  */
 struct dl_hctx_queue {
-	struct dl_lock lock;
+	rq_spinlock_t lock;
 	struct rq_list_node dispatch;
 	unsigned nr_queued;
 	enum dl_dir last_dir;
@@ -908,7 +894,7 @@ static int dl_init_sched(struct rq_queue *q, void **data)
 	for (unsigned h = 0; h < dd->nr_hw; h++) {
 		struct dl_hctx_queue *hq = &dd->hqs[h];
 
-		atomic_init(&hq->lock.v, 0);
+		rq_spin_init(&hq->lock);
 		rq_list_init(&hq->dispatch);
 		for (unsigned p = 0; p < DL_NR_PRIOS; p++) {
 			hq->prio[p].hq = hq;
@@ -1004,7 +990,7 @@ static __attribute__((noinline)) bool dl_bio_merge_locked(struct rq_queue *q, st
 	if (hq->nr_runs)
 		dl_materialise(dd, hq);
 	merged = rq_sched_try_merge(q, bio, nr_segs, &free_rq);
-	dl_unlock(&hq->lock);
+	rq_spin_unlock(&hq->lock);
 	if (free_rq)
 		rq_sched_free_request(free_rq);
 	return merged;
@@ -1149,11 +1135,11 @@ static void dl_insert_requests(struct rq_hw_ctx *hctx, struct rq_list_node *list
 			RQ_CONTAINER_OF(it, struct rq_request, queuelist)->elv_priv[0] = NULL;
 		rq_list_splice_init(list, &hq->dispatch);
 		dl_count(hq, (int)n);
-		dl_unlock(&hq->lock);
+		rq_spin_unlock(&hq->lock);
 		return;
 	}
 	if (DL_USE_RUNS && dl_insert_runs(dd, hq, list, now)) {
-		dl_unlock(&hq->lock);
+		rq_spin_unlock(&hq->lock);
 		return;
 	}
 	if (hq->nr_runs)
@@ -1165,7 +1151,7 @@ static void dl_insert_requests(struct rq_hw_ctx *hctx, struct rq_list_node *list
 			continue;
 		dl_add(dd, rq, now);
 	}
-	dl_unlock(&hq->lock);
+	rq_spin_unlock(&hq->lock);
 	while ((rq = rq_list_first_rq(&free_list))) {
 		rq_list_del_init(&rq->queuelist);
 		rq_sched_free_request(rq);
@@ -1244,7 +1230,7 @@ static struct rq_request *dl_dispatch_request(struct rq_hw_ctx *hctx)
 		return NULL;
 	dl_lock(&hq->lock);
 	rq = dl_dispatch_locked(dd, hq, &clk);
-	dl_unlock(&hq->lock);
+	rq_spin_unlock(&hq->lock);
 	return rq;
 }
 
@@ -1425,7 +1411,7 @@ static unsigned dl_dispatch_requests(struct rq_hw_ctx *hctx, struct rq_list_node
 		rq_list_add_tail(&rq->queuelist, list);
 		n++;
 	}
-	dl_unlock(&hq->lock);
+	rq_spin_unlock(&hq->lock);
 	return n;
 }
 
