@@ -1306,11 +1306,13 @@ static void sched_put_tags(struct rq_tags *tags, unsigned cpu, struct dispatch_t
  * moved to the last one's rq_next, which is left for the caller to end.
  * Return: false if a request got no tag.
  */
-static bool sched_tag_pulled(struct rq_hw_ctx *hctx, struct rq_list_node *pulled,
-			     struct dispatch_tags *dt, struct rq_request ***tail)
+static __attribute__((noinline)) bool sched_tag_pulled(struct rq_hw_ctx *hctx,
+						       struct rq_list_node *pulled,
+						       struct dispatch_tags *dt,
+						       struct rq_request ***tail)
 {
 	struct rq_tags *tags = hctx->tags;
-	struct rq_request **rqs = tags->rqs;
+	struct rq_request **rqs = tags->rqs, **link = *tail;
 	unsigned w = 0, base = dt->nr ? tags->nr_reserved + dt->off[0] : 0;
 	unsigned long b = dt->nr ? dt->bits[0] : 0;
 	bool ok = true;
@@ -1320,16 +1322,16 @@ static bool sched_tag_pulled(struct rq_hw_ctx *hctx, struct rq_list_node *pulled
 
 		next = it->next;
 		rq_list_init(it);
-		**tail = rq;
-		*tail = &rq->rq_next;
+		*link = rq;
+		link = &rq->rq_next;
 		if (rq->tag >= 0)
 			continue;
-		if (!b && w + 1 < dt->nr) { /* this word is used up: the next */
+		if (unlikely(!b) && w + 1 < dt->nr) { /* this word is used up: the next */
 			dt->bits[w++] = 0;
 			b = dt->bits[w];
 			base = tags->nr_reserved + dt->off[w];
 		}
-		if (b && rq->hctx == hctx) {
+		if (likely(b && rq->hctx == hctx)) {
 			unsigned tag = base + (unsigned)__builtin_ctzl(b);
 
 			b &= b - 1;
@@ -1339,6 +1341,7 @@ static bool sched_tag_pulled(struct rq_hw_ctx *hctx, struct rq_list_node *pulled
 			ok = false;
 		}
 	}
+	*tail = link;
 	if (dt->nr)
 		dt->bits[w] = b;
 	return ok;

@@ -66,7 +66,7 @@
  */
 #include <errno.h>
 #include <limits.h>
-#include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -105,6 +105,32 @@
 #define NSEC_PER_MSEC 1000000ull
 
 /* ------------------------------------------------------- data structures */
+
+/*
+ * The lock of one hardware queue's state is the library's test-and-set
+ * spinlock (rq_spinlock_t), standing for the kernel's dd->lock: taking it
+ * is one atomic and dropping it a store, where a mutex costs an atomic
+ * each way (two sections a plug: the insert and the dispatch).  A waiter
+ * spins a while, then yields, so a holder the kernel preempted gets the
+ * CPU back; nothing done under it blocks.
+ */
+#define DL_LOCK_SPINS 128 /* pauses before a waiter starts yielding */
+
+static __attribute__((noinline)) void dl_lock_wait(rq_spinlock_t *l)
+{
+	for (unsigned spins = 0; !rq_spin_trylock(l); spins++) {
+		if (spins < DL_LOCK_SPINS)
+			cpu_relax();
+		else
+			sched_yield();
+	}
+}
+
+static inline void dl_lock(rq_spinlock_t *l)
+{
+	if (unlikely(!rq_spin_trylock(l)))
+		dl_lock_wait(l);
+}
 
 enum dl_dir {
 	DL_READ,
@@ -194,9 +220,12 @@ struct dl_clock {
  * @run_first: the first mergeable request of the list the runs were made
  *	from, while it is still in a run: the one the kernel, inserting one by
  *	one, would have made the one-hit merge cache.
+ * @run_first_run: the run @run_first was put in, and @run_first_bit its
+ *	entry's bit there (a streak clears @run_first without a branch on
+ *	which entries it took).
  */
 struct dl_hctx_queue {
-	pthread_mutex_t lock;
+	rq_spinlock_t lock;
 	struct rq_list_node dispatch;
 	unsigned nr_queued;
 	enum dl_dir last_dir;
@@ -204,6 +233,8 @@ struct dl_hctx_queue {
 	unsigned starved;
 	unsigned nr_runs;
 	struct rq_request *run_first;
+	const struct dl_run *run_first_run;
+	uint64_t run_first_bit;
 	struct dl_prio_queue prio[DL_NR_PRIOS];
 } rq_cacheline_aligned;
 
@@ -434,22 +465,27 @@ static inline struct dl_prio_queue *dl_pq_of(struct dl_hctx_queue *hq, const str
 
 /*
  * The requests of one dl_insert_runs() and their order: @rq and @sector in
- * list order; dl_sort() chains the list indices in ascending sector order
- * into buckets (@used: the buckets holding any, @head: a bucket's first
- * index, @next: an index's successor in its bucket, DL_SORT_END at the
- * end), which dl_fill_run() walks, or flattens into @ord.
+ * list order, with one more entry past the list's (sector UINT64_MAX, a
+ * sentinel for dl_fill_run()); dl_sort() puts the list indices into @ord
+ * by the bucket of their sectors (@bucket: per index; @cnt: per bucket,
+ * the requests in it, then where the next goes in @ord), requests sharing
+ * a bucket in list order.
  */
+#define DL_SORT_BITS 7
+#define DL_SORT_BUCKETS (1u << DL_SORT_BITS)
+
 struct dl_sort {
-	struct rq_request *rq[DL_RUN_MAX];
-	uint64_t sector[DL_RUN_MAX];
-	uint64_t used;
-	uint8_t head[64];
-	uint8_t next[DL_RUN_MAX];
-	uint8_t ord[DL_RUN_MAX];
+	struct rq_request *rq[DL_RUN_MAX + 1];
+	uint64_t sector[DL_RUN_MAX + 1];
+	uint8_t bucket[DL_RUN_MAX];
+	uint8_t ord[DL_RUN_MAX + 1];
+	union {
+		uint8_t b[DL_SORT_BUCKETS];
+		uint64_t w[DL_SORT_BUCKETS / 8];
+	} cnt;
 };
 
-#define DL_SORT_END UINT8_MAX /* end of a bucket's chain */
-_Static_assert(DL_RUN_MAX < DL_SORT_END, "a list index fits a chain link");
+_Static_assert(DL_RUN_MAX < 255, "a list index and a bucket's count fit a byte");
 
 /* Record @rq, with start sector @sector, as entry @i of @pq's @run. */
 static inline void dl_run_set(struct dl_run *run, struct dl_prio_queue *pq, unsigned i,
@@ -476,33 +512,41 @@ static void dl_run_grow(struct dl_hctx_queue *hq, struct dl_prio_queue *pq, enum
 }
 
 /*
- * Put the @n requests of @s, in sector order (walking dl_sort()'s
- * chains), into the empty run of @pq and @dir, with FIFO deadline @due.
- * They must neither overlap nor touch: false (the run still empty, the
- * requests unmarked) when they do.  Lock held.
+ * Put the @n requests of @s into the empty run of @pq and @dir in the
+ * order of @s->ord, with FIFO deadline @due, but each time the smaller of
+ * the next in @ord and the larger one held back from before (one pass of
+ * a bubble sort: two requests sharing a bucket come out in sector order
+ * whatever their list order).  No branch depends on the sectors.  The
+ * requests must then ascend and neither overlap nor touch: false when
+ * they do not (the run still empty; entries and requests written, which
+ * the caller's next fill or the tree path overwrites).  Lock held.
  */
 static bool dl_fill_run(struct dl_hctx_queue *hq, struct dl_prio_queue *pq, enum dl_dir dir,
 			const struct dl_sort *s, unsigned n, uint64_t due)
 {
 	struct dl_run *run = &pq->run[dir];
+	struct rq_request *held = s->rq[s->ord[0]];
+	uint64_t held_sector = s->sector[s->ord[0]];
 	uint64_t lim = 0; /* one past the end of the last one: the next must start after */
-	unsigned m = 0;
+	bool bad = false;
 
-	for (uint64_t used = s->used; used; used &= used - 1) {
-		for (unsigned k = s->head[__builtin_ctzll(used)]; k != DL_SORT_END; k = s->next[k]) {
-			struct rq_request *rq = s->rq[k];
-			uint64_t sector = s->sector[k];
+	for (unsigned m = 0; m < n; m++) {
+		unsigned k = s->ord[m + 1];
+		struct rq_request *rq = s->rq[k], *out;
+		uint64_t sector = s->sector[k], out_sector;
+		bool lower = sector < held_sector;
 
-			if (sector < lim) {
-				while (m--)
-					run->rq[m]->elv_priv[0] = NULL;
-				return false;
-			}
-			lim = sector + rq_request_sectors(rq) + 1;
-			rq->fifo_time = due;
-			dl_run_set(run, pq, m++, rq, sector);
-		}
+		out = lower ? rq : held;
+		out_sector = lower ? sector : held_sector;
+		held = lower ? held : rq;
+		held_sector = lower ? held_sector : sector;
+		bad |= out_sector < lim;
+		lim = out_sector + rq_request_sectors(out) + 1;
+		out->fifo_time = due;
+		dl_run_set(run, pq, m, out, out_sector);
 	}
+	if (bad)
+		return false;
 	dl_run_grow(hq, pq, dir, 0, n);
 	return true;
 }
@@ -518,46 +562,64 @@ static void dl_append_run(struct dl_hctx_queue *hq, struct dl_prio_queue *pq, en
 }
 
 /*
- * Chain the @n (at most DL_RUN_MAX) list indices of @s in ascending order
- * of their sectors, which lie in [@lo, @hi] (equal sectors in either
- * order: such requests overlap and make no run).  A bucket sort: the span
- * is cut into at most 64 buckets of a power of two sectors each, a bucket
- * keeps its indices on a chain in sector order (a chain is rarely longer
- * than one), @s->used says which buckets hold any.
+ * Put the @n (at most DL_RUN_MAX) list indices of @s into @s->ord by
+ * bucket of their sectors, which lie in [@lo, @hi]: the span is cut into
+ * DL_SORT_BUCKETS buckets of a power of two sectors each, and a counting
+ * sort (count per bucket, prefix sums, scatter) orders the buckets; within
+ * a bucket the list order stays.  No branch depends on the sectors (a
+ * random plug's sort used to mispredict about once per request).  Also
+ * sets the sentinel after the list's entries.
  */
 static void dl_sort(struct dl_sort *s, unsigned n, uint64_t lo, uint64_t hi)
 {
-	uint64_t span = hi - lo, used = 0;
-	unsigned shift = 0;
+	uint64_t span = hi - lo;
+	unsigned shift = 0, carry = 0;
 
-	if (span >> 6)
-		shift = 64 - (unsigned)__builtin_clzll(span) - 6;
+	if (span >> DL_SORT_BITS)
+		shift = 64 - (unsigned)__builtin_clzll(span) - DL_SORT_BITS;
+	memset(&s->cnt, 0, sizeof(s->cnt));
 	for (unsigned i = 0; i < n; i++) {
-		uint64_t sector = s->sector[i];
-		unsigned b = (unsigned)((sector - lo) >> shift);
-		uint8_t *p = &s->head[b];
+		unsigned b = (unsigned)((s->sector[i] - lo) >> shift);
 
-		if (used & (1ull << b)) {
-			while (*p != DL_SORT_END && s->sector[*p] < sector)
-				p = &s->next[*p];
-			s->next[i] = *p;
-		} else {
-			s->next[i] = DL_SORT_END;
-			used |= 1ull << b;
-		}
-		*p = (uint8_t)i;
+		s->bucket[i] = (uint8_t)b;
+		s->cnt.b[b]++;
 	}
-	s->used = used;
+	/* each bucket's count becomes the place of its first request */
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+	for (unsigned w = 0; w < DL_SORT_BUCKETS / 8; w++) {
+		/* bytes: a word times 0x01..01 sums each byte with those below it */
+		uint64_t sums = s->cnt.w[w] * 0x0101010101010101ull;
+
+		s->cnt.w[w] = (sums << 8) + carry * 0x0101010101010101ull;
+		carry += (unsigned)(sums >> 56);
+	}
+#else
+	for (unsigned b = 0; b < DL_SORT_BUCKETS; b++) {
+		unsigned c = s->cnt.b[b];
+
+		s->cnt.b[b] = (uint8_t)carry;
+		carry += c;
+	}
+#endif
+	for (unsigned i = 0; i < n; i++)
+		s->ord[s->cnt.b[s->bucket[i]]++] = (uint8_t)i;
+	s->ord[n] = (uint8_t)n;
+	s->sector[n] = UINT64_MAX;
+	s->rq[n] = NULL;
 }
 
-/* Flatten dl_sort()'s chains of @s into @s->ord. */
-static void dl_sort_order(struct dl_sort *s)
+/* Finish @s->ord's sort by sector (insertion sort: it is nearly sorted). */
+static void dl_sort_exact(struct dl_sort *s, unsigned n)
 {
-	unsigned m = 0;
+	for (unsigned i = 1; i < n; i++) {
+		uint8_t k = s->ord[i];
+		uint64_t sector = s->sector[k];
+		unsigned j = i;
 
-	for (uint64_t used = s->used; used; used &= used - 1)
-		for (unsigned i = s->head[__builtin_ctzll(used)]; i != DL_SORT_END; i = s->next[i])
-			s->ord[m++] = (uint8_t)i;
+		for (; j && s->sector[s->ord[j - 1]] > sector; j--)
+			s->ord[j] = s->ord[j - 1];
+		s->ord[j] = k;
+	}
 }
 
 /*
@@ -604,11 +666,16 @@ static bool dl_insert_runs(struct dl_data *dd, struct dl_hctx_queue *hq,
 	dl_sort(&s, n, lo, hi);
 	if (!mixed) {
 		enum dl_dir dir = dl_dir_of(s.rq[0]->op);
+		struct dl_prio_queue *pq = dl_pq_of(hq, s.rq[0]);
 
-		if (!dl_fill_run(hq, dl_pq_of(hq, s.rq[0]), dir, &s, n, due[dir]))
-			return false;
+		/* a bucket of three or more out of order, or an overlap */
+		if (!dl_fill_run(hq, pq, dir, &s, n, due[dir])) {
+			dl_sort_exact(&s, n);
+			if (!dl_fill_run(hq, pq, dir, &s, n, due[dir]))
+				return false;
+		}
 	} else {
-		dl_sort_order(&s);
+		dl_sort_exact(&s, n);
 		for (unsigned i = 0; i < n; i++) {
 			rq = s.rq[s.ord[i]];
 			if (i && rq->sector <= end)
@@ -624,8 +691,12 @@ static bool dl_insert_runs(struct dl_data *dd, struct dl_hctx_queue *hq,
 			dl_append_run(hq, dl_pq_of(hq, rq), dir, rq);
 		}
 	}
-	/* the FIFOs in arrival order */
 	hq->run_first = first_mergeable;
+	if (first_mergeable) {
+		hq->run_first_run = &dl_pq(first_mergeable)->run[dl_dir_of(first_mergeable->op)];
+		hq->run_first_bit = 1ull << dl_run_index(first_mergeable);
+	}
+	/* the FIFOs in arrival order */
 	if (!mixed) {
 		struct dl_prio_queue *pq = dl_pq(s.rq[0]);
 
@@ -809,7 +880,6 @@ static int dl_init_sched(struct rq_queue *q, void **data)
 {
 	struct dl_data *dd = mem_alloc_aligned(RQ_CACHELINE, sizeof(*dd));
 	unsigned nr_hw = rq_queue_nr_hw_queues(q);
-	pthread_mutexattr_t attr;
 
 	if (!dd)
 		return -ENOMEM;
@@ -821,12 +891,10 @@ static int dl_init_sched(struct rq_queue *q, void **data)
 		return -ENOMEM;
 	}
 	memset(dd->hqs, 0, dd->nr_hw * sizeof(*dd->hqs));
-	pthread_mutexattr_init(&attr);
-	pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ADAPTIVE_NP);
 	for (unsigned h = 0; h < dd->nr_hw; h++) {
 		struct dl_hctx_queue *hq = &dd->hqs[h];
 
-		pthread_mutex_init(&hq->lock, &attr);
+		rq_spin_init(&hq->lock);
 		rq_list_init(&hq->dispatch);
 		for (unsigned p = 0; p < DL_NR_PRIOS; p++) {
 			hq->prio[p].hq = hq;
@@ -843,7 +911,6 @@ static int dl_init_sched(struct rq_queue *q, void **data)
 		hq->batching = 0;
 		hq->starved = 0;
 	}
-	pthread_mutexattr_destroy(&attr);
 
 	dd->q = q;
 	dd->read_expire_ms = DL_READ_EXPIRE_MS;
@@ -867,8 +934,6 @@ static void dl_exit_sched(struct rq_queue *q, void *data)
 	struct dl_data *dd = data;
 
 	(void)q;
-	for (unsigned h = 0; h < dd->nr_hw; h++)
-		pthread_mutex_destroy(&dd->hqs[h].lock);
 	mem_free_aligned(dd->hqs, dd->nr_hw * sizeof(*dd->hqs), RQ_CACHELINE);
 	mem_free_aligned(dd, sizeof(*dd), RQ_CACHELINE);
 }
@@ -921,11 +986,11 @@ static __attribute__((noinline)) bool dl_bio_merge_locked(struct rq_queue *q, st
 	hq = dl_hq(dd, hctx);
 	if (!READ_ONCE(hq->nr_queued))
 		return false;
-	pthread_mutex_lock(&hq->lock);
+	dl_lock(&hq->lock);
 	if (hq->nr_runs)
 		dl_materialise(dd, hq);
 	merged = rq_sched_try_merge(q, bio, nr_segs, &free_rq);
-	pthread_mutex_unlock(&hq->lock);
+	rq_spin_unlock(&hq->lock);
 	if (free_rq)
 		rq_sched_free_request(free_rq);
 	return merged;
@@ -1062,7 +1127,7 @@ static void dl_insert_requests(struct rq_hw_ctx *hctx, struct rq_list_node *list
 
 	rq_list_init(&free_list);
 	now = rq_clock_ns(); /* one read for the whole list (a plug's batch) */
-	pthread_mutex_lock(&hq->lock);
+	dl_lock(&hq->lock);
 	if (flags & RQ_INSERT_AT_HEAD) {
 		unsigned n = 0;
 
@@ -1070,11 +1135,11 @@ static void dl_insert_requests(struct rq_hw_ctx *hctx, struct rq_list_node *list
 			RQ_CONTAINER_OF(it, struct rq_request, queuelist)->elv_priv[0] = NULL;
 		rq_list_splice_init(list, &hq->dispatch);
 		dl_count(hq, (int)n);
-		pthread_mutex_unlock(&hq->lock);
+		rq_spin_unlock(&hq->lock);
 		return;
 	}
 	if (DL_USE_RUNS && dl_insert_runs(dd, hq, list, now)) {
-		pthread_mutex_unlock(&hq->lock);
+		rq_spin_unlock(&hq->lock);
 		return;
 	}
 	if (hq->nr_runs)
@@ -1086,7 +1151,7 @@ static void dl_insert_requests(struct rq_hw_ctx *hctx, struct rq_list_node *list
 			continue;
 		dl_add(dd, rq, now);
 	}
-	pthread_mutex_unlock(&hq->lock);
+	rq_spin_unlock(&hq->lock);
 	while ((rq = rq_list_first_rq(&free_list))) {
 		rq_list_del_init(&rq->queuelist);
 		rq_sched_free_request(rq);
@@ -1163,9 +1228,9 @@ static struct rq_request *dl_dispatch_request(struct rq_hw_ctx *hctx)
 
 	if (!READ_ONCE(hq->nr_queued))
 		return NULL;
-	pthread_mutex_lock(&hq->lock);
+	dl_lock(&hq->lock);
 	rq = dl_dispatch_locked(dd, hq, &clk);
-	pthread_mutex_unlock(&hq->lock);
+	rq_spin_unlock(&hq->lock);
 	return rq;
 }
 
@@ -1200,6 +1265,7 @@ static unsigned dl_run_take(struct dl_hctx_queue *hq, struct dl_prio_queue *pq, 
 	uint64_t from = ~0ull << dl_run_index(pq->next_hint[dir]);
 	uint64_t live = run->live_mask, left = live & from;
 	struct rq_request *last = NULL;
+	uint64_t first_hit;
 	unsigned n = 0;
 
 	/*
@@ -1226,10 +1292,11 @@ static unsigned dl_run_take(struct dl_hctx_queue *hq, struct dl_prio_queue *pq, 
 		return 0;
 	tail->next = list;
 	list->prev = tail;
+	/* what dl_run_del() does per entry, once; @run_first may be among them */
+	first_hit = hq->run_first_run == run ? hq->run_first_bit : 0;
+	first_hit &= live & from & ~left;
+	hq->run_first = first_hit ? NULL : hq->run_first;
 	live = (live & ~from) | left;
-	/* what dl_run_del() does per entry, once */
-	if (hq->run_first && !hq->run_first->elv_priv[0])
-		hq->run_first = NULL;
 	pq->latest_pos[dir] = last->sector;
 	run->live_mask = live;
 	run->live -= n;
@@ -1336,7 +1403,7 @@ static unsigned dl_dispatch_requests(struct rq_hw_ctx *hctx, struct rq_list_node
 
 	if (!READ_ONCE(hq->nr_queued))
 		return 0;
-	pthread_mutex_lock(&hq->lock);
+	dl_lock(&hq->lock);
 	while (n < max) {
 		n += dl_dispatch_run_streak(dd, hq, list, max - n, &clk);
 		if (n == max || !(rq = dl_dispatch_locked(dd, hq, &clk)))
@@ -1344,7 +1411,7 @@ static unsigned dl_dispatch_requests(struct rq_hw_ctx *hctx, struct rq_list_node
 		rq_list_add_tail(&rq->queuelist, list);
 		n++;
 	}
-	pthread_mutex_unlock(&hq->lock);
+	rq_spin_unlock(&hq->lock);
 	return n;
 }
 
