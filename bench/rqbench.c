@@ -135,6 +135,7 @@ struct bench_thread {
 	uint64_t lat_tick;
 	uint64_t alloc_bytes;
 	uint32_t poll_ns;             /* adaptive polling budget (wait_completion) */
+	uint64_t sleeps;              /* futex sleeps in wait_completion, measured phase */
 	void *buf;
 	struct hist hist;
 	/* shared with completion threads */
@@ -537,9 +538,11 @@ static void wait_completion(struct bench_thread *t)
 		}
 		atomic_store(&t->sleeping, true);
 		seq = atomic_load(&t->wake_seq);
-		if (!atomic_load(&t->done_remote))
+		if (!atomic_load(&t->done_remote)) {
+			t->sleeps++;
 			syscall(SYS_futex, &t->wake_seq, FUTEX_WAIT_PRIVATE, seq,
 				NULL, NULL, 0);
+		}
 		atomic_store(&t->sleeping, false);
 	}
 }
@@ -715,6 +718,24 @@ static uint64_t warmup_ops(const struct opts *o, uint64_t per_thread)
 	return w;
 }
 
+/*
+ * The completion threads' side of a run (thread and timer modes): batches
+ * taken and their mean size, how many of them on the submitter's CPU,
+ * futex sleeps of the completion threads and of the submitters.
+ */
+static void ct_summary(const struct null_stats *s0, const struct null_stats *s1,
+		       uint64_t sub_sleeps)
+{
+	uint64_t batches = s1->batches - s0->batches;
+	uint64_t done = s1->completed - s0->completed;
+
+	printf("; completion: %" PRIu64 " batches of %.1f, %.0f%% colocated, %" PRIu64
+	       " sleeps; submitters slept %" PRIu64, batches,
+	       batches ? (double)done / batches : 0.0,
+	       batches ? 100.0 * (s1->colocated - s0->colocated) / batches : 0.0,
+	       s1->sleeps - s0->sleeps, sub_sleeps);
+}
+
 static void *bench_thread_fn(void *arg)
 {
 	struct bench_thread *t = arg;
@@ -731,6 +752,7 @@ static void *bench_thread_fn(void *arg)
 	pthread_barrier_wait(&b->barrier); /* warmed up */
 	pthread_barrier_wait(&b->barrier); /* main took its snapshot */
 	bytes0 = thread_alloc_bytes();
+	t->sleeps = 0;
 	run_phase(t, per_thread, true);
 	t->alloc_bytes = thread_alloc_bytes() - bytes0;
 	pthread_barrier_wait(&b->barrier); /* done */
@@ -1154,7 +1176,7 @@ int main(int argc, char **argv)
 	struct rq_queue_stats qs0, qs1;
 	struct null_stats ns0, ns1;
 	struct hist *all;
-	uint64_t t0, t1, a0, a1, ops = 0, errors = 0, abytes = 0;
+	uint64_t t0, t1, a0, a1, ops = 0, errors = 0, abytes = 0, sleeps = 0;
 	double secs, iops;
 	unsigned i, j;
 
@@ -1261,6 +1283,7 @@ int main(int argc, char **argv)
 		ops += th[i].completed;
 		errors += th[i].errors;
 		abytes += th[i].alloc_bytes;
+		sleeps += th[i].sleeps;
 		hist_merge(all, &th[i].hist);
 	}
 	if (b.o.empty)
@@ -1286,6 +1309,11 @@ int main(int argc, char **argv)
 		       hist_percentile(all, 50), hist_percentile(all, 99),
 		       hist_percentile(all, 99.9), all->max, all->count,
 		       qs1.plug_merges - qs0.plug_merges, errors);
+		if (b.o.completion != NULL_COMPLETE_INLINE)
+			printf("\"ct_batches\":%" PRIu64 ",\"ct_sleeps\":%" PRIu64
+			       ",\"ct_colocated\":%" PRIu64 ",\"submitter_sleeps\":%" PRIu64 ",",
+			       ns1.batches - ns0.batches, ns1.sleeps - ns0.sleeps,
+			       ns1.colocated - ns0.colocated, sleeps);
 		if (b.o.cdf) {
 			printf("\"cdf\":");
 			hist_cdf_json(stdout, all);
@@ -1309,6 +1337,8 @@ int main(int argc, char **argv)
 			printf("; lat ns p50 %" PRIu64 " p99 %" PRIu64 " p99.9 %" PRIu64
 			       " max %" PRIu64, hist_percentile(all, 50),
 			       hist_percentile(all, 99), hist_percentile(all, 99.9), all->max);
+		if (b.o.completion != NULL_COMPLETE_INLINE)
+			ct_summary(&ns0, &ns1, sleeps);
 		if (alloc_stats_ok)
 			printf("; allocs %" PRIu64, a1 - a0);
 		if (errors)

@@ -94,6 +94,7 @@ struct null_hq {
 	/* written by the completion thread (or queue_rq when inline) */
 	uint64_t completed __attribute__((aligned(NULL_CACHELINE)));
 	uint64_t segments;
+	uint64_t batches, sleeps, colocated; /* null_stats */
 	_Atomic uint32_t wake_seq;  /* futex word */
 	atomic_bool sleeping;
 	atomic_bool stop;
@@ -427,15 +428,18 @@ static void null_hq_queue(struct null_hq *hq, struct null_cmd *cmd, bool last)
 	}
 }
 
-/* Take everything pushed so far, oldest first; append it to the head/tail list. */
-static void null_hq_take(struct null_hq *hq, struct null_cmd **head,
+/*
+ * Take everything pushed so far, oldest first; append it to the head/tail
+ * list.  Return: whether there was anything.
+ */
+static bool null_hq_take(struct null_hq *hq, struct null_cmd **head,
 			 struct null_cmd **tail)
 {
 	struct null_cmd *list = atomic_exchange(&hq->pending, NULL);
 	struct null_cmd *rev = NULL, *first;
 
 	if (!list)
-		return;
+		return false;
 	first = list;
 	while (list) {
 		struct null_cmd *next = list->next;
@@ -450,6 +454,8 @@ static void null_hq_take(struct null_hq *hq, struct null_cmd **head,
 	else
 		*head = rev;
 	*tail = first;
+	null_count(&hq->batches, 1);
+	return true;
 }
 
 static bool null_hq_has_work(void *arg)
@@ -476,8 +482,10 @@ static void null_hq_idle(struct null_hq *hq)
 		return;
 	atomic_store(&hq->sleeping, true);
 	seq = atomic_load(&hq->wake_seq);
-	if (!atomic_load(&hq->pending) && !atomic_load(&hq->stop))
+	if (!atomic_load(&hq->pending) && !atomic_load(&hq->stop)) {
+		null_count(&hq->sleeps, 1);
 		null_futex_wait(&hq->wake_seq, seq);
+	}
 	atomic_store(&hq->sleeping, false);
 }
 
@@ -575,6 +583,7 @@ static void *null_complete_thread(void *arg)
 	bool timer = dev->cfg.completion == NULL_COMPLETE_TIMER;
 	uint64_t delay = dev->cfg.completion_nsec;
 	struct null_cmd *head = NULL, *tail = NULL, *stop;
+	bool apart = false;
 	unsigned n;
 
 	/* precise sleeps for timer mode (default slack is 50 us) */
@@ -583,7 +592,12 @@ static void *null_complete_thread(void *arg)
 		dev->cfg.thread_init();
 
 	for (;;) {
-		null_hq_take(hq, &head, &tail);
+		if (null_hq_take(hq, &head, &tail)) {
+			/* where the submitter is, looked at once per take */
+			apart = null_hq_peer_apart(hq);
+			if (!apart)
+				null_count(&hq->colocated, 1);
+		}
 		if (!head) {
 			if (atomic_load(&hq->stop))
 				break;
@@ -609,7 +623,7 @@ static void *null_complete_thread(void *arg)
 		   NULL_HANDOVER requests, so it refills while this thread ends
 		   the rest (on this CPU it would only preempt us) */
 		stop = NULL;
-		if (dev->cfg.queue_mode != NULL_Q_RQ && null_hq_peer_apart(hq))
+		if (dev->cfg.queue_mode != NULL_Q_RQ && apart)
 			for (stop = head, n = 0; stop && n < NULL_HANDOVER; n++)
 				stop = stop->next;
 		null_finish(hq, head, stop);
@@ -1094,6 +1108,9 @@ void null_get_stats(struct null_dev *dev, struct null_stats *st)
 		st->completed += null_read(&hq->completed);
 		st->segments += null_read(&hq->segments);
 		st->busy += null_read(&hq->busy);
+		st->batches += null_read(&hq->batches);
+		st->sleeps += null_read(&hq->sleeps);
+		st->colocated += null_read(&hq->colocated);
 	}
 	if (dev->cfg.memory_backed)
 		st->pages = atomic_load_explicit(&dev->store.allocated,

@@ -93,6 +93,11 @@ struct null_stats {
 	uint64_t segments;      /* data segments walked (memory-backed only) */
 	uint64_t busy;          /* RQ_STS_RESOURCE answers (fault injection) */
 	uint64_t pages;         /* memory-backed pages currently allocated */
+	/* completion threads (thread and timer modes) */
+	uint64_t batches;       /* non-empty takes of pushed requests: the
+				   mean batch is completed / batches */
+	uint64_t sleeps;        /* futex sleeps waiting for pushes */
+	uint64_t colocated;     /* batches taken on the CPU of the last push */
 };
 
 struct null_dev;
