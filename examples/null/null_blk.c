@@ -16,6 +16,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <linux/futex.h>
 #include <pthread.h>
@@ -41,6 +42,9 @@
 #define NULL_DEFAULT_SIZE (1ull << 30)
 #define NULL_SLEEP_THRESHOLD_NS 20000 /* shorter waits spin on the clock */
 #define NULL_HANDOVER 8             /* requests ended per hand-over (multi-queue) */
+#define NULL_STEER_MIN_NS 100000ull   /* NULL_CT_STEER: moves at least this far apart, */
+#define NULL_STEER_MAX_NS 100000000ull /* the gap doubling up to this while they do not hold; */
+#define NULL_STEER_SETTLED 1024u      /* back to the least after this many batches apart */
 
 #define NULL_CACHELINE 64
 
@@ -94,7 +98,14 @@ struct null_hq {
 	/* written by the completion thread (or queue_rq when inline) */
 	uint64_t completed __attribute__((aligned(NULL_CACHELINE)));
 	uint64_t segments;
-	uint64_t batches, sleeps, colocated; /* null_stats */
+	uint64_t batches, sleeps, colocated, moves; /* null_stats */
+	/* NULL_CT_STEER (completion thread only) */
+	bool steer;                 /* on, and another CPU allowed */
+	cpu_set_t allowed;          /* the thread's own affinity */
+	int loadavg_fd;             /* /proc/loadavg, -1: none */
+	uint64_t move_at;           /* no move before (CLOCK_MONOTONIC ns) */
+	uint64_t move_gap;          /* between moves, while they do not hold */
+	unsigned apart_run;         /* batches apart since the last colocated one */
 	_Atomic uint32_t wake_seq;  /* futex word */
 	atomic_bool sleeping;
 	atomic_bool stop;
@@ -472,6 +483,93 @@ static bool null_hq_peer_apart(struct null_hq *hq)
 	return null_poll_worth(atomic_load_explicit(&hq->submit_cpu, memory_order_relaxed));
 }
 
+/*
+ * Is a CPU free for this thread?  The machine's runnable threads (this one
+ * and its submitter among them, /proc/loadavg) are at most the CPUs it may
+ * use.  On a busy machine a pair on two CPUs each shares its CPU with
+ * others, and waits for the other's time slice at every hand-over: there
+ * the pair does better on one CPU.
+ */
+static bool null_hq_cpu_free(struct null_hq *hq)
+{
+	char buf[128], *p;
+	ssize_t n = pread(hq->loadavg_fd, buf, sizeof(buf) - 1, 0);
+
+	if (n <= 0)
+		return false;
+	buf[n] = '\0';
+	/* "0.50 0.40 0.30 RUNNABLE/THREADS LASTPID" */
+	p = strchr(buf, '/');
+	while (p && p > buf && p[-1] >= '0' && p[-1] <= '9')
+		p--;
+	return p && strtol(p, NULL, 10) <= CPU_COUNT(&hq->allowed);
+}
+
+/*
+ * NULL_CT_STEER: the batch just taken came from @cpu, the CPU this thread
+ * runs on.  Move off it, if a CPU is free, at most once per gap: allow
+ * every CPU the thread may use but @cpu (the kernel migrates it before the
+ * call returns), then give it its own mask back, so it is never pinned.
+ * Each try doubles the gap, so a move that does not hold (the scheduler
+ * puts the pair together again) or a busy machine costs little.
+ * Return: whether the thread now runs on another CPU than @cpu.
+ */
+static bool null_hq_steer(struct null_hq *hq, int cpu)
+{
+	uint64_t now = null_now_ns();
+	cpu_set_t away = hq->allowed;
+
+	if (now < hq->move_at)
+		return false;
+	hq->move_at = now + hq->move_gap;
+	hq->move_gap = hq->move_gap * 2 < NULL_STEER_MAX_NS ? hq->move_gap * 2 : NULL_STEER_MAX_NS;
+	if (!null_hq_cpu_free(hq))
+		return false;
+	CPU_CLR(cpu, &away);
+	if (!CPU_COUNT(&away) || sched_setaffinity(0, sizeof(away), &away))
+		return false;
+	sched_setaffinity(0, sizeof(hq->allowed), &hq->allowed);
+	null_count(&hq->moves, 1);
+	return sched_getcpu() != cpu;
+}
+
+/*
+ * A batch was taken: is the submitter that pushed it on another CPU (then
+ * the thread polls and hands back early)?  Counts the batches taken on its
+ * CPU and, under NULL_CT_STEER, moves off that CPU.
+ */
+static bool null_hq_placed(struct null_hq *hq)
+{
+	int peer = atomic_load_explicit(&hq->submit_cpu, memory_order_relaxed);
+	int cpu;
+
+	if (null_poll_worth(peer)) {
+		if (hq->move_gap > NULL_STEER_MIN_NS && ++hq->apart_run >= NULL_STEER_SETTLED)
+			hq->move_gap = NULL_STEER_MIN_NS;
+		return true;
+	}
+	null_count(&hq->colocated, 1);
+	hq->apart_run = 0;
+	cpu = sched_getcpu();
+	return hq->steer && peer == cpu && null_hq_steer(hq, cpu);
+}
+
+/*
+ * Under NULL_CT_STEER (multi-queue: the single-queue thread also pushes to
+ * itself, from request_fn), note the thread's own CPUs; steer only with two.
+ */
+static void null_hq_steer_init(struct null_hq *hq)
+{
+	const struct null_config *cfg = &hq->dev->cfg;
+
+	hq->move_gap = NULL_STEER_MIN_NS;
+	hq->loadavg_fd = -1;
+	hq->steer = cfg->ct_placement == NULL_CT_STEER && cfg->queue_mode == NULL_Q_MQ &&
+		    !sched_getaffinity(0, sizeof(hq->allowed), &hq->allowed) &&
+		    CPU_COUNT(&hq->allowed) > 1 &&
+		    (hq->loadavg_fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC)) >= 0;
+}
+
 /* Wait until something is pushed or stop is set: poll, then sleep. */
 static void null_hq_idle(struct null_hq *hq)
 {
@@ -590,14 +688,12 @@ static void *null_complete_thread(void *arg)
 	prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
 	if (dev->cfg.thread_init)
 		dev->cfg.thread_init();
+	null_hq_steer_init(hq);
 
 	for (;;) {
-		if (null_hq_take(hq, &head, &tail)) {
-			/* where the submitter is, looked at once per take */
-			apart = null_hq_peer_apart(hq);
-			if (!apart)
-				null_count(&hq->colocated, 1);
-		}
+		/* where the submitter is, looked at once per take */
+		if (null_hq_take(hq, &head, &tail))
+			apart = null_hq_placed(hq);
 		if (!head) {
 			if (atomic_load(&hq->stop))
 				break;
@@ -631,6 +727,8 @@ static void *null_complete_thread(void *arg)
 		if (!head)
 			tail = NULL;
 	}
+	if (hq->loadavg_fd >= 0)
+		close(hq->loadavg_fd);
 	return NULL;
 }
 
@@ -890,7 +988,8 @@ static int null_fill_config(struct null_config *cfg)
 		cfg->size_bytes = NULL_DEFAULT_SIZE;
 	if (!cfg->blocksize)
 		cfg->blocksize = 512;
-	if (cfg->completion > NULL_COMPLETE_TIMER || cfg->queue_mode > NULL_Q_RQ)
+	if (cfg->completion > NULL_COMPLETE_TIMER || cfg->queue_mode > NULL_Q_RQ ||
+	    cfg->ct_placement > NULL_CT_FREE)
 		return -EINVAL;
 	if (cfg->queue_mode == NULL_Q_RQ) {
 		/* one queue; no blocking or busy injection in request_fn */
@@ -1111,6 +1210,7 @@ void null_get_stats(struct null_dev *dev, struct null_stats *st)
 		st->batches += null_read(&hq->batches);
 		st->sleeps += null_read(&hq->sleeps);
 		st->colocated += null_read(&hq->colocated);
+		st->moves += null_read(&hq->moves);
 	}
 	if (dev->cfg.memory_backed)
 		st->pages = atomic_load_explicit(&dev->store.allocated,
