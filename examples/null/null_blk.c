@@ -44,7 +44,7 @@
 #define NULL_HANDOVER 8             /* requests ended per hand-over (multi-queue) */
 #define NULL_STEER_MIN_NS 100000ull   /* NULL_CT_STEER: moves at least this far apart, */
 #define NULL_STEER_MAX_NS 100000000ull /* the gap doubling up to this while they do not hold; */
-#define NULL_STEER_SETTLED 1024u      /* back to the least after this many batches apart */
+#define NULL_STEER_SETTLED 16384u     /* back to the least after this many batches apart */
 
 #define NULL_CACHELINE 64
 
