@@ -48,11 +48,13 @@ enum null_completion {
  */
 enum null_ct_placement {
 	NULL_CT_STEER = 0, /* leave the submitter's CPU: when a batch comes from
-			      the CPU the thread runs on, it moves itself off
-			      that CPU (allowed CPUs minus that one, then its
-			      mask back, so it is never pinned), at most once
-			      per 100 us to 100 ms, the gap doubling while
-			      moves do not hold */
+			      the CPU the thread runs on and a CPU is free (the
+			      machine's runnable threads are at most the CPUs
+			      the thread may use), it moves itself off that CPU
+			      (allowed CPUs minus that one, then its mask back,
+			      so it is never pinned), trying at most once per
+			      100 us to 100 ms, the gap doubling per try;
+			      multi-queue only */
 	NULL_CT_FREE = 1,  /* leave placement to the scheduler */
 };
 
