@@ -42,9 +42,10 @@
 #define NULL_DEFAULT_SIZE (1ull << 30)
 #define NULL_SLEEP_THRESHOLD_NS 20000 /* shorter waits spin on the clock */
 #define NULL_HANDOVER 8             /* requests ended per hand-over (multi-queue) */
-#define NULL_STEER_MIN_NS 100000ull   /* NULL_CT_STEER: moves at least this far apart, */
-#define NULL_STEER_MAX_NS 100000000ull /* the gap doubling up to this while they do not hold; */
-#define NULL_STEER_SETTLED 16384u     /* back to the least after this many batches apart */
+#define NULL_STEER_MIN 16u         /* NULL_CT_STEER: batches on the submitter's CPU
+				      between tries (about 100 us there), */
+#define NULL_STEER_MAX 16384u      /* doubling per try up to this (about 100 ms), */
+#define NULL_STEER_SETTLED 16384u  /* back to the least after this many batches apart */
 
 #define NULL_CACHELINE 64
 
@@ -103,8 +104,8 @@ struct null_hq {
 	bool steer;                 /* on, and another CPU allowed */
 	cpu_set_t allowed;          /* the thread's own affinity */
 	int loadavg_fd;             /* /proc/loadavg, -1: none */
-	uint64_t move_at;           /* no move before (CLOCK_MONOTONIC ns) */
-	uint64_t move_gap;          /* between moves, while they do not hold */
+	unsigned steer_wait;        /* colocated batches before the next try */
+	unsigned steer_gap;         /* the wait after that try */
 	unsigned apart_run;         /* batches apart since the last colocated one */
 	_Atomic uint32_t wake_seq;  /* futex word */
 	atomic_bool sleeping;
@@ -507,22 +508,24 @@ static bool null_hq_cpu_free(struct null_hq *hq)
 
 /*
  * NULL_CT_STEER: the batch just taken came from @cpu, the CPU this thread
- * runs on.  Move off it, if a CPU is free, at most once per gap: allow
- * every CPU the thread may use but @cpu (the kernel migrates it before the
- * call returns), then give it its own mask back, so it is never pinned.
- * Each try doubles the gap, so a move that does not hold (the scheduler
- * puts the pair together again) or a busy machine costs little.
+ * runs on.  Move off it, if a CPU is free, trying once per gap (counted in
+ * batches taken on that CPU, no clock read): allow every CPU the thread
+ * may use but @cpu (the kernel migrates it before the call returns), then
+ * give it its own mask back, so it is never pinned.  Each try doubles the
+ * gap, so a move that does not hold (the scheduler puts the pair together
+ * again) or a busy machine costs little.
  * Return: whether the thread now runs on another CPU than @cpu.
  */
 static bool null_hq_steer(struct null_hq *hq, int cpu)
 {
-	uint64_t now = null_now_ns();
 	cpu_set_t away = hq->allowed;
 
-	if (now < hq->move_at)
+	if (hq->steer_wait) {
+		hq->steer_wait--;
 		return false;
-	hq->move_at = now + hq->move_gap;
-	hq->move_gap = hq->move_gap * 2 < NULL_STEER_MAX_NS ? hq->move_gap * 2 : NULL_STEER_MAX_NS;
+	}
+	hq->steer_wait = hq->steer_gap;
+	hq->steer_gap = hq->steer_gap * 2 < NULL_STEER_MAX ? hq->steer_gap * 2 : NULL_STEER_MAX;
 	if (!null_hq_cpu_free(hq))
 		return false;
 	CPU_CLR(cpu, &away);
@@ -544,8 +547,10 @@ static bool null_hq_placed(struct null_hq *hq)
 	int cpu;
 
 	if (null_poll_worth(peer)) {
-		if (hq->move_gap > NULL_STEER_MIN_NS && ++hq->apart_run >= NULL_STEER_SETTLED)
-			hq->move_gap = NULL_STEER_MIN_NS;
+		if (hq->steer_gap > NULL_STEER_MIN && ++hq->apart_run >= NULL_STEER_SETTLED) {
+			hq->steer_gap = NULL_STEER_MIN;
+			hq->steer_wait = 0;
+		}
 		return true;
 	}
 	null_count(&hq->colocated, 1);
@@ -562,7 +567,7 @@ static void null_hq_steer_init(struct null_hq *hq)
 {
 	const struct null_config *cfg = &hq->dev->cfg;
 
-	hq->move_gap = NULL_STEER_MIN_NS;
+	hq->steer_gap = NULL_STEER_MIN;
 	hq->loadavg_fd = -1;
 	hq->steer = cfg->ct_placement == NULL_CT_STEER && cfg->queue_mode == NULL_Q_MQ &&
 		    !sched_getaffinity(0, sizeof(hq->allowed), &hq->allowed) &&

@@ -52,9 +52,10 @@ enum null_ct_placement {
 			      machine's runnable threads are at most the CPUs
 			      the thread may use), it moves itself off that CPU
 			      (allowed CPUs minus that one, then its mask back,
-			      so it is never pinned), trying at most once per
-			      100 us to 100 ms, the gap doubling per try;
-			      multi-queue only */
+			      so it is never pinned), trying once per 16 to
+			      16384 batches taken there (about 100 us to
+			      100 ms), the gap doubling per try; multi-queue
+			      only */
 	NULL_CT_FREE = 1,  /* leave placement to the scheduler */
 };
 
