@@ -101,8 +101,7 @@ struct null_hq {
 	uint64_t segments;
 	uint64_t batches, sleeps, colocated, moves; /* null_stats */
 	/* NULL_CT_STEER (completion thread only) */
-	bool steer;                 /* on, and another CPU allowed */
-	cpu_set_t allowed;          /* the thread's own affinity */
+	bool steer;                 /* on, and another CPU allowed at start */
 	int loadavg_fd;             /* /proc/loadavg, -1: none */
 	unsigned steer_wait;        /* colocated batches before the next try */
 	unsigned steer_gap;         /* the wait after that try */
@@ -486,12 +485,12 @@ static bool null_hq_peer_apart(struct null_hq *hq)
 
 /*
  * Is a CPU free for this thread?  The machine's runnable threads (this one
- * and its submitter among them, /proc/loadavg) are at most the CPUs it may
- * use.  On a busy machine a pair on two CPUs each shares its CPU with
- * others, and waits for the other's time slice at every hand-over: there
- * the pair does better on one CPU.
+ * and its submitter among them, /proc/loadavg) are at most @ncpu, the CPUs
+ * it may use.  On a busy machine a pair on two CPUs each shares its CPU
+ * with others, and waits for the other's time slice at every hand-over:
+ * there the pair does better on one CPU.
  */
-static bool null_hq_cpu_free(struct null_hq *hq)
+static bool null_hq_cpu_free(struct null_hq *hq, int ncpu)
 {
 	char buf[128], *p;
 	ssize_t n = pread(hq->loadavg_fd, buf, sizeof(buf) - 1, 0);
@@ -503,7 +502,7 @@ static bool null_hq_cpu_free(struct null_hq *hq)
 	p = strchr(buf, '/');
 	while (p && p > buf && p[-1] >= '0' && p[-1] <= '9')
 		p--;
-	return p && strtol(p, NULL, 10) <= CPU_COUNT(&hq->allowed);
+	return p && strtol(p, NULL, 10) <= ncpu;
 }
 
 /*
@@ -511,14 +510,14 @@ static bool null_hq_cpu_free(struct null_hq *hq)
  * runs on.  Move off it, if a CPU is free, trying once per gap (counted in
  * batches taken on that CPU, no clock read): allow every CPU the thread
  * may use but @cpu (the kernel migrates it before the call returns), then
- * give it its own mask back, so it is never pinned.  Each try doubles the
- * gap, so a move that does not hold (the scheduler puts the pair together
- * again) or a busy machine costs little.
+ * give it its mask back, as read just before, so it is never pinned.  Each
+ * try doubles the gap, so a move that does not hold (the scheduler puts
+ * the pair together again) or a busy machine costs little.
  * Return: whether the thread now runs on another CPU than @cpu.
  */
 static bool null_hq_steer(struct null_hq *hq, int cpu)
 {
-	cpu_set_t away = hq->allowed;
+	cpu_set_t mine, away;
 
 	if (hq->steer_wait) {
 		hq->steer_wait--;
@@ -526,12 +525,13 @@ static bool null_hq_steer(struct null_hq *hq, int cpu)
 	}
 	hq->steer_wait = hq->steer_gap;
 	hq->steer_gap = hq->steer_gap * 2 < NULL_STEER_MAX ? hq->steer_gap * 2 : NULL_STEER_MAX;
-	if (!null_hq_cpu_free(hq))
+	if (sched_getaffinity(0, sizeof(mine), &mine) || !null_hq_cpu_free(hq, CPU_COUNT(&mine)))
 		return false;
+	away = mine;
 	CPU_CLR(cpu, &away);
 	if (!CPU_COUNT(&away) || sched_setaffinity(0, sizeof(away), &away))
 		return false;
-	sched_setaffinity(0, sizeof(hq->allowed), &hq->allowed);
+	sched_setaffinity(0, sizeof(mine), &mine);
 	null_count(&hq->moves, 1);
 	return sched_getcpu() != cpu;
 }
@@ -566,12 +566,12 @@ static bool null_hq_placed(struct null_hq *hq)
 static void null_hq_steer_init(struct null_hq *hq)
 {
 	const struct null_config *cfg = &hq->dev->cfg;
+	cpu_set_t mine;
 
 	hq->steer_gap = NULL_STEER_MIN;
 	hq->loadavg_fd = -1;
 	hq->steer = cfg->ct_placement == NULL_CT_STEER && cfg->queue_mode == NULL_Q_MQ &&
-		    !sched_getaffinity(0, sizeof(hq->allowed), &hq->allowed) &&
-		    CPU_COUNT(&hq->allowed) > 1 &&
+		    !sched_getaffinity(0, sizeof(mine), &mine) && CPU_COUNT(&mine) > 1 &&
 		    (hq->loadavg_fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC)) >= 0;
 }
 
