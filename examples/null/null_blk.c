@@ -44,8 +44,9 @@
 #define NULL_HANDOVER 8             /* requests ended per hand-over (multi-queue) */
 #define NULL_STEER_MIN 16u         /* NULL_CT_STEER: batches on the submitter's CPU
 				      between tries (about 100 us there), */
-#define NULL_STEER_MAX 16384u      /* doubling per try up to this (about 100 ms), */
-#define NULL_STEER_SETTLED 16384u  /* back to the least after this many batches apart */
+#define NULL_STEER_MAX 16384u      /* doubling per move up to this (about 100 ms), */
+#define NULL_STEER_SETTLED 1024u   /* back to the least after this many batches apart */
+#define NULL_STEER_BUSY 64u        /* after a try that found no CPU free */
 
 #define NULL_CACHELINE 64
 
@@ -511,8 +512,9 @@ static bool null_hq_cpu_free(struct null_hq *hq, int ncpu)
  * batches taken on that CPU, no clock read): allow every CPU the thread
  * may use but @cpu (the kernel migrates it before the call returns), then
  * give it its mask back, as read just before, so it is never pinned.  Each
- * try doubles the gap, so a move that does not hold (the scheduler puts
- * the pair together again) or a busy machine costs little.
+ * move doubles the gap, so moves that do not hold (the scheduler puts the
+ * pair together again) cost little; with no CPU free it looks again after
+ * NULL_STEER_BUSY batches.
  * Return: whether the thread now runs on another CPU than @cpu.
  */
 static bool null_hq_steer(struct null_hq *hq, int cpu)
@@ -523,10 +525,14 @@ static bool null_hq_steer(struct null_hq *hq, int cpu)
 		hq->steer_wait--;
 		return false;
 	}
+	if (sched_getaffinity(0, sizeof(mine), &mine) || !null_hq_cpu_free(hq, CPU_COUNT(&mine))) {
+		/* no CPU free now: look again soon (a read of /proc/loadavg
+		   per 64 batches on one CPU, well under 1 % of their time) */
+		hq->steer_wait = NULL_STEER_BUSY;
+		return false;
+	}
 	hq->steer_wait = hq->steer_gap;
 	hq->steer_gap = hq->steer_gap * 2 < NULL_STEER_MAX ? hq->steer_gap * 2 : NULL_STEER_MAX;
-	if (sched_getaffinity(0, sizeof(mine), &mine) || !null_hq_cpu_free(hq, CPU_COUNT(&mine)))
-		return false;
 	away = mine;
 	CPU_CLR(cpu, &away);
 	if (!CPU_COUNT(&away) || sched_setaffinity(0, sizeof(away), &away))

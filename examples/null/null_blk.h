@@ -54,8 +54,8 @@ enum null_ct_placement {
 			      (allowed CPUs minus that one, then its mask back,
 			      so it is never pinned), trying once per 16 to
 			      16384 batches taken there (about 100 us to
-			      100 ms), the gap doubling per try; multi-queue
-			      only */
+			      100 ms), the gap doubling per move, or after 64
+			      when no CPU was free; multi-queue only */
 	NULL_CT_FREE = 1,  /* leave placement to the scheduler */
 };
 
