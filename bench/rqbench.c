@@ -61,6 +61,7 @@ static const char *const pattern_names[] = {
 	"randread", "randwrite", "read", "write", "randrw",
 };
 static const char *const completion_names[] = { "inline", "thread", "timer" };
+static const char *const placement_names[] = { "steer", "free" };
 
 struct opts {
 	const char *trace_dir;     /* --trace: blktrace files DIR/rqbench.blktrace.CPU */
@@ -79,6 +80,7 @@ struct opts {
 	unsigned hw_depth;
 	enum null_completion completion;
 	uint64_t completion_nsec;
+	enum null_ct_placement ct_placement;
 	unsigned max_sectors_kb;
 	unsigned max_segments;
 	int nomerges;           /* -1: leave the queue's default */
@@ -135,6 +137,7 @@ struct bench_thread {
 	uint64_t lat_tick;
 	uint64_t alloc_bytes;
 	uint32_t poll_ns;             /* adaptive polling budget (wait_completion) */
+	uint64_t sleeps;              /* futex sleeps in wait_completion, measured phase */
 	void *buf;
 	struct hist hist;
 	/* shared with completion threads */
@@ -537,9 +540,11 @@ static void wait_completion(struct bench_thread *t)
 		}
 		atomic_store(&t->sleeping, true);
 		seq = atomic_load(&t->wake_seq);
-		if (!atomic_load(&t->done_remote))
+		if (!atomic_load(&t->done_remote)) {
+			t->sleeps++;
 			syscall(SYS_futex, &t->wake_seq, FUTEX_WAIT_PRIVATE, seq,
 				NULL, NULL, 0);
+		}
 		atomic_store(&t->sleeping, false);
 	}
 }
@@ -715,6 +720,24 @@ static uint64_t warmup_ops(const struct opts *o, uint64_t per_thread)
 	return w;
 }
 
+/*
+ * The completion threads' side of a run (thread and timer modes): batches
+ * taken and their mean size, how many of them on the submitter's CPU,
+ * futex sleeps of the completion threads and of the submitters.
+ */
+static void ct_summary(const struct null_stats *s0, const struct null_stats *s1,
+		       uint64_t sub_sleeps)
+{
+	uint64_t batches = s1->batches - s0->batches;
+	uint64_t done = s1->completed - s0->completed;
+
+	printf("; completion: %" PRIu64 " batches of %.1f, %.0f%% colocated, %" PRIu64
+	       " moves, %" PRIu64 " sleeps; submitters slept %" PRIu64, batches,
+	       batches ? (double)done / batches : 0.0,
+	       batches ? 100.0 * (s1->colocated - s0->colocated) / batches : 0.0,
+	       s1->moves - s0->moves, s1->sleeps - s0->sleeps, sub_sleeps);
+}
+
 static void *bench_thread_fn(void *arg)
 {
 	struct bench_thread *t = arg;
@@ -731,6 +754,7 @@ static void *bench_thread_fn(void *arg)
 	pthread_barrier_wait(&b->barrier); /* warmed up */
 	pthread_barrier_wait(&b->barrier); /* main took its snapshot */
 	bytes0 = thread_alloc_bytes();
+	t->sleeps = 0;
 	run_phase(t, per_thread, true);
 	t->alloc_bytes = thread_alloc_bytes() - bytes0;
 	pthread_barrier_wait(&b->barrier); /* done */
@@ -868,13 +892,15 @@ static void usage(FILE *f)
 "        --empty (no queue: the empty request life, an atomic tag get and put on\n"
 "        a bitmap, an indirect driver call and a callback per I/O; the floor),\n"
 "        --rq-affinity 0|1|2 (2: a completion thread's batches end on the\n"
-"        submitter, which waits in rq_wait_completions())\n");
+"        submitter, which waits in rq_wait_completions()),\n"
+"        --ct-placement steer|free (steer, the default: a completion thread\n"
+"        moves off the CPU its batches come from; free: the scheduler's choice)\n");
 }
 
 enum {
 	OPT_FRONT = 256, OPT_SCHED, OPT_DRIVER, OPT_THREADS, OPT_DEPTH, OPT_BATCH,
 	OPT_BS, OPT_PATTERN, OPT_SECONDS, OPT_OPS, OPT_HWQ, OPT_COMPLETION,
-	OPT_MAXSECT, OPT_MAXSEG, OPT_NOMERGES, OPT_JSON, OPT_HWDEPTH, OPT_CNSEC,
+	OPT_MAXSECT, OPT_MAXSEG, OPT_NOMERGES, OPT_JSON, OPT_HWDEPTH, OPT_CNSEC, OPT_CTPLACE,
 	OPT_CAPACITY, OPT_WARMUP, OPT_NOLAT, OPT_LATSAMPLE, OPT_BIOALLOC,
 	OPT_MEMORY, OPT_TCACHE, OPT_LIST, OPT_ALLOCSTATS, OPT_CDF, OPT_TRACE, OPT_EMPTY,
 	OPT_AFFINITY, OPT_TRACE_ACTIONS,
@@ -908,6 +934,7 @@ static const struct option long_opts[] = {
 	{ "json", no_argument, NULL, OPT_JSON },
 	{ "hw-depth", required_argument, NULL, OPT_HWDEPTH },
 	{ "completion-nsec", required_argument, NULL, OPT_CNSEC },
+	{ "ct-placement", required_argument, NULL, OPT_CTPLACE },
 	{ "capacity", required_argument, NULL, OPT_CAPACITY },
 	{ "warmup", required_argument, NULL, OPT_WARMUP },
 	{ "no-lat", no_argument, NULL, OPT_NOLAT },
@@ -998,6 +1025,9 @@ static void parse_args(int argc, char **argv, struct opts *o)
 		case OPT_HWDEPTH:
 			o->hw_depth = (unsigned)opt_uint("--hw-depth", optarg, 0, MAX_DEPTH);
 			break;
+		case OPT_CTPLACE:
+			o->ct_placement = opt_choice("--ct-placement", optarg, placement_names, 2);
+			break;
 		case OPT_CNSEC:
 			o->completion_nsec = opt_uint("--completion-nsec", optarg, 0, MAX_NSEC);
 			break;
@@ -1069,6 +1099,7 @@ static void bench_setup(struct bench *b)
 	cfg.completion = o->completion;
 	if (o->completion_nsec)
 		cfg.completion_nsec = o->completion_nsec;
+	cfg.ct_placement = o->ct_placement;
 	cfg.size_bytes = o->capacity - o->capacity % 4096;
 	cfg.memory_backed = o->memory_backed;
 	cfg.sched = o->sched;
@@ -1154,7 +1185,7 @@ int main(int argc, char **argv)
 	struct rq_queue_stats qs0, qs1;
 	struct null_stats ns0, ns1;
 	struct hist *all;
-	uint64_t t0, t1, a0, a1, ops = 0, errors = 0, abytes = 0;
+	uint64_t t0, t1, a0, a1, ops = 0, errors = 0, abytes = 0, sleeps = 0;
 	double secs, iops;
 	unsigned i, j;
 
@@ -1261,6 +1292,7 @@ int main(int argc, char **argv)
 		ops += th[i].completed;
 		errors += th[i].errors;
 		abytes += th[i].alloc_bytes;
+		sleeps += th[i].sleeps;
 		hist_merge(all, &th[i].hist);
 	}
 	if (b.o.empty)
@@ -1286,6 +1318,12 @@ int main(int argc, char **argv)
 		       hist_percentile(all, 50), hist_percentile(all, 99),
 		       hist_percentile(all, 99.9), all->max, all->count,
 		       qs1.plug_merges - qs0.plug_merges, errors);
+		if (b.o.completion != NULL_COMPLETE_INLINE)
+			printf("\"ct_batches\":%" PRIu64 ",\"ct_sleeps\":%" PRIu64
+			       ",\"ct_colocated\":%" PRIu64 ",\"ct_moves\":%" PRIu64
+			       ",\"submitter_sleeps\":%" PRIu64 ",",
+			       ns1.batches - ns0.batches, ns1.sleeps - ns0.sleeps,
+			       ns1.colocated - ns0.colocated, ns1.moves - ns0.moves, sleeps);
 		if (b.o.cdf) {
 			printf("\"cdf\":");
 			hist_cdf_json(stdout, all);
@@ -1309,6 +1347,8 @@ int main(int argc, char **argv)
 			printf("; lat ns p50 %" PRIu64 " p99 %" PRIu64 " p99.9 %" PRIu64
 			       " max %" PRIu64, hist_percentile(all, 50),
 			       hist_percentile(all, 99), hist_percentile(all, 99.9), all->max);
+		if (b.o.completion != NULL_COMPLETE_INLINE)
+			ct_summary(&ns0, &ns1, sleeps);
 		if (alloc_stats_ok)
 			printf("; allocs %" PRIu64, a1 - a0);
 		if (errors)

@@ -16,6 +16,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <linux/futex.h>
 #include <pthread.h>
@@ -41,6 +42,11 @@
 #define NULL_DEFAULT_SIZE (1ull << 30)
 #define NULL_SLEEP_THRESHOLD_NS 20000 /* shorter waits spin on the clock */
 #define NULL_HANDOVER 8             /* requests ended per hand-over (multi-queue) */
+#define NULL_STEER_MIN 16u         /* NULL_CT_STEER: batches on the submitter's CPU
+				      between tries (about 100 us there), */
+#define NULL_STEER_MAX 16384u      /* doubling per move up to this (about 100 ms), */
+#define NULL_STEER_SETTLED 1024u   /* back to the least after this many batches apart */
+#define NULL_STEER_BUSY 64u        /* after a try that found no CPU free */
 
 #define NULL_CACHELINE 64
 
@@ -94,6 +100,13 @@ struct null_hq {
 	/* written by the completion thread (or queue_rq when inline) */
 	uint64_t completed __attribute__((aligned(NULL_CACHELINE)));
 	uint64_t segments;
+	uint64_t batches, sleeps, colocated, moves; /* null_stats */
+	/* NULL_CT_STEER (completion thread only) */
+	bool steer;                 /* on, and another CPU allowed at start */
+	int loadavg_fd;             /* /proc/loadavg, -1: none */
+	unsigned steer_wait;        /* colocated batches before the next try */
+	unsigned steer_gap;         /* the wait after that try */
+	unsigned apart_run;         /* batches apart since the last colocated one */
 	_Atomic uint32_t wake_seq;  /* futex word */
 	atomic_bool sleeping;
 	atomic_bool stop;
@@ -427,15 +440,18 @@ static void null_hq_queue(struct null_hq *hq, struct null_cmd *cmd, bool last)
 	}
 }
 
-/* Take everything pushed so far, oldest first; append it to the head/tail list. */
-static void null_hq_take(struct null_hq *hq, struct null_cmd **head,
+/*
+ * Take everything pushed so far, oldest first; append it to the head/tail
+ * list.  Return: whether there was anything.
+ */
+static bool null_hq_take(struct null_hq *hq, struct null_cmd **head,
 			 struct null_cmd **tail)
 {
 	struct null_cmd *list = atomic_exchange(&hq->pending, NULL);
 	struct null_cmd *rev = NULL, *first;
 
 	if (!list)
-		return;
+		return false;
 	first = list;
 	while (list) {
 		struct null_cmd *next = list->next;
@@ -450,6 +466,8 @@ static void null_hq_take(struct null_hq *hq, struct null_cmd **head,
 	else
 		*head = rev;
 	*tail = first;
+	null_count(&hq->batches, 1);
+	return true;
 }
 
 static bool null_hq_has_work(void *arg)
@@ -466,6 +484,103 @@ static bool null_hq_peer_apart(struct null_hq *hq)
 	return null_poll_worth(atomic_load_explicit(&hq->submit_cpu, memory_order_relaxed));
 }
 
+/*
+ * Is a CPU free for this thread?  The machine's runnable threads (this one
+ * and its submitter among them, /proc/loadavg) are at most @ncpu, the CPUs
+ * it may use.  On a busy machine a pair on two CPUs each shares its CPU
+ * with others, and waits for the other's time slice at every hand-over:
+ * there the pair does better on one CPU.
+ */
+static bool null_hq_cpu_free(struct null_hq *hq, int ncpu)
+{
+	char buf[128], *p;
+	ssize_t n = pread(hq->loadavg_fd, buf, sizeof(buf) - 1, 0);
+
+	if (n <= 0)
+		return false;
+	buf[n] = '\0';
+	/* "0.50 0.40 0.30 RUNNABLE/THREADS LASTPID" */
+	p = strchr(buf, '/');
+	while (p && p > buf && p[-1] >= '0' && p[-1] <= '9')
+		p--;
+	return p && strtol(p, NULL, 10) <= ncpu;
+}
+
+/*
+ * NULL_CT_STEER: the batch just taken came from @cpu, the CPU this thread
+ * runs on.  Move off it, if a CPU is free, trying once per gap (counted in
+ * batches taken on that CPU, no clock read): allow every CPU the thread
+ * may use but @cpu (the kernel migrates it before the call returns), then
+ * give it its mask back, as read just before, so it is never pinned.  Each
+ * move doubles the gap, so moves that do not hold (the scheduler puts the
+ * pair together again) cost little; with no CPU free it looks again after
+ * NULL_STEER_BUSY batches.
+ * Return: whether the thread now runs on another CPU than @cpu.
+ */
+static bool null_hq_steer(struct null_hq *hq, int cpu)
+{
+	cpu_set_t mine, away;
+
+	if (hq->steer_wait) {
+		hq->steer_wait--;
+		return false;
+	}
+	if (sched_getaffinity(0, sizeof(mine), &mine) || !null_hq_cpu_free(hq, CPU_COUNT(&mine))) {
+		/* no CPU free now: look again soon (a read of /proc/loadavg
+		   per 64 batches on one CPU, well under 1 % of their time) */
+		hq->steer_wait = NULL_STEER_BUSY;
+		return false;
+	}
+	hq->steer_wait = hq->steer_gap;
+	hq->steer_gap = hq->steer_gap * 2 < NULL_STEER_MAX ? hq->steer_gap * 2 : NULL_STEER_MAX;
+	away = mine;
+	CPU_CLR(cpu, &away);
+	if (!CPU_COUNT(&away) || sched_setaffinity(0, sizeof(away), &away))
+		return false;
+	sched_setaffinity(0, sizeof(mine), &mine);
+	null_count(&hq->moves, 1);
+	return sched_getcpu() != cpu;
+}
+
+/*
+ * A batch was taken: is the submitter that pushed it on another CPU (then
+ * the thread polls and hands back early)?  Counts the batches taken on its
+ * CPU and, under NULL_CT_STEER, moves off that CPU.
+ */
+static bool null_hq_placed(struct null_hq *hq)
+{
+	int peer = atomic_load_explicit(&hq->submit_cpu, memory_order_relaxed);
+	int cpu;
+
+	if (null_poll_worth(peer)) {
+		if (hq->steer_gap > NULL_STEER_MIN && ++hq->apart_run >= NULL_STEER_SETTLED) {
+			hq->steer_gap = NULL_STEER_MIN;
+			hq->steer_wait = 0;
+		}
+		return true;
+	}
+	null_count(&hq->colocated, 1);
+	hq->apart_run = 0;
+	cpu = sched_getcpu();
+	return hq->steer && peer == cpu && null_hq_steer(hq, cpu);
+}
+
+/*
+ * Under NULL_CT_STEER (multi-queue: the single-queue thread also pushes to
+ * itself, from request_fn), note the thread's own CPUs; steer only with two.
+ */
+static void null_hq_steer_init(struct null_hq *hq)
+{
+	const struct null_config *cfg = &hq->dev->cfg;
+	cpu_set_t mine;
+
+	hq->steer_gap = NULL_STEER_MIN;
+	hq->loadavg_fd = -1;
+	hq->steer = cfg->ct_placement == NULL_CT_STEER && cfg->queue_mode == NULL_Q_MQ &&
+		    !sched_getaffinity(0, sizeof(mine), &mine) && CPU_COUNT(&mine) > 1 &&
+		    (hq->loadavg_fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC)) >= 0;
+}
+
 /* Wait until something is pushed or stop is set: poll, then sleep. */
 static void null_hq_idle(struct null_hq *hq)
 {
@@ -476,8 +591,10 @@ static void null_hq_idle(struct null_hq *hq)
 		return;
 	atomic_store(&hq->sleeping, true);
 	seq = atomic_load(&hq->wake_seq);
-	if (!atomic_load(&hq->pending) && !atomic_load(&hq->stop))
+	if (!atomic_load(&hq->pending) && !atomic_load(&hq->stop)) {
+		null_count(&hq->sleeps, 1);
 		null_futex_wait(&hq->wake_seq, seq);
+	}
 	atomic_store(&hq->sleeping, false);
 }
 
@@ -575,15 +692,19 @@ static void *null_complete_thread(void *arg)
 	bool timer = dev->cfg.completion == NULL_COMPLETE_TIMER;
 	uint64_t delay = dev->cfg.completion_nsec;
 	struct null_cmd *head = NULL, *tail = NULL, *stop;
+	bool apart = false;
 	unsigned n;
 
 	/* precise sleeps for timer mode (default slack is 50 us) */
 	prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
 	if (dev->cfg.thread_init)
 		dev->cfg.thread_init();
+	null_hq_steer_init(hq);
 
 	for (;;) {
-		null_hq_take(hq, &head, &tail);
+		/* where the submitter is, looked at once per take */
+		if (null_hq_take(hq, &head, &tail))
+			apart = null_hq_placed(hq);
 		if (!head) {
 			if (atomic_load(&hq->stop))
 				break;
@@ -609,7 +730,7 @@ static void *null_complete_thread(void *arg)
 		   NULL_HANDOVER requests, so it refills while this thread ends
 		   the rest (on this CPU it would only preempt us) */
 		stop = NULL;
-		if (dev->cfg.queue_mode != NULL_Q_RQ && null_hq_peer_apart(hq))
+		if (dev->cfg.queue_mode != NULL_Q_RQ && apart)
 			for (stop = head, n = 0; stop && n < NULL_HANDOVER; n++)
 				stop = stop->next;
 		null_finish(hq, head, stop);
@@ -617,6 +738,8 @@ static void *null_complete_thread(void *arg)
 		if (!head)
 			tail = NULL;
 	}
+	if (hq->loadavg_fd >= 0)
+		close(hq->loadavg_fd);
 	return NULL;
 }
 
@@ -876,7 +999,8 @@ static int null_fill_config(struct null_config *cfg)
 		cfg->size_bytes = NULL_DEFAULT_SIZE;
 	if (!cfg->blocksize)
 		cfg->blocksize = 512;
-	if (cfg->completion > NULL_COMPLETE_TIMER || cfg->queue_mode > NULL_Q_RQ)
+	if (cfg->completion > NULL_COMPLETE_TIMER || cfg->queue_mode > NULL_Q_RQ ||
+	    cfg->ct_placement > NULL_CT_FREE)
 		return -EINVAL;
 	if (cfg->queue_mode == NULL_Q_RQ) {
 		/* one queue; no blocking or busy injection in request_fn */
@@ -1094,6 +1218,10 @@ void null_get_stats(struct null_dev *dev, struct null_stats *st)
 		st->completed += null_read(&hq->completed);
 		st->segments += null_read(&hq->segments);
 		st->busy += null_read(&hq->busy);
+		st->batches += null_read(&hq->batches);
+		st->sleeps += null_read(&hq->sleeps);
+		st->colocated += null_read(&hq->colocated);
+		st->moves += null_read(&hq->moves);
 	}
 	if (dev->cfg.memory_backed)
 		st->pages = atomic_load_explicit(&dev->store.allocated,

@@ -37,6 +37,28 @@ enum null_completion {
 	NULL_COMPLETE_TIMER = 2,  /* there, completion_nsec after queue_rq */
 };
 
+/**
+ * enum null_ct_placement - where a completion thread runs.
+ *
+ * A completion thread that shares a CPU with its submitter costs two
+ * context switches and a futex wake-up per batch (about a third of the
+ * throughput of one on another CPU), and the scheduler keeps such a pair
+ * together once a wake-up has put them there (the waker's CPU is chosen
+ * whenever the other CPU is not idle at that moment).
+ */
+enum null_ct_placement {
+	NULL_CT_STEER = 0, /* leave the submitter's CPU: when a batch comes from
+			      the CPU the thread runs on and a CPU is free (the
+			      machine's runnable threads are at most the CPUs
+			      the thread may use), it moves itself off that CPU
+			      (allowed CPUs minus that one, then its mask back,
+			      so it is never pinned), trying once per 16 to
+			      16384 batches taken there (about 100 us to
+			      100 ms), the gap doubling per move, or after 64
+			      when no CPU was free; multi-queue only */
+	NULL_CT_FREE = 1,  /* leave placement to the scheduler */
+};
+
 /** enum null_queue_mode - which front end the device's queue uses. */
 enum null_queue_mode {
 	NULL_Q_MQ = 0, /* multi-queue: queue_rq per hw queue */
@@ -78,6 +100,7 @@ struct null_config {
 					   after each batch it ended (e.g. to
 					   hand what the bios' end_io gathered
 					   to the submitters at once) */
+	enum null_ct_placement ct_placement; /* [NULL_CT_STEER] */
 };
 
 /** struct null_stats - what the device saw, summed over hw queues. */
@@ -93,6 +116,12 @@ struct null_stats {
 	uint64_t segments;      /* data segments walked (memory-backed only) */
 	uint64_t busy;          /* RQ_STS_RESOURCE answers (fault injection) */
 	uint64_t pages;         /* memory-backed pages currently allocated */
+	/* completion threads (thread and timer modes) */
+	uint64_t batches;       /* non-empty takes of pushed requests: the
+				   mean batch is completed / batches */
+	uint64_t sleeps;        /* futex sleeps waiting for pushes */
+	uint64_t colocated;     /* batches taken on the CPU of the last push */
+	uint64_t moves;         /* NULL_CT_STEER: moves off that CPU */
 };
 
 struct null_dev;

@@ -4,7 +4,9 @@
  * each bio exactly once; the memory backing keeps what was written (several
  * sizes, offsets, multi-vector bios); discard and write-zeroes read back as
  * zeros; blocking mode works; the counters count each request once by op,
- * on one hw queue each or with shared tags.
+ * on one hw queue each or with shared tags; the completion thread counts
+ * its batches and where it took them, and under NULL_CT_STEER moves off
+ * its submitter's CPU without staying pinned.
  */
 #define _GNU_SOURCE
 #include <stdarg.h>
@@ -17,6 +19,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -504,6 +507,198 @@ static void test_counts_thread(void **state)
 	run_counts(NULL_COMPLETE_THREAD, RQ_TAG_SET_SHARED_TAGS);
 }
 
+/* ------------------------------------------------ completion placement */
+
+#define PL_DEPTH 16 /* bios per round, one plug: one push per round */
+
+/* The completion thread's affinity when it started, and what it saw since. */
+static cpu_set_t pl_mask0;
+static atomic_int pl_last_cpu;
+static atomic_int pl_apart;     /* batches ended off CPU 0 */
+static atomic_bool pl_mask_changed;
+static atomic_bool pl_ready;    /* pl_init ran */
+static bool pl_pin;     /* pl_init pins the thread to CPU 0 (else only puts it there) */
+
+/* thread_init: go to CPU 0, the submitter's, pinned there or not. */
+static void pl_init(void)
+{
+	cpu_set_t one;
+
+	sched_getaffinity(0, sizeof(pl_mask0), &pl_mask0);
+	CPU_ZERO(&one);
+	CPU_SET(0, &one);
+	sched_setaffinity(0, sizeof(one), &one);
+	if (!pl_pin)
+		sched_setaffinity(0, sizeof(pl_mask0), &pl_mask0);
+	atomic_store(&pl_ready, true);
+}
+
+/* batch_done: where the thread is, and whether its mask is still its own. */
+static void pl_batch_done(void)
+{
+	cpu_set_t m;
+
+	atomic_store(&pl_last_cpu, sched_getcpu());
+	if (atomic_load(&pl_last_cpu) != 0)
+		atomic_fetch_add(&pl_apart, 1);
+	sched_getaffinity(0, sizeof(m), &m);
+	if (!pl_pin && !CPU_EQUAL(&m, &pl_mask0))
+		atomic_store(&pl_mask_changed, true);
+}
+
+static struct null_dev *pl_make_dev(enum null_ct_placement placement, bool pin)
+{
+	struct null_config cfg;
+	struct null_dev *dev = NULL;
+
+	pl_pin = pin;
+	atomic_store(&pl_mask_changed, false);
+	atomic_store(&pl_ready, false);
+	atomic_store(&pl_apart, 0);
+	null_config_default(&cfg);
+	cfg.completion = NULL_COMPLETE_THREAD;
+	cfg.ct_placement = placement;
+	cfg.sched = "none";
+	cfg.size_bytes = 64ull << 20;
+	cfg.thread_init = pl_init;
+	cfg.batch_done = pl_batch_done;
+	assert_int_equal(null_create(&cfg, &dev), 0);
+	assert_int_equal(rq_queue_attr_set(null_queue(dev), "nomerges", "2"), 0);
+	while (!atomic_load(&pl_ready))
+		sched_yield();
+	return dev;
+}
+
+/* @rounds rounds of PL_DEPTH reads under one plug, each waited for. */
+static void pl_rounds(struct null_dev *dev, unsigned rounds)
+{
+	static struct tbio bios[PL_DEPTH];
+	static char buf[4096];
+	atomic_int done = 0;
+	struct rq_plug plug;
+	unsigned r, i;
+
+	for (r = 0; r < rounds; r++) {
+		rq_start_plug(&plug);
+		for (i = 0; i < PL_DEPTH; i++) {
+			tbio_prep(&bios[i], &done, RQ_OP_READ, (uint64_t)i * 64);
+			rq_bio_add_vec(&bios[i].bio, buf, sizeof(buf));
+			rq_submit_bio(null_queue(dev), &bios[i].bio);
+		}
+		rq_finish_plug(&plug);
+		wait_for(&done, (int)((r + 1) * PL_DEPTH));
+	}
+}
+
+/* Pin the calling thread to CPU 0; @old receives its mask. */
+static void pl_pin_self(cpu_set_t *old)
+{
+	cpu_set_t one;
+
+	sched_getaffinity(0, sizeof(*old), old);
+	CPU_ZERO(&one);
+	CPU_SET(0, &one);
+	assert_int_equal(sched_setaffinity(0, sizeof(one), &one), 0);
+}
+
+/*
+ * The submitter and the completion thread both pinned to CPU 0: every
+ * round is one push and one batch (of PL_DEPTH), every batch is taken on
+ * the submitter's CPU, and a pinned thread is never moved, steered or not.
+ */
+static void test_placement_pinned(void **state)
+{
+	static const enum null_ct_placement modes[] = { NULL_CT_STEER, NULL_CT_FREE };
+	const unsigned rounds = 200;
+	struct null_stats st;
+	cpu_set_t old;
+
+	pl_pin_self(&old);
+	for (unsigned m = 0; m < 2; m++) {
+		struct null_dev *dev = pl_make_dev(modes[m], true);
+
+		pl_rounds(dev, rounds);
+		null_get_stats(dev, &st);
+		assert_int_equal(st.completed, rounds * PL_DEPTH);
+		assert_int_equal(st.batches, rounds);
+		assert_int_equal(st.colocated, rounds);
+		assert_int_equal(st.moves, 0);
+		assert_true(st.sleeps <= rounds + 1);
+		assert_int_equal(atomic_load(&pl_last_cpu), 0);
+		null_destroy(dev);
+	}
+	sched_setaffinity(0, sizeof(old), &old);
+}
+
+/* Runnable threads on the machine (/proc/loadavg), -1 if unknown. */
+static long pl_runnable(void)
+{
+	char buf[128] = "";
+	FILE *f = fopen("/proc/loadavg", "r");
+	char *p;
+
+	if (!f)
+		return -1;
+	if (!fgets(buf, sizeof(buf), f))
+		buf[0] = '\0';
+	fclose(f);
+	p = strchr(buf, '/');
+	while (p && p > buf && p[-1] >= '0' && p[-1] <= '9')
+		p--;
+	return p ? strtol(p, NULL, 10) : -1;
+}
+
+/*
+ * The completion thread starts on its submitter's CPU 0, not pinned.
+ * NULL_CT_FREE never moves it.  NULL_CT_STEER moves it off CPU 0 as soon
+ * as a CPU is free, and the batch it moved for ends on another CPU; its
+ * mask is its own again at every batch (never pinned).  With nothing
+ * moved, a machine seen busy while the test ran (more runnable threads
+ * than CPUs) skips the steered half; a quiet one fails it.
+ */
+static void test_placement_steer(void **state)
+{
+	long ncpu = sysconf(_SC_NPROCESSORS_ONLN), runnable = pl_runnable(), r;
+	uint64_t end = mono_ns() + 3000000000ull;
+	struct null_dev *dev;
+	struct null_stats st;
+	cpu_set_t old;
+
+	if (ncpu < 2)
+		skip();
+	/* each device first: its thread would inherit the pinned mask */
+	dev = pl_make_dev(NULL_CT_FREE, false);
+	pl_pin_self(&old);
+	pl_rounds(dev, 200);
+	null_get_stats(dev, &st);
+	assert_int_equal(st.moves, 0);
+	null_destroy(dev);
+
+	sched_setaffinity(0, sizeof(old), &old);
+	dev = pl_make_dev(NULL_CT_STEER, false);
+	pl_pin_self(&old);
+	if (!CPU_ISSET(0, &pl_mask0) || CPU_COUNT(&pl_mask0) < 2) {
+		null_destroy(dev);
+		sched_setaffinity(0, sizeof(old), &old);
+		skip();
+	}
+	do {
+		pl_rounds(dev, 50);
+		null_get_stats(dev, &st);
+		r = pl_runnable();
+		runnable = r > runnable ? r : runnable; /* the busiest look */
+	} while (!st.moves && mono_ns() < end);
+	sched_setaffinity(0, sizeof(old), &old);
+	assert_false(atomic_load(&pl_mask_changed));
+	if (!st.moves && runnable > ncpu) {
+		null_destroy(dev);
+		skip(); /* a busy machine: maybe never a CPU to steer to */
+	}
+	assert_true(st.moves >= 1);
+	assert_true(atomic_load(&pl_apart) >= 1);
+	null_destroy(dev);
+}
+
 /* ---------------------------------------------------------- config */
 
 static void test_bad_config(void **state)
@@ -536,6 +731,8 @@ int main(void)
 		cmocka_unit_test(test_blocking),
 		cmocka_unit_test(test_counts_inline),
 		cmocka_unit_test(test_counts_thread),
+		cmocka_unit_test(test_placement_pinned),
+		cmocka_unit_test(test_placement_steer),
 		cmocka_unit_test(test_bad_config),
 	};
 
