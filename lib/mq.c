@@ -791,7 +791,9 @@ static bool end_take_atomic(struct rq_request *rq)
  * (compare-and-swap) if the thread has none (cpu_id < 0), point rseq_cs at
  * the descriptor, then inside the sequence: core_busy 0, state IN_FLIGHT or
  * COMPLETING (the two states s with s | 2 == 3), store COMPLETE: the
- * commit, its last instruction.  The abort handler starts it over.
+ * commit, its last instruction.  The abort handler starts it over.  Either
+ * way out clears rseq_cs: the kernel must never read a descriptor of a
+ * library that was unloaded since.
  */
 static inline __attribute__((always_inline)) bool rq_take_in_flight(struct rq_request *rq)
 {
@@ -817,13 +819,19 @@ static inline __attribute__((always_inline)) bool rq_take_in_flight(struct rq_re
 			 "movq %%rax, %%fs:%c[cs](%[off])\n"
 			 ".Lrq_end_go%=:\n\t"
 			 "cmpb $0, (%[busy])\n\t"
-			 "jne %l[slow]\n\t"
+			 "jne .Lrq_end_out%=\n\t"
 			 "movzbl (%[state]), %%eax\n\t"
 			 "orl $2, %%eax\n\t"
 			 "cmpl $3, %%eax\n\t"
-			 "jne %l[slow]\n\t"
+			 "jne .Lrq_end_out%=\n\t"
 			 "movb $2, (%[state])\n"
-			 ".Lrq_end_done%=:\n"
+			 ".Lrq_end_done%=:\n\t"
+			 "movq $0, %%fs:%c[cs](%[off])\n\t"
+			 ".pushsection .text.unlikely, \"ax\"\n"
+			 ".Lrq_end_out%=:\n\t"
+			 "movq $0, %%fs:%c[cs](%[off])\n\t"
+			 "jmp %l[slow]\n\t"
+			 ".popsection\n"
 			 :
 			 : [off] "r"(end_rseq_off), [busy] "r"(&rq_priv(rq)->core_busy),
 			   [state] "r"(&rq->state), [sig] "i"(RSEQ_SIG),
