@@ -790,7 +790,7 @@ static bool end_take_atomic(struct rq_request *rq)
  * The restartable sequence, on glibc's struct rseq of the thread: give up
  * (compare-and-swap) if the thread has none (cpu_id < 0), point rseq_cs at
  * the descriptor, then inside the sequence: core_busy 0, state IN_FLIGHT or
- * COMPLETING (the two states s with s | 2 == 3), store COMPLETE: the
+ * COMPLETING (the two states with bit 0 set), store COMPLETE: the
  * commit, its last instruction.  The abort handler starts it over.  Either
  * way out clears rseq_cs: the kernel must never read a descriptor of a
  * library that was unloaded since.
@@ -820,10 +820,8 @@ static inline __attribute__((always_inline)) bool rq_take_in_flight(struct rq_re
 			 ".Lrq_end_go%=:\n\t"
 			 "cmpb $0, (%[busy])\n\t"
 			 "jne .Lrq_end_out%=\n\t"
-			 "movzbl (%[state]), %%eax\n\t"
-			 "orl $2, %%eax\n\t"
-			 "cmpl $3, %%eax\n\t"
-			 "jne .Lrq_end_out%=\n\t"
+			 "testb $1, (%[state])\n\t"
+			 "jz .Lrq_end_out%=\n\t"
 			 "movb $2, (%[state])\n"
 			 ".Lrq_end_done%=:\n\t"
 			 "movq $0, %%fs:%c[cs](%[off])\n\t"
