@@ -14,13 +14,11 @@
  * kernel has it) and with RQ_END_ATOMIC=1 (compare-and-swap everywhere).
  *
  * Application-driven service on a virtual clock: the scan runs only inside
- * this thread's rq_service_run() calls; an alarm turns a hang into a
- * failure with a message.
+ * this thread's rq_service_run() calls.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <setjmp.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -63,16 +61,6 @@ static void spin(unsigned n)
 }
 
 static uint8_t buf[4096];
-
-static void on_alarm(int sig)
-{
-	static const char msg[] = "test_end_race: hung\n";
-
-	(void)sig;
-	if (write(2, msg, sizeof(msg) - 1) < 0)
-		_exit(3);
-	_exit(3);
-}
 
 static rq_status_t hold_queue_rq(struct rq_hw_ctx *hctx, struct rq_request *rq, bool last)
 {
@@ -201,8 +189,6 @@ int main(void)
 		cmocka_unit_test(test_end_races_timeout),
 	};
 
-	signal(SIGALRM, on_alarm);
-	alarm(100);
 	if (rq_service_manual()) {
 		fprintf(stderr, "rq_service_manual failed\n");
 		return 1;
