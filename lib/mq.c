@@ -28,6 +28,18 @@
 #include <sys/sysinfo.h>
 #include <time.h>
 #include <urcu-bp.h>
+/* the end without an atomic (rq_take_in_flight()): x86-64, rseq, membarrier */
+#if defined(__x86_64__) && !defined(__SANITIZE_THREAD__) && defined(__has_include)
+#if __has_include(<sys/rseq.h>) && __has_include(<linux/membarrier.h>)
+#include <linux/membarrier.h>
+#include <sys/rseq.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#if defined(RSEQ_SIG) && defined(SYS_membarrier)
+#define MQ_END_RSEQ 1
+#endif
+#endif
+#endif
 
 #include "config.h"
 #if HAVE_NUMA
@@ -730,19 +742,7 @@ mq_end_request_inflight(struct rq_request *rq, rq_status_t status)
  * ThreadSanitizer does not model membarrier: a TSan build, like a thread
  * without rseq (valgrind) or another architecture, keeps the cmpxchg.
  */
-#if defined(__x86_64__) && !defined(__SANITIZE_THREAD__) && defined(__has_include)
-#if __has_include(<sys/rseq.h>) && __has_include(<linux/membarrier.h>)
-#include <linux/membarrier.h>
-#include <sys/rseq.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-#if defined(RSEQ_SIG) && defined(SYS_membarrier)
-#define MQ_END_RSEQ 1
-#endif
-#endif
-#endif
-
-#if MQ_END_RSEQ
+#if defined(MQ_END_RSEQ)
 static bool end_rseq_on;           /* set once, before the first tag set */
 static ptrdiff_t end_rseq_off;     /* glibc's __rseq_offset */
 static pthread_once_t end_rseq_once = PTHREAD_ONCE_INIT;
@@ -763,7 +763,7 @@ static void end_rseq_setup(void)
 /* Choose how requests end, once per process; before any request exists. */
 static void end_mode_init(void)
 {
-#if MQ_END_RSEQ
+#if defined(MQ_END_RSEQ)
 	pthread_once(&end_rseq_once, end_rseq_setup);
 #endif
 }
@@ -797,7 +797,7 @@ static bool end_take_atomic(struct rq_request *rq)
  */
 static inline __attribute__((always_inline)) bool rq_take_in_flight(struct rq_request *rq)
 {
-#if MQ_END_RSEQ
+#if defined(MQ_END_RSEQ)
 	_Static_assert(RQ_STATE_IN_FLIGHT == 1 && RQ_STATE_COMPLETING == 3 &&
 		       RQ_STATE_COMPLETE == 2 && RQ_STATE_IDLE == 0, "states the sequence tests");
 	if (likely(end_rseq_on)) {
@@ -852,7 +852,7 @@ slow:
 static bool timeout_hold(struct rq_request *rq, uint32_t gen)
 {
 	__atomic_store_n(&rq_priv(rq)->core_busy, 1, __ATOMIC_SEQ_CST);
-#if MQ_END_RSEQ
+#if defined(MQ_END_RSEQ)
 	/* registered, so it cannot fail */
 	if (end_rseq_on && syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ, 0, 0))
 		abort();
