@@ -718,7 +718,10 @@ mq_end_request_inflight(struct rq_request *rq, rq_status_t status)
  * command (x86-64 only, chosen once, before the first tag set), the
  * common end takes the request out of flight with no atomic: a restartable
  * sequence checks that the scan does not hold it (core_busy 0) and that it
- * is in flight or COMPLETING, and stores COMPLETE as its last instruction.
+ * is in flight, and stores COMPLETE as its last instruction.  COMPLETING
+ * (rq_mq_complete_request(), which the hook may call and whose
+ * ops->complete may run after the hold, on the submitter's mailbox) goes on
+ * to COMPLETE with the compare-and-swap, racing ends included.
  * The kernel sends the thread to the sequence's abort handler, which starts
  * it again, when it is preempted, migrated or signalled inside it, or when
  * another thread runs membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ)
@@ -737,6 +740,7 @@ mq_end_request_inflight(struct rq_request *rq, rq_status_t status)
  * | end, fast (no hold)         | the scan's check, hold start  | rseq+membarrier|
  * | end during a hold, hook end | each other                    | cmpxchg        |
  * | complete/requeue/refusal    | ends during a hold            | cmpxchg        |
+ * | end of a COMPLETING request | another end                   | cmpxchg        |
  * | two ends, no hold           | (driver bug)                  | -              |
  *
  * ThreadSanitizer does not model membarrier: a TSan build, like a thread
@@ -789,17 +793,16 @@ static bool end_take_atomic(struct rq_request *rq)
  * COMPLETE.  Return: false if it was neither: never complete twice.
  * The restartable sequence, on glibc's struct rseq of the thread: give up
  * (compare-and-swap) if the thread has none (cpu_id < 0), point rseq_cs at
- * the descriptor, then inside the sequence: core_busy 0, state IN_FLIGHT or
- * COMPLETING (the two states with bit 0 set), store COMPLETE: the
- * commit, its last instruction.  The abort handler starts it over.  Either
+ * the descriptor, then inside the sequence: core_busy 0, state IN_FLIGHT,
+ * store COMPLETE: the commit, its last instruction.  The abort handler starts it over.  Either
  * way out clears rseq_cs: the kernel must never read a descriptor of a
  * library that was unloaded since.
  */
 static inline __attribute__((always_inline)) bool rq_take_in_flight(struct rq_request *rq)
 {
 #if defined(MQ_END_RSEQ)
-	_Static_assert(RQ_STATE_IN_FLIGHT == 1 && RQ_STATE_COMPLETING == 3 &&
-		       RQ_STATE_COMPLETE == 2 && RQ_STATE_IDLE == 0, "states the sequence tests");
+	_Static_assert(RQ_STATE_IN_FLIGHT == 1 && RQ_STATE_COMPLETE == 2,
+		       "the states the sequence tests and stores");
 	if (likely(end_rseq_on)) {
 		asm goto(".pushsection __rseq_cs, \"aw\"\n\t"
 			 ".balign 32\n"
@@ -820,8 +823,8 @@ static inline __attribute__((always_inline)) bool rq_take_in_flight(struct rq_re
 			 ".Lrq_end_go%=:\n\t"
 			 "cmpb $0, (%[busy])\n\t"
 			 "jne .Lrq_end_out%=\n\t"
-			 "testb $1, (%[state])\n\t"
-			 "jz .Lrq_end_out%=\n\t"
+			 "cmpb $1, (%[state])\n\t"
+			 "jne .Lrq_end_out%=\n\t"
 			 "movb $2, (%[state])\n"
 			 ".Lrq_end_done%=:\n\t"
 			 "movq $0, %%fs:%c[cs](%[off])\n\t"
