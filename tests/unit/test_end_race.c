@@ -6,7 +6,8 @@
  * and ends made during it keep the compare-and-swap.  Each iteration holds
  * one write in the driver, lets it time out on the virtual clock, and has
  * a completer thread end it at the very moment the scan looks at it (or the
- * hook runs, the hook ending it too): the bio must end exactly once, with
+ * hook runs, the hook ending it too; or as the end of a request the hook
+ * completed comes after the hold): the bio must end exactly once, with
  * the status of the one end that won, and its tag must come back (the queue
  * has one).  A completer that did not see the scan's hold, or a scan that
  * did not wait for sequences in progress, lets both ends through: the bio
@@ -31,18 +32,21 @@
 
 #include "fixtures.h"
 
-#define ITERATIONS 6000
+#define ITERATIONS 8000
 #define JITTER 128 /* spin steps either side waits before its end, at most */
 
 enum race_mode {
 	RACE_HOOK_END,   /* the completer goes when the hook runs; the hook ends it too */
 	RACE_HOOK_WAIT,  /* the completer goes when the hook runs; the hook only returns */
 	RACE_SCAN,       /* the completer goes as the scan pass starts */
+	RACE_COMPLETING, /* the hook completes it (COMPLETING), ops->complete defers the
+			    end past the hold, and the completer ends it meanwhile */
 	RACE_MODES
 };
 
 static struct {
 	struct rq_request *_Atomic held;  /* the request queue_rq kept */
+	struct rq_request *deferred;      /* ops->complete left it to the test thread */
 	atomic_int go;                    /* 1: completer, end it now */
 	atomic_int ended;                 /* the completer's end returned */
 	atomic_bool stop;
@@ -86,13 +90,35 @@ static enum rq_timeout_ret race_timeout(struct rq_request *rq)
 		spin(drv.hook_spin);
 		rq_mq_end_request(rq, RQ_STS_TIMEOUT);
 	}
+	if (drv.mode == RACE_COMPLETING)
+		assert_true(rq_mq_complete_request(rq, RQ_STS_TIMEOUT));
 	return RQ_EH_DONE;
+}
+
+/* A driver whose ops->complete ends the request later, on its own thread. */
+static void defer_complete(struct rq_request *rq)
+{
+	drv.deferred = rq;
+}
+
+/* The deferred end, after the hold, racing the completer. */
+static void end_deferred(void)
+{
+	struct rq_request *rq = drv.deferred;
+
+	if (!rq)
+		return;
+	drv.deferred = NULL;
+	release_completer();
+	spin(drv.hook_spin);
+	rq_mq_end_request(rq, rq_mq_complete_status(rq));
 }
 
 static const struct rq_mq_ops mq_ops = {
 	RQ_MQ_OPS_INIT,
 	.queue_rq = hold_queue_rq,
 	.timeout = race_timeout,
+	.complete = defer_complete,
 };
 
 /* The driver's completion thread: spins so that it runs at once. */
@@ -135,6 +161,7 @@ static void race_once(struct rq_queue *q, enum race_mode mode, unsigned *won)
 		if (mode == RACE_SCAN && i == release_at)
 			release_completer(); /* about when the scan fires: either may win */
 		fx_service_due();
+		end_deferred();
 	}
 	assert_true(FX_WAIT_FOR(atomic_load(&drv.ended), 10000));
 	fx_service_due();
@@ -176,9 +203,9 @@ static void test_end_races_timeout(void **state)
 	pthread_join(th, NULL);
 	/* the hook that only returns never ends it: the completer always wins */
 	assert_int_equal(won[RACE_HOOK_WAIT][0], 0);
-	printf("# hook ends too: completer won %u, hook %u; scan race: completer %u, hook %u\n",
+	printf("# completer / hook won: hook ends too %u / %u; scan %u / %u; completing %u / %u\n",
 	       won[RACE_HOOK_END][1], won[RACE_HOOK_END][0], won[RACE_SCAN][1],
-	       won[RACE_SCAN][0]);
+	       won[RACE_SCAN][0], won[RACE_COMPLETING][1], won[RACE_COMPLETING][0]);
 	rq_queue_destroy(q);
 	rq_tag_set_free(set);
 }
@@ -189,6 +216,7 @@ int main(void)
 		cmocka_unit_test(test_end_races_timeout),
 	};
 
+	alarm(100); /* a hang (a tag given back twice or lost) fails by SIGALRM */
 	if (rq_service_manual()) {
 		fprintf(stderr, "rq_service_manual failed\n");
 		return 1;
