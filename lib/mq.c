@@ -28,6 +28,18 @@
 #include <sys/sysinfo.h>
 #include <time.h>
 #include <urcu-bp.h>
+/* the end without an atomic (rq_take_in_flight()): x86-64, rseq, membarrier */
+#if defined(__x86_64__) && !defined(__SANITIZE_THREAD__) && defined(__has_include)
+#if __has_include(<sys/rseq.h>) && __has_include(<linux/membarrier.h>)
+#include <linux/membarrier.h>
+#include <sys/rseq.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#if defined(RSEQ_SIG) && defined(SYS_membarrier)
+#define MQ_END_RSEQ 1
+#endif
+#endif
+#endif
 
 #include "config.h"
 #if HAVE_NUMA
@@ -717,11 +729,75 @@ mq_end_request_inflight(struct rq_request *rq, rq_status_t status)
 	}
 }
 
+/* ------------------------------------------- ending without an atomic */
+
+/*
+ * What the end's compare-and-swap arbitrates is a driver's completion
+ * against the timeout scan: its hook may end, complete or requeue the
+ * request itself, on the service thread, while the driver's completion
+ * comes in.  Where the kernel offers rseq(2) and membarrier(2)'s rseq
+ * command (x86-64 only, chosen once, before the first tag set), the
+ * common end takes the request out of flight with no atomic: a restartable
+ * sequence checks that the scan does not hold it (core_busy 0) and that it
+ * is in flight, and stores COMPLETE as its last instruction.  COMPLETING
+ * (rq_mq_complete_request(), which the hook may call and whose
+ * ops->complete may run after the hold, on the submitter's mailbox) goes on
+ * to COMPLETE with the compare-and-swap, racing ends included.
+ * The kernel sends the thread to the sequence's abort handler, which starts
+ * it again, when it is preempted, migrated or signalled inside it, or when
+ * another thread runs membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ)
+ * meanwhile.  The scan sets core_busy, runs that membarrier, then reads the
+ * state (timeout_hold()): a sequence that stored COMPLETE before the
+ * membarrier is seen by that read; any other one runs (again) after it and
+ * sees core_busy.  So while the scan holds a request every end goes
+ * through the compare-and-swap (end_take_atomic()), the hook's as well, as
+ * before.  Not arbitrated any more: two threads of the driver ending the
+ * same request at the same instant with no hold (a driver bug, as in the
+ * kernel; doc/drivers.md).  A plain load and store would not do: a thread
+ * stopped between them could store COMPLETE over a request the hook ended
+ * and the core re-issued meanwhile; the restart is what closes that.
+ *
+ * | operation                   | may run with                  | arbitrated by  |
+ * | end, fast (no hold)         | the scan's check, hold start  | rseq+membarrier|
+ * | end during a hold, hook end | each other                    | cmpxchg        |
+ * | complete/requeue/refusal    | ends during a hold            | cmpxchg        |
+ * | end of a COMPLETING request | another end                   | cmpxchg        |
+ * | two ends, no hold           | (driver bug)                  | -              |
+ *
+ * ThreadSanitizer does not model membarrier: a TSan build, like a thread
+ * without rseq (valgrind) or another architecture, keeps the cmpxchg.
+ */
+#if defined(MQ_END_RSEQ)
+static bool end_rseq_on;           /* set once, before the first tag set */
+static ptrdiff_t end_rseq_off;     /* glibc's __rseq_offset */
+static pthread_once_t end_rseq_once = PTHREAD_ONCE_INIT;
+
+static void end_rseq_setup(void)
+{
+	long cmds = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
+
+	if (getenv("RQ_END_ATOMIC") || __rseq_size < offsetof(struct rseq, flags) ||
+	    cmds < 0 || !(cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ) ||
+	    syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_RSEQ, 0, 0))
+		return;
+	end_rseq_off = __rseq_offset;
+	end_rseq_on = true;
+}
+#endif
+
+/* Choose how requests end, once per process; before any request exists. */
+static void end_mode_init(void)
+{
+#if defined(MQ_END_RSEQ)
+	pthread_once(&end_rseq_once, end_rseq_setup);
+#endif
+}
+
 /*
  * Move @rq from in flight (or handed to rq_mq_complete_request()) to
- * COMPLETE.  Return: false if it was neither: never complete twice.
+ * COMPLETE with a compare-and-swap.  Return: false if it was neither.
  */
-static inline bool rq_take_in_flight(struct rq_request *rq)
+static bool end_take_atomic(struct rq_request *rq)
 {
 	uint8_t expected = RQ_STATE_IN_FLIGHT;
 
@@ -731,6 +807,82 @@ static inline bool rq_take_in_flight(struct rq_request *rq)
 	expected = RQ_STATE_COMPLETING;
 	return __atomic_compare_exchange_n(&rq->state, &expected, RQ_STATE_COMPLETE, false,
 					   __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+}
+
+/*
+ * Move @rq from in flight (or handed to rq_mq_complete_request()) to
+ * COMPLETE.  Return: false if it was neither: never complete twice.
+ * The restartable sequence, on glibc's struct rseq of the thread: give up
+ * (compare-and-swap) if the thread has none (cpu_id < 0), point rseq_cs at
+ * the descriptor, then inside the sequence: core_busy 0, state IN_FLIGHT,
+ * store COMPLETE: the commit, its last instruction.  The abort handler starts it over.  Either
+ * way out clears rseq_cs: the kernel must never read a descriptor of a
+ * library that was unloaded since.
+ */
+static inline __attribute__((always_inline)) bool rq_take_in_flight(struct rq_request *rq)
+{
+#if defined(MQ_END_RSEQ)
+	_Static_assert(RQ_STATE_IN_FLIGHT == 1 && RQ_STATE_COMPLETE == 2,
+		       "the states the sequence tests and stores");
+	if (likely(end_rseq_on)) {
+		asm goto(".pushsection __rseq_cs, \"aw\"\n\t"
+			 ".balign 32\n"
+			 ".Lrq_end_cs%=:\n\t"
+			 ".long 0, 0\n\t"
+			 ".quad .Lrq_end_go%=, .Lrq_end_done%= - .Lrq_end_go%=, .Lrq_end_abort%=\n\t"
+			 ".popsection\n\t"
+			 ".pushsection __rseq_failure, \"ax\"\n\t"
+			 ".long %c[sig]\n"
+			 ".Lrq_end_abort%=:\n\t"
+			 "jmp .Lrq_end_again%=\n\t"
+			 ".popsection\n"
+			 ".Lrq_end_again%=:\n\t"
+			 "cmpl $0, %%fs:%c[cpu_id](%[off])\n\t"
+			 "jl %l[slow]\n\t"
+			 "leaq .Lrq_end_cs%=(%%rip), %%rax\n\t"
+			 "movq %%rax, %%fs:%c[cs](%[off])\n"
+			 ".Lrq_end_go%=:\n\t"
+			 "cmpb $0, (%[busy])\n\t"
+			 "jne .Lrq_end_out%=\n\t"
+			 "cmpb $1, (%[state])\n\t"
+			 "jne .Lrq_end_out%=\n\t"
+			 "movb $2, (%[state])\n"
+			 ".Lrq_end_done%=:\n\t"
+			 "movq $0, %%fs:%c[cs](%[off])\n\t"
+			 ".pushsection .text.unlikely, \"ax\"\n"
+			 ".Lrq_end_out%=:\n\t"
+			 "movq $0, %%fs:%c[cs](%[off])\n\t"
+			 "jmp %l[slow]\n\t"
+			 ".popsection\n"
+			 :
+			 : [off] "r"(end_rseq_off), [busy] "r"(&rq_priv(rq)->core_busy),
+			   [state] "r"(&rq->state), [sig] "i"(RSEQ_SIG),
+			   [cpu_id] "i"(offsetof(struct rseq, cpu_id)),
+			   [cs] "i"(offsetof(struct rseq, rseq_cs))
+			 : "rax", "cc", "memory"
+			 : slow);
+		return true;
+	}
+slow:
+#endif
+	return end_take_atomic(rq);
+}
+
+/*
+ * The scan's hold of @rq starts (core_busy 1); then no end takes it
+ * without the compare-and-swap until mq_timeout_hold_end().
+ * Return: true if it is still in flight with generation @gen.
+ */
+static bool timeout_hold(struct rq_request *rq, uint32_t gen)
+{
+	__atomic_store_n(&rq_priv(rq)->core_busy, 1, __ATOMIC_SEQ_CST);
+#if defined(MQ_END_RSEQ)
+	/* registered, so it cannot fail */
+	if (end_rseq_on && syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ, 0, 0))
+		abort();
+#endif
+	return __atomic_load_n(&rq->state, __ATOMIC_SEQ_CST) == RQ_STATE_IN_FLIGHT &&
+	       __atomic_load_n(&rq_priv(rq)->gen, __ATOMIC_SEQ_CST) == gen;
 }
 
 RQ_EXPORT void rq_mq_end_request(struct rq_request *rq, rq_status_t status)
@@ -1899,6 +2051,7 @@ RQ_EXPORT int rq_tag_set_alloc(const struct rq_tag_set_config *cfg, struct rq_ta
 	set->timeout_ms = cfg->timeout_ms ? cfg->timeout_ms : RQ_DEFAULT_TIMEOUT_MS;
 	set->flags = cfg->flags;
 	set->driver_data = cfg->driver_data;
+	end_mode_init(); /* before any request of the set exists */
 	set->nr_cpus = (unsigned)get_nprocs_conf();
 	if (!set->nr_cpus)
 		set->nr_cpus = 1;
@@ -2269,9 +2422,7 @@ static void timeout_scan(struct rq_queue *q, uint64_t now)
 			}
 			if (now < hctx->timeout_deadline[tag])
 				continue;
-			__atomic_store_n(&rq_priv(rq)->core_busy, 1, __ATOMIC_SEQ_CST);
-			if (__atomic_load_n(&rq->state, __ATOMIC_SEQ_CST) == RQ_STATE_IN_FLIGHT &&
-			    __atomic_load_n(&rq_priv(rq)->gen, __ATOMIC_SEQ_CST) == gen) {
+			if (timeout_hold(rq, gen)) {
 				enum rq_timeout_ret ret = RQ_EH_RESET_TIMER;
 
 				stat_inc(q, ST_TIMEOUTS);
