@@ -877,8 +877,14 @@ static bool timeout_hold(struct rq_request *rq, uint32_t gen)
 {
 	__atomic_store_n(&rq_priv(rq)->core_busy, 1, __ATOMIC_SEQ_CST);
 #if defined(MQ_END_RSEQ)
-	/* registered, so it cannot fail */
-	if (end_rseq_on && syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ, 0, 0))
+	/*
+	 * Registered once per process; a child of fork() may find its mm
+	 * unregistered (the kernel clears it at exec, and may at fork), so a
+	 * refusal registers again.  Failing after that, no end is safe.
+	 */
+	if (end_rseq_on && syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ, 0, 0) &&
+	    (syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_RSEQ, 0, 0) ||
+	     syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ, 0, 0)))
 		abort();
 #endif
 	return __atomic_load_n(&rq->state, __ATOMIC_SEQ_CST) == RQ_STATE_IN_FLIGHT &&
