@@ -1094,27 +1094,40 @@ static void sq_plug_fail(struct rq_request *rq, rq_status_t status)
 	sq_unlock_end(q);
 }
 
-/* The request is done: scheduler told, bios ended (later), pool.  Lock held. */
-sq_inline void sq_finish_request(struct rq_request *rq, rq_status_t status)
+/* @rq is out of the driver: in-flight count and driver tag.  Lock held. */
+sq_inline void sq_left_driver(struct rq_queue *q, struct rq_sq_data *sqd, struct rq_request *rq)
 {
-	struct rq_queue *q = rq->q;
-	struct rq_sq_data *sqd = sqd_of(q);
-
 	sqd->in_flight[rq_request_is_sync(rq)]--;
 	if (rq->tag >= 0)
 		rq_sq_end_tag(q, rq);
-	if (rq_priv(rq)->end_io) {
-		/* flush sequencing decides what comes next */
-		__atomic_store_n(&rq->state, RQ_STATE_COMPLETE, __ATOMIC_RELEASE);
-		rq_priv(rq)->end_io(rq, status);
-		return;
-	}
+}
+
+/* @rq is done: traced, counted, and told to the scheduler.  Lock held. */
+sq_inline void sq_count_done(struct rq_queue *q, struct rq_sq_data *sqd, struct rq_request *rq,
+			     rq_status_t status)
+{
 	trace_complete_all(rq, status, OBS_C_QUIET | OBS_C_DONE);
 	if (status != RQ_STS_OK)
 		sq_stat_inc(q, sqd, SQ_ST_ERRORS);
 	sq_stat_inc(q, sqd, SQ_ST_COMPLETED);
 	if ((rq->rq_flags & RQ_RQF_ELVPRIV) && sqd->eops.completed)
 		sqd->eops.completed(q, rq);
+}
+
+/* The request is done: scheduler told, bios ended (later), pool.  Lock held. */
+sq_inline void sq_finish_request(struct rq_request *rq, rq_status_t status)
+{
+	struct rq_queue *q = rq->q;
+	struct rq_sq_data *sqd = sqd_of(q);
+
+	sq_left_driver(q, sqd, rq);
+	if (rq_priv(rq)->end_io) {
+		/* flush sequencing decides what comes next */
+		__atomic_store_n(&rq->state, RQ_STATE_COMPLETE, __ATOMIC_RELEASE);
+		rq_priv(rq)->end_io(rq, status);
+		return;
+	}
+	sq_count_done(q, sqd, rq, status);
 	sq_request_leave(rq, status);
 }
 
@@ -1132,16 +1145,9 @@ sq_inline void sq_end_whole(struct rq_request *rq, rq_status_t status)
 	struct rq_sq_data *sqd = sqd_of(q);
 
 	sq_bios_done(sqd, rq, status);
-	sqd->in_flight[rq_request_is_sync(rq)]--;
-	if (rq->tag >= 0)
-		rq_sq_end_tag(q, rq);
-	trace_complete_all(rq, status, OBS_C_QUIET | OBS_C_DONE);
-	if (status != RQ_STS_OK)
-		sq_stat_inc(q, sqd, SQ_ST_ERRORS);
-	sq_stat_inc(q, sqd, SQ_ST_COMPLETED);
+	sq_left_driver(q, sqd, rq);
+	sq_count_done(q, sqd, rq, status);
 	if (rq->rq_flags & RQ_RQF_ELVPRIV) {
-		if (sqd->eops.completed)
-			sqd->eops.completed(q, rq);
 		if (sqd->eops.put_request)
 			sqd->eops.put_request(rq);
 		rq->rq_flags &= ~RQ_RQF_ELVPRIV;
