@@ -286,14 +286,11 @@ static __attribute__((noinline)) void submit_bio_on(struct rq_queue *q, struct r
 RQ_EXPORT void rq_submit_bio(struct rq_queue *q, struct rq_bio *bio)
 {
 	struct rq_sw_ctx *outer = tls_submit_ctx; /* a driver may submit from inside a submission */
-	struct rq_mailbox *mb = tls_mbox;
 	struct rq_sw_ctx *ctx;
 	bool fast;
 
 	fast = bio_fast_ok(&q->fast, atomic_load_explicit(&q->capacity, memory_order_relaxed), bio);
-	if (likely(fast && (!mb || (!atomic_load_explicit(&mb->head, memory_order_relaxed) &&
-				    !atomic_load_explicit(&mb->batch_head,
-							  memory_order_relaxed))) &&
+	if (likely(fast && !mbox_own_pending() &&
 		   !atomic_load_explicit(&obs_active, memory_order_relaxed) &&
 		   (ctx = plug_stock_take(q)))) {
 		tls_submit_ctx = ctx;

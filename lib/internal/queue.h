@@ -472,14 +472,20 @@ static inline void request_end_bios(struct rq_request *rq, rq_status_t status)
 }
 unsigned mbox_drain(struct rq_mailbox *mb);
 
-/* Complete what other threads left for the calling thread. */
-static inline void mbox_run_own(void)
+/* Did other threads leave completions for the calling thread? */
+static inline bool mbox_own_pending(void)
 {
 	struct rq_mailbox *mb = tls_mbox;
 
-	if (unlikely(mb && (atomic_load_explicit(&mb->head, memory_order_relaxed) ||
-			    atomic_load_explicit(&mb->batch_head, memory_order_relaxed))))
-		mbox_drain(mb);
+	return mb && (atomic_load_explicit(&mb->head, memory_order_relaxed) ||
+		      atomic_load_explicit(&mb->batch_head, memory_order_relaxed));
+}
+
+/* Complete what other threads left for the calling thread. */
+static inline void mbox_run_own(void)
+{
+	if (unlikely(mbox_own_pending()))
+		mbox_drain(tls_mbox);
 }
 
 /* ---- lib/merge.c ---- */
