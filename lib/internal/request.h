@@ -32,7 +32,6 @@ struct rq_request_priv {
 	uint8_t core_busy;        /* the timeout scan holds it (2: release handed over) */
 	uint8_t complete_status;  /* status given to rq_mq_complete_request() */
 	uint8_t obs_started;      /* iostats counted its issue (lib/trace.c) */
-	uint64_t deadline_ns;     /* timeout deadline */
 	struct rq_hlist_node hash; /* back-merge hash */
 	void (*end_io)(struct rq_request *rq, rq_status_t status); /* flush sequencing */
 	void *end_io_data;        /* the submitter's completion mailbox */

@@ -183,11 +183,44 @@ static void test_unshared_first_come(void **state)
 	rq_tag_set_free(set);
 }
 
+/*
+ * Statistics of a NOWAIT bio that gets no request: it counts as a bio and
+ * not as a request (mq counts a bio and its request in one and takes the
+ * request back when none is made), and nothing else moves.
+ */
+static void test_nowait_again_stats(void **state)
+{
+	struct rq_queue_stats st = { 0 };
+	struct rq_tag_set *set;
+	struct rq_queue *a, *b;
+
+	make(0, &set, &a, &b);
+	for (unsigned i = 0; i < DEPTH; i++)
+		submit_nowait(a, i * 8);
+	submit_nowait(a, DEPTH * 8); /* no tag left */
+	assert_int_equal(atomic_load(&again), 1);
+	assert_int_equal(rq_queue_get_stats(a, &st, sizeof(st)), 0);
+	assert_int_equal(st.bios, DEPTH + 1);
+	assert_int_equal(st.requests, DEPTH);
+	assert_int_equal(st.dispatched, DEPTH);
+	assert_int_equal(st.completed, 0);
+	assert_int_equal(st.errors, 0);
+	assert_int_equal(end_held(a), DEPTH);
+	assert_int_equal(rq_queue_get_stats(a, &st, sizeof(st)), 0);
+	assert_int_equal(st.bios, DEPTH + 1);
+	assert_int_equal(st.requests, DEPTH);
+	assert_int_equal(st.completed, DEPTH);
+	rq_queue_destroy(a);
+	rq_queue_destroy(b);
+	rq_tag_set_free(set);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_fair_share),
 		cmocka_unit_test(test_unshared_first_come),
+		cmocka_unit_test(test_nowait_again_stats),
 	};
 
 	/* before the first queue: the idle check runs only in fx_serve_until(),
