@@ -24,13 +24,8 @@
 static atomic_uint_fast64_t ioc_next_id = 1;
 static atomic_uint_fast64_t iog_next_id = 1;
 
-/* Per-thread state: the context set by the application, and our own. */
-struct ioc_thread {
-	struct rq_io_context *set;
-	struct rq_io_context *own;
-};
-
-static __thread struct ioc_thread tl_ioc __attribute__((tls_model("initial-exec")));
+/* Per-thread state (struct ioc_thread, internal/ioc.h): set and own context. */
+__thread struct ioc_thread tl_ioc __attribute__((tls_model("initial-exec")));
 static __thread bool tl_ioc_registered __attribute__((tls_model("initial-exec")));
 
 static pthread_key_t ioc_key;
@@ -135,7 +130,7 @@ RQ_EXPORT int rq_ioc_set_prio(struct rq_io_context *ioc, uint16_t ioprio)
  */
 RQ_EXPORT uint16_t rq_ioc_prio(const struct rq_io_context *ioc)
 {
-	return READ_ONCE(ioc->ioprio);
+	return ioc_prio(ioc);
 }
 
 /**
@@ -435,11 +430,8 @@ static void ioc_thread_register(void)
  */
 RQ_EXPORT struct rq_io_context *rq_ioc_current(void)
 {
-	struct rq_io_context *ioc = tl_ioc.set;
+	struct rq_io_context *ioc = ioc_current_cached();
 
-	if (likely(ioc))
-		return ioc;
-	ioc = tl_ioc.own;
 	if (likely(ioc))
 		return ioc;
 	ioc = rq_ioc_create(0);
@@ -478,7 +470,7 @@ RQ_EXPORT void rq_ioc_set_current(struct rq_io_context *ioc)
  */
 struct rq_io_context *ioc_of_bio(const struct rq_bio *bio)
 {
-	return bio->ioc ? bio->ioc : rq_ioc_current();
+	return bio->ioc ? bio->ioc : ioc_current();
 }
 
 /**
@@ -496,5 +488,5 @@ uint16_t ioc_bio_prio(const struct rq_bio *bio)
 	if (bio->ioprio)
 		return bio->ioprio;
 	ioc = ioc_of_bio(bio);
-	return ioc ? rq_ioc_prio(ioc) : RQ_IOC_PRIO_DEFAULT;
+	return ioc ? ioc_prio(ioc) : RQ_IOC_PRIO_DEFAULT;
 }

@@ -333,9 +333,9 @@ static struct rq_request *mq_get_request(struct rq_queue *q, struct rq_sw_ctx *c
 
 	if (eq) {
 		if (!rq->ioc)
-			rq->ioc = rq_ioc_current();
+			rq->ioc = ioc_current();
 		if (!rq->ioprio && rq->ioc)
-			rq->ioprio = rq_ioc_prio(rq->ioc);
+			rq->ioprio = ioc_prio(rq->ioc);
 		/*
 		 * As the kernel: flushes and PREFLUSH writes bypass the
 		 * scheduler (the flush machinery issues their steps); everything

@@ -19,6 +19,7 @@
 #define RQ_INTERNAL_IOC_H
 
 #include <librequest/bio.h>
+#include <librequest/iocontext.h>
 #include <librequest/queue.h>
 
 #include "compiler.h"
@@ -59,6 +60,47 @@ struct rq_io_group {
 
 /* Default weight of a group. */
 #define RQ_IOG_WEIGHT_DEFAULT 100u
+
+/* Per-thread state (lib/ioc.c): the context set by the application, and our own. */
+struct ioc_thread {
+	struct rq_io_context *set;
+	struct rq_io_context *own;
+};
+
+extern __thread struct ioc_thread tl_ioc
+	__attribute__((tls_model("initial-exec"), visibility("hidden")));
+
+/**
+ * ioc_current_cached() - the calling thread's io context if it has one
+ * already (set, else its own), without making one.  Context: any thread.
+ * Return: the context, or NULL when rq_ioc_current() would have to make it.
+ */
+static inline struct rq_io_context *ioc_current_cached(void)
+{
+	struct rq_io_context *ioc = tl_ioc.set;
+
+	return likely(ioc) ? ioc : tl_ioc.own;
+}
+
+/**
+ * ioc_current() - rq_ioc_current() for the library's own paths: the
+ * lookup inline (a submission pays two thread-local loads, not a call
+ * through the exported symbol), the first use's creation out of line.
+ * Context: any thread; allocates on the thread's first use.
+ * Return: as rq_ioc_current().
+ */
+static inline struct rq_io_context *ioc_current(void)
+{
+	struct rq_io_context *ioc = ioc_current_cached();
+
+	return likely(ioc) ? ioc : rq_ioc_current();
+}
+
+/** ioc_prio() - rq_ioc_prio() inline: the context's priority, never 0. */
+static inline uint16_t ioc_prio(const struct rq_io_context *ioc)
+{
+	return READ_ONCE(ioc->ioprio);
+}
 
 /**
  * ioc_of_bio() - the io context a bio is submitted for: bio->ioc, else the
