@@ -592,11 +592,12 @@ release_request_inline(struct rq_request *rq, struct comp_batch *cb)
 {
 	struct rq_queue *q = rq->q;
 
+	/* ELVPRIV: the scheduler that prepared it is attached (a switch drains) */
 	if (rq->rq_flags & RQ_RQF_ELVPRIV) {
-		struct rq_elevator_queue *eq = q->elevator;
+		const struct rq_elevator_type *e = q->elevator->type;
 
-		if (eq && eq->type->ops.finish_request)
-			eq->type->ops.finish_request(rq);
+		if (e->ops.finish_request)
+			e->ops.finish_request(rq);
 	}
 	if (unlikely(rq->rq_flags & RQ_RQF_FLUSH_INTERNAL))
 		return NULL; /* owned by the flush queue */
@@ -714,8 +715,7 @@ mq_end_request_inflight(struct rq_request *rq, rq_status_t status)
 			stat_inc(q, ST_ERRORS);
 		stat_inc(q, ST_COMPLETED);
 	}
-	if (q->elevator && q->elevator->type->ops.completed_request &&
-	    (rq->rq_flags & RQ_RQF_ELVPRIV))
+	if ((rq->rq_flags & RQ_RQF_ELVPRIV) && q->elevator->type->ops.completed_request)
 		q->elevator->type->ops.completed_request(rq, core_clock_ns());
 	trace_complete_all(rq, status, OBS_C_DONE);
 	request_end_bios(rq, status);
@@ -1706,25 +1706,35 @@ static void mq_plug_issue_chain(struct rq_request *first)
 	struct rq_queue *q = first->q;
 	struct rq_hw_ctx *hctx = first->hctx;
 	struct rq_list_node list, bypass;
+	struct rq_list_node *tail = &list, *btail = &bypass;
 	struct rq_request *rq, *next;
 
 	if (!q->elevator) {
 		issue_chain_directly(hctx, rq_priv(first)->ctx, first, true);
 		return;
 	}
-	rq_list_init(&list);
-	rq_list_init(&bypass);
+	/* the two lists are built with their tails in registers, closed after */
 	for (rq = first; rq; rq = next) {
+		struct rq_list_node *n = &rq->queuelist;
+
 		next = rq->rq_next;
 		rq->rq_next = NULL;
-		if (rq->rq_flags & RQ_RQF_ELVPRIV) {
+		if (likely(rq->rq_flags & RQ_RQF_ELVPRIV)) {
 			rq->rq_flags |= RQ_RQF_SORTED;
-			trace_insert(rq);
-			rq_list_add_tail(&rq->queuelist, &list);
+			n->prev = tail;
+			tail->next = n;
+			tail = n;
 		} else {
-			rq_list_add_tail(&rq->queuelist, &bypass);
+			n->prev = btail;
+			btail->next = n;
+			btail = n;
 		}
 	}
+	tail->next = &list;
+	list.prev = tail;
+	btail->next = &bypass;
+	bypass.prev = btail;
+	trace_insert_list(q, &list);
 	plug_hand_over(hctx, &list, &bypass);
 }
 
