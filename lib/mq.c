@@ -332,10 +332,11 @@ static struct rq_request *mq_get_request(struct rq_queue *q, struct rq_sw_ctx *c
 	trace_getrq(q, rq, bio);
 
 	if (eq) {
-		if (!rq->ioc)
-			rq->ioc = ioc_current();
-		if (!rq->ioprio && rq->ioc)
-			rq->ioprio = ioc_prio(rq->ioc);
+		struct rq_io_context *ioc = bio->ioc ? bio->ioc : ioc_current();
+
+		rq->ioc = ioc;
+		if (!bio->ioprio && ioc)
+			rq->ioprio = ioc_prio(ioc);
 		/*
 		 * As the kernel: flushes and PREFLUSH writes bypass the
 		 * scheduler (the flush machinery issues their steps); everything
@@ -417,6 +418,7 @@ static inline bool comp_batch_start(struct comp_batch *cb, struct rq_hw_ctx *hct
 		return false;
 	cb->hctx = hctx;
 	cb->tags = cb->sched = 0;
+	cb->tags_off = cb->sched_off = 0;
 	cb->nr_usage = 0;
 	cb->ctx = NULL;
 	cb->done = cb->errors = 0;
@@ -440,11 +442,13 @@ static inline void comp_batch_bit(struct sbitmap_queue *sbq, unsigned word_mask,
 {
 	unsigned word_off = bit & word_mask;
 
-	if (*mask && *off != word_off) {
-		sbq_put_mask(sbq, *mask, *off, cpu);
+	/* *@off starts at 0 (comp_batch_start()): a word's bits come together */
+	if (unlikely(*off != word_off)) {
+		if (*mask)
+			sbq_put_mask(sbq, *mask, *off, cpu);
 		*mask = 0;
+		*off = word_off;
 	}
-	*off = word_off;
 	*mask |= 1UL << (bit - word_off);
 }
 
