@@ -707,7 +707,8 @@ mq_end_request_inflight(struct rq_request *rq, rq_status_t status)
 	if (cb) {
 		/* @q, not ctx->q: the completer reads no line the submitter writes */
 		cb->done++;
-		cb->errors += status != RQ_STS_OK;
+		if (unlikely(status != RQ_STS_OK))
+			cb->errors++;
 		taken = cb->nr_usage;
 	} else {
 		if (status != RQ_STS_OK)
