@@ -560,18 +560,20 @@ comp_batch_take(struct comp_batch *cb, int tag, int itag, struct rq_sw_ctx *ctx)
 static struct rq_sw_ctx *mq_release_tags(struct rq_request *rq);
 
 /*
- * The rest of a release: the request goes idle, its tags go back, or into
- * @cb (comp_batch_of(rq->hctx), may be NULL).
+ * The rest of a release: the request goes idle (its bio list cleared
+ * unless @bios_ended: request_end_bios() did it), its tags go back, or
+ * into @cb (comp_batch_of(rq->hctx), may be NULL).
  */
 static inline __attribute__((always_inline)) struct rq_sw_ctx *
-release_tags_inline(struct rq_request *rq, struct comp_batch *cb)
+release_tags_inline(struct rq_request *rq, struct comp_batch *cb, bool bios_ended)
 {
 	struct rq_hw_ctx *hctx = rq->hctx;
 	struct rq_sw_ctx *ctx = rq_priv(rq)->ctx;
 	int tag = rq->tag, itag = rq->internal_tag;
 	unsigned cpu;
 
-	rq->bio = rq->biotail = NULL;
+	if (!bios_ended)
+		rq->bio = rq->biotail = NULL;
 	__atomic_store_n(&rq->state, RQ_STATE_IDLE, __ATOMIC_RELEASE);
 	if (cb && comp_batch_take(cb, tag, itag, ctx))
 		return NULL;
@@ -602,10 +604,10 @@ static bool release_hand_to_timeout(struct rq_request *rq)
 /*
  * mq_release_request(), inline for the completion paths: every completed
  * request comes through here, and the call and its frame cost more than
- * the common case's few tests.
+ * the common case's few tests.  @bios_ended: as release_tags_inline().
  */
 static inline __attribute__((always_inline)) struct rq_sw_ctx *
-release_request_inline(struct rq_request *rq, struct comp_batch *cb)
+release_request_bios(struct rq_request *rq, struct comp_batch *cb, bool bios_ended)
 {
 	struct rq_queue *q = rq->q;
 
@@ -620,7 +622,13 @@ release_request_inline(struct rq_request *rq, struct comp_batch *cb)
 	if (unlikely(__atomic_load_n(&rq_priv(rq)->core_busy, __ATOMIC_ACQUIRE)) &&
 	    release_hand_to_timeout(rq))
 		return NULL; /* the scan finishes it, usage reference included */
-	return release_tags_inline(rq, cb);
+	return release_tags_inline(rq, cb, bios_ended);
+}
+
+static inline __attribute__((always_inline)) struct rq_sw_ctx *
+release_request_inline(struct rq_request *rq, struct comp_batch *cb)
+{
+	return release_request_bios(rq, cb, false);
 }
 
 static struct rq_sw_ctx *mq_release_request(struct rq_request *rq)
@@ -630,7 +638,7 @@ static struct rq_sw_ctx *mq_release_request(struct rq_request *rq)
 
 static struct rq_sw_ctx *mq_release_tags(struct rq_request *rq)
 {
-	return release_tags_inline(rq, comp_batch_of(rq->hctx));
+	return release_tags_inline(rq, comp_batch_of(rq->hctx), false);
 }
 
 /*
@@ -732,14 +740,15 @@ mq_end_request_inflight(struct rq_request *rq, rq_status_t status)
 			stat_inc(q, ST_ERRORS);
 		stat_inc(q, ST_COMPLETED);
 	}
-	if (q->elevator && q->elevator->type->ops.completed_request &&
-	    (rq->rq_flags & RQ_RQF_ELVPRIV))
+	/* the flag first: none's requests never load q->elevator here */
+	if ((rq->rq_flags & RQ_RQF_ELVPRIV) && q->elevator &&
+	    q->elevator->type->ops.completed_request)
 		q->elevator->type->ops.completed_request(rq, core_clock_ns());
 	trace_complete_all(rq, status, OBS_C_DONE);
 	request_end_bios(rq, status);
 	if (unlikely(q->mq_flags & MQ_F_PUT_BUDGET))
 		q->ops->put_budget(q);
-	ctx = release_request_inline(rq, cb);
+	ctx = release_request_bios(rq, cb, true);
 	if (ctx || !cb || cb->nr_usage == taken) {
 		hctx_restart(hctx);
 		if (ctx)
