@@ -270,6 +270,36 @@ static unsigned sched_limit_depth(struct rq_queue *q, struct rq_elevator_queue *
  * else a driver tag (from @plug's batch, when the thread has a plug).
  * Returns NULL when no tag could be had (nowait, dying).
  */
+/* The request of driver tag @tag of @hctx (no scheduler), reset for @ctx. */
+static inline __attribute__((always_inline)) struct rq_request *
+none_rq_take(struct rq_queue *q, struct rq_hw_ctx *hctx, struct rq_sw_ctx *ctx,
+	     struct rq_tags *tags, int tag)
+{
+	struct rq_request *rq = tags->static_rqs[tag];
+
+	rq_init_common(rq, q, hctx, ctx);
+	rq->tag = tag;
+	rq->internal_tag = -1;
+	rq->start_time_ns = 0;
+	__atomic_store_n(&tags->rqs[tag], rq, __ATOMIC_RELEASE);
+	return rq;
+}
+
+/* A new request takes @bio, its first (nr_segs segments), and its op and place. */
+static inline __attribute__((always_inline)) void
+rq_take_bio(struct rq_request *rq, struct rq_bio *bio, unsigned nr_segs)
+{
+	rq->op = bio->op;
+	rq->opf = bio->opf;
+	rq->ioprio = bio->ioprio;
+	rq->sector = bio->iter.sector;
+	rq->bytes = bio->iter.size;
+	rq->nr_segments = (uint16_t)nr_segs;
+	rq->bio = rq->biotail = bio;
+	bio->next = NULL;
+	rq->ioc = bio->ioc;
+}
+
 static struct rq_request *mq_get_request(struct rq_queue *q, struct rq_sw_ctx *ctx,
 					 struct rq_plug *plug, struct rq_bio *bio,
 					 unsigned nr_segs)
@@ -310,23 +340,10 @@ static struct rq_request *mq_get_request(struct rq_queue *q, struct rq_sw_ctx *c
 			tag = driver_tag_get_wait(q, hctx, ctx->cpu, bio->opf & RQ_BIO_NOWAIT);
 		if (tag < 0)
 			return NULL;
-		rq = tags->static_rqs[tag];
-		rq_init_common(rq, q, hctx, ctx);
-		rq->tag = tag;
-		rq->internal_tag = -1;
-		rq->start_time_ns = 0;
-		__atomic_store_n(&tags->rqs[tag], rq, __ATOMIC_RELEASE);
+		rq = none_rq_take(q, hctx, ctx, tags, tag);
 	}
 
-	rq->op = bio->op;
-	rq->opf = bio->opf;
-	rq->ioprio = bio->ioprio;
-	rq->sector = bio->iter.sector;
-	rq->bytes = bio->iter.size;
-	rq->nr_segments = (uint16_t)nr_segs;
-	rq->bio = rq->biotail = bio;
-	bio->next = NULL;
-	rq->ioc = bio->ioc;
+	rq_take_bio(rq, bio, nr_segs);
 	if (unlikely(READ_ONCE(q->rq_affinity) == 2))
 		rq_priv(rq)->end_io_data = mbox_self();
 	trace_getrq(q, rq, bio);
@@ -547,18 +564,20 @@ comp_batch_take(struct comp_batch *cb, int tag, int itag, struct rq_sw_ctx *ctx)
 static struct rq_sw_ctx *mq_release_tags(struct rq_request *rq);
 
 /*
- * The rest of a release: the request goes idle, its tags go back, or into
- * @cb (comp_batch_of(rq->hctx), may be NULL).
+ * The rest of a release: the request goes idle (its bio list cleared
+ * unless @bios_ended: request_end_bios() did it), its tags go back, or
+ * into @cb (comp_batch_of(rq->hctx), may be NULL).
  */
 static inline __attribute__((always_inline)) struct rq_sw_ctx *
-release_tags_inline(struct rq_request *rq, struct comp_batch *cb)
+release_tags_inline(struct rq_request *rq, struct comp_batch *cb, bool bios_ended)
 {
 	struct rq_hw_ctx *hctx = rq->hctx;
 	struct rq_sw_ctx *ctx = rq_priv(rq)->ctx;
 	int tag = rq->tag, itag = rq->internal_tag;
 	unsigned cpu;
 
-	rq->bio = rq->biotail = NULL;
+	if (!bios_ended)
+		rq->bio = rq->biotail = NULL;
 	__atomic_store_n(&rq->state, RQ_STATE_IDLE, __ATOMIC_RELEASE);
 	if (cb && comp_batch_take(cb, tag, itag, ctx))
 		return NULL;
@@ -589,10 +608,10 @@ static bool release_hand_to_timeout(struct rq_request *rq)
 /*
  * mq_release_request(), inline for the completion paths: every completed
  * request comes through here, and the call and its frame cost more than
- * the common case's few tests.
+ * the common case's few tests.  @bios_ended: as release_tags_inline().
  */
 static inline __attribute__((always_inline)) struct rq_sw_ctx *
-release_request_inline(struct rq_request *rq, struct comp_batch *cb)
+release_request_bios(struct rq_request *rq, struct comp_batch *cb, bool bios_ended)
 {
 	struct rq_queue *q = rq->q;
 
@@ -608,7 +627,13 @@ release_request_inline(struct rq_request *rq, struct comp_batch *cb)
 	if (unlikely(__atomic_load_n(&rq_priv(rq)->core_busy, __ATOMIC_ACQUIRE)) &&
 	    release_hand_to_timeout(rq))
 		return NULL; /* the scan finishes it, usage reference included */
-	return release_tags_inline(rq, cb);
+	return release_tags_inline(rq, cb, bios_ended);
+}
+
+static inline __attribute__((always_inline)) struct rq_sw_ctx *
+release_request_inline(struct rq_request *rq, struct comp_batch *cb)
+{
+	return release_request_bios(rq, cb, false);
 }
 
 static struct rq_sw_ctx *mq_release_request(struct rq_request *rq)
@@ -618,7 +643,7 @@ static struct rq_sw_ctx *mq_release_request(struct rq_request *rq)
 
 static struct rq_sw_ctx *mq_release_tags(struct rq_request *rq)
 {
-	return release_tags_inline(rq, comp_batch_of(rq->hctx));
+	return release_tags_inline(rq, comp_batch_of(rq->hctx), false);
 }
 
 /*
@@ -712,7 +737,8 @@ mq_end_request_inflight(struct rq_request *rq, rq_status_t status)
 	if (cb) {
 		/* @q, not ctx->q: the completer reads no line the submitter writes */
 		cb->done++;
-		cb->errors += status != RQ_STS_OK;
+		if (unlikely(status != RQ_STS_OK))
+			cb->errors++;
 		taken = cb->nr_usage;
 	} else {
 		if (status != RQ_STS_OK)
@@ -725,7 +751,7 @@ mq_end_request_inflight(struct rq_request *rq, rq_status_t status)
 	request_end_bios(rq, status);
 	if (unlikely(q->mq_flags & MQ_F_PUT_BUDGET))
 		q->ops->put_budget(q);
-	ctx = release_request_inline(rq, cb);
+	ctx = release_request_bios(rq, cb, true);
 	if (ctx || !cb || cb->nr_usage == taken) {
 		hctx_restart(hctx);
 		if (ctx)
@@ -1755,6 +1781,13 @@ static void mq_plug_issue(struct rq_list_node *list, struct rq_request *first)
 /* ----------------------------------------------------------- submission */
 
 /* Try merging @bio into queued work without making a request. */
+/* May @ctx hold staged requests (its bit in its hctx's pending map)? */
+static inline bool ctx_maybe_staged(const struct rq_sw_ctx *ctx)
+{
+	return atomic_load_explicit(&ctx->hctx->pending, memory_order_relaxed) &
+	       (1ull << (ctx->index_hw % 64));
+}
+
 static bool mq_attempt_bio_merge(struct rq_queue *q, struct rq_sw_ctx *ctx,
 				 struct rq_plug *plug, struct rq_bio *bio, unsigned nr_segs)
 {
@@ -1767,8 +1800,7 @@ static bool mq_attempt_bio_merge(struct rq_queue *q, struct rq_sw_ctx *ctx,
 
 		return e->ops.bio_merge && e->ops.bio_merge(q, bio, nr_segs);
 	}
-	if (atomic_load_explicit(&ctx->hctx->pending, memory_order_relaxed) &
-	    (1ull << (ctx->index_hw % 64))) {
+	if (ctx_maybe_staged(ctx)) {
 		bool merged;
 
 		rq_spin_lock(&ctx->lock);
@@ -1780,8 +1812,8 @@ static bool mq_attempt_bio_merge(struct rq_queue *q, struct rq_sw_ctx *ctx,
 }
 
 /* Submit one piece that fits the limits; consumes one usage reference. */
-static void mq_submit(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_bio *bio,
-		      unsigned nr_segs)
+static __attribute__((noinline)) void mq_submit_slow(struct rq_queue *q, struct rq_sw_ctx *ctx,
+						     struct rq_bio *bio, unsigned nr_segs)
 {
 	struct rq_plug *plug = plug_current();
 	struct rq_stats_block *sb = stats_block(q); /* one look-up for every count */
@@ -1818,6 +1850,56 @@ static void mq_submit(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_bio *
 	}
 	rq->rq_next = NULL;
 	issue_chain_directly(rq->hctx, ctx, rq, false);
+}
+
+/*
+ * mq_submit_slow()'s commonest case, inline and with no call, so that it
+ * needs no frame: no scheduler (the caller's test), a plug that takes the request inline
+ * (plug_add_fits()) and has a tag for it in its batch, a bio that is no
+ * flush step and not polled and that merges with nothing (not adjacent to
+ * the plug's last request, nothing staged), nothing observed, rq_affinity
+ * below 2, the thread's counters cached.  All of it is checked before
+ * anything changes; then the same steps as mq_submit_slow() take, in the
+ * same order.  Return: false, having done nothing, if mq_submit_slow()
+ * must take @bio.
+ */
+static inline __attribute__((always_inline)) bool
+mq_submit_plugged_none(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_plug *plug,
+		       struct rq_bio *bio, unsigned nr_segs)
+{
+	struct rq_hw_ctx *hctx = ctx->hctx;
+	struct rq_tags *tags = hctx->tags;
+	struct rq_stats_block *sb;
+	struct rq_request *rq;
+
+	if (tags_shared(q) || (bio->opf & (RQ_BIO_PREFLUSH | RQ_BIO_FUA | RQ_BIO_POLLED)) ||
+	    bio->op == RQ_OP_FLUSH || atomic_load_explicit(&obs_active, memory_order_relaxed) ||
+	    READ_ONCE(q->rq_affinity) == 2 || !plug_add_fits(plug, q, hctx) ||
+	    !plug_cached_tag_ready(plug, tags))
+		return false;
+	if (READ_ONCE(q->nomerges) != 2 && bio_mergeable(bio) &&
+	    (plug_merge_candidate(plug, q, bio) || ctx_maybe_staged(ctx)))
+		return false;
+	sb = stats_block_cached(q);
+	if (unlikely(!sb))
+		return false;
+	stat_block_add(sb, ST_BIO_REQUESTS, 1);
+	rq = none_rq_take(q, hctx, ctx, tags, plug_cached_tag_pop(plug, tags, 0));
+	rq_take_bio(rq, bio, nr_segs);
+	plug_append(plug, rq);
+	return true;
+}
+
+static void mq_submit(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_bio *bio,
+		      unsigned nr_segs)
+{
+	struct rq_plug *plug;
+
+	/* a scheduler's submission pays one test for this */
+	if (!q->elevator && (plug = plug_current()) &&
+	    mq_submit_plugged_none(q, ctx, plug, bio, nr_segs))
+		return;
+	mq_submit_slow(q, ctx, bio, nr_segs);
 }
 
 

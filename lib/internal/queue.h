@@ -337,12 +337,20 @@ void stats_sum(struct rq_queue *q, uint64_t *sum);
 void stats_init(struct rq_queue *q);
 void stats_free(struct rq_queue *q);
 
-/* The calling thread's counters for @q (NULL without memory); see stat_add(). */
-static inline struct rq_stats_block *stats_block(struct rq_queue *q)
+/* The calling thread's counters for @q if its cache holds them, else NULL: no call. */
+static inline struct rq_stats_block *stats_block_cached(const struct rq_queue *q)
 {
 	struct stats_cache_slot *slot = &tls_stats_cache[q->id % STATS_CACHE_SLOTS];
 
-	return slot->qid == q->id ? slot->block : stats_block_slow(q);
+	return slot->qid == q->id ? slot->block : NULL;
+}
+
+/* The calling thread's counters for @q (NULL without memory); see stat_add(). */
+static inline struct rq_stats_block *stats_block(struct rq_queue *q)
+{
+	struct rq_stats_block *b = stats_block_cached(q);
+
+	return likely(b) ? b : stats_block_slow(q);
 }
 
 /* Count @n events of kind @idx in block @b (from stats_block(); may be NULL). */
@@ -549,6 +557,26 @@ static inline uint64_t core_clock_ns(void)
 #define PLUG_FLUSH_BYTES (128u * 1024u) /* BLK_PLUG_FLUSH_SIZE */
 void plug_add_slow(struct rq_plug *plug, struct rq_request *rq);
 
+/* May @plug take a request of @q and @hctx inline (plug_add()'s common case)? */
+static inline bool plug_add_fits(const struct rq_plug *plug, const struct rq_queue *q,
+				 const struct rq_hw_ctx *hctx)
+{
+	const struct rq_request *first = plug->head;
+
+	return likely(first && first->q == q && first->hctx == hctx &&
+		      plug->count < RQ_PLUG_MAX_REQUESTS && first->bytes < PLUG_FLUSH_BYTES);
+}
+
+/* Queue @rq on @plug, which plug_add_fits() said may take it. */
+static inline void plug_append(struct rq_plug *plug, struct rq_request *rq)
+{
+	plug->tail->rq_next = rq;
+	rq->rq_next = NULL;
+	plug->tail = rq;
+	plug->count++;
+	plug->q = rq->q;
+}
+
 /*
  * Queue @rq on @plug.  Inline the common case: a plug already holding
  * requests of the same queue and hw queue, far from full; plug_add_slow()
@@ -557,44 +585,75 @@ void plug_add_slow(struct rq_plug *plug, struct rq_request *rq);
  */
 static inline void plug_add(struct rq_plug *plug, struct rq_request *rq)
 {
-	struct rq_request *first = plug->head;
-
-	if (unlikely(!first || first->q != rq->q || first->hctx != rq->hctx ||
-		     plug->count >= RQ_PLUG_MAX_REQUESTS || first->bytes >= PLUG_FLUSH_BYTES)) {
+	if (unlikely(!plug_add_fits(plug, rq->q, rq->hctx))) {
 		plug_add_slow(plug, rq);
 		return;
 	}
-	plug->tail->rq_next = rq;
-	rq->rq_next = NULL;
-	plug->tail = rq;
-	plug->count++;
-	plug->q = rq->q;
+	plug_append(plug, rq);
 }
 bool plug_merge_tail(struct rq_queue *q, struct rq_request *rq, struct rq_bio *bio,
 		     unsigned nr_segs);
 
 /*
- * The one plug merge check of both front ends: may @bio join the request
- * last added to @plug, if that is a request of @q?  The caller has checked
- * that @bio may merge at all.  The common misses (no plug, an empty one,
- * another queue's request) cost no call.  Return: true if it merged.
+ * The request last added to @plug (may be NULL) if it is one of @q that
+ * @bio touches (ends where @bio starts, or starts where it ends), else
+ * NULL: adjacency, what random I/O fails (rq_try_merge_pos()), no call.
  */
-static inline bool plug_try_merge(struct rq_plug *plug, struct rq_queue *q, struct rq_bio *bio,
-				  unsigned nr_segs)
+static inline struct rq_request *plug_merge_candidate(const struct rq_plug *plug,
+						      const struct rq_queue *q,
+						      const struct rq_bio *bio)
 {
 	struct rq_request *rq = plug ? plug->tail : NULL;
 
 	if (!rq || rq->q != q)
-		return false;
-	/* adjacency first, inline: what random I/O fails (rq_try_merge_pos()) */
+		return NULL;
 	if (rq_request_end_sector(rq) != bio->iter.sector &&
 	    rq->sector != rq_bio_end_sector(bio))
-		return false;
-	return plug_merge_tail(q, rq, bio, nr_segs);
+		return NULL;
+	return rq;
+}
+
+/*
+ * The one plug merge check of both front ends: may @bio join the request
+ * last added to @plug, if that is a request of @q?  The caller has checked
+ * that @bio may merge at all.  The common misses (no plug, an empty one,
+ * another queue's request, no adjacency) cost no call.  Return: true if it merged.
+ */
+static inline bool plug_try_merge(struct rq_plug *plug, struct rq_queue *q, struct rq_bio *bio,
+				  unsigned nr_segs)
+{
+	struct rq_request *rq = plug_merge_candidate(plug, q, bio);
+
+	return rq && plug_merge_tail(q, rq, bio, nr_segs);
 }
 void plug_return_tags(struct rq_plug *plug, unsigned cpu);
 int plug_cached_tag_refill(struct rq_plug *plug, struct rq_tags *tags, struct rq_queue *sched_q,
 			   struct rq_sw_ctx *ctx, unsigned shallow);
+
+/* Has @plug's batch a tag of @tags that plug_cached_tag() hands out inline? */
+static inline bool plug_cached_tag_ready(const struct rq_plug *plug, const struct rq_tags *tags)
+{
+	unsigned long bits = plug->cached_tags;
+
+	/* the last bit of a batch that holds the queue (cache_q) drops that hold */
+	return plug->tag_cache == tags && bits && !(bits == (bits & -bits) && plug->cache_q);
+}
+
+/*
+ * The lowest tag of @plug's batch of @tags, taken, if below @shallow (0: no
+ * limit), else -1.  plug_cached_tag_ready() said there is one to take.
+ */
+static inline int plug_cached_tag_pop(struct rq_plug *plug, const struct rq_tags *tags,
+				      unsigned shallow)
+{
+	unsigned long bits = plug->cached_tags;
+	unsigned bit = (unsigned)__builtin_ctzl(bits);
+
+	if (unlikely(shallow) && bit >= shallow)
+		return -1; /* the lowest is the one that would go: above the limit */
+	plug->cached_tags = bits & (bits - 1);
+	return (int)(tags->nr_reserved + plug->cached_off + bit);
+}
 
 /*
  * A tag from the plug's batch (plug.c, "Batched tag allocation"): the
@@ -605,17 +664,9 @@ int plug_cached_tag_refill(struct rq_plug *plug, struct rq_tags *tags, struct rq
 static inline int plug_cached_tag(struct rq_plug *plug, struct rq_tags *tags,
 				  struct rq_queue *sched_q, struct rq_sw_ctx *ctx, unsigned shallow)
 {
-	unsigned long bits = plug->cached_tags;
-	unsigned bit;
-
-	/* the last bit of a batch that holds the queue (cache_q) drops that hold */
-	if (plug->tag_cache != tags || !bits || (bits == (bits & -bits) && plug->cache_q))
+	if (!plug_cached_tag_ready(plug, tags))
 		return plug_cached_tag_refill(plug, tags, sched_q, ctx, shallow);
-	bit = (unsigned)__builtin_ctzl(bits);
-	if (unlikely(shallow) && bit >= shallow)
-		return -1; /* the lowest is the one that would go: above the limit */
-	plug->cached_tags = bits & (bits - 1);
-	return (int)(tags->nr_reserved + plug->cached_off + bit);
+	return plug_cached_tag_pop(plug, tags, shallow);
 }
 void plug_fail_queue(struct rq_queue *q);
 struct rq_sw_ctx *plug_queue_enter(struct rq_queue *q);

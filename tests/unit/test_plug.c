@@ -3,6 +3,9 @@
  * Plugging: requests collect on a per-thread plug and are issued at finish,
  * in submission order, with last=false on all but the final one.
  */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -275,6 +278,58 @@ static void test_plug_tag_batch(void **state)
 	mock_destroy(m);
 }
 
+/*
+ * Under a plug that already holds requests of the queue (the shape of
+ * mq_submit()'s inline case), a bio that starts where a request staged on
+ * the software queue ends (the hw queue is stopped) still merges into it:
+ * the inline case leaves it to the full path.  Pinned to one CPU, so the
+ * staged request and the plugged submissions share a software queue.
+ */
+static void test_plug_merges_with_staged(void **state)
+{
+	struct mock_dev *m;
+	struct fx_rec rec[4];
+	struct rq_plug plug;
+	cpu_set_t set, old;
+	struct mock_event ev;
+	unsigned merged = 0;
+	int cpu = sched_getcpu();
+
+	assert_true(cpu >= 0);
+	pthread_getaffinity_np(pthread_self(), sizeof(old), &old);
+	CPU_ZERO(&set);
+	CPU_SET(cpu, &set);
+	if (pthread_setaffinity_np(pthread_self(), sizeof(set), &set))
+		skip();
+	m = defer_dev(false);
+	rq_mq_stop_hw_queues(m->q);
+	rq_submit_bio(m->q, fx_bio(&rec[0], RQ_OP_WRITE, 0, bufs[0], 4096)); /* staged */
+	rq_start_plug(&plug);
+	rq_submit_bio(m->q, fx_bio(&rec[1], RQ_OP_WRITE, spread(10), bufs[1], 4096));
+	rq_submit_bio(m->q, fx_bio(&rec[2], RQ_OP_WRITE, spread(20), bufs[2], 4096));
+	rq_submit_bio(m->q, fx_bio(&rec[3], RQ_OP_WRITE, 8, bufs[3], 4096)); /* joins rec[0]'s */
+	rq_finish_plug(&plug);
+	assert_int_equal(mock_count(m, MOCK_QUEUE_RQ), 0);
+	rq_mq_start_hw_queues(m->q);
+
+	assert_int_equal(mock_count(m, MOCK_QUEUE_RQ), 3);
+	for (unsigned i = 0; i < 3; i++) {
+		assert_true(mock_find(m, MOCK_QUEUE_RQ, i, &ev));
+		if (ev.sector == 0) {
+			assert_int_equal(ev.bytes, 8192);
+			merged++;
+		}
+	}
+	assert_int_equal(merged, 1);
+	assert_int_equal(mock_complete_all(m, RQ_STS_OK), 3);
+	assert_true(fx_wait(rec, 4, 10000));
+	for (unsigned i = 0; i < 4; i++)
+		assert_int_equal(fx_done(&rec[i]), 1);
+	fx_put(rec, 4);
+	mock_destroy(m);
+	pthread_setaffinity_np(pthread_self(), sizeof(old), &old);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -287,6 +342,7 @@ int main(void)
 		cmocka_unit_test(test_no_plug_uses_queue_rq),
 		cmocka_unit_test(test_plug_data),
 		cmocka_unit_test(test_plug_tag_batch),
+		cmocka_unit_test(test_plug_merges_with_staged),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
