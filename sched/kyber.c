@@ -208,15 +208,25 @@ enum kyber_verdict {
 };
 
 /*
- * rq->elv_priv[0]: the domain + 1 whose token @rq holds, or NULL.
- * rq->elv_priv[1]: from its dispatch on, the kyber_hctx_data the token
- * and the latency samples go back to (NULL before): the completion path
- * reaches it without a lookup.
- * The core clears both when it makes a request (elv_priv is NULL at
+ * rq->elv_priv[0]: while @rq holds a token, the kyber_hctx_data the token
+ * and the latency samples go back to, with the domain + 1 in its low bits
+ * (the structure is at least 8-byte aligned, the domains are 4); NULL
+ * otherwise.  One store per request at dispatch, and the completion path
+ * reaches the hctx data without a lookup.
+ * The core clears it when it makes a request (elv_priv is NULL at
  * prepare_request), so kyber needs no prepare_request hook and a new
  * request pays no indirect call for it.
  */
 #define KYBER_TOKEN(rq) ((uintptr_t)(rq)->elv_priv[0])
+#define KYBER_TOKEN_DOMAIN 7u /* low bits of a token: its domain + 1 */
+_Static_assert(_Alignof(struct kyber_hctx_data) > KYBER_TOKEN_DOMAIN &&
+	       KYBER_NR_DOMAINS < KYBER_TOKEN_DOMAIN, "kyber: the domain fits under the pointer");
+
+/* The hctx data a token (non-zero) goes back to. */
+static inline struct kyber_hctx_data *kyber_token_hd(uintptr_t token)
+{
+	return (struct kyber_hctx_data *)(token & ~(uintptr_t)KYBER_TOKEN_DOMAIN);
+}
 
 /* -------------------------------------------------------------- helpers */
 
@@ -262,12 +272,12 @@ static inline struct kyber_hctx_data *kyber_hd(const struct rq_hw_ctx *hctx)
 	return rq_sched_hctx_data(hctx);
 }
 
-/* The hctx data of @rq's hardware queue (see rq->elv_priv[1] above). */
+/* The hctx data of @rq's hardware queue (see rq->elv_priv[0] above). */
 static inline struct kyber_hctx_data *kyber_rq_hd(const struct rq_request *rq)
 {
-	struct kyber_hctx_data *khd = rq->elv_priv[1];
+	uintptr_t token = KYBER_TOKEN(rq);
 
-	return likely(khd) ? khd : kyber_hd(rq->hctx);
+	return likely(token) ? kyber_token_hd(token) : kyber_hd(rq->hctx);
 }
 
 /* Note that software queue @idx may hold requests of @domain. */
@@ -405,8 +415,8 @@ static void kyber_put_token(struct rq_request *rq)
 	if (!token)
 		return;
 	rq->elv_priv[0] = NULL;
-	domain = (unsigned)token - 1;
-	khd = rq->elv_priv[1]; /* set with the token (kyber_take()) */
+	domain = (unsigned)(token & KYBER_TOKEN_DOMAIN) - 1;
+	khd = kyber_token_hd(token);
 	if (khd == kyber_batch.khd) {
 		kyber_batch.tokens[domain]++;
 		return;
@@ -472,7 +482,7 @@ static unsigned kyber_take(struct kyber_queue_data *kqd, struct kyber_hctx_data 
 			   unsigned domain, unsigned max, struct rq_list_node *list)
 {
 	struct rq_list_node *queued = &khd->rqs[domain];
-	void *token = (void *)(uintptr_t)(domain + 1);
+	void *token = (void *)((uintptr_t)khd | (domain + 1));
 	unsigned taken = atomic_load_explicit(&khd->dispatched[domain], memory_order_relaxed);
 	unsigned n = 0, tokens = 0;
 
@@ -494,7 +504,6 @@ static unsigned kyber_take(struct kyber_queue_data *kqd, struct kyber_hctx_data 
 			struct rq_request *rq = RQ_CONTAINER_OF(last, struct rq_request, queuelist);
 
 			rq->elv_priv[0] = token;
-			rq->elv_priv[1] = khd;
 			if (run == limit || last->next == queued)
 				break;
 			last = last->next;
@@ -1053,13 +1062,14 @@ _Static_assert((int)RQ_OP_READ == (int)KYBER_READ && (int)RQ_OP_WRITE == (int)KY
 static void kyber_completed_request(struct rq_request *rq, uint64_t now)
 {
 	unsigned t = rq->op; /* see the assertion above */
-	struct kyber_hctx_data *khd = rq->elv_priv[1]; /* kyber_rq_hd()'s usual case */
+	uintptr_t token = KYBER_TOKEN(rq); /* kyber_rq_hd()'s usual case */
+	struct kyber_hctx_data *khd = kyber_token_hd(token);
 	struct kyber_queue_data *kqd;
 	uint64_t quarter;
 
 	if (t >= KYBER_NR_TARGETS)
 		return;
-	if (unlikely(!khd)) {
+	if (unlikely(!token)) {
 		kyber_sample_late(rq, t, now);
 		return;
 	}
