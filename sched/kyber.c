@@ -918,6 +918,27 @@ static void kyber_insert_requests(struct rq_hw_ctx *hctx, struct rq_list_node *l
 
 static bool kyber_has_work(struct rq_hw_ctx *hctx);
 
+/* May a domain other than @domain have requests queued?  (Lockless hint.) */
+static inline bool kyber_others_pending(const struct kyber_hctx_data *khd, unsigned domain)
+{
+	for (unsigned d = 0; d < KYBER_NR_DOMAINS; d++)
+		if (d != domain && kyber_domain_pending(khd, d))
+			return true;
+	return false;
+}
+
+/*
+ * The batch count of the domain served after @got more of its requests
+ * went out, its batches following each other (no other domain had any):
+ * a batch that reached @size is followed by a new one of the same domain.
+ */
+static inline unsigned kyber_batching_after(unsigned batching, unsigned got, unsigned size)
+{
+	unsigned total = batching + got;
+
+	return total <= size ? total : (total - size - 1) % size + 1;
+}
+
 /*
  * Up to @max requests for @hctx onto the tail of @list, in the order @max
  * kyber_dispatch_request() calls would give them (see there), a run of the
@@ -940,6 +961,24 @@ static unsigned kyber_dispatch_requests(struct rq_hw_ctx *hctx, struct rq_list_n
 	while (n < max) {
 		unsigned domain = khd->cur_domain, want, got = 0;
 
+		/*
+		 * No other domain has anything queued (the usual case): turn
+		 * after turn would come back to this one, a batch after the
+		 * other, so one take serves them all; short of @max (nothing
+		 * more queued, or no token), the steps below decide as if one
+		 * request at a time had gone out.  (Requests of other domains
+		 * queued meanwhile count as queued after this dispatch.)
+		 */
+		if (!kyber_others_pending(khd, domain)) {
+			want = max - n;
+			got = kyber_take(kqd, khd, domain, want, list);
+			khd->batching = kyber_batching_after(khd->batching, got,
+							     kyber_batch_size[domain]);
+			n += got;
+			if (got == want)
+				break;
+			got = 0;
+		}
 		/* the current domain goes on with its batch */
 		if (khd->batching < kyber_batch_size[domain]) {
 			want = kyber_batch_size[domain] - khd->batching;
