@@ -186,13 +186,14 @@ struct kyber_queue_data {
  * hctx meanwhile are counted here, per domain, and returned together at
  * the end (kyber_batch_end()).
  * @khd: the batch's hctx data; NULL while no batch is open.
- * @tokens: per domain, tokens given back inside the batch, not yet returned.
+ * @tokens: per domain + 1 (a token's low bits; [0] unused), tokens given
+ *	back inside the batch, not yet returned.
  * @bits: domains whose tokens went back to @khd during the batch (the end
  *	wakes a dispatch waiting for any of them).
  */
 struct kyber_batch {
 	struct kyber_hctx_data *khd;
-	unsigned tokens[KYBER_NR_DOMAINS];
+	unsigned tokens[KYBER_NR_DOMAINS + 1];
 	unsigned bits;
 };
 
@@ -415,12 +416,13 @@ static void kyber_put_token(struct rq_request *rq)
 	if (!token)
 		return;
 	rq->elv_priv[0] = NULL;
-	domain = (unsigned)(token & KYBER_TOKEN_DOMAIN) - 1;
-	khd = kyber_token_hd(token);
-	if (khd == kyber_batch.khd) {
-		kyber_batch.tokens[domain]++;
+	/* of the batch's hctx: the token differs from its address in the low bits only */
+	if ((token ^ (uintptr_t)kyber_batch.khd) <= KYBER_TOKEN_DOMAIN) {
+		kyber_batch.tokens[token & KYBER_TOKEN_DOMAIN]++;
 		return;
 	}
+	domain = (unsigned)(token & KYBER_TOKEN_DOMAIN) - 1;
+	khd = kyber_token_hd(token);
 	atomic_fetch_add_explicit(&khd->returned[domain], 1, memory_order_seq_cst);
 	kyber_wake(khd, rq->hctx, 1u << domain);
 }
@@ -440,11 +442,11 @@ static void kyber_batch_return(struct kyber_hctx_data *khd)
 	unsigned bits = 0;
 
 	for (unsigned d = 0; d < KYBER_NR_DOMAINS; d++) {
-		unsigned n = kyber_batch.tokens[d];
+		unsigned n = kyber_batch.tokens[d + 1];
 
 		if (!n)
 			continue;
-		kyber_batch.tokens[d] = 0;
+		kyber_batch.tokens[d + 1] = 0;
 		atomic_fetch_add_explicit(&khd->returned[d], n, memory_order_seq_cst);
 		bits |= 1u << d;
 	}
