@@ -126,16 +126,17 @@ struct kyber_ctx_queue {
  *	read-modify-write.
  * @waiting: bit per domain whose dispatch found no token; the next token
  *	returned re-runs the hctx.
- * @lat: per target domain and kind, histogram counters of completions;
- *	they only grow.  Completers bump them with a plain load and store (a
- *	count lost to two completers racing on one hctx does not matter to a
- *	percentile, and no locked instruction is paid per completion).
- * @lat_fast: per target domain, completions whose total and device
- *	latencies were both under a quarter of the target: bucket 0 of both
- *	kinds, counted once (the usual case on a fast device); a window close
- *	adds them to both.  Same rules as @lat.
- * @lat_seen, @lat_fast_seen: @lat and @lat_fast as the last window close
- *	read them (window closer only).
+ * @lat: per target domain, a joint histogram of completions: cell
+ *	[t][bt][bi] counts those whose total latency fell in bucket bt and
+ *	whose device latency fell in bucket bi, so a completion bumps one
+ *	counter, and cell [t][0][0] (both under a quarter of the target, the
+ *	usual case on a fast device) is found without a division.  The
+ *	counters only grow.  Completers bump them with a plain load and store
+ *	(a count lost to two completers racing on one hctx does not matter to
+ *	a percentile, and no locked instruction is paid per completion); a
+ *	window close reads the two histograms (total, device) off the rows
+ *	and columns.
+ * @lat_seen: @lat as the last window close read it (window closer only).
  */
 struct kyber_hctx_data {
 	struct kyber_queue_data *kqd;
@@ -152,10 +153,8 @@ struct kyber_hctx_data {
 	_Alignas(64) atomic_uint returned[KYBER_NR_DOMAINS];
 	atomic_uint waiting;
 
-	_Alignas(64) _Atomic uint64_t lat[KYBER_NR_TARGETS][KYBER_NR_LAT_KINDS][KYBER_BUCKETS];
-	_Atomic uint64_t lat_fast[KYBER_NR_TARGETS];
-	uint64_t lat_seen[KYBER_NR_TARGETS][KYBER_NR_LAT_KINDS][KYBER_BUCKETS];
-	uint64_t lat_fast_seen[KYBER_NR_TARGETS];
+	_Alignas(64) _Atomic uint64_t lat[KYBER_NR_TARGETS][KYBER_BUCKETS][KYBER_BUCKETS];
+	uint64_t lat_seen[KYBER_NR_TARGETS][KYBER_BUCKETS][KYBER_BUCKETS];
 };
 
 /**
@@ -187,13 +186,14 @@ struct kyber_queue_data {
  * hctx meanwhile are counted here, per domain, and returned together at
  * the end (kyber_batch_end()).
  * @khd: the batch's hctx data; NULL while no batch is open.
- * @tokens: per domain, tokens given back inside the batch, not yet returned.
+ * @tokens: per domain + 1 (a token's low bits; [0] unused), tokens given
+ *	back inside the batch, not yet returned.
  * @bits: domains whose tokens went back to @khd during the batch (the end
  *	wakes a dispatch waiting for any of them).
  */
 struct kyber_batch {
 	struct kyber_hctx_data *khd;
-	unsigned tokens[KYBER_NR_DOMAINS];
+	unsigned tokens[KYBER_NR_DOMAINS + 1];
 	unsigned bits;
 };
 
@@ -209,15 +209,25 @@ enum kyber_verdict {
 };
 
 /*
- * rq->elv_priv[0]: the domain + 1 whose token @rq holds, or NULL.
- * rq->elv_priv[1]: from its dispatch on, the kyber_hctx_data the token
- * and the latency samples go back to (NULL before): the completion path
- * reaches it without a lookup.
- * The core clears both when it makes a request (elv_priv is NULL at
+ * rq->elv_priv[0]: while @rq holds a token, the kyber_hctx_data the token
+ * and the latency samples go back to, with the domain + 1 in its low bits
+ * (the structure is at least 8-byte aligned, the domains are 4); NULL
+ * otherwise.  One store per request at dispatch, and the completion path
+ * reaches the hctx data without a lookup.
+ * The core clears it when it makes a request (elv_priv is NULL at
  * prepare_request), so kyber needs no prepare_request hook and a new
  * request pays no indirect call for it.
  */
 #define KYBER_TOKEN(rq) ((uintptr_t)(rq)->elv_priv[0])
+#define KYBER_TOKEN_DOMAIN 7u /* low bits of a token: its domain + 1 */
+_Static_assert(_Alignof(struct kyber_hctx_data) > KYBER_TOKEN_DOMAIN &&
+	       KYBER_NR_DOMAINS < KYBER_TOKEN_DOMAIN, "kyber: the domain fits under the pointer");
+
+/* The hctx data a token (non-zero) goes back to. */
+static inline struct kyber_hctx_data *kyber_token_hd(uintptr_t token)
+{
+	return (struct kyber_hctx_data *)(token & ~(uintptr_t)KYBER_TOKEN_DOMAIN);
+}
 
 /* -------------------------------------------------------------- helpers */
 
@@ -263,12 +273,12 @@ static inline struct kyber_hctx_data *kyber_hd(const struct rq_hw_ctx *hctx)
 	return rq_sched_hctx_data(hctx);
 }
 
-/* The hctx data of @rq's hardware queue (see rq->elv_priv[1] above). */
+/* The hctx data of @rq's hardware queue (see rq->elv_priv[0] above). */
 static inline struct kyber_hctx_data *kyber_rq_hd(const struct rq_request *rq)
 {
-	struct kyber_hctx_data *khd = rq->elv_priv[1];
+	uintptr_t token = KYBER_TOKEN(rq);
 
-	return likely(khd) ? khd : kyber_hd(rq->hctx);
+	return likely(token) ? kyber_token_hd(token) : kyber_hd(rq->hctx);
 }
 
 /* Note that software queue @idx may hold requests of @domain. */
@@ -406,12 +416,13 @@ static void kyber_put_token(struct rq_request *rq)
 	if (!token)
 		return;
 	rq->elv_priv[0] = NULL;
-	domain = (unsigned)token - 1;
-	khd = rq->elv_priv[1]; /* set with the token (kyber_take()) */
-	if (khd == kyber_batch.khd) {
-		kyber_batch.tokens[domain]++;
+	/* of the batch's hctx: the token differs from its address in the low bits only */
+	if ((token ^ (uintptr_t)kyber_batch.khd) <= KYBER_TOKEN_DOMAIN) {
+		kyber_batch.tokens[token & KYBER_TOKEN_DOMAIN]++;
 		return;
 	}
+	domain = (unsigned)(token & KYBER_TOKEN_DOMAIN) - 1;
+	khd = kyber_token_hd(token);
 	atomic_fetch_add_explicit(&khd->returned[domain], 1, memory_order_seq_cst);
 	kyber_wake(khd, rq->hctx, 1u << domain);
 }
@@ -431,11 +442,11 @@ static void kyber_batch_return(struct kyber_hctx_data *khd)
 	unsigned bits = 0;
 
 	for (unsigned d = 0; d < KYBER_NR_DOMAINS; d++) {
-		unsigned n = kyber_batch.tokens[d];
+		unsigned n = kyber_batch.tokens[d + 1];
 
 		if (!n)
 			continue;
-		kyber_batch.tokens[d] = 0;
+		kyber_batch.tokens[d + 1] = 0;
 		atomic_fetch_add_explicit(&khd->returned[d], n, memory_order_seq_cst);
 		bits |= 1u << d;
 	}
@@ -473,7 +484,7 @@ static unsigned kyber_take(struct kyber_queue_data *kqd, struct kyber_hctx_data 
 			   unsigned domain, unsigned max, struct rq_list_node *list)
 {
 	struct rq_list_node *queued = &khd->rqs[domain];
-	void *token = (void *)(uintptr_t)(domain + 1);
+	void *token = (void *)((uintptr_t)khd | (domain + 1));
 	unsigned taken = atomic_load_explicit(&khd->dispatched[domain], memory_order_relaxed);
 	unsigned n = 0, tokens = 0;
 
@@ -495,7 +506,6 @@ static unsigned kyber_take(struct kyber_queue_data *kqd, struct kyber_hctx_data 
 			struct rq_request *rq = RQ_CONTAINER_OF(last, struct rq_request, queuelist);
 
 			rq->elv_priv[0] = token;
-			rq->elv_priv[1] = khd;
 			if (run == limit || last->next == queued)
 				break;
 			last = last->next;
@@ -510,18 +520,15 @@ static unsigned kyber_take(struct kyber_queue_data *kqd, struct kyber_hctx_data 
 	return n;
 }
 
-/* Histogram bucket of latency @lat against a quarter of the target. */
+/*
+ * Histogram bucket of latency @lat against a quarter of the target: one
+ * division (the buckets are equal quarters), the last bucket open-ended.
+ */
 static inline unsigned kyber_bucket(uint64_t lat, uint64_t quarter)
 {
-	uint64_t edge = quarter;
-	unsigned b = 0;
+	uint64_t b = lat / quarter;
 
-	/* usually one comparison: most requests are well within the target */
-	while (lat >= edge && b < KYBER_BUCKETS - 1) {
-		b++;
-		edge += quarter;
-	}
-	return b;
+	return b < KYBER_BUCKETS - 1 ? (unsigned)b : KYBER_BUCKETS - 1;
 }
 
 /* Count one sample: plain load and store, see struct kyber_hctx_data. */
@@ -599,17 +606,16 @@ static void kyber_close_window(struct kyber_queue_data *kqd)
 
 		if (!khd)
 			continue;
-		for (unsigned t = 0; t < KYBER_NR_TARGETS; t++) {
-			uint64_t fast = kyber_counted(&khd->lat_fast[t], &khd->lat_fast_seen[t]);
+		/* rows: total latency; columns: device latency (struct kyber_hctx_data) */
+		for (unsigned t = 0; t < KYBER_NR_TARGETS; t++)
+			for (unsigned bt = 0; bt < KYBER_BUCKETS; bt++)
+				for (unsigned bi = 0; bi < KYBER_BUCKETS; bi++) {
+					uint64_t n = kyber_counted(&khd->lat[t][bt][bi],
+								   &khd->lat_seen[t][bt][bi]);
 
-			/* bucket 0 of both kinds (see struct kyber_hctx_data) */
-			kqd->acc[t][KYBER_LAT_TOTAL][0] += fast;
-			kqd->acc[t][KYBER_LAT_IO][0] += fast;
-			for (unsigned k = 0; k < KYBER_NR_LAT_KINDS; k++)
-				for (unsigned b = 0; b < KYBER_BUCKETS; b++)
-					kqd->acc[t][k][b] += kyber_counted(&khd->lat[t][k][b],
-									   &khd->lat_seen[t][k][b]);
-		}
+					kqd->acc[t][KYBER_LAT_TOTAL][bt] += n;
+					kqd->acc[t][KYBER_LAT_IO][bi] += n;
+				}
 	}
 
 	for (unsigned t = 0; t < KYBER_NR_TARGETS; t++) {
@@ -914,6 +920,27 @@ static void kyber_insert_requests(struct rq_hw_ctx *hctx, struct rq_list_node *l
 
 static bool kyber_has_work(struct rq_hw_ctx *hctx);
 
+/* May a domain other than @domain have requests queued?  (Lockless hint.) */
+static inline bool kyber_others_pending(const struct kyber_hctx_data *khd, unsigned domain)
+{
+	for (unsigned d = 0; d < KYBER_NR_DOMAINS; d++)
+		if (d != domain && kyber_domain_pending(khd, d))
+			return true;
+	return false;
+}
+
+/*
+ * The batch count of the domain served after @got more of its requests
+ * went out, its batches following each other (no other domain had any):
+ * a batch that reached @size is followed by a new one of the same domain.
+ */
+static inline unsigned kyber_batching_after(unsigned batching, unsigned got, unsigned size)
+{
+	unsigned total = batching + got;
+
+	return total <= size ? total : (total - size - 1) % size + 1;
+}
+
 /*
  * Up to @max requests for @hctx onto the tail of @list, in the order @max
  * kyber_dispatch_request() calls would give them (see there), a run of the
@@ -936,6 +963,24 @@ static unsigned kyber_dispatch_requests(struct rq_hw_ctx *hctx, struct rq_list_n
 	while (n < max) {
 		unsigned domain = khd->cur_domain, want, got = 0;
 
+		/*
+		 * No other domain has anything queued (the usual case): turn
+		 * after turn would come back to this one, a batch after the
+		 * other, so one take serves them all; short of @max (nothing
+		 * more queued, or no token), the steps below decide as if one
+		 * request at a time had gone out.  (Requests of other domains
+		 * queued meanwhile count as queued after this dispatch.)
+		 */
+		if (!kyber_others_pending(khd, domain)) {
+			want = max - n;
+			got = kyber_take(kqd, khd, domain, want, list);
+			khd->batching = kyber_batching_after(khd->batching, got,
+							     kyber_batch_size[domain]);
+			n += got;
+			if (got == want)
+				break;
+			got = 0;
+		}
 		/* the current domain goes on with its batch */
 		if (khd->batching < kyber_batch_size[domain]) {
 			want = kyber_batch_size[domain] - khd->batching;
@@ -1006,27 +1051,41 @@ static bool kyber_has_work(struct rq_hw_ctx *hctx)
 	return false;
 }
 
-/*
- * Count the latencies of @rq (of target domain @t, on @khd) in the
- * histograms' buckets, then maybe close the window: the other case of
- * kyber_completed_request(), out of line so that the usual one saves no
- * register across a call.
- */
-static __attribute__((noinline)) void kyber_count_slow(struct kyber_hctx_data *khd,
-						       const struct rq_request *rq, unsigned t,
-						       uint64_t quarter, uint64_t now)
+/* Reads and writes are their own target domains: the op is the domain. */
+_Static_assert((int)RQ_OP_READ == (int)KYBER_READ && (int)RQ_OP_WRITE == (int)KYBER_WRITE &&
+	       KYBER_NR_TARGETS == 2, "kyber: target domains are the ops");
+
+/* Count one completion in @cell; close the window if @now is past its end. */
+static inline void kyber_sample(struct kyber_queue_data *kqd, _Atomic uint64_t *cell, uint64_t now)
 {
+	kyber_count(cell);
+	if (unlikely(now >= atomic_load_explicit(&kqd->window_end, memory_order_relaxed)))
+		kyber_maybe_close_window(kqd, now);
+}
+
+/*
+ * kyber_completed_request() for the other cases: a request of target
+ * domain @t that kyber did not dispatch (no hctx data noted), one whose
+ * latency reached a quarter of the target, or a clock behind one of its
+ * times (an unsigned difference wrapped): a latency below zero counts as
+ * zero.  A request never issued (issue time 0) has no device latency and
+ * counts nothing.  Out of line and called last, so that the usual case
+ * saves no register across a call.
+ */
+static __attribute__((noinline)) void kyber_sample_late(struct rq_request *rq, unsigned t,
+							uint64_t now)
+{
+	struct kyber_hctx_data *khd = kyber_rq_hd(rq);
 	struct kyber_queue_data *kqd = khd->kqd;
+	uint64_t quarter = atomic_load_explicit(&kqd->lat_quarter[t], memory_order_relaxed);
 	uint64_t total, io;
 
 	if (!rq->io_start_time_ns)
-		return; /* never issued: no device latency to speak of */
+		return;
 	total = now > rq->start_time_ns ? now - rq->start_time_ns : 0;
 	io = now > rq->io_start_time_ns ? now - rq->io_start_time_ns : 0;
-	kyber_count(&khd->lat[t][KYBER_LAT_TOTAL][kyber_bucket(total, quarter)]);
-	kyber_count(&khd->lat[t][KYBER_LAT_IO][kyber_bucket(io, quarter)]);
-	if (unlikely(now >= atomic_load_explicit(&kqd->window_end, memory_order_relaxed)))
-		kyber_maybe_close_window(kqd, now);
+	kyber_sample(kqd, &khd->lat[t][kyber_bucket(total, quarter)][kyber_bucket(io, quarter)],
+		     now);
 }
 
 /* Reads and writes are their own target domains: the op is the domain. */
@@ -1034,33 +1093,35 @@ _Static_assert((int)RQ_OP_READ == (int)KYBER_READ && (int)RQ_OP_WRITE == (int)KY
 	       KYBER_NR_TARGETS == 2, "kyber: target domains are the ops");
 
 /*
- * Count the request's latencies; maybe close the window.  Both latencies
- * under a quarter of the target (the usual case) take one counter; the
- * unsigned differences send a clock behind the request's times the slow
- * way, and a request never issued (issue time 0) goes there too, which
- * counts nothing for it (tested last: that is rare, and with a clock
- * past a quarter of the target the difference already sends it).
+ * Count the request's latencies: one counter of the joint histogram (see
+ * struct kyber_hctx_data); maybe close the window.  Both latencies under
+ * a quarter of the target (the usual case) is cell [t][0][0], found
+ * without a division; the unsigned differences send a clock behind the
+ * request's times to kyber_sample_late(), and a request never issued
+ * (issue time 0) goes there too.
  */
 static void kyber_completed_request(struct rq_request *rq, uint64_t now)
 {
 	unsigned t = rq->op; /* see the assertion above */
+	uintptr_t token = KYBER_TOKEN(rq); /* kyber_rq_hd()'s usual case */
+	struct kyber_hctx_data *khd = kyber_token_hd(token);
 	struct kyber_queue_data *kqd;
-	struct kyber_hctx_data *khd;
 	uint64_t quarter;
 
 	if (t >= KYBER_NR_TARGETS)
 		return;
-	khd = kyber_rq_hd(rq);
+	if (unlikely(!token)) {
+		kyber_sample_late(rq, t, now);
+		return;
+	}
 	kqd = khd->kqd;
 	quarter = atomic_load_explicit(&kqd->lat_quarter[t], memory_order_relaxed);
 	if (unlikely(now - rq->start_time_ns >= quarter || now - rq->io_start_time_ns >= quarter ||
 		     !rq->io_start_time_ns)) {
-		kyber_count_slow(khd, rq, t, quarter, now);
+		kyber_sample_late(rq, t, now);
 		return;
 	}
-	kyber_count(&khd->lat_fast[t]);
-	if (unlikely(now >= atomic_load_explicit(&kqd->window_end, memory_order_relaxed)))
-		kyber_maybe_close_window(kqd, now);
+	kyber_sample(kqd, &khd->lat[t][0][0], now);
 }
 
 /* ----------------------------------------------------------- attributes */

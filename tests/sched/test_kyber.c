@@ -224,6 +224,41 @@ static void test_batch_carries_over(void **state)
 }
 
 /*
+ * Reads alone go out batch after batch, and the batch count goes on as if
+ * one request at a time had been dispatched: after a burst of 37 reads
+ * (batches of 16, 16 and 5) a burst of 20 reads and 5 writes serves 11
+ * more reads (the third batch full), the writes, then the other 9 reads.
+ * A batch count left at the first batch's end (16) would serve the writes
+ * first ("R37 W5 R20"); one reset to 0 would serve 16 reads ("R53 W5 R4").
+ */
+static void test_batch_count_alone(void **state)
+{
+	struct mock_dev *m = make_dev(256);
+	static struct fx_rec rec[62];
+	char seq[128];
+	unsigned k = 0;
+
+	rq_queue_quiesce(m->q);
+	for (; k < 37; k++)
+		submit(m, &rec[k], RQ_OP_READ, k, 0);
+	rq_queue_unquiesce(m->q);
+	assert_true(mock_wait_held(m, k, 10000));
+	rq_queue_quiesce(m->q);
+	for (; k < 57; k++)
+		submit(m, &rec[k], RQ_OP_READ, k, 0);
+	for (; k < 62; k++)
+		submit(m, &rec[k], RQ_OP_WRITE, k, RQ_BIO_SYNC);
+	rq_queue_unquiesce(m->q);
+	assert_true(mock_wait_held(m, k, 10000));
+	dispatch_runs(m, seq);
+	print_message("dispatch order: %s\n", seq);
+	assert_string_equal(seq, "R48 W5 R9");
+	drain(m);
+	expect_all_ok(rec, k);
+	mock_destroy(m);
+}
+
+/*
  * Each domain's token depth bounds what the driver holds of it; a
  * completion returns a token and lets exactly one more through.
  */
@@ -716,6 +751,7 @@ int main(void)
 		cmocka_unit_test(test_batches_round_robin),
 		cmocka_unit_test(test_token_depth),
 		cmocka_unit_test(test_batch_carries_over),
+		cmocka_unit_test(test_batch_count_alone),
 		cmocka_unit_test(test_latency_feedback),
 		cmocka_unit_test(test_write_own_latency),
 		cmocka_unit_test(test_fast_samples_count),
