@@ -512,14 +512,50 @@ static void dl_run_grow(struct dl_hctx_queue *hq, struct dl_prio_queue *pq, enum
 }
 
 /*
+ * Finish the @n entries of a @run that dl_fill_run() left out of order
+ * (a bucket of three or more, nearly sorted after its one bubble pass):
+ * an insertion sort of the entries in place, each request told its new
+ * slot, then the test that they neither overlap nor touch.  Return: false
+ * when two do (the run stays empty; the tree path overwrites what was
+ * written).  Lock held.
+ */
+static __attribute__((noinline)) bool dl_run_fix(struct dl_run *run, unsigned n)
+{
+	uint64_t lim = 0;
+
+	for (unsigned i = 1; i < n; i++) {
+		struct rq_request *rq = run->rq[i];
+		uint64_t sector = run->sector[i];
+		unsigned j = i;
+
+		for (; j && run->sector[j - 1] > sector; j--) {
+			run->sector[j] = run->sector[j - 1];
+			run->rq[j] = run->rq[j - 1];
+		}
+		run->sector[j] = sector;
+		run->rq[j] = rq;
+	}
+	for (unsigned i = 0; i < n; i++) {
+		struct rq_request *rq = run->rq[i];
+
+		if (run->sector[i] < lim)
+			return false;
+		lim = run->sector[i] + rq_request_sectors(rq) + 1;
+		rq->elv_priv[0] = DL_RUN_SLOT(i);
+	}
+	return true;
+}
+
+/*
  * Put the @n requests of @s into the empty run of @pq and @dir in the
  * order of @s->ord, with FIFO deadline @due, but each time the smaller of
  * the next in @ord and the larger one held back from before (one pass of
  * a bubble sort: two requests sharing a bucket come out in sector order
  * whatever their list order).  No branch depends on the sectors.  The
- * requests must then ascend and neither overlap nor touch: false when
- * they do not (the run still empty; entries and requests written, which
- * the caller's next fill or the tree path overwrites).  Lock held.
+ * requests must then ascend and neither overlap nor touch; when they do
+ * not, dl_run_fix() sorts the entries written and tests again.  Return:
+ * false when two requests overlap or touch (the run still empty; entries
+ * and requests written, which the tree path overwrites).  Lock held.
  */
 static bool dl_fill_run(struct dl_hctx_queue *hq, struct dl_prio_queue *pq, enum dl_dir dir,
 			const struct dl_sort *s, unsigned n, uint64_t due)
@@ -545,7 +581,7 @@ static bool dl_fill_run(struct dl_hctx_queue *hq, struct dl_prio_queue *pq, enum
 		out->fifo_time = due;
 		dl_run_set(run, pq, m, out, out_sector);
 	}
-	if (bad)
+	if (unlikely(bad) && !dl_run_fix(run, n))
 		return false;
 	dl_run_grow(hq, pq, dir, 0, n);
 	return true;
@@ -672,12 +708,8 @@ static bool dl_insert_runs(struct dl_data *dd, struct dl_hctx_queue *hq,
 		enum dl_dir dir = dl_dir_of(s.rq[0]->op);
 		struct dl_prio_queue *pq = dl_pq_of(hq, s.rq[0]);
 
-		/* a bucket of three or more out of order, or an overlap */
-		if (!dl_fill_run(hq, pq, dir, &s, n, due[dir])) {
-			dl_sort_exact(&s, n);
-			if (!dl_fill_run(hq, pq, dir, &s, n, due[dir]))
-				return false;
-		}
+		if (!dl_fill_run(hq, pq, dir, &s, n, due[dir]))
+			return false;
 	} else {
 		dl_sort_exact(&s, n);
 		for (unsigned i = 0; i < n; i++) {
