@@ -512,14 +512,50 @@ static void dl_run_grow(struct dl_hctx_queue *hq, struct dl_prio_queue *pq, enum
 }
 
 /*
+ * Finish the @n entries of a @run that dl_fill_run() left out of order
+ * (a bucket of three or more, nearly sorted after its one bubble pass):
+ * an insertion sort of the entries in place, each request told its new
+ * slot, then the test that they neither overlap nor touch.  Return: false
+ * when two do (the run stays empty; the tree path overwrites what was
+ * written).  Lock held.
+ */
+static __attribute__((noinline)) bool dl_run_fix(struct dl_run *run, unsigned n)
+{
+	uint64_t lim = 0;
+
+	for (unsigned i = 1; i < n; i++) {
+		struct rq_request *rq = run->rq[i];
+		uint64_t sector = run->sector[i];
+		unsigned j = i;
+
+		for (; j && run->sector[j - 1] > sector; j--) {
+			run->sector[j] = run->sector[j - 1];
+			run->rq[j] = run->rq[j - 1];
+		}
+		run->sector[j] = sector;
+		run->rq[j] = rq;
+	}
+	for (unsigned i = 0; i < n; i++) {
+		struct rq_request *rq = run->rq[i];
+
+		if (run->sector[i] < lim)
+			return false;
+		lim = run->sector[i] + rq_request_sectors(rq) + 1;
+		rq->elv_priv[0] = DL_RUN_SLOT(i);
+	}
+	return true;
+}
+
+/*
  * Put the @n requests of @s into the empty run of @pq and @dir in the
  * order of @s->ord, with FIFO deadline @due, but each time the smaller of
  * the next in @ord and the larger one held back from before (one pass of
  * a bubble sort: two requests sharing a bucket come out in sector order
  * whatever their list order).  No branch depends on the sectors.  The
- * requests must then ascend and neither overlap nor touch: false when
- * they do not (the run still empty; entries and requests written, which
- * the caller's next fill or the tree path overwrites).  Lock held.
+ * requests must then ascend and neither overlap nor touch; when they do
+ * not, dl_run_fix() sorts the entries written and tests again.  Return:
+ * false when two requests overlap or touch (the run still empty; entries
+ * and requests written, which the tree path overwrites).  Lock held.
  */
 static bool dl_fill_run(struct dl_hctx_queue *hq, struct dl_prio_queue *pq, enum dl_dir dir,
 			const struct dl_sort *s, unsigned n, uint64_t due)
@@ -545,7 +581,7 @@ static bool dl_fill_run(struct dl_hctx_queue *hq, struct dl_prio_queue *pq, enum
 		out->fifo_time = due;
 		dl_run_set(run, pq, m, out, out_sector);
 	}
-	if (bad)
+	if (unlikely(bad) && !dl_run_fix(run, n))
 		return false;
 	dl_run_grow(hq, pq, dir, 0, n);
 	return true;
@@ -622,6 +658,9 @@ static void dl_sort_exact(struct dl_sort *s, unsigned n)
 	}
 }
 
+/* The bits of an I/O priority value that name its class. */
+#define DL_CLASS_BITS (~0u << RQ_IOPRIO_CLASS_SHIFT)
+
 /*
  * Insert @list into @hq as sorted runs if that is the same as inserting it
  * one by one (see "Sorted runs" at the top): @hq holds nothing, the list
@@ -638,7 +677,7 @@ static bool dl_insert_runs(struct dl_data *dd, struct dl_hctx_queue *hq,
 	struct rq_request *rq, *first_mergeable = NULL;
 	struct dl_sort s;
 	uint64_t lo = UINT64_MAX, hi = 0, end = 0, due[DL_NR_DIRS];
-	unsigned n = 0, mixed = 0, first;
+	unsigned n = 0, mixed = 0, first_op, first_prio;
 
 	if (hq->nr_queued || rq_list_empty(list))
 		return false;
@@ -646,7 +685,8 @@ static bool dl_insert_runs(struct dl_data *dd, struct dl_hctx_queue *hq,
 	due[DL_WRITE] = now + READ_ONCE(dd->write_expire_ms) * NSEC_PER_MSEC;
 	rq = rq_list_first_rq(list);
 	/* one op and class (not just direction): the one-pass fill */
-	first = RQ_IOPRIO_CLASS(rq->ioprio) << 8 | rq->op;
+	first_op = rq->op;
+	first_prio = rq->ioprio;
 	for (struct rq_list_node *it = list->next; it != list; it = it->next) {
 		uint64_t sector;
 
@@ -654,26 +694,22 @@ static bool dl_insert_runs(struct dl_data *dd, struct dl_hctx_queue *hq,
 			return false;
 		rq = RQ_CONTAINER_OF(it, struct rq_request, queuelist);
 		sector = rq->sector;
-		mixed |= (RQ_IOPRIO_CLASS(rq->ioprio) << 8 | rq->op) ^ first;
+		mixed |= (rq->op ^ first_op) | ((rq->ioprio ^ first_prio) & DL_CLASS_BITS);
 		s.rq[n] = rq;
 		s.sector[n] = sector;
 		lo = min_t(uint64_t, lo, sector);
 		hi = max_t(uint64_t, hi, sector);
-		if (!first_mergeable && dl_mergeable(rq))
-			first_mergeable = rq;
 		n++;
 	}
+	for (unsigned i = 0; i < n && !first_mergeable; i++)
+		first_mergeable = dl_mergeable(s.rq[i]) ? s.rq[i] : NULL;
 	dl_sort(&s, n, lo, hi);
 	if (!mixed) {
 		enum dl_dir dir = dl_dir_of(s.rq[0]->op);
 		struct dl_prio_queue *pq = dl_pq_of(hq, s.rq[0]);
 
-		/* a bucket of three or more out of order, or an overlap */
-		if (!dl_fill_run(hq, pq, dir, &s, n, due[dir])) {
-			dl_sort_exact(&s, n);
-			if (!dl_fill_run(hq, pq, dir, &s, n, due[dir]))
-				return false;
-		}
+		if (!dl_fill_run(hq, pq, dir, &s, n, due[dir]))
+			return false;
 	} else {
 		dl_sort_exact(&s, n);
 		for (unsigned i = 0; i < n; i++) {
@@ -1264,7 +1300,7 @@ static unsigned dl_run_take(struct dl_hctx_queue *hq, struct dl_prio_queue *pq, 
 	struct rq_list_node *tail = list->prev;
 	uint64_t from = ~0ull << dl_run_index(pq->next_hint[dir]);
 	uint64_t live = run->live_mask, left = live & from;
-	struct rq_request *last = NULL;
+	struct rq_request *const *rqs = run->rq, *last;
 	uint64_t first_hit;
 	unsigned n = 0;
 
@@ -1274,22 +1310,23 @@ static unsigned dl_run_take(struct dl_hctx_queue *hq, struct dl_prio_queue *pq, 
 	 * once at the end (no re-initialising of links about to be
 	 * overwritten, no reloading of the list's tail).
 	 */
-	while (left && n < max) {
-		struct rq_request *rq = run->rq[__builtin_ctzll(left)];
+	if (!left || !max)
+		return 0;
+	do {
+		struct rq_request *rq = rqs[__builtin_ctzll(left)];
 		struct rq_list_node *node = &rq->queuelist;
+		struct rq_list_node *next = node->next, *prev = node->prev;
 
 		left &= left - 1;
 		rq->elv_priv[0] = NULL;
-		node->next->prev = node->prev;
-		node->prev->next = node->next;
+		next->prev = prev;
+		prev->next = next;
 		node->prev = tail;
 		tail->next = node;
 		tail = node;
-		n++;
-		last = rq;
-	}
-	if (!n)
-		return 0;
+	} while (left && ++n < max);
+	n += !left;
+	last = RQ_CONTAINER_OF(tail, struct rq_request, queuelist);
 	tail->next = list;
 	list->prev = tail;
 	/* what dl_run_del() does per entry, once; @run_first may be among them */

@@ -360,12 +360,17 @@ static void plug_both(struct side *s, const uint32_t (*b)[3], unsigned n, uint16
  * A run's sort puts requests into 128 buckets spanning the plug's lowest
  * to highest start sector and relies on one bubble pass for requests that
  * share a bucket, and on an exact sort when that pass is not enough (three
- * or more in a bucket out of order); an overlap found then sends the list
- * to the trees.  Plugs spanning 0 .. 16384 sectors (buckets of 256
+ * or more in a bucket out of order: the run's entries are sorted in place
+ * and each request told its new slot); an overlap or two requests that
+ * touch, found then, send the list to the trees (which merge the touching
+ * ones).  Plugs spanning 0 .. 16384 sectors (buckets of 256
  * sectors) with such requests in every list order must dispatch as the
  * trees do.  It fails when the fill accepts an order that is not
- * ascending (a bucket of two or three left in list order) or loses a
- * request, and passes with any correct sort.
+ * ascending (a bucket of two or three left in list order), loses a
+ * request, leaves a request its old slot after the in-place sort (the
+ * dispatch then takes the wrong entries), or accepts two requests that
+ * touch once sorted (the trees merge them); it passes with any correct
+ * sort.
  */
 static void test_run_sort_buckets(void **state)
 {
@@ -390,6 +395,19 @@ static void test_run_sort_buckets(void **state)
 		{ RQ_OP_READ, 0, 8 }, { RQ_OP_READ, 5008, 16 }, { RQ_OP_READ, 5000, 16 },
 		{ RQ_OP_READ, 16384, 8 },
 	};
+	/*
+	 * 908 starts where 900 ends, not next to it in the plug (no plug
+	 * merge); the trees back-merge it into 900 at insert.
+	 */
+	static const uint32_t touch_after_sort[][3] = {
+		{ RQ_OP_READ, 16384, 8 }, { RQ_OP_READ, 900, 8 }, { RQ_OP_READ, 1000, 8 },
+		{ RQ_OP_READ, 908, 8 }, { RQ_OP_READ, 0, 8 }, { RQ_OP_READ, 5000, 8 },
+	};
+	static const uint32_t four_in_bucket[][3] = { /* slots move by up to three */
+		{ RQ_OP_READ, 0, 8 }, { RQ_OP_READ, 1100, 8 }, { RQ_OP_READ, 1060, 8 },
+		{ RQ_OP_READ, 1030, 8 }, { RQ_OP_READ, 1000, 8 }, { RQ_OP_READ, 16384, 8 },
+		{ RQ_OP_READ, 7000, 8 },
+	};
 	struct side s[2];
 
 	(void)state;
@@ -403,6 +421,8 @@ static void test_run_sort_buckets(void **state)
 		plug_both(s, three_one_pass, 5, 0);
 		plug_both(s, four_mixed, 8, 0);
 		plug_both(s, overlap_in_bucket, 4, 0);
+		plug_both(s, touch_after_sort, 6, 0);
+		plug_both(s, four_in_bucket, 7, 0);
 		/* a list of two classes: the mixed path's sort */
 		plug_both(s, four_mixed, 8, RQ_IOPRIO_CLASS_RT << RQ_IOPRIO_CLASS_SHIFT);
 		plug_both(s, three_reversed, 6, RQ_IOPRIO_CLASS_IDLE << RQ_IOPRIO_CLASS_SHIFT);
