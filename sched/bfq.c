@@ -2101,10 +2101,9 @@ static struct rq_request *sched_next_in_turn(const struct bfq_sched *bs, uint64_
 #define BFQ_DRAIN_NONE 0xffu
 
 struct bfq_drain {
-	struct rq_request **v;                        /* the queue's run[] */
-	uint8_t prev[BFQ_RUN_MAX], next[BFQ_RUN_MAX]; /* BFQ_DRAIN_NONE: none */
-	unsigned k;                                   /* requests in v */
-	unsigned head;                                /* the lowest one left */
+	struct rq_request **v; /* the queue's run[] */
+	uint64_t live;         /* bit i: v[i] still queued (BFQ_RUN_MAX is 64) */
+	unsigned k;            /* requests in v */
 };
 
 /* Append the requests of the subtree @n to d->v in order. */
@@ -2127,13 +2126,15 @@ static unsigned drain_index(const struct bfq_drain *d, const struct rq_request *
 
 /*
  * bfqq_find_next_rq() on the array: the request to send after v[cur],
- * which is about to leave (still linked), as an index.
+ * which is about to leave (still live), as an index.  Its neighbours in
+ * sector order are the nearest live bits below and above bit @cur.
  */
 static unsigned drain_find_next(const struct bfq_drain *d, const struct bfq_data *bd,
 				struct bfq_queue *bfqq, unsigned cur, uint64_t now)
 {
 	struct rq_request *last = d->v[cur], *prev = NULL, *next = NULL, *oldest;
-	unsigned ip = d->prev[cur], in = d->next[cur];
+	uint64_t below = d->live & ((1ull << cur) - 1), above = d->live & ~((2ull << cur) - 1);
+	unsigned ip = BFQ_DRAIN_NONE, in = BFQ_DRAIN_NONE;
 
 	if (!bfqq->fifo_checked) {
 		bfqq->fifo_checked = true;
@@ -2141,29 +2142,21 @@ static unsigned drain_find_next(const struct bfq_drain *d, const struct bfq_data
 		if (oldest && oldest != last && now >= oldest->fifo_time)
 			return drain_index(d, oldest);
 	}
-	if (ip != BFQ_DRAIN_NONE)
+	if (below) {
+		ip = 63u - (unsigned)__builtin_clzll(below);
 		prev = d->v[ip];
-	if (in == BFQ_DRAIN_NONE && d->head != cur)
-		in = d->head; /* after the last: wrap to the first */
+	}
+	if (above)
+		in = (unsigned)__builtin_ctzll(above);
+	else if (below)
+		in = (unsigned)__builtin_ctzll(below); /* after the last: wrap to the first */
 	if (in != BFQ_DRAIN_NONE)
 		next = d->v[in];
 	return choose_req_inline(bd, next, prev, last->sector) == next ? in : ip;
 }
 
-static void drain_unlink(struct bfq_drain *d, unsigned i)
-{
-	unsigned p = d->prev[i], n = d->next[i];
-
-	if (p != BFQ_DRAIN_NONE)
-		d->next[p] = (uint8_t)n;
-	else
-		d->head = n;
-	if (n != BFQ_DRAIN_NONE)
-		d->prev[n] = (uint8_t)p;
-}
-
 /*
- * @bfqq's requests into @d as a sorted array with neighbour links: its
+ * @bfqq's requests into @d as a sorted array with a live mask: its
  * pending run as it is, else its tree read into run[] (the queue is then
  * the drain's until sched_drain_in_turn() leaves the rest as a run).
  */
@@ -2175,11 +2168,7 @@ static void drain_load(struct bfq_drain *d, struct bfq_queue *bfqq)
 		drain_flatten(d, bfqq->sort.node);
 	bfqq->run_n = 0;
 	bfqq->sort.node = NULL;
-	for (unsigned i = 0; i < d->k; i++) {
-		d->prev[i] = (uint8_t)(i ? i - 1 : BFQ_DRAIN_NONE);
-		d->next[i] = (uint8_t)(i + 1 < d->k ? i + 1 : BFQ_DRAIN_NONE);
-	}
-	d->head = 0;
+	d->live = d->k == 64 ? ~0ull : (1ull << d->k) - 1;
 }
 
 /*
@@ -2224,7 +2213,7 @@ static unsigned sched_drain_in_turn(struct rq_queue *q, struct bfq_sched *bs,
 {
 	struct bfq_queue *bfqq = bs->in_service;
 	uint32_t service = bfqq->entity.service, budget = bfqq->entity.budget;
-	unsigned cur, i, left = 0, n = 0, queued = bfqq->queued, run_s = 0, run_n = 0;
+	unsigned cur, left = 0, n = 0, queued = bfqq->queued, run_s = 0, run_n = 0;
 	struct rq_request *last = NULL;
 	struct bfq_drain d;
 	uint64_t total = 0;
@@ -2241,7 +2230,7 @@ static unsigned sched_drain_in_turn(struct rq_queue *q, struct bfq_sched *bs,
 			nxt = drain_find_next(&d, bs->bd, bfqq, cur, now);
 		else
 			bfqq->fifo_checked = true; /* what looking would have done */
-		drain_unlink(&d, cur);
+		d.live &= ~(1ull << cur);
 		rq_rb_clear_node(&rq->rb_node);
 		rq_list_del_init(&rq->queuelist);
 		if (rq->rq_flags & RQ_RQF_HASHED)
@@ -2265,8 +2254,8 @@ static unsigned sched_drain_in_turn(struct rq_queue *q, struct bfq_sched *bs,
 		cur = nxt;
 	}
 	drain_account(bs, bfqq, n, total, last, run_s, run_n, now);
-	for (i = d.head; i != BFQ_DRAIN_NONE; i = d.next[i])
-		d.v[left++] = d.v[i]; /* in order, and left <= i */
+	for (uint64_t m = d.live; m; m &= m - 1)
+		d.v[left++] = d.v[__builtin_ctzll(m)]; /* in order, and left <= the index */
 	bfqq->run_n = left; /* the rest, a run again: built if someone walks it */
 	return n;
 }
