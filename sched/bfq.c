@@ -1316,12 +1316,18 @@ static inline __attribute__((always_inline)) void sched_unlock(struct bfq_sched 
 	bfq_unlock(&bs->lock);
 }
 
-/* Drop a pin of @bfqq: free it with the last one when its context is gone.  Lock held. */
-static void bfqq_put(struct bfq_sched *bs, struct bfq_queue *bfqq)
+/* @bfqq's last pin is gone: free it if its context is gone too.  Lock held. */
+static __attribute__((noinline)) void bfqq_put_last(struct bfq_sched *bs, struct bfq_queue *bfqq)
 {
-	if (!--bfqq->ref && bfqq != &bs->oom_q && !bfqq_busy(bfqq) && bs->in_service != bfqq &&
-	    bfqq_ioc_gone(bfqq))
+	if (bfqq != &bs->oom_q && !bfqq_busy(bfqq) && bs->in_service != bfqq && bfqq_ioc_gone(bfqq))
 		bfqq_free(bs, bfqq);
+}
+
+/* Drop a pin of @bfqq: free it with the last one when its context is gone.  Lock held. */
+static inline void bfqq_put(struct bfq_sched *bs, struct bfq_queue *bfqq)
+{
+	if (!--bfqq->ref)
+		bfqq_put_last(bs, bfqq);
 }
 
 /*
@@ -1401,21 +1407,39 @@ struct bfq_batch {
 
 static __thread struct bfq_batch bfq_batch __attribute__((tls_model("initial-exec")));
 
-/* Apply the completions held in bfq_batch, in order, in one lock hold. */
+/*
+ * Apply the completions held in bfq_batch, in order, in one lock hold.
+ * Consecutive records of one queue are a run: each feeds the rate at its
+ * own time, and the run's counts and pins go at its last record.  That is
+ * exact: before its last record the queue still has one of the run's
+ * requests dispatched, so no earlier record could end its turn or drop
+ * its last pin, and nothing else in the loop reads the counts (but
+ * strict_guarantees, whose turn end reads in_flight: runs of one record).
+ */
 static __attribute__((noinline)) void bfq_batch_flush(void)
 {
 	struct bfq_batch *b = &bfq_batch;
 	struct bfq_sched *bs = b->bs;
-	unsigned delay = 0;
-	bool kick = false;
+	unsigned delay = 0, k = 0;
+	bool kick = false, strict;
 
 	bfq_lock(&bs->lock);
+	strict = bs->bd->strict_guarantees;
 	for (unsigned i = 0; i < b->n; i++) {
 		struct bfq_queue *bfqq = b->done[i].bfqq;
+		uint64_t now = b->base + b->done[i].dt;
 
-		bfq_account_done(bs, bfqq, b->done[i].sectors, b->base + b->done[i].dt, &delay,
-				 &kick);
+		rate_sample(bs, b->done[i].sectors, now);
+		k++;
+		if (i + 1 < b->n && b->done[i + 1].bfqq == bfqq && !strict)
+			continue;
+		bfqq->dispatched -= k;
+		bs->in_flight -= k;
+		if (unlikely((bs->in_service == bfqq && !bfqq->dispatched) || strict))
+			bfq_completed_turn(bs, bfqq, now, &delay, &kick);
+		bfqq->ref -= k - 1; /* the run's other pins: not the last (see above) */
 		bfqq_put(bs, bfqq);
+		k = 0;
 	}
 	b->n = 0;
 	sched_unlock_run(bs, delay, kick);
@@ -2336,19 +2360,10 @@ static bool bfq_has_work(struct rq_hw_ctx *hctx)
 	return work;
 }
 
-/*
- * Hold the completion of @rq (dispatched, of @bfqq on the open batch's
- * scheduler) for the batch's end; false if it must be applied now.
- */
-static inline bool bfq_batch_add(struct bfq_queue *bfqq, struct rq_request *rq, uint64_t now)
+/* Record the completion of @rq in the batch @b, which has room. */
+static inline void bfq_batch_put(struct bfq_batch *b, struct bfq_queue *bfqq, struct rq_request *rq,
+				 unsigned long bits, uint64_t now)
 {
-	struct bfq_batch *b = &bfq_batch;
-	unsigned long bits = rq_bits(rq);
-
-	if ((bits & (BFQ_RQ_DISPATCHED | BFQ_RQ_QUEUED | BFQ_RQ_HEAD)) != BFQ_RQ_DISPATCHED)
-		return false;
-	if (b->n && (b->n == BFQ_BATCH_MAX || now < b->base || now - b->base > UINT32_MAX))
-		bfq_batch_flush();
 	if (!b->n)
 		b->base = now;
 	b->done[b->n].bfqq = bfqq;
@@ -2358,6 +2373,33 @@ static inline bool bfq_batch_add(struct bfq_queue *bfqq, struct rq_request *rq, 
 	/* what bfqq_request_done() and bfqq_unpin() do to @rq; the pin stays */
 	rq->elv_priv[0] = NULL;
 	rq_set_bits(rq, 0);
+}
+
+/* bfq_batch_add() on a full batch, or one @now does not fit: apply it first. */
+static __attribute__((noinline)) void bfq_batch_add_flush(struct bfq_queue *bfqq,
+							  struct rq_request *rq, unsigned long bits,
+							  uint64_t now)
+{
+	bfq_batch_flush();
+	bfq_batch_put(&bfq_batch, bfqq, rq, bits, now);
+}
+
+/*
+ * Hold the completion of @rq (dispatched, of @bfqq on the open batch's
+ * scheduler) for the batch's end; false if it must be applied now.  A
+ * time before the batch's base wraps past UINT32_MAX too.
+ */
+static inline bool bfq_batch_add(struct bfq_queue *bfqq, struct rq_request *rq, uint64_t now)
+{
+	struct bfq_batch *b = &bfq_batch;
+	unsigned long bits = rq_bits(rq);
+
+	if ((bits & (BFQ_RQ_DISPATCHED | BFQ_RQ_QUEUED | BFQ_RQ_HEAD)) != BFQ_RQ_DISPATCHED)
+		return false;
+	if (unlikely(b->n && (b->n == BFQ_BATCH_MAX || now - b->base > UINT32_MAX)))
+		bfq_batch_add_flush(bfqq, rq, bits, now);
+	else
+		bfq_batch_put(b, bfqq, rq, bits, now);
 	return true;
 }
 
