@@ -946,27 +946,33 @@ static void bfqq_update_seek(struct bfq_queue *bfqq, const struct rq_request *rq
 	bfqq->last_end = rq_request_end_sector(rq);
 }
 
-/*
- * bfqq_update_seek() for each of v[0, n) in turn (arrival order), with the
- * history kept in registers for the run and stored once.
- */
-static void bfqq_update_seek_run(struct bfq_queue *bfqq, struct rq_request *const *v, unsigned n)
+/* Is @sector a seek from @last_end (bfqq_update_seek())? */
+static inline __attribute__((always_inline)) uint64_t seek_far(uint64_t sector, uint64_t last_end)
 {
-	unsigned i = bfqq->seeky_known ? 0 : 1, nr = bfqq->nr_seeks;
-	uint64_t last = bfqq->seeky_known ? bfqq->last_end : rq_request_end_sector(v[0]);
-	uint32_t hist = bfqq->seek_history;
+	return (sector > last_end ? sector - last_end : last_end - sector) > BFQ_SEEK_THR;
+}
 
-	for (; i < n; i++) {
-		uint64_t s = v[i]->sector, d = s > last ? s - last : last - s;
+/*
+ * bfqq_update_seek() for each request of a run of @n in turn (arrival
+ * order), @first the first: @bits holds the seek bits of the other n - 1
+ * (bit 0 the last's, each against the end of the one before), @end the
+ * last one's end.  The history is a shift register of 32 bits and
+ * nr_seeks the count of its 1 bits, so shifting all the run's bits in at
+ * once and counting gives what n single steps give.
+ */
+static void bfqq_update_seek_run(struct bfq_queue *bfqq, const struct rq_request *first,
+				 uint64_t bits, unsigned n, uint64_t end)
+{
+	uint64_t hist = bfqq->seek_history;
+	uint32_t h;
 
-		nr += (d > BFQ_SEEK_THR) - (hist >> 31);
-		hist = (hist << 1) | (d > BFQ_SEEK_THR);
-		last = rq_request_end_sector(v[i]);
-	}
-	bfqq->nr_seeks = nr;
-	bfqq->seek_history = hist;
+	if (bfqq->seeky_known)
+		hist = hist << 1 | seek_far(first->sector, bfqq->last_end);
+	h = (uint32_t)(hist << (n - 1) | bits); /* n - 1 <= 63 */
+	bfqq->seek_history = h;
+	bfqq->nr_seeks = (unsigned)__builtin_popcount(h);
 	bfqq->seeky_known = true;
-	bfqq->last_end = last;
+	bfqq->last_end = end;
 }
 
 /* ------------------------------------------------------------ turns */
@@ -1720,31 +1726,24 @@ static bool bfqq_has_neighbour(struct bfq_queue *bfqq, const struct rq_request *
 #define BFQ_RB_BLACK ((uintptr_t)1)
 
 /*
- * Sort the run v[0, n) (n <= BFQ_RUN_MAX) by sector into dst[], stably: an
- * insertion sort of keys sector << 6 | arrival index, so equal sectors stay
- * in arrival order and the inner loop moves one word; key[0] = 0 stops
- * every scan.  False, with dst[] untouched, if a sector does not fit the
- * key (2^58 sectors and more: 128 PiB).
+ * Sort the run v[0, n) (n <= BFQ_RUN_MAX) by sector, stably, as keys
+ * sector << 6 | arrival index in key[1, n]: an insertion sort, so equal
+ * sectors stay in arrival order and the inner loop moves one word; key[0]
+ * = 0 stops every scan.  Every sector must fit the key (below 2^58: 128
+ * PiB; the caller checks).
  */
 #define BFQ_RUN_IDX_BITS 6
 
-static bool run_sort(struct rq_request **dst, struct rq_request *const *v, unsigned n)
+static void run_sort(uint64_t *key, struct rq_request *const *v, unsigned n)
 {
-	uint64_t key[BFQ_RUN_MAX + 1];
-
 	key[0] = 0;
 	for (unsigned i = 0; i < n; i++) {
 		uint64_t k = v[i]->sector << BFQ_RUN_IDX_BITS | i, *at = &key[i + 1];
 
-		if (v[i]->sector >> (64 - BFQ_RUN_IDX_BITS))
-			return false;
 		for (; at[-1] > k; at--)
 			at[0] = at[-1];
 		*at = k;
 	}
-	for (unsigned i = 0; i < n; i++)
-		dst[i] = v[key[i + 1] & ((1u << BFQ_RUN_IDX_BITS) - 1)];
-	return true;
 }
 
 /* A range of a run still to build, and where its subtree hangs. */
@@ -1789,21 +1788,26 @@ static void run_build_tree(struct rq_rb_root *root, struct rq_request **v, unsig
 }
 
 /*
- * Could a request of the sorted run v[0, n) find another of it ending
- * where it starts (an insert merge)?  Conservative: yes as soon as one
+ * Put the run v[0, n) into dst[] in the order of its sorted keys
+ * key[1, n] (run_sort()); false if a request of it could find another
+ * ending where it starts (an insert merge).  Conservative: as soon as one
  * starts at or before the end of a request sorted before it.
  */
-static bool run_may_merge(struct rq_request **v, unsigned n)
+static bool run_place(struct rq_request **dst, const uint64_t *key, struct rq_request *const *v,
+		      unsigned n)
 {
 	uint64_t end = 0;
 
 	for (unsigned i = 0; i < n; i++) {
-		if (i && v[i]->sector <= end && bfq_mergeable(v[i]))
-			return true;
-		if (rq_request_end_sector(v[i]) > end)
-			end = rq_request_end_sector(v[i]);
+		struct rq_request *rq = v[key[i + 1] & ((1u << BFQ_RUN_IDX_BITS) - 1)];
+
+		if (i && rq->sector <= end && bfq_mergeable(rq))
+			return false;
+		if (rq_request_end_sector(rq) > end)
+			end = rq_request_end_sector(rq);
+		dst[i] = rq;
 	}
-	return false;
+	return true;
 }
 
 /*
@@ -1929,9 +1933,9 @@ static void bfqq_got_request(struct bfq_sched *bs, struct bfq_queue *bfqq, struc
 static bool bfq_insert_run(struct rq_queue *q, struct bfq_sched *bs, struct rq_list_node *list)
 {
 	struct rq_request *first = rq_list_first_rq(list), *v[BFQ_RUN_MAX], *rq;
+	uint64_t key[BFQ_RUN_MAX + 1], expire, sectors = 0, end = 0, seeks = 0;
 	struct bfq_queue *bfqq;
 	unsigned n = 0, opf = 0;
-	uint64_t expire;
 	bool sync, hash = true;
 
 	sync = rq_is_sync(first);
@@ -1940,16 +1944,22 @@ static bool bfq_insert_run(struct rq_queue *q, struct bfq_sched *bs, struct rq_l
 		if (n == BFQ_RUN_MAX || rq_bfqq(rq) || rq->ioc != first->ioc ||
 		    rq_is_sync(rq) != sync)
 			return false;
+		seeks = seeks << 1 | seek_far(rq->sector, end); /* the first's bit goes out below */
+		end = rq_request_end_sector(rq);
+		sectors |= rq->sector;
 		v[n++] = rq;
 		opf |= rq->opf;
 	}
+	if (sectors >> (64 - BFQ_RUN_IDX_BITS))
+		return false; /* does not fit run_sort()'s keys */
 	bfqq = bfqq_lookup(bs, first->ioc, sync, true, first->start_time_ns);
 	if (bfqq->sort.node || bfqq->run_n)
 		return false;
-	if (!run_sort(bfqq->run, v, n) || run_may_merge(bfqq->run, n))
+	run_sort(key, v, n);
+	if (!run_place(bfqq->run, key, v, n))
 		return false;
 	expire = bfqq_fifo_expire_ns(bfqq);
-	bfqq_update_seek_run(bfqq, v, n);
+	bfqq_update_seek_run(bfqq, first, seeks & ((1ull << (n - 1)) - 1), n, end);
 	for (unsigned i = 0; i < n; i++) { /* bfq_pin_rq() and bfqq_arrive(), the list aside */
 		rq = v[i];
 		rq->elv_priv[0] = bfqq;
