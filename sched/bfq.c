@@ -1414,12 +1414,31 @@ struct bfq_batch {
 static __thread struct bfq_batch bfq_batch __attribute__((tls_model("initial-exec")));
 
 /*
+ * The rate samples of the batch @b (rate_sample() per record, in order):
+ * when every record falls inside the open window, each would only add its
+ * sectors, so the sum @sectors is added once.  @dt_max: the latest
+ * record's time after b->base.
+ */
+static void bfq_batch_rate(struct bfq_sched *bs, const struct bfq_batch *b, uint64_t sectors,
+			   uint32_t dt_max)
+{
+	if (bs->rate_t0 && b->base >= bs->rate_t0 &&
+	    b->base + dt_max - bs->rate_t0 < BFQ_RATE_WINDOW_NS) {
+		bs->rate_sectors += sectors;
+		return;
+	}
+	for (unsigned i = 0; i < b->n; i++)
+		rate_sample(bs, b->done[i].sectors, b->base + b->done[i].dt);
+}
+
+/*
  * Apply the completions held in bfq_batch, in order, in one lock hold.
- * Consecutive records of one queue are a run: each feeds the rate at its
- * own time, and the run's counts and pins go at its last record.  That is
- * exact: before its last record the queue still has one of the run's
- * requests dispatched, so no earlier record could end its turn or drop
- * its last pin, and nothing else in the loop reads the counts (but
+ * The rate samples touch nothing else, and nothing else reads them: they
+ * go apart (bfq_batch_rate()).  Consecutive records of one queue are a
+ * run whose counts and pins go at its last record.  That is exact: before
+ * its last record the queue still has one of the run's requests
+ * dispatched, so no earlier record could end its turn or drop its last
+ * pin, and nothing else in the loop reads the counts (but
  * strict_guarantees, whose turn end reads in_flight: runs of one record).
  */
 static __attribute__((noinline)) void bfq_batch_flush(void)
@@ -1427,26 +1446,30 @@ static __attribute__((noinline)) void bfq_batch_flush(void)
 	struct bfq_batch *b = &bfq_batch;
 	struct bfq_sched *bs = b->bs;
 	unsigned delay = 0, k = 0;
+	uint64_t sectors = 0;
+	uint32_t dt_max = 0;
 	bool kick = false, strict;
 
 	bfq_lock(&bs->lock);
 	strict = bs->bd->strict_guarantees;
 	for (unsigned i = 0; i < b->n; i++) {
 		struct bfq_queue *bfqq = b->done[i].bfqq;
-		uint64_t now = b->base + b->done[i].dt;
 
-		rate_sample(bs, b->done[i].sectors, now);
+		sectors += b->done[i].sectors;
+		if (b->done[i].dt > dt_max)
+			dt_max = b->done[i].dt;
 		k++;
 		if (i + 1 < b->n && b->done[i + 1].bfqq == bfqq && !strict)
 			continue;
 		bfqq->dispatched -= k;
 		bs->in_flight -= k;
 		if (unlikely((bs->in_service == bfqq && !bfqq->dispatched) || strict))
-			bfq_completed_turn(bs, bfqq, now, &delay, &kick);
+			bfq_completed_turn(bs, bfqq, b->base + b->done[i].dt, &delay, &kick);
 		bfqq->ref -= k - 1; /* the run's other pins: not the last (see above) */
 		bfqq_put(bs, bfqq);
 		k = 0;
 	}
+	bfq_batch_rate(bs, b, sectors, dt_max);
 	b->n = 0;
 	sched_unlock_run(bs, delay, kick);
 }
