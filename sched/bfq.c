@@ -825,11 +825,12 @@ static struct rq_request *sort_ceiling(struct rq_rb_root *root, uint64_t sector)
  * metadata one; else the nearer, a request behind @last counting
  * back_seek_penalty times its distance if within back_seek_max, and
  * "wrapped" (after everything not wrapped) if further back; on a tie the
- * higher sector, and of two wrapped ones the lower.
+ * higher sector, and of two wrapped ones the lower.  @one_queue: @a and
+ * @b are of one bfq queue, so of one kind (sync or not): no need to ask.
  */
 static inline __attribute__((always_inline)) struct rq_request *
 choose_req_inline(const struct bfq_data *bd, struct rq_request *a, struct rq_request *b,
-		  uint64_t last)
+		  uint64_t last, bool one_queue)
 {
 	uint64_t back_max = (uint64_t)bd->back_seek_max_kib * 2, d[2] = { 0, 0 };
 	struct rq_request *r[2] = { a, b };
@@ -839,7 +840,7 @@ choose_req_inline(const struct bfq_data *bd, struct rq_request *a, struct rq_req
 		return b;
 	if (!b)
 		return a;
-	if (rq_is_sync(a) != rq_is_sync(b))
+	if (!one_queue && rq_is_sync(a) != rq_is_sync(b))
 		return rq_is_sync(a) ? a : b;
 	if ((a->opf & RQ_BIO_META) != (b->opf & RQ_BIO_META))
 		return (a->opf & RQ_BIO_META) ? a : b;
@@ -867,7 +868,7 @@ choose_req_inline(const struct bfq_data *bd, struct rq_request *a, struct rq_req
 static struct rq_request *bfq_choose_req(const struct bfq_data *bd, struct rq_request *a,
 					 struct rq_request *b, uint64_t last)
 {
-	return choose_req_inline(bd, a, b, last);
+	return choose_req_inline(bd, a, b, last, false);
 }
 
 /*
@@ -2231,7 +2232,7 @@ static unsigned drain_find_next(const struct bfq_drain *d, const struct bfq_data
 		in = (unsigned)__builtin_ctzll(below); /* after the last: wrap to the first */
 	if (in != BFQ_DRAIN_NONE)
 		next = d->v[in];
-	return choose_req_inline(bd, next, prev, last->sector) == next ? in : ip;
+	return choose_req_inline(bd, next, prev, last->sector, true) == next ? in : ip;
 }
 
 /*
@@ -2293,9 +2294,10 @@ static unsigned sched_drain_in_turn(struct rq_queue *q, struct bfq_sched *bs,
 	struct bfq_queue *bfqq = bs->in_service;
 	uint32_t service = bfqq->entity.service, budget = bfqq->entity.budget;
 	unsigned cur, left = 0, n = 0, queued = bfqq->queued, run_s = 0, run_n = 0;
+	unsigned lim = room < queued ? room : queued; /* the last one's next is none */
 	struct rq_request *last = NULL;
 	struct bfq_drain d;
-	uint64_t total = 0;
+	uint64_t total = service;
 
 	drain_load(&d, bfqq);
 	cur = drain_index(&d, bfqq->next_rq);
@@ -2305,7 +2307,7 @@ static unsigned sched_drain_in_turn(struct rq_queue *q, struct bfq_sched *bs,
 
 		if (service && service + s > budget)
 			break;
-		if (queued > 1)
+		if (n + 1 < queued)
 			nxt = drain_find_next(&d, bs->bd, bfqq, cur, now);
 		else
 			bfqq->fifo_checked = true; /* what looking would have done */
@@ -2317,7 +2319,6 @@ static unsigned sched_drain_in_turn(struct rq_queue *q, struct bfq_sched *bs,
 		rq_set_bits(rq, (rq_bits(rq) & 0xff & ~BFQ_RQ_QUEUED) | BFQ_RQ_DISPATCHED |
 				    ((unsigned long)s << BFQ_RQ_SECTOR_SHIFT));
 		rq_list_add_tail(&rq->queuelist, list);
-		queued--;
 		if (s != run_s && run_n) {
 			entity_charge_n(&bfqq->entity, run_s, run_n);
 			run_n = 0;
@@ -2325,12 +2326,12 @@ static unsigned sched_drain_in_turn(struct rq_queue *q, struct bfq_sched *bs,
 		run_s = s;
 		run_n++;
 		service += s;
-		total += s;
 		last = rq;
 		cur = nxt;
-		if (++n == room || nxt == BFQ_DRAIN_NONE)
+		if (++n == lim)
 			break;
 	}
+	total = service - total;
 	/* the next request: the one the budget stopped, or the last one's next */
 	bfqq->next_rq = cur != BFQ_DRAIN_NONE ? d.v[cur] : NULL;
 	drain_account(bs, bfqq, n, total, last, run_s, run_n, now);
