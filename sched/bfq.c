@@ -2313,12 +2313,14 @@ static unsigned sched_drain_in_turn(struct rq_queue *q, struct bfq_sched *bs,
 			bfqq->fifo_checked = true; /* what looking would have done */
 		d.live &= ~(1ull << cur);
 		rq_rb_clear_node(&rq->rb_node);
-		rq_list_del_init(&rq->queuelist);
+		/* out of the FIFO onto @list: rq_list_del_init() without the init */
+		rq->queuelist.next->prev = rq->queuelist.prev;
+		rq->queuelist.prev->next = rq->queuelist.next;
+		rq_list_add_tail(&rq->queuelist, list);
 		if (rq->rq_flags & RQ_RQF_HASHED)
 			rq_sched_hash_del(q, rq);
 		rq_set_bits(rq, (rq_bits(rq) & 0xff & ~BFQ_RQ_QUEUED) | BFQ_RQ_DISPATCHED |
 				    ((unsigned long)s << BFQ_RQ_SECTOR_SHIFT));
-		rq_list_add_tail(&rq->queuelist, list);
 		if (s != run_s && run_n) {
 			entity_charge_n(&bfqq->entity, run_s, run_n);
 			run_n = 0;
