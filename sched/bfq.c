@@ -2172,7 +2172,7 @@ static struct rq_request *sched_next_in_turn(const struct bfq_sched *bs, uint64_
 
 /*
  * Many requests of the in-service queue in one go (sched_drain_in_turn()):
- * its requests as the sorted array v[0, k) with neighbour links (its
+ * its requests as the sorted array v[0, k) with a live mask (its
  * pending run as inserted, or its tree read out), so a request leaves in
  * O(1) instead of an rb-tree erase, and what is left stays a sorted run,
  * built into a tree only if something walks it (bfqq_sort(); the shape of
