@@ -825,11 +825,12 @@ static struct rq_request *sort_ceiling(struct rq_rb_root *root, uint64_t sector)
  * metadata one; else the nearer, a request behind @last counting
  * back_seek_penalty times its distance if within back_seek_max, and
  * "wrapped" (after everything not wrapped) if further back; on a tie the
- * higher sector, and of two wrapped ones the lower.
+ * higher sector, and of two wrapped ones the lower.  @one_queue: @a and
+ * @b are of one bfq queue, so of one kind (sync or not): no need to ask.
  */
 static inline __attribute__((always_inline)) struct rq_request *
 choose_req_inline(const struct bfq_data *bd, struct rq_request *a, struct rq_request *b,
-		  uint64_t last)
+		  uint64_t last, bool one_queue)
 {
 	uint64_t back_max = (uint64_t)bd->back_seek_max_kib * 2, d[2] = { 0, 0 };
 	struct rq_request *r[2] = { a, b };
@@ -839,7 +840,7 @@ choose_req_inline(const struct bfq_data *bd, struct rq_request *a, struct rq_req
 		return b;
 	if (!b)
 		return a;
-	if (rq_is_sync(a) != rq_is_sync(b))
+	if (!one_queue && rq_is_sync(a) != rq_is_sync(b))
 		return rq_is_sync(a) ? a : b;
 	if ((a->opf & RQ_BIO_META) != (b->opf & RQ_BIO_META))
 		return (a->opf & RQ_BIO_META) ? a : b;
@@ -867,7 +868,7 @@ choose_req_inline(const struct bfq_data *bd, struct rq_request *a, struct rq_req
 static struct rq_request *bfq_choose_req(const struct bfq_data *bd, struct rq_request *a,
 					 struct rq_request *b, uint64_t last)
 {
-	return choose_req_inline(bd, a, b, last);
+	return choose_req_inline(bd, a, b, last, false);
 }
 
 /*
@@ -946,27 +947,33 @@ static void bfqq_update_seek(struct bfq_queue *bfqq, const struct rq_request *rq
 	bfqq->last_end = rq_request_end_sector(rq);
 }
 
-/*
- * bfqq_update_seek() for each of v[0, n) in turn (arrival order), with the
- * history kept in registers for the run and stored once.
- */
-static void bfqq_update_seek_run(struct bfq_queue *bfqq, struct rq_request *const *v, unsigned n)
+/* Is @sector a seek from @last_end (bfqq_update_seek())? */
+static inline __attribute__((always_inline)) uint64_t seek_far(uint64_t sector, uint64_t last_end)
 {
-	unsigned i = bfqq->seeky_known ? 0 : 1, nr = bfqq->nr_seeks;
-	uint64_t last = bfqq->seeky_known ? bfqq->last_end : rq_request_end_sector(v[0]);
-	uint32_t hist = bfqq->seek_history;
+	return (sector > last_end ? sector - last_end : last_end - sector) > BFQ_SEEK_THR;
+}
 
-	for (; i < n; i++) {
-		uint64_t s = v[i]->sector, d = s > last ? s - last : last - s;
+/*
+ * bfqq_update_seek() for each request of a run of @n in turn (arrival
+ * order), @first the first: @bits holds the seek bits of the other n - 1
+ * (bit 0 the last's, each against the end of the one before), @end the
+ * last one's end.  The history is a shift register of 32 bits and
+ * nr_seeks the count of its 1 bits, so shifting all the run's bits in at
+ * once and counting gives what n single steps give.
+ */
+static void bfqq_update_seek_run(struct bfq_queue *bfqq, const struct rq_request *first,
+				 uint64_t bits, unsigned n, uint64_t end)
+{
+	uint64_t hist = bfqq->seek_history;
+	uint32_t h;
 
-		nr += (d > BFQ_SEEK_THR) - (hist >> 31);
-		hist = (hist << 1) | (d > BFQ_SEEK_THR);
-		last = rq_request_end_sector(v[i]);
-	}
-	bfqq->nr_seeks = nr;
-	bfqq->seek_history = hist;
+	if (bfqq->seeky_known)
+		hist = hist << 1 | seek_far(first->sector, bfqq->last_end);
+	h = (uint32_t)(hist << (n - 1) | bits); /* n - 1 <= 63 */
+	bfqq->seek_history = h;
+	bfqq->nr_seeks = (unsigned)__builtin_popcount(h);
 	bfqq->seeky_known = true;
-	bfqq->last_end = last;
+	bfqq->last_end = end;
 }
 
 /* ------------------------------------------------------------ turns */
@@ -1316,12 +1323,18 @@ static inline __attribute__((always_inline)) void sched_unlock(struct bfq_sched 
 	bfq_unlock(&bs->lock);
 }
 
-/* Drop a pin of @bfqq: free it with the last one when its context is gone.  Lock held. */
-static void bfqq_put(struct bfq_sched *bs, struct bfq_queue *bfqq)
+/* @bfqq's last pin is gone: free it if its context is gone too.  Lock held. */
+static __attribute__((noinline)) void bfqq_put_last(struct bfq_sched *bs, struct bfq_queue *bfqq)
 {
-	if (!--bfqq->ref && bfqq != &bs->oom_q && !bfqq_busy(bfqq) && bs->in_service != bfqq &&
-	    bfqq_ioc_gone(bfqq))
+	if (bfqq != &bs->oom_q && !bfqq_busy(bfqq) && bs->in_service != bfqq && bfqq_ioc_gone(bfqq))
 		bfqq_free(bs, bfqq);
+}
+
+/* Drop a pin of @bfqq: free it with the last one when its context is gone.  Lock held. */
+static inline void bfqq_put(struct bfq_sched *bs, struct bfq_queue *bfqq)
+{
+	if (!--bfqq->ref)
+		bfqq_put_last(bs, bfqq);
 }
 
 /*
@@ -1401,22 +1414,63 @@ struct bfq_batch {
 
 static __thread struct bfq_batch bfq_batch __attribute__((tls_model("initial-exec")));
 
-/* Apply the completions held in bfq_batch, in order, in one lock hold. */
+/*
+ * The rate samples of the batch @b (rate_sample() per record, in order):
+ * when every record falls inside the open window, each would only add its
+ * sectors, so the sum @sectors is added once.  @dt_max: the latest
+ * record's time after b->base.
+ */
+static void bfq_batch_rate(struct bfq_sched *bs, const struct bfq_batch *b, uint64_t sectors,
+			   uint32_t dt_max)
+{
+	if (bs->rate_t0 && b->base >= bs->rate_t0 &&
+	    b->base + dt_max - bs->rate_t0 < BFQ_RATE_WINDOW_NS) {
+		bs->rate_sectors += sectors;
+		return;
+	}
+	for (unsigned i = 0; i < b->n; i++)
+		rate_sample(bs, b->done[i].sectors, b->base + b->done[i].dt);
+}
+
+/*
+ * Apply the completions held in bfq_batch, in order, in one lock hold.
+ * The rate samples touch nothing else, and nothing else reads them: they
+ * go apart (bfq_batch_rate()).  Consecutive records of one queue are a
+ * run whose counts and pins go at its last record.  That is exact: before
+ * its last record the queue still has one of the run's requests
+ * dispatched, so no earlier record could end its turn or drop its last
+ * pin, and nothing else in the loop reads the counts (but
+ * strict_guarantees, whose turn end reads in_flight: runs of one record).
+ */
 static __attribute__((noinline)) void bfq_batch_flush(void)
 {
 	struct bfq_batch *b = &bfq_batch;
 	struct bfq_sched *bs = b->bs;
-	unsigned delay = 0;
-	bool kick = false;
+	unsigned delay = 0, k = 0;
+	uint64_t sectors = 0;
+	uint32_t dt_max = 0;
+	bool kick = false, strict;
 
 	bfq_lock(&bs->lock);
+	strict = bs->bd->strict_guarantees;
 	for (unsigned i = 0; i < b->n; i++) {
 		struct bfq_queue *bfqq = b->done[i].bfqq;
 
-		bfq_account_done(bs, bfqq, b->done[i].sectors, b->base + b->done[i].dt, &delay,
-				 &kick);
+		sectors += b->done[i].sectors;
+		if (b->done[i].dt > dt_max)
+			dt_max = b->done[i].dt;
+		k++;
+		if (i + 1 < b->n && b->done[i + 1].bfqq == bfqq && !strict)
+			continue;
+		bfqq->dispatched -= k;
+		bs->in_flight -= k;
+		if (unlikely((bs->in_service == bfqq && !bfqq->dispatched) || strict))
+			bfq_completed_turn(bs, bfqq, b->base + b->done[i].dt, &delay, &kick);
+		bfqq->ref -= k - 1; /* the run's other pins: not the last (see above) */
 		bfqq_put(bs, bfqq);
+		k = 0;
 	}
+	bfq_batch_rate(bs, b, sectors, dt_max);
 	b->n = 0;
 	sched_unlock_run(bs, delay, kick);
 }
@@ -1696,31 +1750,44 @@ static bool bfqq_has_neighbour(struct bfq_queue *bfqq, const struct rq_request *
 #define BFQ_RB_BLACK ((uintptr_t)1)
 
 /*
- * Sort the run v[0, n) (n <= BFQ_RUN_MAX) by sector into dst[], stably: an
- * insertion sort of keys sector << 6 | arrival index, so equal sectors stay
- * in arrival order and the inner loop moves one word; key[0] = 0 stops
- * every scan.  False, with dst[] untouched, if a sector does not fit the
- * key (2^58 sectors and more: 128 PiB).
+ * Sort the keys ks[0, n) (2 <= n <= BFQ_RUN_MAX) of a run, sector << 6 |
+ * arrival index, into key[1, n]; key[0] = 0 (stable by construction).  Every sector must
+ * fit the key (below 2^58: 128 PiB; the caller checks), @lo and @hi are
+ * the lowest and highest.  First a counting sort into 2^b >= n buckets by
+ * the top bits of sector - @lo (stable: arrival order within a bucket),
+ * then an insertion sort of the keys, which has only the few inversions
+ * inside buckets left to undo (key[0] stops every scan).  Whatever the
+ * sectors, the result is the keys in order: the buckets only make it
+ * cheaper (random sectors are about one per bucket, where the insertion
+ * sort alone moved a quarter of the run per request).
  */
 #define BFQ_RUN_IDX_BITS 6
 
-static bool run_sort(struct rq_request **dst, struct rq_request *const *v, unsigned n)
+static void run_sort(uint64_t *key, const uint64_t *ks, unsigned n, uint64_t lo, uint64_t hi)
 {
-	uint64_t key[BFQ_RUN_MAX + 1];
+	unsigned b = 32u - (unsigned)__builtin_clz(n - 1), width = 0;
+	uint8_t bucket[BFQ_RUN_MAX], start[BFQ_RUN_MAX + 1];
 
-	key[0] = 0;
+	if (hi > lo)
+		width = 64u - (unsigned)__builtin_clzll(hi - lo);
+	width = width > b ? width - b : 0; /* (sector - lo) >> width < 2^b */
+	memset(start, 0, sizeof(start));
 	for (unsigned i = 0; i < n; i++) {
-		uint64_t k = v[i]->sector << BFQ_RUN_IDX_BITS | i, *at = &key[i + 1];
+		bucket[i] = (uint8_t)(((ks[i] >> BFQ_RUN_IDX_BITS) - lo) >> width);
+		start[bucket[i] + 1]++;
+	}
+	for (unsigned i = 1; i < 1u << b; i++)
+		start[i] = (uint8_t)(start[i] + start[i - 1]);
+	key[0] = 0;
+	for (unsigned i = 0; i < n; i++)
+		key[1 + start[bucket[i]]++] = ks[i];
+	for (unsigned i = 2; i <= n; i++) {
+		uint64_t k = key[i], *at = &key[i];
 
-		if (v[i]->sector >> (64 - BFQ_RUN_IDX_BITS))
-			return false;
 		for (; at[-1] > k; at--)
 			at[0] = at[-1];
 		*at = k;
 	}
-	for (unsigned i = 0; i < n; i++)
-		dst[i] = v[key[i + 1] & ((1u << BFQ_RUN_IDX_BITS) - 1)];
-	return true;
 }
 
 /* A range of a run still to build, and where its subtree hangs. */
@@ -1765,21 +1832,26 @@ static void run_build_tree(struct rq_rb_root *root, struct rq_request **v, unsig
 }
 
 /*
- * Could a request of the sorted run v[0, n) find another of it ending
- * where it starts (an insert merge)?  Conservative: yes as soon as one
+ * Put the run v[0, n) into dst[] in the order of its sorted keys
+ * key[1, n] (run_sort()); false if a request of it could find another
+ * ending where it starts (an insert merge).  Conservative: as soon as one
  * starts at or before the end of a request sorted before it.
  */
-static bool run_may_merge(struct rq_request **v, unsigned n)
+static bool run_place(struct rq_request **dst, const uint64_t *key, struct rq_request *const *v,
+		      unsigned n)
 {
 	uint64_t end = 0;
 
 	for (unsigned i = 0; i < n; i++) {
-		if (i && v[i]->sector <= end && bfq_mergeable(v[i]))
-			return true;
-		if (rq_request_end_sector(v[i]) > end)
-			end = rq_request_end_sector(v[i]);
+		struct rq_request *rq = v[key[i + 1] & ((1u << BFQ_RUN_IDX_BITS) - 1)];
+
+		if (i && rq->sector <= end && bfq_mergeable(rq))
+			return false;
+		if (rq_request_end_sector(rq) > end)
+			end = rq_request_end_sector(rq);
+		dst[i] = rq;
 	}
-	return false;
+	return true;
 }
 
 /*
@@ -1905,9 +1977,9 @@ static void bfqq_got_request(struct bfq_sched *bs, struct bfq_queue *bfqq, struc
 static bool bfq_insert_run(struct rq_queue *q, struct bfq_sched *bs, struct rq_list_node *list)
 {
 	struct rq_request *first = rq_list_first_rq(list), *v[BFQ_RUN_MAX], *rq;
+	uint64_t key[BFQ_RUN_MAX + 1], ks[BFQ_RUN_MAX], expire, lo = UINT64_MAX, hi = 0, end = 0, seeks = 0;
 	struct bfq_queue *bfqq;
 	unsigned n = 0, opf = 0;
-	uint64_t expire;
 	bool sync, hash = true;
 
 	sync = rq_is_sync(first);
@@ -1916,16 +1988,24 @@ static bool bfq_insert_run(struct rq_queue *q, struct bfq_sched *bs, struct rq_l
 		if (n == BFQ_RUN_MAX || rq_bfqq(rq) || rq->ioc != first->ioc ||
 		    rq_is_sync(rq) != sync)
 			return false;
+		seeks = seeks << 1 | seek_far(rq->sector, end); /* the first's bit goes out below */
+		end = rq_request_end_sector(rq);
+		lo = rq->sector < lo ? rq->sector : lo;
+		hi = rq->sector > hi ? rq->sector : hi;
+		ks[n] = rq->sector << BFQ_RUN_IDX_BITS | n;
 		v[n++] = rq;
 		opf |= rq->opf;
 	}
+	if (hi >> (64 - BFQ_RUN_IDX_BITS))
+		return false; /* does not fit run_sort()'s keys */
 	bfqq = bfqq_lookup(bs, first->ioc, sync, true, first->start_time_ns);
 	if (bfqq->sort.node || bfqq->run_n)
 		return false;
-	if (!run_sort(bfqq->run, v, n) || run_may_merge(bfqq->run, n))
+	run_sort(key, ks, n, lo, hi);
+	if (!run_place(bfqq->run, key, v, n))
 		return false;
 	expire = bfqq_fifo_expire_ns(bfqq);
-	bfqq_update_seek_run(bfqq, v, n);
+	bfqq_update_seek_run(bfqq, first, seeks & ((1ull << (n - 1)) - 1), n, end);
 	for (unsigned i = 0; i < n; i++) { /* bfq_pin_rq() and bfqq_arrive(), the list aside */
 		rq = v[i];
 		rq->elv_priv[0] = bfqq;
@@ -2092,7 +2172,7 @@ static struct rq_request *sched_next_in_turn(const struct bfq_sched *bs, uint64_
 
 /*
  * Many requests of the in-service queue in one go (sched_drain_in_turn()):
- * its requests as the sorted array v[0, k) with neighbour links (its
+ * its requests as the sorted array v[0, k) with a live mask (its
  * pending run as inserted, or its tree read out), so a request leaves in
  * O(1) instead of an rb-tree erase, and what is left stays a sorted run,
  * built into a tree only if something walks it (bfqq_sort(); the shape of
@@ -2101,10 +2181,9 @@ static struct rq_request *sched_next_in_turn(const struct bfq_sched *bs, uint64_
 #define BFQ_DRAIN_NONE 0xffu
 
 struct bfq_drain {
-	struct rq_request **v;                        /* the queue's run[] */
-	uint8_t prev[BFQ_RUN_MAX], next[BFQ_RUN_MAX]; /* BFQ_DRAIN_NONE: none */
-	unsigned k;                                   /* requests in v */
-	unsigned head;                                /* the lowest one left */
+	struct rq_request **v; /* the queue's run[] */
+	uint64_t live;         /* bit i: v[i] still queued (BFQ_RUN_MAX is 64) */
+	unsigned k;            /* requests in v */
 };
 
 /* Append the requests of the subtree @n to d->v in order. */
@@ -2127,13 +2206,15 @@ static unsigned drain_index(const struct bfq_drain *d, const struct rq_request *
 
 /*
  * bfqq_find_next_rq() on the array: the request to send after v[cur],
- * which is about to leave (still linked), as an index.
+ * which is about to leave (still live), as an index.  Its neighbours in
+ * sector order are the nearest live bits below and above bit @cur.
  */
 static unsigned drain_find_next(const struct bfq_drain *d, const struct bfq_data *bd,
 				struct bfq_queue *bfqq, unsigned cur, uint64_t now)
 {
 	struct rq_request *last = d->v[cur], *prev = NULL, *next = NULL, *oldest;
-	unsigned ip = d->prev[cur], in = d->next[cur];
+	uint64_t below = d->live & ((1ull << cur) - 1), above = d->live & ~((2ull << cur) - 1);
+	unsigned ip = BFQ_DRAIN_NONE, in = BFQ_DRAIN_NONE;
 
 	if (!bfqq->fifo_checked) {
 		bfqq->fifo_checked = true;
@@ -2141,29 +2222,21 @@ static unsigned drain_find_next(const struct bfq_drain *d, const struct bfq_data
 		if (oldest && oldest != last && now >= oldest->fifo_time)
 			return drain_index(d, oldest);
 	}
-	if (ip != BFQ_DRAIN_NONE)
+	if (below) {
+		ip = 63u - (unsigned)__builtin_clzll(below);
 		prev = d->v[ip];
-	if (in == BFQ_DRAIN_NONE && d->head != cur)
-		in = d->head; /* after the last: wrap to the first */
+	}
+	if (above)
+		in = (unsigned)__builtin_ctzll(above);
+	else if (below)
+		in = (unsigned)__builtin_ctzll(below); /* after the last: wrap to the first */
 	if (in != BFQ_DRAIN_NONE)
 		next = d->v[in];
-	return choose_req_inline(bd, next, prev, last->sector) == next ? in : ip;
-}
-
-static void drain_unlink(struct bfq_drain *d, unsigned i)
-{
-	unsigned p = d->prev[i], n = d->next[i];
-
-	if (p != BFQ_DRAIN_NONE)
-		d->next[p] = (uint8_t)n;
-	else
-		d->head = n;
-	if (n != BFQ_DRAIN_NONE)
-		d->prev[n] = (uint8_t)p;
+	return choose_req_inline(bd, next, prev, last->sector, true) == next ? in : ip;
 }
 
 /*
- * @bfqq's requests into @d as a sorted array with neighbour links: its
+ * @bfqq's requests into @d as a sorted array with a live mask: its
  * pending run as it is, else its tree read into run[] (the queue is then
  * the drain's until sched_drain_in_turn() leaves the rest as a run).
  */
@@ -2175,11 +2248,7 @@ static void drain_load(struct bfq_drain *d, struct bfq_queue *bfqq)
 		drain_flatten(d, bfqq->sort.node);
 	bfqq->run_n = 0;
 	bfqq->sort.node = NULL;
-	for (unsigned i = 0; i < d->k; i++) {
-		d->prev[i] = (uint8_t)(i ? i - 1 : BFQ_DRAIN_NONE);
-		d->next[i] = (uint8_t)(i + 1 < d->k ? i + 1 : BFQ_DRAIN_NONE);
-	}
-	d->head = 0;
+	d->live = d->k == 64 ? ~0ull : (1ull << d->k) - 1;
 }
 
 /*
@@ -2224,10 +2293,11 @@ static unsigned sched_drain_in_turn(struct rq_queue *q, struct bfq_sched *bs,
 {
 	struct bfq_queue *bfqq = bs->in_service;
 	uint32_t service = bfqq->entity.service, budget = bfqq->entity.budget;
-	unsigned cur, i, left = 0, n = 0, queued = bfqq->queued, run_s = 0, run_n = 0;
+	unsigned cur, left = 0, n = 0, queued = bfqq->queued, run_s = 0, run_n = 0;
+	unsigned lim = room < queued ? room : queued; /* the last one's next is none */
 	struct rq_request *last = NULL;
 	struct bfq_drain d;
-	uint64_t total = 0;
+	uint64_t total = service;
 
 	drain_load(&d, bfqq);
 	cur = drain_index(&d, bfqq->next_rq);
@@ -2237,19 +2307,20 @@ static unsigned sched_drain_in_turn(struct rq_queue *q, struct bfq_sched *bs,
 
 		if (service && service + s > budget)
 			break;
-		if (queued > 1)
+		if (n + 1 < queued)
 			nxt = drain_find_next(&d, bs->bd, bfqq, cur, now);
 		else
 			bfqq->fifo_checked = true; /* what looking would have done */
-		drain_unlink(&d, cur);
+		d.live &= ~(1ull << cur);
 		rq_rb_clear_node(&rq->rb_node);
-		rq_list_del_init(&rq->queuelist);
+		/* out of the FIFO onto @list: rq_list_del_init() without the init */
+		rq->queuelist.next->prev = rq->queuelist.prev;
+		rq->queuelist.prev->next = rq->queuelist.next;
+		rq_list_add_tail(&rq->queuelist, list);
 		if (rq->rq_flags & RQ_RQF_HASHED)
 			rq_sched_hash_del(q, rq);
 		rq_set_bits(rq, (rq_bits(rq) & 0xff & ~BFQ_RQ_QUEUED) | BFQ_RQ_DISPATCHED |
 				    ((unsigned long)s << BFQ_RQ_SECTOR_SHIFT));
-		rq_list_add_tail(&rq->queuelist, list);
-		queued--;
 		if (s != run_s && run_n) {
 			entity_charge_n(&bfqq->entity, run_s, run_n);
 			run_n = 0;
@@ -2257,16 +2328,17 @@ static unsigned sched_drain_in_turn(struct rq_queue *q, struct bfq_sched *bs,
 		run_s = s;
 		run_n++;
 		service += s;
-		total += s;
 		last = rq;
-		bfqq->next_rq = nxt != BFQ_DRAIN_NONE ? d.v[nxt] : NULL;
-		if (++n == room || nxt == BFQ_DRAIN_NONE)
-			break;
 		cur = nxt;
+		if (++n == lim)
+			break;
 	}
+	total = service - total;
+	/* the next request: the one the budget stopped, or the last one's next */
+	bfqq->next_rq = cur != BFQ_DRAIN_NONE ? d.v[cur] : NULL;
 	drain_account(bs, bfqq, n, total, last, run_s, run_n, now);
-	for (i = d.head; i != BFQ_DRAIN_NONE; i = d.next[i])
-		d.v[left++] = d.v[i]; /* in order, and left <= i */
+	for (uint64_t m = d.live; m; m &= m - 1)
+		d.v[left++] = d.v[__builtin_ctzll(m)]; /* in order, and left <= the index */
 	bfqq->run_n = left; /* the rest, a run again: built if someone walks it */
 	return n;
 }
@@ -2347,19 +2419,10 @@ static bool bfq_has_work(struct rq_hw_ctx *hctx)
 	return work;
 }
 
-/*
- * Hold the completion of @rq (dispatched, of @bfqq on the open batch's
- * scheduler) for the batch's end; false if it must be applied now.
- */
-static inline bool bfq_batch_add(struct bfq_queue *bfqq, struct rq_request *rq, uint64_t now)
+/* Record the completion of @rq in the batch @b, which has room. */
+static inline void bfq_batch_put(struct bfq_batch *b, struct bfq_queue *bfqq, struct rq_request *rq,
+				 unsigned long bits, uint64_t now)
 {
-	struct bfq_batch *b = &bfq_batch;
-	unsigned long bits = rq_bits(rq);
-
-	if ((bits & (BFQ_RQ_DISPATCHED | BFQ_RQ_QUEUED | BFQ_RQ_HEAD)) != BFQ_RQ_DISPATCHED)
-		return false;
-	if (b->n && (b->n == BFQ_BATCH_MAX || now < b->base || now - b->base > UINT32_MAX))
-		bfq_batch_flush();
 	if (!b->n)
 		b->base = now;
 	b->done[b->n].bfqq = bfqq;
@@ -2369,6 +2432,33 @@ static inline bool bfq_batch_add(struct bfq_queue *bfqq, struct rq_request *rq, 
 	/* what bfqq_request_done() and bfqq_unpin() do to @rq; the pin stays */
 	rq->elv_priv[0] = NULL;
 	rq_set_bits(rq, 0);
+}
+
+/* bfq_batch_add() on a full batch, or one @now does not fit: apply it first. */
+static __attribute__((noinline)) void bfq_batch_add_flush(struct bfq_queue *bfqq,
+							  struct rq_request *rq, unsigned long bits,
+							  uint64_t now)
+{
+	bfq_batch_flush();
+	bfq_batch_put(&bfq_batch, bfqq, rq, bits, now);
+}
+
+/*
+ * Hold the completion of @rq (dispatched, of @bfqq on the open batch's
+ * scheduler) for the batch's end; false if it must be applied now.  A
+ * time before the batch's base wraps past UINT32_MAX too.
+ */
+static inline bool bfq_batch_add(struct bfq_queue *bfqq, struct rq_request *rq, uint64_t now)
+{
+	struct bfq_batch *b = &bfq_batch;
+	unsigned long bits = rq_bits(rq);
+
+	if ((bits & (BFQ_RQ_DISPATCHED | BFQ_RQ_QUEUED | BFQ_RQ_HEAD)) != BFQ_RQ_DISPATCHED)
+		return false;
+	if (unlikely(b->n && (b->n == BFQ_BATCH_MAX || now - b->base > UINT32_MAX)))
+		bfq_batch_add_flush(bfqq, rq, bits, now);
+	else
+		bfq_batch_put(b, bfqq, rq, bits, now);
 	return true;
 }
 

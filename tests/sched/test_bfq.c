@@ -797,6 +797,39 @@ static void test_run_seek_history(void **state)
 }
 
 /*
+ * A run's seek bits go into the history all at once (sched/bfq.c,
+ * bfqq_update_seek_run()): the run's first request is measured against
+ * the queue's last end, not against anything of the run.  Eight runs of 4
+ * reads, each 16 sectors after the one before, far from sector 0: no seek
+ * anywhere, so the queue is idled for (another context's read waits for
+ * slice_idle).  Fails if the first request's place in the run's bits is
+ * not cleared (its distance from sector 0 counted as a seek: eight seeks
+ * in the last 32 arrivals, seeky).
+ */
+static void test_run_seek_history_runs(void **state)
+{
+	struct rq_io_context *a = rq_ioc_create(0), *b = rq_ioc_create(0);
+	struct mock_dev *m = make_dev();
+	static struct fx_rec rec[8 * 4 + 1];
+	uint64_t run[4];
+
+	(void)state;
+	for (unsigned r = 0; r < 8; r++) {
+		for (unsigned i = 0; i < 4; i++)
+			run[i] = 100000 + (r * 4 + i) * 16ull;
+		submit_run(m, rec + r * 4, a, run, 4);
+		for (unsigned i = 0; i < 4; i++) {
+			assert_true(mock_nr_held(m) >= 1);
+			mock_complete_one(m, 0, RQ_STS_OK);
+		}
+	}
+	other_context_read(m, rec, 8 * 4 + 1, b, true);
+	mock_destroy(m);
+	rq_ioc_put(a);
+	rq_ioc_put(b);
+}
+
+/*
  * bfq idles for a sync queue whose last request completed, waiting for its
  * context's next one; once the application releases the context (as a
  * process exits in the kernel: bfq_exit_icq -> bfq_exit_bfqq expires it),
@@ -1165,6 +1198,7 @@ int main(void)
 		cmocka_unit_test(test_run_hash_back_merge),
 		cmocka_unit_test(test_run_tree_front_merge),
 		cmocka_unit_test(test_run_seek_history),
+		cmocka_unit_test(test_run_seek_history_runs),
 		cmocka_unit_test(test_released_context_ends_idling),
 		cmocka_unit_test(test_async_writer_preempted),
 		cmocka_unit_test(test_rt_reader_preempts),
