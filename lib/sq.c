@@ -957,13 +957,60 @@ RQ_EXPORT void rq_sq_start_request(struct rq_request *rq)
 	sq_start(sqd_of(rq->q), rq);
 }
 
-RQ_EXPORT struct rq_request *rq_sq_fetch_request(struct rq_queue *q)
+/* A fetch the fast way below does not take: sq_peek() and sq_start() whole. */
+static __attribute__((noinline)) struct rq_request *sq_fetch_slow(struct rq_queue *q,
+								  struct rq_sq_data *sqd)
 {
-	struct rq_sq_data *sqd = sqd_of(q);
 	struct rq_request *rq = sq_peek(q, sqd);
 
 	if (rq)
 		sq_start(sqd, rq);
+	return rq;
+}
+
+/*
+ * The scheduler had work but moved none (cfq idling): come back later, as
+ * sq_peek() does.  Out of line, so the fetch saves no registers for it.
+ */
+static __attribute__((noinline)) struct rq_request *sq_fetch_held_back(struct rq_queue *q)
+{
+	rq_sq_delay_queue(q, RQ_RESOURCE_DELAY_MS);
+	return NULL;
+}
+
+/*
+ * What sq_peek() and sq_start() do, for the common shape only: request_fn
+ * runs (starts are counted in the queue), the plug's clock is read, no
+ * activate hook and no tracing; the dispatch queue's head, or the request
+ * the scheduler moves to an empty one (the same one dispatch call
+ * sq_peek() makes).  Anything else goes to sq_fetch_slow(): no call but
+ * the scheduler's dispatch on the way, so few registers saved.
+ */
+RQ_EXPORT struct rq_request *rq_sq_fetch_request(struct rq_queue *q)
+{
+	struct rq_sq_data *sqd = sqd_of(q);
+	struct rq_request *rq = rq_list_first_rq(&sqd->queue_head);
+	uint64_t now;
+
+	if (!rq) {
+		if (!sqd->nr_sorted)
+			return NULL;
+		if (!sqd->eops.dispatch(q, false))
+			return sq_fetch_held_back(q);
+		rq = rq_list_first_rq(&sqd->queue_head);
+		if (unlikely(!rq))
+			return sq_fetch_slow(q, sqd);
+	}
+	now = tls_plug_now;
+	if (unlikely(!now || !sqd->request_fn_active || sqd->eops.activate || obs_rq_on(rq)))
+		return sq_fetch_slow(q, sqd);
+	rq_list_del_init(&rq->queuelist);
+	rq->rq_flags |= RQ_RQF_STARTED;
+	rq->io_start_time_ns = now;
+	sqd->in_flight[rq_request_is_sync(rq)]++;
+	__atomic_store_n(&rq_priv(rq)->gen, rq_priv(rq)->gen + 1, __ATOMIC_RELAXED);
+	__atomic_store_n(&rq->state, RQ_STATE_IN_FLIGHT, __ATOMIC_RELEASE);
+	sqd->stat_batch[SQ_ST_DISPATCHED]++;
 	return rq;
 }
 
