@@ -1045,25 +1045,39 @@ static struct rq_sw_ctx *sq_release_request(struct rq_request *rq)
 }
 
 /*
- * Advance @bio over all it has left, as bio_advance(bio, its size) does:
- * inline when what is left is the rest of its last vector (or it has no
- * vectors), the shapes of nearly every bio.
+ * Can @bio be advanced over all it has left inline: is what is left the
+ * rest of its last vector (or has it no vectors)?  The shapes of nearly
+ * every bio.
  */
-sq_inline void sq_bio_advance_all(struct rq_bio *bio)
+sq_inline bool sq_bio_advance_inline_ok(const struct rq_bio *bio)
+{
+	const struct rq_bvec_iter *it = &bio->iter;
+
+	return !bio->vcnt || (it->idx + 1u == bio->vcnt &&
+			      it->done + it->size == bio->vecs[it->idx].len);
+}
+
+/* The inline advance, for a @bio sq_bio_advance_inline_ok() admits. */
+sq_inline void sq_bio_advance_inline(struct rq_bio *bio)
 {
 	struct rq_bvec_iter *it = &bio->iter;
 
-	if (bio->vcnt && (it->idx + 1u != bio->vcnt ||
-			  it->done + it->size != bio->vecs[it->idx].len)) {
-		bio_advance(bio, it->size);
-		return;
-	}
 	it->sector += it->size >> RQ_SECTOR_SHIFT;
 	it->size = 0;
 	if (bio->vcnt) {
 		it->idx = bio->vcnt;
 		it->done = 0;
 	}
+}
+
+/* Advance @bio over all it has left, as bio_advance(bio, its size) does. */
+sq_inline void sq_bio_advance_all(struct rq_bio *bio)
+{
+	if (!sq_bio_advance_inline_ok(bio)) {
+		bio_advance(bio, bio->iter.size);
+		return;
+	}
+	sq_bio_advance_inline(bio);
 }
 
 /*
@@ -1236,9 +1250,63 @@ RQ_EXPORT bool rq_sq_end_request(struct rq_request *rq, rq_status_t status, unsi
 	return more;
 }
 
-RQ_EXPORT void rq_sq_end_request_all_locked(struct rq_request *rq, rq_status_t status)
+/* rq_sq_end_request_all_locked() of a shape the fast way below does not take. */
+static __attribute__((noinline)) void sq_end_all_slow(struct rq_request *rq, rq_status_t status)
 {
 	sq_end_locked(rq, status, rq->bytes ? rq->bytes : 1);
+}
+
+/*
+ * May the whole end of @rq take the fast way: a successful end of an
+ * in-flight request with bios, each of them advanced inline
+ * (sq_bio_advance_all() without bio_advance()), no flush sequencing, no
+ * driver tag, untraced, while request_fn runs (counts in the queue), no
+ * scheduler hook to call (completed, put_request), nobody waiting for the
+ * pool, and the bios-to-end mark already set.  Lock held.
+ */
+sq_inline bool sq_end_plain(struct rq_sq_data *sqd, const struct rq_request *rq)
+{
+	if (__atomic_load_n(&rq->state, __ATOMIC_ACQUIRE) != RQ_STATE_IN_FLIGHT || !rq->bio ||
+	    rq_priv(rq)->end_io || obs_rq_on(rq) || rq->tag >= 0 || !sqd->request_fn_active ||
+	    sqd->wait_head || !atomic_load_explicit(&sqd->deferred_pending, memory_order_relaxed))
+		return false;
+	if ((rq->rq_flags & RQ_RQF_ELVPRIV) && (sqd->eops.completed || sqd->eops.put_request))
+		return false;
+	for (const struct rq_bio *bio = rq->bio; bio; bio = bio->next)
+		if (!sq_bio_advance_inline_ok(bio))
+			return false;
+	return true;
+}
+
+/*
+ * sq_end_whole() for the shape sq_end_plain() admits, with no call on the
+ * way (so no registers saved): bios advanced and queued, in-flight and
+ * completion counts, back to the pool, its usage reference deferred.
+ */
+RQ_EXPORT void rq_sq_end_request_all_locked(struct rq_request *rq, rq_status_t status)
+{
+	struct rq_sq_data *sqd = sqd_of(rq->q);
+
+	if (unlikely(status != RQ_STS_OK || !sq_end_plain(sqd, rq))) {
+		sq_end_all_slow(rq, status);
+		return;
+	}
+	for (struct rq_bio *bio = rq->bio; bio; bio = bio->next)
+		sq_bio_advance_inline(bio);
+	rq->sector = rq_request_end_sector(rq);
+	rq->bytes = 0;
+	rq->biotail->next = NULL;
+	sq_bios_end_later(sqd, rq->bio, rq->biotail, RQ_STS_OK);
+	rq->bio = rq->biotail = NULL;
+	sqd->in_flight[rq_request_is_sync(rq)]--;
+	sqd->stat_batch[SQ_ST_COMPLETED]++;
+	rq->rq_flags &= ~RQ_RQF_ELVPRIV;
+	__atomic_store_n(&rq->state, RQ_STATE_IDLE, __ATOMIC_RELEASE);
+	assert(sq_lock_is_held(sqd));
+	sqd->allocated--;
+	rq->rq_next = sqd->free_list;
+	sqd->free_list = rq;
+	sqd->deferred_refs++;
 }
 
 RQ_EXPORT void rq_sq_end_request_all(struct rq_request *rq, rq_status_t status)
