@@ -55,6 +55,9 @@ struct sq_waiter {
 struct rq_sq_data {
 	struct rq_sq_ops ops;            /* copy of the driver's, zero-filled */
 	struct rq_elevator_sq_ops eops;  /* copy of the scheduler's */
+	bool plain_hooks;                /* eops has no activate, completed or
+					    put_request: a fetch's and an end's
+					    fast ways may serve it */
 	pthread_mutex_t *lock;
 	size_t rq_size;
 	struct rq_request **slots;       /* slot -> request, pool_cap of them */
@@ -986,14 +989,15 @@ static __attribute__((noinline)) struct rq_request *sq_fetch_held_back(struct rq
 /*
  * What sq_peek() and sq_start() do, for the common shape only: request_fn
  * runs (starts are counted in the queue), the plug's clock is read, no
- * activate hook and no tracing; the dispatch queue's head, or the request
+ * activate hook (sqd->plain_hooks, tested first: cfq leaves at once) and
+ * no tracing; the dispatch queue's head, or the request
  * the scheduler moves to an empty one (the same one dispatch call
  * sq_peek() makes).  Anything else goes to sq_fetch_slow(): no call but
  * the scheduler's dispatch on the way, so few registers saved.
  */
-RQ_EXPORT struct rq_request *rq_sq_fetch_request(struct rq_queue *q)
+static __attribute__((noinline)) struct rq_request *sq_fetch_plain(struct rq_queue *q,
+								   struct rq_sq_data *sqd)
 {
-	struct rq_sq_data *sqd = sqd_of(q);
 	struct rq_request *rq = rq_list_first_rq(&sqd->queue_head);
 	uint64_t now;
 
@@ -1007,7 +1011,7 @@ RQ_EXPORT struct rq_request *rq_sq_fetch_request(struct rq_queue *q)
 			return sq_fetch_slow(q, sqd);
 	}
 	now = tls_plug_now;
-	if (unlikely(!now || !sqd->request_fn_active || sqd->eops.activate || obs_rq_on(rq)))
+	if (unlikely(!now || !sqd->request_fn_active || obs_rq_on(rq)))
 		return sq_fetch_slow(q, sqd);
 	rq_list_del_init(&rq->queuelist);
 	rq->rq_flags |= RQ_RQF_STARTED;
@@ -1017,6 +1021,16 @@ RQ_EXPORT struct rq_request *rq_sq_fetch_request(struct rq_queue *q)
 	__atomic_store_n(&rq->state, RQ_STATE_IN_FLIGHT, __ATOMIC_RELEASE);
 	sqd->stat_batch[SQ_ST_DISPATCHED]++;
 	return rq;
+}
+
+/* Both ways of a fetch are tail calls: cfq's (activate) saves no registers twice. */
+RQ_EXPORT struct rq_request *rq_sq_fetch_request(struct rq_queue *q)
+{
+	struct rq_sq_data *sqd = sqd_of(q);
+
+	if (unlikely(!sqd->plain_hooks))
+		return sq_fetch_slow(q, sqd);
+	return sq_fetch_plain(q, sqd);
 }
 
 /* Give the request back to the pool; returns the ctx to drop usage on.  Lock held. */
@@ -1266,16 +1280,15 @@ static __attribute__((noinline)) void sq_end_all_slow(struct rq_request *rq, rq_
  * in-flight request with bios, each of them advanced inline
  * (sq_bio_advance_all() without bio_advance()), no flush sequencing, no
  * driver tag, untraced, while request_fn runs (counts in the queue), no
- * scheduler hook to call (completed, put_request), nobody waiting for the
+ * scheduler hook to call (sqd->plain_hooks, tested first), nobody waiting for the
  * pool, and the bios-to-end mark already set.  Lock held.
  */
 sq_inline bool sq_end_plain(struct rq_sq_data *sqd, const struct rq_request *rq)
 {
-	if (__atomic_load_n(&rq->state, __ATOMIC_ACQUIRE) != RQ_STATE_IN_FLIGHT || !rq->bio ||
+	if (!sqd->plain_hooks ||
+	    __atomic_load_n(&rq->state, __ATOMIC_ACQUIRE) != RQ_STATE_IN_FLIGHT || !rq->bio ||
 	    rq_priv(rq)->end_io || obs_rq_on(rq) || rq->tag >= 0 || !sqd->request_fn_active ||
 	    sqd->wait_head || !atomic_load_explicit(&sqd->deferred_pending, memory_order_relaxed))
-		return false;
-	if ((rq->rq_flags & RQ_RQF_ELVPRIV) && (sqd->eops.completed || sqd->eops.put_request))
 		return false;
 	for (const struct rq_bio *bio = rq->bio; bio; bio = bio->next)
 		if (!sq_bio_advance_inline_ok(bio))
@@ -1292,7 +1305,7 @@ RQ_EXPORT void rq_sq_end_request_all_locked(struct rq_request *rq, rq_status_t s
 {
 	struct rq_sq_data *sqd = sqd_of(rq->q);
 
-	if (unlikely(status != RQ_STS_OK || !sq_end_plain(sqd, rq))) {
+	if (unlikely(!sq_end_plain(sqd, rq) || status != RQ_STS_OK)) {
 		sq_end_all_slow(rq, status);
 		return;
 	}
@@ -1779,6 +1792,7 @@ static int sq_elevator_switch(struct rq_queue *q, const char *name)
 	}
 	q->elevator = eq;
 	sqd->eops = new_ops;
+	sqd->plain_hooks = !new_ops.activate && !new_ops.completed && !new_ops.put_request;
 	sq_unlock(sqd);
 	rq_queue_unfreeze(q);
 	if (old) {
