@@ -1103,17 +1103,28 @@ sq_inline void sq_bio_advance_all(struct rq_bio *bio)
  * Every byte of @rq is done: each bio advanced to its end, @rq's sector to
  * its end and no bytes left (as request_advance() leaves them), the bios
  * queued to end as one chain after those ended before.  @rq has bios.
- * Lock held; the caller marks the deferred work.
+ * Lock held; the caller marks the deferred work.  With @plain every bio
+ * is known to pass sq_bio_advance_inline_ok().
  */
-sq_inline void sq_bios_done(struct rq_sq_data *sqd, struct rq_request *rq, rq_status_t status)
+sq_inline void sq_bios_queue(struct rq_sq_data *sqd, struct rq_request *rq, rq_status_t status,
+			     bool plain)
 {
-	for (struct rq_bio *bio = rq->bio; bio; bio = bio->next)
-		sq_bio_advance_all(bio);
+	for (struct rq_bio *bio = rq->bio; bio; bio = bio->next) {
+		if (plain)
+			sq_bio_advance_inline(bio);
+		else
+			sq_bio_advance_all(bio);
+	}
 	rq->sector = rq_request_end_sector(rq);
 	rq->bytes = 0;
 	rq->biotail->next = NULL;
 	sq_bios_end_later(sqd, rq->bio, rq->biotail, status);
 	rq->bio = rq->biotail = NULL;
+}
+
+sq_inline void sq_bios_done(struct rq_sq_data *sqd, struct rq_request *rq, rq_status_t status)
+{
+	sq_bios_queue(sqd, rq, status, false);
 }
 
 /*
@@ -1309,13 +1320,7 @@ RQ_EXPORT void rq_sq_end_request_all_locked(struct rq_request *rq, rq_status_t s
 		sq_end_all_slow(rq, status);
 		return;
 	}
-	for (struct rq_bio *bio = rq->bio; bio; bio = bio->next)
-		sq_bio_advance_inline(bio);
-	rq->sector = rq_request_end_sector(rq);
-	rq->bytes = 0;
-	rq->biotail->next = NULL;
-	sq_bios_end_later(sqd, rq->bio, rq->biotail, RQ_STS_OK);
-	rq->bio = rq->biotail = NULL;
+	sq_bios_queue(sqd, rq, RQ_STS_OK, true);
 	sqd->in_flight[rq_request_is_sync(rq)]--;
 	sqd->stat_batch[SQ_ST_COMPLETED]++;
 	rq->rq_flags &= ~RQ_RQF_ELVPRIV;
