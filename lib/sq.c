@@ -55,6 +55,9 @@ struct sq_waiter {
 struct rq_sq_data {
 	struct rq_sq_ops ops;            /* copy of the driver's, zero-filled */
 	struct rq_elevator_sq_ops eops;  /* copy of the scheduler's */
+	bool plain_hooks;                /* eops has no activate, completed or
+					    put_request: a fetch's and an end's
+					    fast ways may serve it */
 	pthread_mutex_t *lock;
 	size_t rq_size;
 	struct rq_request **slots;       /* slot -> request, pool_cap of them */
@@ -789,8 +792,13 @@ void sq_rq_init(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_request *rq
 	bio->next = NULL;
 }
 
-/* Add a request to the scheduler (ELEVATOR_INSERT_SORT).  Lock held. */
-static void sq_insert_sorted(struct rq_queue *q, struct rq_request *rq)
+/*
+ * Add a request to the scheduler (ELEVATOR_INSERT_SORT).  Lock held.
+ * Inline: an unplug's loop inserts a plug's requests with no call but
+ * the scheduler's add_request.
+ */
+static inline __attribute__((always_inline))
+void sq_insert_sorted(struct rq_queue *q, struct rq_request *rq)
 {
 	struct rq_sq_data *sqd = sqd_of(q);
 
@@ -957,14 +965,72 @@ RQ_EXPORT void rq_sq_start_request(struct rq_request *rq)
 	sq_start(sqd_of(rq->q), rq);
 }
 
-RQ_EXPORT struct rq_request *rq_sq_fetch_request(struct rq_queue *q)
+/* A fetch the fast way below does not take: sq_peek() and sq_start() whole. */
+static __attribute__((noinline)) struct rq_request *sq_fetch_slow(struct rq_queue *q,
+								  struct rq_sq_data *sqd)
 {
-	struct rq_sq_data *sqd = sqd_of(q);
 	struct rq_request *rq = sq_peek(q, sqd);
 
 	if (rq)
 		sq_start(sqd, rq);
 	return rq;
+}
+
+/*
+ * The scheduler had work but moved none (cfq idling): come back later, as
+ * sq_peek() does.  Out of line, so the fetch saves no registers for it.
+ */
+static __attribute__((noinline)) struct rq_request *sq_fetch_held_back(struct rq_queue *q)
+{
+	rq_sq_delay_queue(q, RQ_RESOURCE_DELAY_MS);
+	return NULL;
+}
+
+/*
+ * What sq_peek() and sq_start() do, for the common shape only: request_fn
+ * runs (starts are counted in the queue), the plug's clock is read, no
+ * activate hook (sqd->plain_hooks, tested first: cfq leaves at once) and
+ * no tracing; the dispatch queue's head, or the request
+ * the scheduler moves to an empty one (the same one dispatch call
+ * sq_peek() makes).  Anything else goes to sq_fetch_slow(): no call but
+ * the scheduler's dispatch on the way, so few registers saved.
+ */
+static __attribute__((noinline)) struct rq_request *sq_fetch_plain(struct rq_queue *q,
+								   struct rq_sq_data *sqd)
+{
+	struct rq_request *rq = rq_list_first_rq(&sqd->queue_head);
+	uint64_t now;
+
+	if (!rq) {
+		if (!sqd->nr_sorted)
+			return NULL;
+		if (!sqd->eops.dispatch(q, false))
+			return sq_fetch_held_back(q);
+		rq = rq_list_first_rq(&sqd->queue_head);
+		if (unlikely(!rq))
+			return sq_fetch_slow(q, sqd);
+	}
+	now = tls_plug_now;
+	if (unlikely(!now || !sqd->request_fn_active || obs_rq_on(rq)))
+		return sq_fetch_slow(q, sqd);
+	rq_list_del_init(&rq->queuelist);
+	rq->rq_flags |= RQ_RQF_STARTED;
+	rq->io_start_time_ns = now;
+	sqd->in_flight[rq_request_is_sync(rq)]++;
+	__atomic_store_n(&rq_priv(rq)->gen, rq_priv(rq)->gen + 1, __ATOMIC_RELAXED);
+	__atomic_store_n(&rq->state, RQ_STATE_IN_FLIGHT, __ATOMIC_RELEASE);
+	sqd->stat_batch[SQ_ST_DISPATCHED]++;
+	return rq;
+}
+
+/* Both ways of a fetch are tail calls: cfq's (activate) saves no registers twice. */
+RQ_EXPORT struct rq_request *rq_sq_fetch_request(struct rq_queue *q)
+{
+	struct rq_sq_data *sqd = sqd_of(q);
+
+	if (unlikely(!sqd->plain_hooks))
+		return sq_fetch_slow(q, sqd);
+	return sq_fetch_plain(q, sqd);
 }
 
 /* Give the request back to the pool; returns the ctx to drop usage on.  Lock held. */
@@ -998,19 +1064,23 @@ static struct rq_sw_ctx *sq_release_request(struct rq_request *rq)
 }
 
 /*
- * Advance @bio over all it has left, as bio_advance(bio, its size) does:
- * inline when what is left is the rest of its last vector (or it has no
- * vectors), the shapes of nearly every bio.
+ * Can @bio be advanced over all it has left inline: is what is left the
+ * rest of its last vector (or has it no vectors)?  The shapes of nearly
+ * every bio.
  */
-sq_inline void sq_bio_advance_all(struct rq_bio *bio)
+sq_inline bool sq_bio_advance_inline_ok(const struct rq_bio *bio)
+{
+	const struct rq_bvec_iter *it = &bio->iter;
+
+	return !bio->vcnt || (it->idx + 1u == bio->vcnt &&
+			      it->done + it->size == bio->vecs[it->idx].len);
+}
+
+/* The inline advance, for a @bio sq_bio_advance_inline_ok() admits. */
+sq_inline void sq_bio_advance_inline(struct rq_bio *bio)
 {
 	struct rq_bvec_iter *it = &bio->iter;
 
-	if (bio->vcnt && (it->idx + 1u != bio->vcnt ||
-			  it->done + it->size != bio->vecs[it->idx].len)) {
-		bio_advance(bio, it->size);
-		return;
-	}
 	it->sector += it->size >> RQ_SECTOR_SHIFT;
 	it->size = 0;
 	if (bio->vcnt) {
@@ -1019,21 +1089,42 @@ sq_inline void sq_bio_advance_all(struct rq_bio *bio)
 	}
 }
 
+/* Advance @bio over all it has left, as bio_advance(bio, its size) does. */
+sq_inline void sq_bio_advance_all(struct rq_bio *bio)
+{
+	if (!sq_bio_advance_inline_ok(bio)) {
+		bio_advance(bio, bio->iter.size);
+		return;
+	}
+	sq_bio_advance_inline(bio);
+}
+
 /*
  * Every byte of @rq is done: each bio advanced to its end, @rq's sector to
  * its end and no bytes left (as request_advance() leaves them), the bios
  * queued to end as one chain after those ended before.  @rq has bios.
- * Lock held; the caller marks the deferred work.
+ * Lock held; the caller marks the deferred work.  With @plain every bio
+ * is known to pass sq_bio_advance_inline_ok().
  */
-sq_inline void sq_bios_done(struct rq_sq_data *sqd, struct rq_request *rq, rq_status_t status)
+sq_inline void sq_bios_queue(struct rq_sq_data *sqd, struct rq_request *rq, rq_status_t status,
+			     bool plain)
 {
-	for (struct rq_bio *bio = rq->bio; bio; bio = bio->next)
-		sq_bio_advance_all(bio);
+	for (struct rq_bio *bio = rq->bio; bio; bio = bio->next) {
+		if (plain)
+			sq_bio_advance_inline(bio);
+		else
+			sq_bio_advance_all(bio);
+	}
 	rq->sector = rq_request_end_sector(rq);
 	rq->bytes = 0;
 	rq->biotail->next = NULL;
 	sq_bios_end_later(sqd, rq->bio, rq->biotail, status);
 	rq->bio = rq->biotail = NULL;
+}
+
+sq_inline void sq_bios_done(struct rq_sq_data *sqd, struct rq_request *rq, rq_status_t status)
+{
+	sq_bios_queue(sqd, rq, status, false);
 }
 
 /*
@@ -1189,9 +1280,56 @@ RQ_EXPORT bool rq_sq_end_request(struct rq_request *rq, rq_status_t status, unsi
 	return more;
 }
 
-RQ_EXPORT void rq_sq_end_request_all_locked(struct rq_request *rq, rq_status_t status)
+/* rq_sq_end_request_all_locked() of a shape the fast way below does not take. */
+static __attribute__((noinline)) void sq_end_all_slow(struct rq_request *rq, rq_status_t status)
 {
 	sq_end_locked(rq, status, rq->bytes ? rq->bytes : 1);
+}
+
+/*
+ * May the whole end of @rq take the fast way: a successful end of an
+ * in-flight request with bios, each of them advanced inline
+ * (sq_bio_advance_all() without bio_advance()), no flush sequencing, no
+ * driver tag, untraced, while request_fn runs (counts in the queue), no
+ * scheduler hook to call (sqd->plain_hooks, tested first), nobody waiting for the
+ * pool, and the bios-to-end mark already set.  Lock held.
+ */
+sq_inline bool sq_end_plain(struct rq_sq_data *sqd, const struct rq_request *rq)
+{
+	if (!sqd->plain_hooks ||
+	    __atomic_load_n(&rq->state, __ATOMIC_ACQUIRE) != RQ_STATE_IN_FLIGHT || !rq->bio ||
+	    rq_priv(rq)->end_io || obs_rq_on(rq) || rq->tag >= 0 || !sqd->request_fn_active ||
+	    sqd->wait_head || !atomic_load_explicit(&sqd->deferred_pending, memory_order_relaxed))
+		return false;
+	for (const struct rq_bio *bio = rq->bio; bio; bio = bio->next)
+		if (!sq_bio_advance_inline_ok(bio))
+			return false;
+	return true;
+}
+
+/*
+ * sq_end_whole() for the shape sq_end_plain() admits, with no call on the
+ * way (so no registers saved): bios advanced and queued, in-flight and
+ * completion counts, back to the pool, its usage reference deferred.
+ */
+RQ_EXPORT void rq_sq_end_request_all_locked(struct rq_request *rq, rq_status_t status)
+{
+	struct rq_sq_data *sqd = sqd_of(rq->q);
+
+	if (unlikely(!sq_end_plain(sqd, rq) || status != RQ_STS_OK)) {
+		sq_end_all_slow(rq, status);
+		return;
+	}
+	sq_bios_queue(sqd, rq, RQ_STS_OK, true);
+	sqd->in_flight[rq_request_is_sync(rq)]--;
+	sqd->stat_batch[SQ_ST_COMPLETED]++;
+	rq->rq_flags &= ~RQ_RQF_ELVPRIV;
+	__atomic_store_n(&rq->state, RQ_STATE_IDLE, __ATOMIC_RELEASE);
+	assert(sq_lock_is_held(sqd));
+	sqd->allocated--;
+	rq->rq_next = sqd->free_list;
+	sqd->free_list = rq;
+	sqd->deferred_refs++;
 }
 
 RQ_EXPORT void rq_sq_end_request_all(struct rq_request *rq, rq_status_t status)
@@ -1659,6 +1797,7 @@ static int sq_elevator_switch(struct rq_queue *q, const char *name)
 	}
 	q->elevator = eq;
 	sqd->eops = new_ops;
+	sqd->plain_hooks = !new_ops.activate && !new_ops.completed && !new_ops.put_request;
 	sq_unlock(sqd);
 	rq_queue_unfreeze(q);
 	if (old) {

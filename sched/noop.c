@@ -16,7 +16,9 @@
  *                  tail added since the last lookup is hashed, in FIFO
  *                  order, by the next lookup (or front merge), so requests
  *                  that reach the driver before anyone looks never pay for
- *                  it, and a lookup sees what an eager hash would;
+ *                  it (nor does their add or removal: the part looked at
+ *                  is the FIFO up to one request, none until a lookup),
+ *                  and a lookup sees what an eager hash would;
  *   request pairs  after a bio merge the core asks former / latter for the
  *                  FIFO neighbours and joins them when they became
  *                  contiguous (neighbours in the FIFO, so even that never
@@ -43,12 +45,12 @@
  *	bucket, linked by elv_priv[0] (next request) and elv_priv[1] (the
  *	link pointing at the request); a request is hashed exactly when its
  *	elv_priv[1] is set.
- * @unhashed: the first request of the FIFO's tail not yet looked at for
- *	@front (every request behind it is not either), or NULL.
+ * @looked: the last request of the FIFO looked at for @front (every one
+ *	ahead of it was, none behind it was), or NULL: none was.
  */
 struct noop_data {
 	struct rq_list_node fifo;
-	struct rq_request *unhashed;
+	struct rq_request *looked;
 	struct rq_request *front[1u << NOOP_HASH_BITS];
 };
 
@@ -109,16 +111,28 @@ static struct rq_request *noop_fifo_next(struct noop_data *nd, struct rq_request
 	return RQ_CONTAINER_OF(rq->queuelist.next, struct rq_request, queuelist);
 }
 
+/* The FIFO request ahead of @rq, or NULL at the head. */
+static struct rq_request *noop_fifo_prev(struct noop_data *nd, struct rq_request *rq)
+{
+	if (rq->queuelist.prev == &nd->fifo)
+		return NULL;
+	return RQ_CONTAINER_OF(rq->queuelist.prev, struct rq_request, queuelist);
+}
+
 /*
  * Hash the FIFO tail added since the last lookup, oldest first: the order
  * (and so which of several requests a lookup prefers) an eager hash gives.
  */
 static void noop_front_catch_up(struct noop_data *nd)
 {
-	for (struct rq_request *rq = nd->unhashed; rq; rq = noop_fifo_next(nd, rq))
+	struct rq_request *rq;
+
+	rq = nd->looked ? noop_fifo_next(nd, nd->looked) : rq_list_first_rq(&nd->fifo);
+	for (; rq; rq = noop_fifo_next(nd, rq)) {
 		if (noop_rq_mergeable(rq))
 			noop_front_add(nd, rq);
-	nd->unhashed = NULL;
+		nd->looked = rq;
+	}
 }
 
 /*
@@ -128,8 +142,8 @@ static void noop_front_catch_up(struct noop_data *nd)
  */
 static void noop_remove(struct rq_queue *q, struct noop_data *nd, struct rq_request *rq)
 {
-	if (rq == nd->unhashed)
-		nd->unhashed = noop_fifo_next(nd, rq);
+	if (rq == nd->looked)
+		nd->looked = noop_fifo_prev(nd, rq);
 	rq_list_del_init(&rq->queuelist);
 	noop_front_del(rq);
 }
@@ -175,9 +189,9 @@ static void noop_exit_queue(struct rq_queue *q, void *data)
 }
 
 /**
- * noop_add_request() - queue @rq at the FIFO tail; mergeable requests go in
- * the front-merge hash at the next lookup (the core has put them in its
- * back-merge hash).
+ * noop_add_request() - queue @rq at the FIFO tail, behind the requests
+ * looked at for the front-merge hash: a mergeable one goes in it at the
+ * next lookup (the core has put it in its back-merge hash).
  * Context: queue lock held.
  */
 static void noop_add_request(struct rq_queue *q, struct rq_request *rq)
@@ -186,8 +200,6 @@ static void noop_add_request(struct rq_queue *q, struct rq_request *rq)
 
 	rq_list_add_tail(&rq->queuelist, &nd->fifo);
 	rq->elv_priv[0] = rq->elv_priv[1] = NULL;
-	if (!nd->unhashed)
-		nd->unhashed = rq;
 }
 
 /**

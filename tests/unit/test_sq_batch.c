@@ -23,7 +23,11 @@
  *   test_noop_front_lazy  noop's front-merge hash, filled at the first
  *       lookup, finds what an eager one would: not a request that left
  *       for the driver first, the oldest of two starting at one sector,
- *       and a request again after a front merge moved it.
+ *       and a request again after a front merge moved it;
+ *   test_noop_front_looked  noop's note of how far its FIFO was looked at
+ *       for the front hash follows a request merge that takes the last
+ *       request looked at away: a later lookup still hashes (and a bio
+ *       front-merges into) the request queued behind it.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -547,6 +551,41 @@ static void test_noop_front_lazy(void **state)
 	destroy(q);
 }
 
+/*
+ * noop, the driver paused, no plug: A at 100 and B at 102, then E at 300
+ * (its front lookup, for a bio ending at 301, looks at A and B: B is the
+ * last request looked at).  A bio at 101 joins A and B then joins A (a
+ * request merge takes B, the last request looked at, away: A is then).
+ * A bio ending at 300 must still find E, queued behind A and never looked
+ * at.  Expected on the driver: A (3 bios from 100), E (2 bios from 299).
+ */
+static void test_noop_front_looked(void **state)
+{
+	static const uint64_t at[] = { 100, 102, 300, 101, 299 };
+	static const struct want want[] = { { 100, 3 }, { 299, 2 } };
+	struct rq_queue *q = mkq("noop");
+	struct rq_bio *bios[5];
+
+	drv_paused = true;
+	for (unsigned i = 0; i < 3; i++)
+		rq_submit_bio(q, bios[i] = mkbio(at[i] * SECS));
+	assert_int_equal(rq_sq_nr_sorted(q), 3);
+	rq_submit_bio(q, bios[3] = mkbio(at[3] * SECS));
+	assert_int_equal(rq_sq_nr_sorted(q), 2); /* A took the bio, then B */
+	rq_submit_bio(q, bios[4] = mkbio(at[4] * SECS));
+	assert_int_equal(rq_sq_nr_sorted(q), 2); /* E took it at its front */
+	drv_resume(q);
+	assert_int_equal(nr_seen, 2);
+	for (unsigned i = 0; i < 2; i++) {
+		assert_int_equal(seen[i].sector, want[i].sector * SECS);
+		assert_int_equal(seen[i].bytes, want[i].bios * BS);
+	}
+	assert_int_equal(atomic_load(&ended), 5);
+	assert_int_equal(atomic_load(&bad), 0);
+	put_bios(bios, 5);
+	destroy(q);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -556,6 +595,7 @@ int main(void)
 		cmocka_unit_test(test_bios_end_in_order),
 		cmocka_unit_test(test_stats_per_run),
 		cmocka_unit_test(test_noop_front_lazy),
+		cmocka_unit_test(test_noop_front_looked),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
