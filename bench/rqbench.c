@@ -9,8 +9,8 @@
  * pages).  Bios are preallocated per thread (or taken from rq_bio_alloc with
  * --bio-alloc) and recycled: the measured phase exercises the library, not
  * malloc.  end_io hands a bio back to its thread: directly when it runs on
- * that thread (inline completion), else through a lock-free list and a futex
- * wake-up.  Latency is taken around each bio (or every Nth with
+ * that thread (inline completion), else as its slot's bit in an atomic
+ * bitmap, and a futex wake-up.  Latency is taken around each bio (or every Nth with
  * --lat-sample, none with --no-lat) with the TSC where it is invariant (two
  * vDSO clock reads would cost about 40 ns per bio, as much as the whole
  * target path), else with clock_gettime().
@@ -140,12 +140,17 @@ struct bench_thread {
 	uint64_t sleeps;              /* futex sleeps in wait_completion, measured phase */
 	void *buf;
 	struct hist hist;
+	unsigned done_words;          /* words of done_bits: depth / 64, rounded up */
 	/* shared with completion threads */
-	_Atomic(struct bench_bio *) done_remote __attribute__((aligned(CACHELINE)));
+	_Atomic(unsigned long) *done_bits __attribute__((aligned(CACHELINE)));
+				      /* slots ended elsewhere, bit i: slots[i] */
+	_Atomic unsigned long done_word0; /* done_bits when depth <= 64 */
 	_Atomic uint32_t wake_seq;
 	atomic_bool sleeping;
 	_Atomic int peer_cpu;         /* CPU of the last hand-back, -1: unknown */
 } __attribute__((aligned(CACHELINE)));
+
+#define DONE_BITS 64 /* slots per word of done_bits */
 
 static __thread struct bench_thread *current_thread;
 
@@ -299,19 +304,23 @@ static void tcache_off(void) { }
 /* ------------------------------------------------------------ completion */
 
 /*
- * Hand the ended bios @first..@last (linked by next) to @t with one
- * compare-and-swap; wake it if it sleeps.
+ * Bios ended on another thread go back to their submitter as bits of its
+ * done_bits, a bit per slot, not as a list linked through the bios: the
+ * completing thread then writes no line of a slot or its bio (it only reads
+ * them), so the submitter, which fills them again at once, finds them still
+ * in its cache; and it learns which slots ended without following links
+ * through lines another CPU wrote, one miss after the other.
  */
-static void bench_hand_back(struct bench_thread *t, struct bench_bio *first,
-			    struct bench_bio *last)
+
+/*
+ * Hand the slots @mask of word @word back to @t with one atomic OR; wake
+ * it if it sleeps.
+ */
+static void bench_hand_back(struct bench_thread *t, unsigned word, unsigned long mask)
 {
 	/* the submitter's polling hint, on the line the push writes anyway */
 	atomic_store_explicit(&t->peer_cpu, sched_getcpu(), memory_order_relaxed);
-	last->next = atomic_load_explicit(&t->done_remote, memory_order_relaxed);
-	while (!atomic_compare_exchange_weak_explicit(&t->done_remote, &last->next, first,
-						      memory_order_seq_cst,
-						      memory_order_relaxed))
-		;
+	atomic_fetch_or_explicit(&t->done_bits[word], mask, memory_order_seq_cst);
 	/* only the first waker of a sleeping thread pays for the system call */
 	if (atomic_load(&t->sleeping) && atomic_exchange(&t->sleeping, false)) {
 		atomic_fetch_add(&t->wake_seq, 1);
@@ -322,13 +331,14 @@ static void bench_hand_back(struct bench_thread *t, struct bench_bio *first,
 /*
  * On the null driver's completion threads, bios ended for other threads
  * wait here until the batch is over (null_config.batch_done): a submitter's
- * list is then written once per batch, not once per bio.  Elsewhere (the
+ * word is then written once per batch, not once per bio.  Elsewhere (the
  * service thread's rq_affinity 2 fallback) each goes back at once.
  */
 #define STAGE_SLOTS 4
 struct stage {
 	struct bench_thread *t;
-	struct bench_bio *first, *last;
+	unsigned word;
+	unsigned long mask;
 };
 static __thread bool tls_staging;
 static __thread struct stage tls_stage[STAGE_SLOTS];
@@ -337,28 +347,26 @@ static __thread struct stage tls_stage[STAGE_SLOTS];
 static void bench_batch_done(void)
 {
 	for (unsigned i = 0; i < STAGE_SLOTS && tls_stage[i].t; i++) {
-		bench_hand_back(tls_stage[i].t, tls_stage[i].first, tls_stage[i].last);
+		bench_hand_back(tls_stage[i].t, tls_stage[i].word, tls_stage[i].mask);
 		tls_stage[i].t = NULL;
 	}
 }
 
-static void bench_stage(struct bench_thread *t, struct bench_bio *bb)
+static void bench_stage(struct bench_thread *t, unsigned word, unsigned long bit)
 {
 	unsigned i;
 
-	for (i = 0; i < STAGE_SLOTS && tls_stage[i].t && tls_stage[i].t != t; i++)
+	for (i = 0; i < STAGE_SLOTS && tls_stage[i].t &&
+		    (tls_stage[i].t != t || tls_stage[i].word != word); i++)
 		;
 	if (i == STAGE_SLOTS) {
 		bench_batch_done();
 		i = 0;
 	}
-	if (!tls_stage[i].t) {
-		tls_stage[i] = (struct stage){ .t = t, .first = bb, .last = bb };
-		bb->next = NULL;
-		return;
-	}
-	bb->next = tls_stage[i].first;
-	tls_stage[i].first = bb;
+	if (!tls_stage[i].t)
+		tls_stage[i] = (struct stage){ .t = t, .word = word, .mask = bit };
+	else
+		tls_stage[i].mask |= bit;
 }
 
 /*
@@ -368,10 +376,13 @@ static void bench_stage(struct bench_thread *t, struct bench_bio *bb)
 static __attribute__((noinline)) void bench_end_remote(struct bench_thread *t,
 						       struct bench_bio *bb)
 {
+	unsigned idx = (unsigned)(bb - t->slots);
+	unsigned long bit = 1UL << (idx % DONE_BITS);
+
 	if (tls_staging)
-		bench_stage(t, bb);
+		bench_stage(t, idx / DONE_BITS, bit);
 	else
-		bench_hand_back(t, bb, bb);
+		bench_hand_back(t, idx / DONE_BITS, bit);
 }
 
 /**
@@ -497,12 +508,14 @@ static uint64_t reap(struct bench_thread *t)
 		next = bb->next;
 		reap_one(t, bb);
 	}
-	if (atomic_load_explicit(&t->done_remote, memory_order_relaxed)) {
-		bb = atomic_exchange(&t->done_remote, NULL);
-		for (; bb; bb = next) {
-			next = bb->next;
-			reap_one(t, bb);
-		}
+	for (unsigned w = 0; w < t->done_words; w++) {
+		unsigned long mask;
+
+		if (!atomic_load_explicit(&t->done_bits[w], memory_order_relaxed))
+			continue;
+		mask = atomic_exchange(&t->done_bits[w], 0);
+		for (; mask; mask &= mask - 1)
+			reap_one(t, &t->slots[w * DONE_BITS + (unsigned)__builtin_ctzl(mask)]);
 	}
 	return t->reaped - reaped0;
 }
@@ -511,7 +524,10 @@ static bool ended_remote(void *arg)
 {
 	struct bench_thread *t = arg;
 
-	return atomic_load_explicit(&t->done_remote, memory_order_relaxed);
+	for (unsigned w = 0; w < t->done_words; w++)
+		if (atomic_load_explicit(&t->done_bits[w], memory_order_relaxed))
+			return true;
+	return false;
 }
 
 /*
@@ -534,13 +550,14 @@ static void wait_completion(struct bench_thread *t)
 		if (t->b->o.rq_affinity == 2) {
 			/* our bios end here: sleep on the library's mailbox (the
 			   service thread may end some elsewhere after 1 ms: look
-			   at done_remote again then) */
+			   at done_bits again then) */
 			rq_wait_completions(1000000);
 			continue;
 		}
 		atomic_store(&t->sleeping, true);
 		seq = atomic_load(&t->wake_seq);
-		if (!atomic_load(&t->done_remote)) {
+		atomic_thread_fence(memory_order_seq_cst);
+		if (!ended_remote(t)) {
 			t->sleeps++;
 			syscall(SYS_futex, &t->wake_seq, FUTEX_WAIT_PRIVATE, seq,
 				NULL, NULL, 0);
@@ -1237,7 +1254,10 @@ int main(int argc, char **argv)
 		t->region_first = region * i;
 		t->region_blocks = region;
 		t->slots = calloc(b.o.depth, sizeof(*t->slots));
-		if (posix_memalign(&t->buf, 4096, b.o.bs) || !t->slots) {
+		t->done_words = (b.o.depth + DONE_BITS - 1) / DONE_BITS;
+		t->done_bits = t->done_words == 1 ? &t->done_word0 :
+			       calloc(t->done_words, sizeof(*t->done_bits));
+		if (posix_memalign(&t->buf, 4096, b.o.bs) || !t->slots || !t->done_bits) {
 			fprintf(stderr, "rqbench: out of memory\n");
 			return 1;
 		}
@@ -1372,6 +1392,8 @@ int main(int argc, char **argv)
 	for (i = 0; i < b.o.threads; i++) {
 		free(th[i].slots);
 		free(th[i].buf);
+		if (th[i].done_bits != &th[i].done_word0)
+			free(th[i].done_bits);
 	}
 	free(th);
 	free(all);
