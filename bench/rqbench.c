@@ -94,6 +94,7 @@ struct opts {
 	bool bio_alloc;
 	bool memory_backed;
 	bool tcache;
+	bool pin_split;         /* submitters on the first CPUs, completion threads on the rest */
 	bool list_scheds;
 	bool empty;             /* --empty: the empty request life, no queue */
 };
@@ -435,15 +436,43 @@ static void bench_end_io_plain(struct rq_bio *bio)
 	t->free = bb;
 }
 
+/*
+ * --pin-split: the CPUs the process may use at start; submitter i runs on
+ * the i-th of them, the completion threads on those left (none left: not
+ * pinned).  Measures the split placement whatever the machine's load.
+ */
+static cpu_set_t pin_cpus;
+static unsigned pin_submitters;  /* 0: no pinning */
+
+/* Pin the calling thread to the CPUs of pin_cpus numbered @from to @to - 1. */
+static void pin_range(unsigned from, unsigned to)
+{
+	cpu_set_t set;
+	unsigned k = 0;
+
+	CPU_ZERO(&set);
+	for (int c = 0; c < CPU_SETSIZE; c++) {
+		if (!CPU_ISSET(c, &pin_cpus))
+			continue;
+		if (k >= from && k < to)
+			CPU_SET(c, &set);
+		k++;
+	}
+	if (CPU_COUNT(&set))
+		sched_setaffinity(0, sizeof(set), &set);
+}
+
 /* null_config.thread_init: a completion thread stages (with or without tcache). */
 static void completion_thread_init(void)
 {
 	tls_staging = true;
+	if (pin_submitters && pin_submitters < (unsigned)CPU_COUNT(&pin_cpus))
+		pin_range(pin_submitters, CPU_SETSIZE);
 }
 
 static void completion_thread_init_notcache(void)
 {
-	tls_staging = true;
+	completion_thread_init();
 	tcache_off();
 }
 
@@ -764,6 +793,8 @@ static void *bench_thread_fn(void *arg)
 	current_thread = t;
 	if (!b->o.tcache)
 		tcache_off();
+	if (pin_submitters && t->idx < (unsigned)CPU_COUNT(&pin_cpus))
+		pin_range(t->idx, t->idx + 1);
 	per_thread = b->o.ops ? b->o.ops / b->o.threads +
 		     (t->idx < b->o.ops % b->o.threads) : UINT64_MAX;
 
@@ -911,7 +942,9 @@ static void usage(FILE *f)
 "        --rq-affinity 0|1|2 (2: a completion thread's batches end on the\n"
 "        submitter, which waits in rq_wait_completions()),\n"
 "        --ct-placement steer|free (steer, the default: a completion thread\n"
-"        moves off the CPU its batches come from; free: the scheduler's choice)\n");
+"        moves off the CPU its batches come from; free: the scheduler's choice),\n"
+"        --pin-split (submitter i on the i-th CPU allowed, completion threads\n"
+"        on the CPUs left: the split placement whatever the load)\n");
 }
 
 enum {
@@ -920,7 +953,7 @@ enum {
 	OPT_MAXSECT, OPT_MAXSEG, OPT_NOMERGES, OPT_JSON, OPT_HWDEPTH, OPT_CNSEC, OPT_CTPLACE,
 	OPT_CAPACITY, OPT_WARMUP, OPT_NOLAT, OPT_LATSAMPLE, OPT_BIOALLOC,
 	OPT_MEMORY, OPT_TCACHE, OPT_LIST, OPT_ALLOCSTATS, OPT_CDF, OPT_TRACE, OPT_EMPTY,
-	OPT_AFFINITY, OPT_TRACE_ACTIONS,
+	OPT_AFFINITY, OPT_TRACE_ACTIONS, OPT_PINSPLIT,
 };
 
 /* Limits of the numeric options, for the parser and the usage errors. */
@@ -959,6 +992,7 @@ static const struct option long_opts[] = {
 	{ "bio-alloc", no_argument, NULL, OPT_BIOALLOC },
 	{ "memory-backed", no_argument, NULL, OPT_MEMORY },
 	{ "tcache", no_argument, NULL, OPT_TCACHE },
+	{ "pin-split", no_argument, NULL, OPT_PINSPLIT },
 	{ "alloc-stats", no_argument, NULL, OPT_ALLOCSTATS },
 	{ "cdf", no_argument, NULL, OPT_CDF },
 	{ "list-scheds", no_argument, NULL, OPT_LIST },
@@ -1059,6 +1093,7 @@ static void parse_args(int argc, char **argv, struct opts *o)
 		case OPT_BIOALLOC: o->bio_alloc = true; break;
 		case OPT_MEMORY: o->memory_backed = true; break;
 		case OPT_TCACHE: o->tcache = true; break;
+		case OPT_PINSPLIT: o->pin_split = true; break;
 		case OPT_ALLOCSTATS: o->tcache = false; break;
 		case OPT_LIST: o->list_scheds = true; break;
 		case OPT_CDF: o->cdf = true; break;
@@ -1122,6 +1157,8 @@ static void bench_setup(struct bench *b)
 	cfg.sched = o->sched;
 	if (!strcmp(o->front, "sq"))
 		cfg.queue_mode = NULL_Q_RQ;
+	if (o->pin_split && !sched_getaffinity(0, sizeof(pin_cpus), &pin_cpus))
+		pin_submitters = o->threads;
 	cfg.thread_init = o->tcache ? completion_thread_init : completion_thread_init_notcache;
 	cfg.batch_done = bench_batch_done;
 
