@@ -95,6 +95,7 @@ struct opts {
 	bool memory_backed;
 	bool tcache;
 	bool pin_split;         /* submitters on the first CPUs, completion threads on the rest */
+	bool cpu_busy;          /* measure the submitters' CPU time outside their waits */
 	bool list_scheds;
 	bool empty;             /* --empty: the empty request life, no queue */
 };
@@ -139,6 +140,8 @@ struct bench_thread {
 	uint64_t alloc_bytes;
 	uint32_t poll_ns;             /* adaptive polling budget (wait_completion) */
 	uint64_t sleeps;              /* futex sleeps in wait_completion, measured phase */
+	uint64_t wait_cpu_ns;         /* --cpu-busy: thread CPU time in wait_completion */
+	uint64_t busy_ns;             /* --cpu-busy: thread CPU time outside it, measured phase */
 	void *buf;
 	struct hist hist;
 	unsigned done_words;          /* words of done_bits: depth / 64, rounded up */
@@ -559,11 +562,20 @@ static bool ended_remote(void *arg)
 	return false;
 }
 
+/* The calling thread's CPU time (a system call: --cpu-busy only). */
+static uint64_t thread_cpu_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + ts.tv_nsec;
+}
+
 /*
  * Wait until at least one bio has ended: poll, then sleep on the futex
  * (rq_affinity 2: in rq_wait_completions(), which polls by itself).
  */
-static void wait_completion(struct bench_thread *t)
+static void wait_completion_now(struct bench_thread *t)
 {
 	uint64_t reaped0 = t->reaped;
 	uint32_t seq;
@@ -593,6 +605,23 @@ static void wait_completion(struct bench_thread *t)
 		}
 		atomic_store(&t->sleeping, false);
 	}
+}
+
+/*
+ * wait_completion_now(); with --cpu-busy, its CPU time (polling included)
+ * is counted apart, so what is left is the submitter's own work.
+ */
+static void wait_completion(struct bench_thread *t)
+{
+	uint64_t c0;
+
+	if (!t->b->o.cpu_busy) {
+		wait_completion_now(t);
+		return;
+	}
+	c0 = thread_cpu_ns();
+	wait_completion_now(t);
+	t->wait_cpu_ns += thread_cpu_ns() - c0;
 }
 
 /* ------------------------------------------------------------- submission */
@@ -788,7 +817,7 @@ static void *bench_thread_fn(void *arg)
 {
 	struct bench_thread *t = arg;
 	struct bench *b = t->b;
-	uint64_t per_thread, bytes0;
+	uint64_t per_thread, bytes0, cpu0;
 
 	current_thread = t;
 	if (!b->o.tcache)
@@ -803,7 +832,11 @@ static void *bench_thread_fn(void *arg)
 	pthread_barrier_wait(&b->barrier); /* main took its snapshot */
 	bytes0 = thread_alloc_bytes();
 	t->sleeps = 0;
+	t->wait_cpu_ns = 0;
+	cpu0 = b->o.cpu_busy ? thread_cpu_ns() : 0;
 	run_phase(t, per_thread, true);
+	if (b->o.cpu_busy)
+		t->busy_ns = thread_cpu_ns() - cpu0 - t->wait_cpu_ns;
 	t->alloc_bytes = thread_alloc_bytes() - bytes0;
 	pthread_barrier_wait(&b->barrier); /* done */
 	return NULL;
@@ -944,7 +977,10 @@ static void usage(FILE *f)
 "        --ct-placement steer|free (steer, the default: a completion thread\n"
 "        moves off the CPU its batches come from; free: the scheduler's choice),\n"
 "        --pin-split (submitter i on the i-th CPU allowed, completion threads\n"
-"        on the CPUs left: the split placement whatever the load)\n");
+"        on the CPUs left: the split placement whatever the load),\n"
+"        --cpu-busy (the submitters' CPU time per bio outside their waits for\n"
+"        completions: their own work and stalls, whatever the load; costs a\n"
+"        system call per wait)\n");
 }
 
 enum {
@@ -953,7 +989,7 @@ enum {
 	OPT_MAXSECT, OPT_MAXSEG, OPT_NOMERGES, OPT_JSON, OPT_HWDEPTH, OPT_CNSEC, OPT_CTPLACE,
 	OPT_CAPACITY, OPT_WARMUP, OPT_NOLAT, OPT_LATSAMPLE, OPT_BIOALLOC,
 	OPT_MEMORY, OPT_TCACHE, OPT_LIST, OPT_ALLOCSTATS, OPT_CDF, OPT_TRACE, OPT_EMPTY,
-	OPT_AFFINITY, OPT_TRACE_ACTIONS, OPT_PINSPLIT,
+	OPT_AFFINITY, OPT_TRACE_ACTIONS, OPT_PINSPLIT, OPT_CPUBUSY,
 };
 
 /* Limits of the numeric options, for the parser and the usage errors. */
@@ -993,6 +1029,7 @@ static const struct option long_opts[] = {
 	{ "memory-backed", no_argument, NULL, OPT_MEMORY },
 	{ "tcache", no_argument, NULL, OPT_TCACHE },
 	{ "pin-split", no_argument, NULL, OPT_PINSPLIT },
+	{ "cpu-busy", no_argument, NULL, OPT_CPUBUSY },
 	{ "alloc-stats", no_argument, NULL, OPT_ALLOCSTATS },
 	{ "cdf", no_argument, NULL, OPT_CDF },
 	{ "list-scheds", no_argument, NULL, OPT_LIST },
@@ -1094,6 +1131,7 @@ static void parse_args(int argc, char **argv, struct opts *o)
 		case OPT_MEMORY: o->memory_backed = true; break;
 		case OPT_TCACHE: o->tcache = true; break;
 		case OPT_PINSPLIT: o->pin_split = true; break;
+		case OPT_CPUBUSY: o->cpu_busy = true; break;
 		case OPT_ALLOCSTATS: o->tcache = false; break;
 		case OPT_LIST: o->list_scheds = true; break;
 		case OPT_CDF: o->cdf = true; break;
@@ -1239,7 +1277,7 @@ int main(int argc, char **argv)
 	struct rq_queue_stats qs0, qs1;
 	struct null_stats ns0, ns1;
 	struct hist *all;
-	uint64_t t0, t1, a0, a1, ops = 0, errors = 0, abytes = 0, sleeps = 0;
+	uint64_t t0, t1, a0, a1, ops = 0, errors = 0, abytes = 0, sleeps = 0, busy = 0;
 	double secs, iops;
 	unsigned i, j;
 
@@ -1350,6 +1388,7 @@ int main(int argc, char **argv)
 		errors += th[i].errors;
 		abytes += th[i].alloc_bytes;
 		sleeps += th[i].sleeps;
+		busy += th[i].busy_ns;
 		hist_merge(all, &th[i].hist);
 	}
 	if (b.o.empty)
@@ -1381,6 +1420,8 @@ int main(int argc, char **argv)
 			       ",\"submitter_sleeps\":%" PRIu64 ",",
 			       ns1.batches - ns0.batches, ns1.sleeps - ns0.sleeps,
 			       ns1.colocated - ns0.colocated, ns1.moves - ns0.moves, sleeps);
+		if (b.o.cpu_busy)
+			printf("\"submitter_busy_ns\":%.1f,", ops ? (double)busy / ops : 0.0);
 		if (b.o.cdf) {
 			printf("\"cdf\":");
 			hist_cdf_json(stdout, all);
@@ -1406,6 +1447,8 @@ int main(int argc, char **argv)
 			       hist_percentile(all, 99), hist_percentile(all, 99.9), all->max);
 		if (b.o.completion != NULL_COMPLETE_INLINE)
 			ct_summary(&ns0, &ns1, sleeps);
+		if (b.o.cpu_busy)
+			printf("; submitters busy %.1f ns/bio", ops ? (double)busy / ops : 0.0);
 		if (alloc_stats_ok)
 			printf("; allocs %" PRIu64, a1 - a0);
 		if (errors)
