@@ -465,8 +465,7 @@ static inline void request_end_bios(struct rq_request *rq, rq_status_t status)
 	while (bio) {
 		struct rq_bio *next = bio->next;
 
-		if (next) /* a request's one bio: not written here (completion threads) */
-			bio->next = NULL;
+		bio->next = NULL;
 		bio_end_with(bio, status);
 		bio = next;
 	}
