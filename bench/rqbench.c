@@ -9,8 +9,8 @@
  * pages).  Bios are preallocated per thread (or taken from rq_bio_alloc with
  * --bio-alloc) and recycled: the measured phase exercises the library, not
  * malloc.  end_io hands a bio back to its thread: directly when it runs on
- * that thread (inline completion), else through a lock-free list and a futex
- * wake-up.  Latency is taken around each bio (or every Nth with
+ * that thread (inline completion), else as its slot's bit in an atomic
+ * bitmap, and a futex wake-up.  Latency is taken around each bio (or every Nth with
  * --lat-sample, none with --no-lat) with the TSC where it is invariant (two
  * vDSO clock reads would cost about 40 ns per bio, as much as the whole
  * target path), else with clock_gettime().
@@ -94,6 +94,8 @@ struct opts {
 	bool bio_alloc;
 	bool memory_backed;
 	bool tcache;
+	bool pin_split;         /* submitters on the first CPUs, completion threads on the rest */
+	bool cpu_busy;          /* measure the submitters' CPU time outside their waits */
 	bool list_scheds;
 	bool empty;             /* --empty: the empty request life, no queue */
 };
@@ -138,14 +140,21 @@ struct bench_thread {
 	uint64_t alloc_bytes;
 	uint32_t poll_ns;             /* adaptive polling budget (wait_completion) */
 	uint64_t sleeps;              /* futex sleeps in wait_completion, measured phase */
+	uint64_t wait_cpu_ns;         /* --cpu-busy: thread CPU time in wait_completion */
+	uint64_t busy_ns;             /* --cpu-busy: thread CPU time outside it, measured phase */
 	void *buf;
 	struct hist hist;
+	unsigned done_words;          /* words of done_bits: depth / 64, rounded up */
 	/* shared with completion threads */
-	_Atomic(struct bench_bio *) done_remote __attribute__((aligned(CACHELINE)));
+	_Atomic(unsigned long) *done_bits __attribute__((aligned(CACHELINE)));
+				      /* slots ended elsewhere, bit i: slots[i] */
+	_Atomic unsigned long done_word0; /* done_bits when depth <= 64 */
 	_Atomic uint32_t wake_seq;
 	atomic_bool sleeping;
 	_Atomic int peer_cpu;         /* CPU of the last hand-back, -1: unknown */
 } __attribute__((aligned(CACHELINE)));
+
+#define DONE_BITS 64 /* slots per word of done_bits */
 
 static __thread struct bench_thread *current_thread;
 
@@ -299,19 +308,23 @@ static void tcache_off(void) { }
 /* ------------------------------------------------------------ completion */
 
 /*
- * Hand the ended bios @first..@last (linked by next) to @t with one
- * compare-and-swap; wake it if it sleeps.
+ * Bios ended on another thread go back to their submitter as bits of its
+ * done_bits, a bit per slot, not as a list linked through the bios: the
+ * completing thread then writes no line of a slot or its bio (it only reads
+ * them), so the submitter, which fills them again at once, finds them still
+ * in its cache; and it learns which slots ended without following links
+ * through lines another CPU wrote, one miss after the other.
  */
-static void bench_hand_back(struct bench_thread *t, struct bench_bio *first,
-			    struct bench_bio *last)
+
+/*
+ * Hand the slots @mask of word @word back to @t with one atomic OR; wake
+ * it if it sleeps.
+ */
+static void bench_hand_back(struct bench_thread *t, unsigned word, unsigned long mask)
 {
 	/* the submitter's polling hint, on the line the push writes anyway */
 	atomic_store_explicit(&t->peer_cpu, sched_getcpu(), memory_order_relaxed);
-	last->next = atomic_load_explicit(&t->done_remote, memory_order_relaxed);
-	while (!atomic_compare_exchange_weak_explicit(&t->done_remote, &last->next, first,
-						      memory_order_seq_cst,
-						      memory_order_relaxed))
-		;
+	atomic_fetch_or_explicit(&t->done_bits[word], mask, memory_order_seq_cst);
 	/* only the first waker of a sleeping thread pays for the system call */
 	if (atomic_load(&t->sleeping) && atomic_exchange(&t->sleeping, false)) {
 		atomic_fetch_add(&t->wake_seq, 1);
@@ -322,13 +335,14 @@ static void bench_hand_back(struct bench_thread *t, struct bench_bio *first,
 /*
  * On the null driver's completion threads, bios ended for other threads
  * wait here until the batch is over (null_config.batch_done): a submitter's
- * list is then written once per batch, not once per bio.  Elsewhere (the
+ * word is then written once per batch, not once per bio.  Elsewhere (the
  * service thread's rq_affinity 2 fallback) each goes back at once.
  */
 #define STAGE_SLOTS 4
 struct stage {
 	struct bench_thread *t;
-	struct bench_bio *first, *last;
+	unsigned word;
+	unsigned long mask;
 };
 static __thread bool tls_staging;
 static __thread struct stage tls_stage[STAGE_SLOTS];
@@ -337,28 +351,26 @@ static __thread struct stage tls_stage[STAGE_SLOTS];
 static void bench_batch_done(void)
 {
 	for (unsigned i = 0; i < STAGE_SLOTS && tls_stage[i].t; i++) {
-		bench_hand_back(tls_stage[i].t, tls_stage[i].first, tls_stage[i].last);
+		bench_hand_back(tls_stage[i].t, tls_stage[i].word, tls_stage[i].mask);
 		tls_stage[i].t = NULL;
 	}
 }
 
-static void bench_stage(struct bench_thread *t, struct bench_bio *bb)
+static void bench_stage(struct bench_thread *t, unsigned word, unsigned long bit)
 {
 	unsigned i;
 
-	for (i = 0; i < STAGE_SLOTS && tls_stage[i].t && tls_stage[i].t != t; i++)
+	for (i = 0; i < STAGE_SLOTS && tls_stage[i].t &&
+		    (tls_stage[i].t != t || tls_stage[i].word != word); i++)
 		;
 	if (i == STAGE_SLOTS) {
 		bench_batch_done();
 		i = 0;
 	}
-	if (!tls_stage[i].t) {
-		tls_stage[i] = (struct stage){ .t = t, .first = bb, .last = bb };
-		bb->next = NULL;
-		return;
-	}
-	bb->next = tls_stage[i].first;
-	tls_stage[i].first = bb;
+	if (!tls_stage[i].t)
+		tls_stage[i] = (struct stage){ .t = t, .word = word, .mask = bit };
+	else
+		tls_stage[i].mask |= bit;
 }
 
 /*
@@ -368,10 +380,13 @@ static void bench_stage(struct bench_thread *t, struct bench_bio *bb)
 static __attribute__((noinline)) void bench_end_remote(struct bench_thread *t,
 						       struct bench_bio *bb)
 {
+	unsigned idx = (unsigned)(bb - t->slots);
+	unsigned long bit = 1UL << (idx % DONE_BITS);
+
 	if (tls_staging)
-		bench_stage(t, bb);
+		bench_stage(t, idx / DONE_BITS, bit);
 	else
-		bench_hand_back(t, bb, bb);
+		bench_hand_back(t, idx / DONE_BITS, bit);
 }
 
 /**
@@ -424,15 +439,43 @@ static void bench_end_io_plain(struct rq_bio *bio)
 	t->free = bb;
 }
 
+/*
+ * --pin-split: the CPUs the process may use at start; submitter i runs on
+ * the i-th of them, the completion threads on those left (none left: not
+ * pinned).  Measures the split placement whatever the machine's load.
+ */
+static cpu_set_t pin_cpus;
+static unsigned pin_submitters;  /* 0: no pinning */
+
+/* Pin the calling thread to the CPUs of pin_cpus numbered @from to @to - 1. */
+static void pin_range(unsigned from, unsigned to)
+{
+	cpu_set_t set;
+	unsigned k = 0;
+
+	CPU_ZERO(&set);
+	for (int c = 0; c < CPU_SETSIZE; c++) {
+		if (!CPU_ISSET(c, &pin_cpus))
+			continue;
+		if (k >= from && k < to)
+			CPU_SET(c, &set);
+		k++;
+	}
+	if (CPU_COUNT(&set))
+		sched_setaffinity(0, sizeof(set), &set);
+}
+
 /* null_config.thread_init: a completion thread stages (with or without tcache). */
 static void completion_thread_init(void)
 {
 	tls_staging = true;
+	if (pin_submitters && pin_submitters < (unsigned)CPU_COUNT(&pin_cpus))
+		pin_range(pin_submitters, CPU_SETSIZE);
 }
 
 static void completion_thread_init_notcache(void)
 {
-	tls_staging = true;
+	completion_thread_init();
 	tcache_off();
 }
 
@@ -497,12 +540,14 @@ static uint64_t reap(struct bench_thread *t)
 		next = bb->next;
 		reap_one(t, bb);
 	}
-	if (atomic_load_explicit(&t->done_remote, memory_order_relaxed)) {
-		bb = atomic_exchange(&t->done_remote, NULL);
-		for (; bb; bb = next) {
-			next = bb->next;
-			reap_one(t, bb);
-		}
+	for (unsigned w = 0; w < t->done_words; w++) {
+		unsigned long mask;
+
+		if (!atomic_load_explicit(&t->done_bits[w], memory_order_relaxed))
+			continue;
+		mask = atomic_exchange(&t->done_bits[w], 0);
+		for (; mask; mask &= mask - 1)
+			reap_one(t, &t->slots[w * DONE_BITS + (unsigned)__builtin_ctzl(mask)]);
 	}
 	return t->reaped - reaped0;
 }
@@ -511,14 +556,26 @@ static bool ended_remote(void *arg)
 {
 	struct bench_thread *t = arg;
 
-	return atomic_load_explicit(&t->done_remote, memory_order_relaxed);
+	for (unsigned w = 0; w < t->done_words; w++)
+		if (atomic_load_explicit(&t->done_bits[w], memory_order_relaxed))
+			return true;
+	return false;
+}
+
+/* The calling thread's CPU time (a system call: --cpu-busy only). */
+static uint64_t thread_cpu_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + ts.tv_nsec;
 }
 
 /*
  * Wait until at least one bio has ended: poll, then sleep on the futex
  * (rq_affinity 2: in rq_wait_completions(), which polls by itself).
  */
-static void wait_completion(struct bench_thread *t)
+static void wait_completion_now(struct bench_thread *t)
 {
 	uint64_t reaped0 = t->reaped;
 	uint32_t seq;
@@ -534,19 +591,37 @@ static void wait_completion(struct bench_thread *t)
 		if (t->b->o.rq_affinity == 2) {
 			/* our bios end here: sleep on the library's mailbox (the
 			   service thread may end some elsewhere after 1 ms: look
-			   at done_remote again then) */
+			   at done_bits again then) */
 			rq_wait_completions(1000000);
 			continue;
 		}
 		atomic_store(&t->sleeping, true);
 		seq = atomic_load(&t->wake_seq);
-		if (!atomic_load(&t->done_remote)) {
+		atomic_thread_fence(memory_order_seq_cst);
+		if (!ended_remote(t)) {
 			t->sleeps++;
 			syscall(SYS_futex, &t->wake_seq, FUTEX_WAIT_PRIVATE, seq,
 				NULL, NULL, 0);
 		}
 		atomic_store(&t->sleeping, false);
 	}
+}
+
+/*
+ * wait_completion_now(); with --cpu-busy, its CPU time (polling included)
+ * is counted apart, so what is left is the submitter's own work.
+ */
+static void wait_completion(struct bench_thread *t)
+{
+	uint64_t c0;
+
+	if (!t->b->o.cpu_busy) {
+		wait_completion_now(t);
+		return;
+	}
+	c0 = thread_cpu_ns();
+	wait_completion_now(t);
+	t->wait_cpu_ns += thread_cpu_ns() - c0;
 }
 
 /* ------------------------------------------------------------- submission */
@@ -742,11 +817,13 @@ static void *bench_thread_fn(void *arg)
 {
 	struct bench_thread *t = arg;
 	struct bench *b = t->b;
-	uint64_t per_thread, bytes0;
+	uint64_t per_thread, bytes0, cpu0;
 
 	current_thread = t;
 	if (!b->o.tcache)
 		tcache_off();
+	if (pin_submitters && t->idx < (unsigned)CPU_COUNT(&pin_cpus))
+		pin_range(t->idx, t->idx + 1);
 	per_thread = b->o.ops ? b->o.ops / b->o.threads +
 		     (t->idx < b->o.ops % b->o.threads) : UINT64_MAX;
 
@@ -755,7 +832,11 @@ static void *bench_thread_fn(void *arg)
 	pthread_barrier_wait(&b->barrier); /* main took its snapshot */
 	bytes0 = thread_alloc_bytes();
 	t->sleeps = 0;
+	t->wait_cpu_ns = 0;
+	cpu0 = b->o.cpu_busy ? thread_cpu_ns() : 0;
 	run_phase(t, per_thread, true);
+	if (b->o.cpu_busy)
+		t->busy_ns = thread_cpu_ns() - cpu0 - t->wait_cpu_ns;
 	t->alloc_bytes = thread_alloc_bytes() - bytes0;
 	pthread_barrier_wait(&b->barrier); /* done */
 	return NULL;
@@ -894,7 +975,12 @@ static void usage(FILE *f)
 "        --rq-affinity 0|1|2 (2: a completion thread's batches end on the\n"
 "        submitter, which waits in rq_wait_completions()),\n"
 "        --ct-placement steer|free (steer, the default: a completion thread\n"
-"        moves off the CPU its batches come from; free: the scheduler's choice)\n");
+"        moves off the CPU its batches come from; free: the scheduler's choice),\n"
+"        --pin-split (submitter i on the i-th CPU allowed, completion threads\n"
+"        on the CPUs left: the split placement whatever the load),\n"
+"        --cpu-busy (the submitters' CPU time per bio outside their waits for\n"
+"        completions: their own work and stalls, whatever the load; costs a\n"
+"        system call per wait)\n");
 }
 
 enum {
@@ -903,7 +989,7 @@ enum {
 	OPT_MAXSECT, OPT_MAXSEG, OPT_NOMERGES, OPT_JSON, OPT_HWDEPTH, OPT_CNSEC, OPT_CTPLACE,
 	OPT_CAPACITY, OPT_WARMUP, OPT_NOLAT, OPT_LATSAMPLE, OPT_BIOALLOC,
 	OPT_MEMORY, OPT_TCACHE, OPT_LIST, OPT_ALLOCSTATS, OPT_CDF, OPT_TRACE, OPT_EMPTY,
-	OPT_AFFINITY, OPT_TRACE_ACTIONS,
+	OPT_AFFINITY, OPT_TRACE_ACTIONS, OPT_PINSPLIT, OPT_CPUBUSY,
 };
 
 /* Limits of the numeric options, for the parser and the usage errors. */
@@ -942,6 +1028,8 @@ static const struct option long_opts[] = {
 	{ "bio-alloc", no_argument, NULL, OPT_BIOALLOC },
 	{ "memory-backed", no_argument, NULL, OPT_MEMORY },
 	{ "tcache", no_argument, NULL, OPT_TCACHE },
+	{ "pin-split", no_argument, NULL, OPT_PINSPLIT },
+	{ "cpu-busy", no_argument, NULL, OPT_CPUBUSY },
 	{ "alloc-stats", no_argument, NULL, OPT_ALLOCSTATS },
 	{ "cdf", no_argument, NULL, OPT_CDF },
 	{ "list-scheds", no_argument, NULL, OPT_LIST },
@@ -1042,6 +1130,8 @@ static void parse_args(int argc, char **argv, struct opts *o)
 		case OPT_BIOALLOC: o->bio_alloc = true; break;
 		case OPT_MEMORY: o->memory_backed = true; break;
 		case OPT_TCACHE: o->tcache = true; break;
+		case OPT_PINSPLIT: o->pin_split = true; break;
+		case OPT_CPUBUSY: o->cpu_busy = true; break;
 		case OPT_ALLOCSTATS: o->tcache = false; break;
 		case OPT_LIST: o->list_scheds = true; break;
 		case OPT_CDF: o->cdf = true; break;
@@ -1105,6 +1195,8 @@ static void bench_setup(struct bench *b)
 	cfg.sched = o->sched;
 	if (!strcmp(o->front, "sq"))
 		cfg.queue_mode = NULL_Q_RQ;
+	if (o->pin_split && !sched_getaffinity(0, sizeof(pin_cpus), &pin_cpus))
+		pin_submitters = o->threads;
 	cfg.thread_init = o->tcache ? completion_thread_init : completion_thread_init_notcache;
 	cfg.batch_done = bench_batch_done;
 
@@ -1185,7 +1277,7 @@ int main(int argc, char **argv)
 	struct rq_queue_stats qs0, qs1;
 	struct null_stats ns0, ns1;
 	struct hist *all;
-	uint64_t t0, t1, a0, a1, ops = 0, errors = 0, abytes = 0, sleeps = 0;
+	uint64_t t0, t1, a0, a1, ops = 0, errors = 0, abytes = 0, sleeps = 0, busy = 0;
 	double secs, iops;
 	unsigned i, j;
 
@@ -1237,7 +1329,10 @@ int main(int argc, char **argv)
 		t->region_first = region * i;
 		t->region_blocks = region;
 		t->slots = calloc(b.o.depth, sizeof(*t->slots));
-		if (posix_memalign(&t->buf, 4096, b.o.bs) || !t->slots) {
+		t->done_words = (b.o.depth + DONE_BITS - 1) / DONE_BITS;
+		t->done_bits = t->done_words == 1 ? &t->done_word0 :
+			       calloc(t->done_words, sizeof(*t->done_bits));
+		if (posix_memalign(&t->buf, 4096, b.o.bs) || !t->slots || !t->done_bits) {
 			fprintf(stderr, "rqbench: out of memory\n");
 			return 1;
 		}
@@ -1293,6 +1388,7 @@ int main(int argc, char **argv)
 		errors += th[i].errors;
 		abytes += th[i].alloc_bytes;
 		sleeps += th[i].sleeps;
+		busy += th[i].busy_ns;
 		hist_merge(all, &th[i].hist);
 	}
 	if (b.o.empty)
@@ -1324,6 +1420,8 @@ int main(int argc, char **argv)
 			       ",\"submitter_sleeps\":%" PRIu64 ",",
 			       ns1.batches - ns0.batches, ns1.sleeps - ns0.sleeps,
 			       ns1.colocated - ns0.colocated, ns1.moves - ns0.moves, sleeps);
+		if (b.o.cpu_busy)
+			printf("\"submitter_busy_ns\":%.1f,", ops ? (double)busy / ops : 0.0);
 		if (b.o.cdf) {
 			printf("\"cdf\":");
 			hist_cdf_json(stdout, all);
@@ -1349,6 +1447,8 @@ int main(int argc, char **argv)
 			       hist_percentile(all, 99), hist_percentile(all, 99.9), all->max);
 		if (b.o.completion != NULL_COMPLETE_INLINE)
 			ct_summary(&ns0, &ns1, sleeps);
+		if (b.o.cpu_busy)
+			printf("; submitters busy %.1f ns/bio", ops ? (double)busy / ops : 0.0);
 		if (alloc_stats_ok)
 			printf("; allocs %" PRIu64, a1 - a0);
 		if (errors)
@@ -1372,6 +1472,8 @@ int main(int argc, char **argv)
 	for (i = 0; i < b.o.threads; i++) {
 		free(th[i].slots);
 		free(th[i].buf);
+		if (th[i].done_bits != &th[i].done_word0)
+			free(th[i].done_bits);
 	}
 	free(th);
 	free(all);

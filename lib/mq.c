@@ -1030,7 +1030,11 @@ RQ_EXPORT bool rq_mq_add_to_batch(struct rq_comp_batch *cb, struct rq_request *r
 	/* a single-queue request ends under its queue lock, never here */
 	if (unlikely(rq->q->fe != &mq_fe_ops) || !rq_take_in_flight(rq))
 		return false;
-	rq_priv(rq)->complete_status = (uint8_t)status;
+	/* stored only if it changes: a completion thread then leaves this
+	   line (payload pointer, ctx, generation) to the submitter, which
+	   reads it again when it reuses the request */
+	if (rq_priv(rq)->complete_status != (uint8_t)status)
+		rq_priv(rq)->complete_status = (uint8_t)status;
 	rq->rq_next = NULL;
 	if (cb->tail)
 		cb->tail->rq_next = rq;

@@ -53,6 +53,7 @@
 /* The driver's payload of every request (tag set cmd_size). */
 struct null_cmd {
 	struct null_cmd *next;   /* completion list link */
+	struct null_cmd *chain_last; /* first of a pushed chain: its last */
 	uint64_t queued_ns;      /* timer mode: when queue_rq took it */
 	rq_status_t status;      /* single queue: the answer, until it is ended */
 	/* multi-queue: the hw queue this request was last issued on, so
@@ -90,7 +91,7 @@ struct null_hq {
 				       short path (fixed at creation) */
 	uint32_t rng;               /* fault injection (queue_rq only) */
 	uint64_t busy;
-	/* queued since the last push, newest first (queue_rq only) */
+	/* queued since the last push, oldest first (queue_rq only) */
 	struct null_cmd *unpushed, *unpushed_last;
 
 	/* pushed by queue_rq, taken whole by the completion thread */
@@ -397,7 +398,16 @@ static rq_status_t null_handle_rq(struct null_dev *dev, struct null_hq *hq,
 /* ------------------------------------------------------ completion thread */
 
 /*
- * Hand the commands @first..@last (linked by next, newest first) to the hw
+ * The hand-over writes no command line on the completion thread but one
+ * per chain: the submitter links each chain oldest first and notes its
+ * last command in its first, pushes put whole chains on a stack (newest
+ * chain first), and the thread puts the chains back in order by their
+ * last links alone.  So the lines of the payload (cmd->hctx, read by every
+ * queue_rq) stay in the submitter's cache while the thread ends them.
+ */
+
+/*
+ * Hand the commands @first..@last (linked by next, oldest first) to the hw
  * queue's completion thread with one compare-and-swap; wake it if asleep.
  */
 static void null_hq_push_chain(struct null_hq *hq, struct null_cmd *first, struct null_cmd *last)
@@ -406,6 +416,7 @@ static void null_hq_push_chain(struct null_hq *hq, struct null_cmd *first, struc
 
 	/* the completion thread's polling hint, on the line the push writes */
 	atomic_store_explicit(&hq->submit_cpu, sched_getcpu(), memory_order_relaxed);
+	first->chain_last = last;
 	do {
 		last->next = head;
 	} while (!atomic_compare_exchange_weak_explicit(&hq->pending, &head, first,
@@ -430,10 +441,12 @@ static void null_hq_push(struct null_hq *hq, struct null_cmd *cmd)
  */
 static void null_hq_queue(struct null_hq *hq, struct null_cmd *cmd, bool last)
 {
-	cmd->next = hq->unpushed;
-	if (!hq->unpushed)
-		hq->unpushed_last = cmd;
-	hq->unpushed = cmd;
+	cmd->next = NULL;
+	if (hq->unpushed)
+		hq->unpushed_last->next = cmd;
+	else
+		hq->unpushed = cmd;
+	hq->unpushed_last = cmd;
 	if (last) {
 		null_hq_push_chain(hq, hq->unpushed, hq->unpushed_last);
 		hq->unpushed = NULL;
@@ -448,24 +461,26 @@ static bool null_hq_take(struct null_hq *hq, struct null_cmd **head,
 			 struct null_cmd **tail)
 {
 	struct null_cmd *list = atomic_exchange(&hq->pending, NULL);
-	struct null_cmd *rev = NULL, *first;
+	struct null_cmd *rev = NULL, *newest;
 
 	if (!list)
 		return false;
-	first = list;
+	newest = list->chain_last;
 	while (list) {
-		struct null_cmd *next = list->next;
+		/* one chain: list..last; the older chains follow last */
+		struct null_cmd *last = list->chain_last, *older = last->next;
 
-		list->next = rev;
+		if (older != rev) /* the one chain of most takes ends NULL already */
+			last->next = rev;
 		rev = list;
-		list = next;
+		list = older;
 	}
-	/* rev is now oldest first, and first (newest) is its last element */
+	/* rev is now oldest first, and the newest chain's last ends it */
 	if (*tail)
 		(*tail)->next = rev;
 	else
 		*head = rev;
-	*tail = first;
+	*tail = newest;
 	null_count(&hq->batches, 1);
 	return true;
 }

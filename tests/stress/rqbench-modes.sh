@@ -60,6 +60,8 @@ check 0 --threads 2 --bio-alloc --no-lat
 check $ops --threads 1 --bio-alloc --completion thread
 check 0 --threads 2 --no-lat --completion thread --batch 16
 check $ops --threads 2 --completion thread
+check 0 --threads 2 --no-lat --completion thread --depth 100 --batch 16
+check $ops --threads 1 --completion thread --depth 130 --pin-split --cpu-busy
 check 0 --threads 1 --no-lat --completion timer --completion-nsec 2000
 check 0 --threads 2 --no-lat --pattern read --batch 32
 check 0 --threads 1 --no-lat --pattern randrw

@@ -4,9 +4,10 @@
  * each bio exactly once; the memory backing keeps what was written (several
  * sizes, offsets, multi-vector bios); discard and write-zeroes read back as
  * zeros; blocking mode works; the counters count each request once by op,
- * on one hw queue each or with shared tags; the completion thread counts
- * its batches and where it took them, and under NULL_CT_STEER moves off
- * its submitter's CPU without staying pinned.
+ * on one hw queue each or with shared tags; thread and timer completion
+ * end in arrival order when one take finds several pushed chains; the
+ * completion thread counts its batches and where it took them, and under
+ * NULL_CT_STEER moves off its submitter's CPU without staying pinned.
  */
 #define _GNU_SOURCE
 #include <stdarg.h>
@@ -630,6 +631,89 @@ static void test_placement_pinned(void **state)
 	sched_setaffinity(0, sizeof(old), &old);
 }
 
+/* ------------------------------------------- arrival order across chains */
+
+#define ORD_CHAINS 4
+#define ORD_PER_CHAIN 6
+#define ORD_N (ORD_CHAINS * ORD_PER_CHAIN)
+
+static atomic_bool ord_go;       /* the completion thread may start */
+static atomic_int ord_next;      /* ends seen so far */
+static int ord_seen[ORD_N];      /* ord_seen[k]: index of the k-th bio ended */
+static struct tbio ord_bios[ORD_N];
+
+/* thread_init: hold the completion thread until every chain is pushed. */
+static void ord_init(void)
+{
+	uint64_t end = mono_ns() + WAIT_NS;
+
+	while (!atomic_load(&ord_go) && mono_ns() < end)
+		sched_yield();
+}
+
+static void ord_end_io(struct rq_bio *bio)
+{
+	struct tbio *tb = bio->private_data;
+	int k = atomic_fetch_add(&ord_next, 1);
+
+	if (k < ORD_N)
+		ord_seen[k] = (int)(tb - ord_bios);
+	atomic_fetch_add(tb->done, 1);
+}
+
+/*
+ * ORD_CHAINS plugs of ORD_PER_CHAIN reads each, pushed while the
+ * completion thread is held, so one take finds every chain on the stack
+ * (newest first): the thread and timer modes still end them in arrival
+ * order, chain after chain and within each chain.
+ */
+static void run_order_chains(enum null_completion mode)
+{
+	struct tbio *bios = ord_bios;
+	static char buf[4096];
+	struct null_config cfg;
+	struct null_dev *dev = NULL;
+	atomic_int done = 0;
+	struct rq_plug plug;
+	int i;
+
+	atomic_store(&ord_go, false);
+	atomic_store(&ord_next, 0);
+	null_config_default(&cfg);
+	cfg.completion = mode;
+	cfg.completion_nsec = 1000;
+	cfg.sched = "none";
+	cfg.size_bytes = 64ull << 20;
+	cfg.thread_init = ord_init;
+	assert_int_equal(null_create(&cfg, &dev), 0);
+	assert_int_equal(rq_queue_attr_set(null_queue(dev), "nomerges", "2"), 0);
+	for (i = 0; i < ORD_N; i++) {
+		tbio_prep(&bios[i], &done, RQ_OP_READ, (uint64_t)i * 64);
+		rq_bio_add_vec(&bios[i].bio, buf, sizeof(buf));
+		bios[i].bio.end_io = ord_end_io;
+		if (i % ORD_PER_CHAIN == 0)
+			rq_start_plug(&plug);
+		rq_submit_bio(null_queue(dev), &bios[i].bio);
+		if (i % ORD_PER_CHAIN == ORD_PER_CHAIN - 1)
+			rq_finish_plug(&plug);
+	}
+	atomic_store(&ord_go, true);
+	wait_for(&done, ORD_N);
+	for (i = 0; i < ORD_N; i++)
+		assert_int_equal(ord_seen[i], i);
+	null_destroy(dev);
+}
+
+static void test_order_chains_thread(void **state)
+{
+	run_order_chains(NULL_COMPLETE_THREAD);
+}
+
+static void test_order_chains_timer(void **state)
+{
+	run_order_chains(NULL_COMPLETE_TIMER);
+}
+
 /* Runnable threads on the machine (/proc/loadavg), -1 if unknown. */
 static long pl_runnable(void)
 {
@@ -731,6 +815,8 @@ int main(void)
 		cmocka_unit_test(test_blocking),
 		cmocka_unit_test(test_counts_inline),
 		cmocka_unit_test(test_counts_thread),
+		cmocka_unit_test(test_order_chains_thread),
+		cmocka_unit_test(test_order_chains_timer),
 		cmocka_unit_test(test_placement_pinned),
 		cmocka_unit_test(test_placement_steer),
 		cmocka_unit_test(test_bad_config),
