@@ -2205,6 +2205,22 @@ static unsigned drain_index(const struct bfq_drain *d, const struct rq_request *
 }
 
 /*
+ * choose_req_inline(bd, @next, @prev, @last, true) == @next for what the
+ * drain has most of the time: @next after @last in sector order (not
+ * wrapped, so >= @last), @prev NULL or before it (<= @last) and of the
+ * same metadata kind.  @next is nearer unless @prev is within back_seek_max
+ * and its penalised distance is smaller; a tie goes to the higher sector,
+ * @next.  A wrapped @prev loses to the unwrapped @next.
+ */
+static inline bool drain_choose_up(const struct bfq_data *bd, const struct rq_request *next,
+				   const struct rq_request *prev, uint64_t last)
+{
+	if (!prev || prev->sector + (uint64_t)bd->back_seek_max_kib * 2 < last)
+		return true;
+	return next->sector - last <= (last - prev->sector) * bd->back_seek_penalty;
+}
+
+/*
  * bfqq_find_next_rq() on the array: the request to send after v[cur],
  * which is about to leave (still live), as an index.  Its neighbours in
  * sector order are the nearest live bits below and above bit @cur.
@@ -2226,9 +2242,12 @@ static unsigned drain_find_next(const struct bfq_drain *d, const struct bfq_data
 		ip = 63u - (unsigned)__builtin_clzll(below);
 		prev = d->v[ip];
 	}
-	if (above)
+	if (above) {
 		in = (unsigned)__builtin_ctzll(above);
-	else if (below)
+		next = d->v[in];
+		if (!prev || !((next->opf ^ prev->opf) & RQ_BIO_META))
+			return drain_choose_up(bd, next, prev, last->sector) ? in : ip;
+	} else if (below)
 		in = (unsigned)__builtin_ctzll(below); /* after the last: wrap to the first */
 	if (in != BFQ_DRAIN_NONE)
 		next = d->v[in];

@@ -611,6 +611,43 @@ static void test_run_sorted_order(void **state)
 }
 
 /*
+ * A tie in the choice of the next request, inside a drain (several
+ * requests of the in-service queue handed out in one dispatch): the head
+ * is at 1000 (a first request [992, 1000) went alone), then one plug of
+ * one context holds 1000, 1016, 992 (no merges).  1000 goes first
+ * (distance 0); from its start 1016 is 16 ahead and 992 8 behind, 16 with
+ * back_seek_penalty 2: a tie, which the higher sector wins (the kernel's
+ * bfq_choose_req()), so 1016 before 992.  With four driver tags the three
+ * leave in one drain (sched_drain_in_turn()); a drain that gave a tie to
+ * the request behind, or measured from the end, would send 992 second.
+ */
+static void test_drain_tie_goes_up(void **state)
+{
+	static const uint64_t want[] = { 1000, 1016, 992 };
+	static const uint64_t batch[] = { 1000, 1016, 992 };
+	struct rq_io_context *a = rq_ioc_create(0);
+	struct mock_dev *m = make_dev_depth(4);
+	static struct fx_rec rec[4];
+	struct rq_plug plug;
+
+	(void)state;
+	submit_read(m, &rec[0], a, 992, RQ_BIO_NOMERGE);
+	complete_in_order(m, (const uint64_t[]){ 992 }, 1);
+	rq_queue_quiesce(m->q);
+	rq_start_plug(&plug);
+	for (unsigned i = 0; i < 3; i++)
+		submit_read(m, &rec[1 + i], a, batch[i], RQ_BIO_NOMERGE);
+	rq_finish_plug(&plug);
+	rq_queue_unquiesce(m->q);
+	assert_int_equal(mock_nr_held(m), 3);
+	complete_in_order(m, want, 3);
+	assert_true(fx_wait(rec, 4, 10000));
+	fx_put(rec, 4);
+	mock_destroy(m);
+	rq_ioc_put(a);
+}
+
+/*
  * An insert merge inside one batch: the plug merges a bio only with its
  * last request, so [100, 108), [500, 508), [108, 116) of one context stay
  * three requests there; at insert [108, 116) finds its own context's
@@ -1194,6 +1231,7 @@ int main(void)
 		cmocka_unit_test(test_next_from_start),
 		cmocka_unit_test(test_insert_fills_merge_cache),
 		cmocka_unit_test(test_run_sorted_order),
+		cmocka_unit_test(test_drain_tie_goes_up),
 		cmocka_unit_test(test_insert_merge_own_context),
 		cmocka_unit_test(test_run_hash_back_merge),
 		cmocka_unit_test(test_run_tree_front_merge),
