@@ -161,10 +161,14 @@ _Static_assert(DL_RUN_MAX <= 64, "a run's live entries fit one 64-bit mask");
  *	entries too, so the array stays searchable).
  * @rq: the requests; an entry means nothing once its @live_mask bit
  *	is clear.
+ * @due: the deadline of every request of the run (they entered the
+ *	scheduler together): a request's fifo_time is written only when it
+ *	leaves the run for the tree (dl_fifo_time() reads either).
  */
 struct dl_run {
 	unsigned head, len, live;
 	uint64_t live_mask;
+	uint64_t due;
 	uint64_t sector[DL_RUN_MAX];
 	struct rq_request *rq[DL_RUN_MAX];
 };
@@ -243,12 +247,15 @@ struct dl_hctx_queue {
  * @q: the queue.
  * @nr_hw: entries in @hqs.
  * @hqs: per hardware queue state.
+ * @solo_queued: with one hardware queue, its nr_queued; else a counter
+ *	that is never 0 (bio_merge's empty-queue answer is one load).
  * The rest are the tunables (see dl_attrs).
  */
 struct dl_data {
 	struct rq_queue *q;
 	unsigned nr_hw;
 	struct dl_hctx_queue *hqs;
+	const unsigned *solo_queued;
 
 	unsigned read_expire_ms;
 	unsigned write_expire_ms;
@@ -320,6 +327,12 @@ static inline bool dl_in_run(const struct rq_request *rq)
 static inline unsigned dl_run_index(const struct rq_request *rq)
 {
 	return (unsigned)((uintptr_t)rq->elv_priv[0] - 2);
+}
+
+/* The deadline of a queued request (see struct dl_run's @due). */
+static inline uint64_t dl_fifo_time(const struct rq_request *rq)
+{
+	return dl_in_run(rq) ? dl_pq(rq)->run[dl_dir_of(rq->op)].due : rq->fifo_time;
 }
 
 /*
@@ -446,6 +459,7 @@ static void dl_materialise(struct dl_data *dd, struct dl_hctx_queue *hq)
 				if (dl_mergeable(rq))
 					rq_sched_hash_add(dd->q, rq);
 				rq->elv_priv[0] = DL_RQ_QUEUED;
+				rq->fifo_time = run->due;
 			}
 			run->head = run->len = run->live = 0;
 			run->live_mask = 0;
@@ -578,21 +592,22 @@ static bool dl_fill_run(struct dl_hctx_queue *hq, struct dl_prio_queue *pq, enum
 		held_sector = lower ? held_sector : sector;
 		bad |= out_sector < lim;
 		lim = out_sector + rq_request_sectors(out) + 1;
-		out->fifo_time = due;
 		dl_run_set(run, pq, m, out, out_sector);
 	}
 	if (unlikely(bad) && !dl_run_fix(run, n))
 		return false;
+	run->due = due;
 	dl_run_grow(hq, pq, dir, 0, n);
 	return true;
 }
 
-/* Append @rq to the run of its class and direction; lock held. */
+/* Append @rq, deadline @due, to the run of its class and direction; lock held. */
 static void dl_append_run(struct dl_hctx_queue *hq, struct dl_prio_queue *pq, enum dl_dir dir,
-			  struct rq_request *rq)
+			  struct rq_request *rq, uint64_t due)
 {
 	unsigned base = pq->run[dir].len;
 
+	pq->run[dir].due = due;
 	dl_run_set(&pq->run[dir], pq, base, rq, rq->sector);
 	dl_run_grow(hq, pq, dir, base, 1);
 }
@@ -677,7 +692,7 @@ static bool dl_insert_runs(struct dl_data *dd, struct dl_hctx_queue *hq,
 	struct rq_request *rq, *first_mergeable = NULL;
 	struct dl_sort s;
 	uint64_t lo = UINT64_MAX, hi = 0, end = 0, due[DL_NR_DIRS];
-	unsigned n = 0, mixed = 0, first_op, first_prio;
+	unsigned n = 0, mixed = 0, prios = 0, first_op, first_prio;
 
 	if (hq->nr_queued || rq_list_empty(list))
 		return false;
@@ -694,13 +709,15 @@ static bool dl_insert_runs(struct dl_data *dd, struct dl_hctx_queue *hq,
 			return false;
 		rq = RQ_CONTAINER_OF(it, struct rq_request, queuelist);
 		sector = rq->sector;
-		mixed |= (rq->op ^ first_op) | ((rq->ioprio ^ first_prio) & DL_CLASS_BITS);
+		mixed |= rq->op ^ first_op;
+		prios |= rq->ioprio ^ first_prio; /* only the class bits count (below) */
 		s.rq[n] = rq;
 		s.sector[n] = sector;
 		lo = min_t(uint64_t, lo, sector);
 		hi = max_t(uint64_t, hi, sector);
 		n++;
 	}
+	mixed |= prios & DL_CLASS_BITS;
 	for (unsigned i = 0; i < n && !first_mergeable; i++)
 		first_mergeable = dl_mergeable(s.rq[i]) ? s.rq[i] : NULL;
 	dl_sort(&s, n, lo, hi);
@@ -723,8 +740,7 @@ static bool dl_insert_runs(struct dl_data *dd, struct dl_hctx_queue *hq,
 
 			rq = s.rq[s.ord[i]];
 			dir = dl_dir_of(rq->op);
-			rq->fifo_time = due[dir];
-			dl_append_run(hq, dl_pq_of(hq, rq), dir, rq);
+			dl_append_run(hq, dl_pq_of(hq, rq), dir, rq, due[dir]);
 		}
 	}
 	hq->run_first = first_mergeable;
@@ -830,7 +846,7 @@ static bool dl_started_after(struct dl_data *dd, const struct rq_request *rq,
 	unsigned expire_ms = dl_dir_of(rq->op) == DL_READ ? READ_ONCE(dd->read_expire_ms) :
 							    READ_ONCE(dd->write_expire_ms);
 
-	return (int64_t)(rq->fifo_time - expire_ms * NSEC_PER_MSEC) > latest_start;
+	return (int64_t)(dl_fifo_time(rq) - expire_ms * NSEC_PER_MSEC) > latest_start;
 }
 
 /*
@@ -866,7 +882,7 @@ dl_choose_in_prio(struct dl_data *dd, struct dl_hctx_queue *hq, enum dl_prio pri
 		}
 		head = dl_fifo_head(pq, dir);
 		rq = dl_next_sorted(pq, dir);
-		if (!rq || dl_now(clk) >= head->fifo_time)
+		if (!rq || dl_now(clk) >= dl_fifo_time(head))
 			rq = head;
 		hq->last_dir = dir;
 		hq->batching = 0;
@@ -905,6 +921,9 @@ static struct rq_request *dl_aged_request(struct dl_data *dd, struct dl_hctx_que
 }
 
 /* ------------------------------------------------------------------- ops */
+
+/* dl_data's @solo_queued with several hardware queues. */
+static const unsigned dl_never_empty = 1;
 
 /**
  * dl_init_sched() - allocate the scheduler data of @q with default tunables.
@@ -949,6 +968,7 @@ static int dl_init_sched(struct rq_queue *q, void **data)
 	}
 
 	dd->q = q;
+	dd->solo_queued = dd->nr_hw == 1 ? &dd->hqs[0].nr_queued : &dl_never_empty;
 	dd->read_expire_ms = DL_READ_EXPIRE_MS;
 	dd->write_expire_ms = DL_WRITE_EXPIRE_MS;
 	dd->writes_starved = DL_WRITES_STARVED;
@@ -1046,7 +1066,7 @@ static bool dl_bio_merge(struct rq_queue *q, struct rq_bio *bio, unsigned nr_seg
 {
 	struct dl_data *dd = dl_of(q);
 
-	if (dd->nr_hw == 1 && !READ_ONCE(dd->hqs[0].nr_queued))
+	if (!READ_ONCE(*dd->solo_queued))
 		return false;
 	return dl_bio_merge_locked(q, dd, bio, nr_segs);
 }
@@ -1376,7 +1396,7 @@ static struct rq_request *dl_streak_next(struct dl_hctx_queue *hq, struct dl_pri
 	head = dl_fifo_head(pq, dir);
 	if (hq->batching >= fifo_batch)
 		rq = dl_next_sorted(pq, dir);
-	if (!rq || dl_now(clk) >= head->fifo_time)
+	if (!rq || dl_now(clk) >= pq->run[dir].due) /* @head is in the run */
 		rq = head;
 	if (dir == DL_WRITE)
 		hq->starved = 0;

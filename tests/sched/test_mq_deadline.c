@@ -355,6 +355,48 @@ static void test_merges_per_hw_queue(void **state)
 	dev_destroy(d);
 }
 
+/*
+ * With two hardware queues, bio_merge looks at the hardware queue the bio
+ * maps to even when hw queue 0 holds nothing: requests queued on hw
+ * queue 1 only (CPU 1) take a contiguous bio submitted on CPU 1 (a back
+ * merge).  Fails when the empty-queue answer reads hw queue 0's counter
+ * with several hardware queues.
+ */
+static void test_merge_second_hw_queue_only(void **state)
+{
+	struct mock_config cfg = { .completion = MOCK_COMPLETE_DEFER, .nr_hw_queues = 2 };
+	struct rq_queue_config qc = { RQ_QUEUE_CONFIG_INIT, .scheduler = "mq-deadline" };
+	struct rq_queue_stats st;
+	struct mock_event *ev;
+	struct dl_dev *d;
+	cpu_set_t old;
+	unsigned n;
+
+	(void)state;
+	if (sysconf(_SC_NPROCESSORS_ONLN) < 2)
+		skip();
+	assert_int_equal(pthread_getaffinity_np(pthread_self(), sizeof(old), &old), 0);
+	d = calloc(1, sizeof(*d));
+	assert_non_null(d);
+	vclock_set_ms(0);
+	d->m = mock_create(&cfg, &qc);
+	rq_queue_quiesce(d->m->q);
+	pin_to(1);
+	submit(d, RQ_OP_READ, 100);     /* hw queue 1: sectors 100-107 */
+	submit(d, RQ_OP_READ, 108);     /* hw queue 1, contiguous: back merge */
+	assert_int_equal(pthread_setaffinity_np(pthread_self(), sizeof(old), &old), 0);
+	rq_queue_unquiesce(d->m->q);
+	assert_true(mock_wait_count(d->m, MOCK_QUEUE_RQ, 1, 10000));
+	n = mock_copy_events(d->m, MOCK_QUEUE_RQ, &ev);
+	assert_int_equal(n, 1);
+	assert_int_equal(ev[0].sector, 100);
+	assert_int_equal(ev[0].bytes, 8192);
+	free(ev);
+	rq_queue_get_stats(d->m->q, &st, sizeof(st));
+	assert_int_equal(st.merges_back, 1);
+	dev_destroy(d);
+}
+
 /* RT requests go before BE (and NONE, which counts as BE), BE before IDLE. */
 static void test_prio_classes(void **state)
 {
@@ -1013,6 +1055,7 @@ int main(void)
 		cmocka_unit_test(test_expired_write_first),
 		cmocka_unit_test(test_front_merges),
 		cmocka_unit_test(test_merges_per_hw_queue),
+		cmocka_unit_test(test_merge_second_hw_queue_only),
 		cmocka_unit_test(test_prio_classes),
 		cmocka_unit_test(test_prio_aging),
 		cmocka_unit_test(test_async_depth),
