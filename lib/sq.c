@@ -987,33 +987,58 @@ static __attribute__((noinline)) struct rq_request *sq_fetch_held_back(struct rq
 }
 
 /*
+ * What rq_sq_dispatch_add_tail() does for @rq, but the list add: the
+ * scheduler's dispatch_one took it out for a fetch.  Lock held.
+ */
+sq_inline void sq_dispatched_one(struct rq_queue *q, struct rq_sq_data *sqd,
+				 struct rq_request *rq)
+{
+	sq_leave_scheduler(q, rq);
+	sqd->end_sector = rq_request_end_sector(rq);
+	sqd->boundary_rq = rq;
+}
+
+/*
  * What sq_peek() and sq_start() do, for the common shape only: request_fn
  * runs (starts are counted in the queue), the plug's clock is read, no
  * activate hook (sqd->plain_hooks, tested first: cfq leaves at once) and
- * no tracing; the dispatch queue's head, or the request
- * the scheduler moves to an empty one (the same one dispatch call
- * sq_peek() makes).  Anything else goes to sq_fetch_slow(): no call but
- * the scheduler's dispatch on the way, so few registers saved.
+ * no tracing; the dispatch queue's head, or the request the scheduler
+ * moves to an empty one (the same one dispatch call sq_peek() makes), or
+ * with a dispatch_one hook the same request taken straight from the
+ * scheduler.  Anything else goes to sq_fetch_slow(): no call but the
+ * scheduler's on the way, so few registers saved.
  */
 static __attribute__((noinline)) struct rq_request *sq_fetch_plain(struct rq_queue *q,
 								   struct rq_sq_data *sqd)
 {
 	struct rq_request *rq = rq_list_first_rq(&sqd->queue_head);
-	uint64_t now;
+	uint64_t now = tls_plug_now;
 
+	if (unlikely(!now || !sqd->request_fn_active))
+		return sq_fetch_slow(q, sqd);
 	if (!rq) {
 		if (!sqd->nr_sorted)
 			return NULL;
+		if (sqd->eops.dispatch_one) {
+			rq = sqd->eops.dispatch_one(q);
+			if (!rq)
+				return sq_fetch_held_back(q);
+			sq_dispatched_one(q, sqd, rq);
+			if (likely(!obs_rq_on(rq)))
+				goto start;
+			rq_list_add_tail(&rq->queuelist, &sqd->queue_head);
+			return sq_fetch_slow(q, sqd);
+		}
 		if (!sqd->eops.dispatch(q, false))
 			return sq_fetch_held_back(q);
 		rq = rq_list_first_rq(&sqd->queue_head);
 		if (unlikely(!rq))
 			return sq_fetch_slow(q, sqd);
 	}
-	now = tls_plug_now;
-	if (unlikely(!now || !sqd->request_fn_active || obs_rq_on(rq)))
+	if (unlikely(obs_rq_on(rq)))
 		return sq_fetch_slow(q, sqd);
 	rq_list_del_init(&rq->queuelist);
+start:
 	rq->rq_flags |= RQ_RQF_STARTED;
 	rq->io_start_time_ns = now;
 	sqd->in_flight[rq_request_is_sync(rq)]++;
