@@ -533,6 +533,28 @@ static void test_stats_per_run(void **state)
 }
 
 /*
+ * The driver saw @want, in order; the held requests end, and all @n bios
+ * ended once without error.  The queue is destroyed.
+ */
+static void held_expect(struct rq_queue *q, const struct want *want, unsigned nr_want,
+			struct rq_bio **bios, unsigned n)
+{
+	assert_int_equal(nr_seen, nr_want);
+	for (unsigned i = 0; i < nr_want; i++) {
+		assert_int_equal(seen[i].sector, want[i].sector * SECS);
+		assert_int_equal(seen[i].bytes, want[i].bios * BS);
+	}
+	rq_sq_lock(q);
+	for (unsigned i = 0; i < nr_held; i++)
+		rq_sq_end_request_all_locked(held[i], RQ_STS_OK);
+	rq_sq_unlock(q);
+	assert_int_equal(atomic_load(&ended), n);
+	assert_int_equal(atomic_load(&bad), 0);
+	put_bios(bios, n);
+	destroy(q);
+}
+
+/*
  * noop, the driver paused, one plug (so nothing looks at the front hash
  * while it fills): X at 5000 (it becomes the one-hit cache, so lookups
  * below go through noop's hash), A at 100, R1 and R2 both at 300.  The
@@ -569,19 +591,7 @@ static void test_noop_front_lazy(void **state)
 	assert_int_equal(rq_sq_nr_sorted(q), 3);
 	drv_budget = -1;
 	rq_sq_run_queue(q);
-	assert_int_equal(nr_seen, 4);
-	for (unsigned i = 0; i < 4; i++) {
-		assert_int_equal(seen[i].sector, want[i].sector * SECS);
-		assert_int_equal(seen[i].bytes, want[i].bios * BS);
-	}
-	rq_sq_lock(q);
-	for (unsigned i = 0; i < nr_held; i++)
-		rq_sq_end_request_all_locked(held[i], RQ_STS_OK);
-	rq_sq_unlock(q);
-	assert_int_equal(atomic_load(&ended), 7);
-	assert_int_equal(atomic_load(&bad), 0);
-	put_bios(bios, 7);
-	destroy(q);
+	held_expect(q, want, 4, bios, 7);
 }
 
 /*
@@ -657,19 +667,7 @@ static void test_noop_fetch_one_merges(void **state)
 	assert_int_equal(rq_sq_nr_sorted(q), 4); /* B, C, X, N */
 	drv_budget = -1;
 	rq_sq_run_queue(q);
-	assert_int_equal(nr_seen, 5);
-	for (unsigned i = 0; i < 5; i++) {
-		assert_int_equal(seen[i].sector, want[i].sector * SECS);
-		assert_int_equal(seen[i].bytes, want[i].bios * BS);
-	}
-	rq_sq_lock(q);
-	for (unsigned i = 0; i < nr_held; i++)
-		rq_sq_end_request_all_locked(held[i], RQ_STS_OK);
-	rq_sq_unlock(q);
-	assert_int_equal(atomic_load(&ended), 8);
-	assert_int_equal(atomic_load(&bad), 0);
-	put_bios(bios, 8);
-	destroy(q);
+	held_expect(q, want, 5, bios, 8);
 }
 
 /*
