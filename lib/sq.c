@@ -58,6 +58,11 @@ struct rq_sq_data {
 	bool plain_hooks;                /* eops has no activate, completed or
 					    put_request: a fetch's and an end's
 					    fast ways may serve it */
+	struct rq_request *(*fetch)(struct rq_queue *q, struct rq_sq_data *sqd);
+					 /* rq_sq_fetch_request()'s way, set with
+					    eops: sq_fetch_slow (not plain_hooks),
+					    sq_fetch_one (a dispatch_one hook),
+					    sq_fetch_plain */
 	pthread_mutex_t *lock;
 	size_t rq_size;
 	struct rq_request **slots;       /* slot -> request, pool_cap of them */
@@ -986,6 +991,19 @@ static __attribute__((noinline)) struct rq_request *sq_fetch_held_back(struct rq
 	return NULL;
 }
 
+/* sq_start() for sq_fetch_plain()'s shape: @rq unlinked, @now read. */
+sq_inline struct rq_request *sq_start_plain(struct rq_sq_data *sqd, struct rq_request *rq,
+					    uint64_t now)
+{
+	rq->rq_flags |= RQ_RQF_STARTED;
+	rq->io_start_time_ns = now;
+	sqd->in_flight[rq_request_is_sync(rq)]++;
+	__atomic_store_n(&rq_priv(rq)->gen, rq_priv(rq)->gen + 1, __ATOMIC_RELAXED);
+	__atomic_store_n(&rq->state, RQ_STATE_IN_FLIGHT, __ATOMIC_RELEASE);
+	sqd->stat_batch[SQ_ST_DISPATCHED]++;
+	return rq;
+}
+
 /*
  * What sq_peek() and sq_start() do, for the common shape only: request_fn
  * runs (starts are counted in the queue), the plug's clock is read, no
@@ -1014,23 +1032,43 @@ static __attribute__((noinline)) struct rq_request *sq_fetch_plain(struct rq_que
 	if (unlikely(!now || !sqd->request_fn_active || obs_rq_on(rq)))
 		return sq_fetch_slow(q, sqd);
 	rq_list_del_init(&rq->queuelist);
-	rq->rq_flags |= RQ_RQF_STARTED;
-	rq->io_start_time_ns = now;
-	sqd->in_flight[rq_request_is_sync(rq)]++;
-	__atomic_store_n(&rq_priv(rq)->gen, rq_priv(rq)->gen + 1, __ATOMIC_RELAXED);
-	__atomic_store_n(&rq->state, RQ_STATE_IN_FLIGHT, __ATOMIC_RELEASE);
-	sqd->stat_batch[SQ_ST_DISPATCHED]++;
-	return rq;
+	return sq_start_plain(sqd, rq, now);
 }
 
-/* Both ways of a fetch are tail calls: cfq's (activate) saves no registers twice. */
+/*
+ * sq_fetch_plain() for a scheduler with a dispatch_one hook (noop): with
+ * the dispatch queue empty, the request the scheduler's dispatch would
+ * move there is taken straight from it (what rq_sq_dispatch_add_tail()
+ * does but the list moves) and started.
+ */
+static __attribute__((noinline)) struct rq_request *sq_fetch_one(struct rq_queue *q,
+								 struct rq_sq_data *sqd)
+{
+	struct rq_request *rq = rq_list_first_rq(&sqd->queue_head);
+	uint64_t now = tls_plug_now;
+
+	if (rq || unlikely(!now || !sqd->request_fn_active))
+		return sq_fetch_plain(q, sqd);
+	if (!sqd->nr_sorted)
+		return NULL;
+	rq = sqd->eops.dispatch_one(q);
+	if (!rq)
+		return sq_fetch_held_back(q);
+	sq_leave_scheduler(q, rq);
+	sqd->end_sector = rq_request_end_sector(rq);
+	sqd->boundary_rq = rq;
+	if (likely(!obs_rq_on(rq)))
+		return sq_start_plain(sqd, rq, now);
+	rq_list_add_tail(&rq->queuelist, &sqd->queue_head);
+	return sq_fetch_slow(q, sqd);
+}
+
+/* Every way of a fetch is a tail call: cfq's (activate) saves no registers twice. */
 RQ_EXPORT struct rq_request *rq_sq_fetch_request(struct rq_queue *q)
 {
 	struct rq_sq_data *sqd = sqd_of(q);
 
-	if (unlikely(!sqd->plain_hooks))
-		return sq_fetch_slow(q, sqd);
-	return sq_fetch_plain(q, sqd);
+	return sqd->fetch(q, sqd);
 }
 
 /* Give the request back to the pool; returns the ctx to drop usage on.  Lock held. */
@@ -1798,6 +1836,8 @@ static int sq_elevator_switch(struct rq_queue *q, const char *name)
 	q->elevator = eq;
 	sqd->eops = new_ops;
 	sqd->plain_hooks = !new_ops.activate && !new_ops.completed && !new_ops.put_request;
+	sqd->fetch = !sqd->plain_hooks ? sq_fetch_slow :
+		     new_ops.dispatch_one ? sq_fetch_one : sq_fetch_plain;
 	sq_unlock(sqd);
 	rq_queue_unfreeze(q);
 	if (old) {
@@ -1863,6 +1903,7 @@ static struct rq_sq_data *sq_data_alloc(const struct rq_sq_config *cfg, unsigned
 	sq_lock_init(&sqd->own_lock);
 	sqd->lock = cfg->queue_lock ? cfg->queue_lock : &sqd->own_lock;
 	rq_list_init(&sqd->queue_head);
+	sqd->fetch = sq_fetch_slow;
 	sqd->deferred_tail = &sqd->deferred;
 	sqd->rq_size = request_size(cfg->cmd_size);
 	sqd->nr_requests = nr;

@@ -225,6 +225,23 @@ static int noop_dispatch(struct rq_queue *q, bool force)
 }
 
 /**
+ * noop_dispatch_one() - take the FIFO head out for the driver: what
+ * noop_dispatch() moves to an empty dispatch queue, without the move (the
+ * core starts it at once).
+ * Context: queue lock held.
+ * Return: the request, or NULL: nothing queued.
+ */
+static struct rq_request *noop_dispatch_one(struct rq_queue *q)
+{
+	struct noop_data *nd = noop_of(q);
+	struct rq_request *rq = rq_list_first_rq(&nd->fifo);
+
+	if (rq)
+		noop_remove(q, nd, rq);
+	return rq;
+}
+
+/**
  * noop_merge() - find a queued request @bio could front-merge into.
  * Context: queue lock held; the core has tried back merges already and
  * checks the merge rules on what is returned.
@@ -311,6 +328,7 @@ static const struct rq_elevator_sq_ops noop_sq_ops = {
 	.former = noop_former,
 	.latter = noop_latter,
 	.queue_empty = noop_queue_empty,
+	.dispatch_one = noop_dispatch_one,
 };
 
 const struct rq_elevator_type rq_noop_type = {

@@ -345,6 +345,20 @@ struct rq_elevator_sq_ops {
 	int (*may_queue)(struct rq_queue *q, unsigned op, unsigned opf);
 	/** @queue_empty: nothing queued in the scheduler (optional). */
 	bool (*queue_empty)(struct rq_queue *q);
+	/**
+	 * @dispatch_one: optional (a trailing member: a scheduler built
+	 * without it still registers, see @size).  Take out of the scheduler
+	 * the request dispatch(@q, false) would move to the head of an empty
+	 * dispatch queue, with its list node unlinked and initialised, and
+	 * return it; NULL when dispatch(@q, false) would move none.  The core
+	 * calls it instead of dispatch only where it would take that request
+	 * straight off the empty dispatch queue to start it (a fetch), and
+	 * does for it what rq_sq_dispatch_add_tail() does; everywhere else
+	 * (a peek, a forced drain) it calls dispatch.  Set it only when
+	 * dispatch(@q, false) moves one request: the result is then the same
+	 * as dispatch's, one call and one list move less.
+	 */
+	struct rq_request *(*dispatch_one)(struct rq_queue *q);
 };
 
 #define RQ_ELV_SQ_OPS_INIT .size = sizeof(struct rq_elevator_sq_ops), .abi_version = RQ_ELV_SQ_ABI

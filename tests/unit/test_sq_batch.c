@@ -27,7 +27,15 @@
  *   test_noop_front_looked  noop's note of how far its FIFO was looked at
  *       for the front hash follows a request merge that takes the last
  *       request looked at away: a later lookup still hashes (and a bio
- *       front-merges into) the request queued behind it.
+ *       front-merges into) the request queued behind it;
+ *   test_noop_fetch_one_merges  a fetch through noop's dispatch_one (the
+ *       fast fetch: request_fn inside a plug that read the clock) with the
+ *       driver stopping after one request: the fetched request takes no
+ *       more merges, the ones left in noop's FIFO take back and front
+ *       merges, and the driver sees the FIFO order;
+ *   test_sq_ops_old_size  a scheduler built before dispatch_one (its
+ *       sq_ops size ends before it) registers and runs through dispatch:
+ *       whatever lies past its size is never called.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -146,6 +154,29 @@ static const struct rq_elevator_type fifo_type = {
 	.sq_ops = &fifo_sq_ops,
 };
 
+/* A scheduler built with the struct before dispatch_one. */
+static struct rq_request *old_dispatch_one(struct rq_queue *q)
+{
+	fail_msg("dispatch_one past the scheduler's sq_ops size was called");
+	return NULL;
+}
+
+static const struct rq_elevator_sq_ops old_sq_ops = {
+	.size = offsetof(struct rq_elevator_sq_ops, dispatch_one),
+	.abi_version = RQ_ELV_SQ_ABI,
+	.add_request = fifo_add,
+	.dispatch = fifo_dispatch,
+	.merge_req = fifo_merge_req,
+	.dispatch_one = old_dispatch_one,
+};
+
+static const struct rq_elevator_type old_type = {
+	RQ_ELV_TYPE_INIT,
+	.name = "sqbatch-old",
+	.features = RQ_ELV_F_SQ,
+	.sq_ops = &old_sq_ops,
+};
+
 /* ------------------------------------------------------------- bios */
 
 static char buf[BS];
@@ -194,6 +225,8 @@ static struct rq_queue *mkq(const char *sched)
 	struct rq_queue *q;
 	int ret = rq_sched_register(&fifo_type);
 
+	assert_true(ret == 0 || ret == -EEXIST);
+	ret = rq_sched_register(&old_type);
 	assert_true(ret == 0 || ret == -EEXIST);
 	pthread_mutexattr_init(&attr);
 	pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ERRORCHECK);
@@ -500,6 +533,28 @@ static void test_stats_per_run(void **state)
 }
 
 /*
+ * The driver saw @want, in order; the held requests end, and all @n bios
+ * ended once without error.  The queue is destroyed.
+ */
+static void held_expect(struct rq_queue *q, const struct want *want, unsigned nr_want,
+			struct rq_bio **bios, unsigned n)
+{
+	assert_int_equal(nr_seen, nr_want);
+	for (unsigned i = 0; i < nr_want; i++) {
+		assert_int_equal(seen[i].sector, want[i].sector * SECS);
+		assert_int_equal(seen[i].bytes, want[i].bios * BS);
+	}
+	rq_sq_lock(q);
+	for (unsigned i = 0; i < nr_held; i++)
+		rq_sq_end_request_all_locked(held[i], RQ_STS_OK);
+	rq_sq_unlock(q);
+	assert_int_equal(atomic_load(&ended), n);
+	assert_int_equal(atomic_load(&bad), 0);
+	put_bios(bios, n);
+	destroy(q);
+}
+
+/*
  * noop, the driver paused, one plug (so nothing looks at the front hash
  * while it fills): X at 5000 (it becomes the one-hit cache, so lookups
  * below go through noop's hash), A at 100, R1 and R2 both at 300.  The
@@ -536,19 +591,7 @@ static void test_noop_front_lazy(void **state)
 	assert_int_equal(rq_sq_nr_sorted(q), 3);
 	drv_budget = -1;
 	rq_sq_run_queue(q);
-	assert_int_equal(nr_seen, 4);
-	for (unsigned i = 0; i < 4; i++) {
-		assert_int_equal(seen[i].sector, want[i].sector * SECS);
-		assert_int_equal(seen[i].bytes, want[i].bios * BS);
-	}
-	rq_sq_lock(q);
-	for (unsigned i = 0; i < nr_held; i++)
-		rq_sq_end_request_all_locked(held[i], RQ_STS_OK);
-	rq_sq_unlock(q);
-	assert_int_equal(atomic_load(&ended), 7);
-	assert_int_equal(atomic_load(&bad), 0);
-	put_bios(bios, 7);
-	destroy(q);
+	held_expect(q, want, 4, bios, 7);
 }
 
 /*
@@ -586,6 +629,75 @@ static void test_noop_front_looked(void **state)
 	destroy(q);
 }
 
+/*
+ * noop, the driver paused, no plug: A at 100, B at 300, C at 500.  Inside
+ * a plug whose bio X (at 5000) read the clock, the driver takes one
+ * request, A, the fast way (dispatch_one), and stops.  After the plug:
+ * a bio at 101 does not join A (it is the driver's: a new request N), a
+ * bio ending at 300 joins B at its front, one at 301 joins B at its back,
+ * one at 501 joins C.  Expected on the driver: A (1 bio), B (3 from 299),
+ * C (2 from 500), X, N.
+ */
+static void test_noop_fetch_one_merges(void **state)
+{
+	static const uint64_t at[] = { 100, 300, 500 };
+	static const uint64_t later[] = { 101, 299, 301, 501 };
+	static const struct want want[] = {
+		{ 100, 1 }, { 299, 3 }, { 500, 2 }, { 5000, 1 }, { 101, 1 },
+	};
+	struct rq_queue *q = mkq("noop");
+	struct rq_bio *bios[8];
+	struct rq_plug plug;
+
+	drv_paused = true;
+	for (unsigned i = 0; i < 3; i++)
+		rq_submit_bio(q, bios[i] = mkbio(at[i] * SECS));
+	rq_start_plug(&plug);
+	rq_submit_bio(q, bios[3] = mkbio(5000 * SECS));
+	drv_paused = false;
+	drv_budget = 1;
+	drv_hold = true;
+	rq_sq_run_queue(q);
+	assert_int_equal(nr_seen, 1);
+	assert_int_equal(seen[0].sector, 100 * SECS);
+	assert_int_equal(rq_sq_nr_sorted(q), 2);
+	rq_finish_plug(&plug);
+	for (unsigned i = 0; i < 4; i++)
+		rq_submit_bio(q, bios[4 + i] = mkbio(later[i] * SECS));
+	assert_int_equal(rq_sq_nr_sorted(q), 4); /* B, C, X, N */
+	drv_budget = -1;
+	rq_sq_run_queue(q);
+	held_expect(q, want, 5, bios, 8);
+}
+
+/*
+ * A scheduler whose sq_ops size ends before dispatch_one, driven the fast
+ * way (a plug that read the clock): requests go through its dispatch, in
+ * order; the member past its size (a failing hook) is never called.
+ */
+static void test_sq_ops_old_size(void **state)
+{
+	struct rq_queue *q = mkq("sqbatch-old");
+	struct rq_bio *bios[3];
+	struct rq_plug plug;
+
+	drv_paused = true;
+	for (unsigned i = 0; i < 2; i++)
+		rq_submit_bio(q, bios[i] = mkbio((100 + 10 * i) * SECS));
+	rq_start_plug(&plug);
+	rq_submit_bio(q, bios[2] = mkbio(900 * SECS));
+	drv_resume(q);
+	assert_int_equal(nr_seen, 2);
+	rq_finish_plug(&plug);
+	assert_int_equal(nr_seen, 3);
+	for (unsigned i = 0; i < 3; i++)
+		assert_int_equal(seen[i].sector, (i < 2 ? 100 + 10 * i : 900) * SECS);
+	assert_int_equal(atomic_load(&ended), 3);
+	assert_int_equal(atomic_load(&bad), 0);
+	put_bios(bios, 3);
+	destroy(q);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -596,6 +708,8 @@ int main(void)
 		cmocka_unit_test(test_stats_per_run),
 		cmocka_unit_test(test_noop_front_lazy),
 		cmocka_unit_test(test_noop_front_looked),
+		cmocka_unit_test(test_noop_fetch_one_merges),
+		cmocka_unit_test(test_sq_ops_old_size),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
