@@ -265,11 +265,6 @@ static unsigned sched_limit_depth(struct rq_queue *q, struct rq_elevator_queue *
 	return data.shallow_depth;
 }
 
-/*
- * Allocate a request for @bio on @ctx: a scheduler tag with a scheduler,
- * else a driver tag (from @plug's batch, when the thread has a plug).
- * Returns NULL when no tag could be had (nowait, dying).
- */
 /* The request of driver tag @tag of @hctx (no scheduler), reset for @ctx. */
 static inline __attribute__((always_inline)) struct rq_request *
 none_rq_take(struct rq_queue *q, struct rq_hw_ctx *hctx, struct rq_sw_ctx *ctx,
@@ -300,6 +295,53 @@ rq_take_bio(struct rq_request *rq, struct rq_bio *bio, unsigned nr_segs)
 	rq->ioc = bio->ioc;
 }
 
+/*
+ * The request of scheduler tag @tag of @hctx, reset for @ctx: marked as a
+ * scheduler tag's, its start time the plug's clock.
+ */
+static inline __attribute__((always_inline)) struct rq_request *
+sched_rq_take(struct rq_queue *q, struct rq_hw_ctx *hctx, struct rq_sw_ctx *ctx, int tag)
+{
+	struct rq_request *rq = hctx->sched_tags->static_rqs[tag];
+
+	rq_init_common(rq, q, hctx, ctx);
+	rq->internal_tag = tag;
+	rq->tag = -1;
+	rq->rq_flags = RQ_RQF_SCHED_TAGS;
+	rq->start_time_ns = core_clock_ns();
+	return rq;
+}
+
+/*
+ * A scheduler's new request (rq_take_bio() done) takes io context @ioc (the
+ * bio's, else the thread's) and, without a priority of its own, the
+ * context's; then, unless @flush, the scheduler's prepare_request.
+ */
+static inline __attribute__((always_inline)) void
+sched_rq_prepare(struct rq_request *rq, struct rq_elevator_queue *eq,
+		 const struct rq_bio *bio, struct rq_io_context *ioc, bool flush)
+{
+	rq->ioc = ioc;
+	if (!bio->ioprio && ioc)
+		rq->ioprio = ioc_prio(ioc);
+	/*
+	 * As the kernel: flushes and PREFLUSH writes bypass the scheduler (the
+	 * flush machinery issues their steps); everything else, FUA writes
+	 * included (Linux 6.x), is the scheduler's, from prepare_request to
+	 * finish_request.
+	 */
+	if (!flush) {
+		rq->rq_flags |= RQ_RQF_ELVPRIV;
+		if (eq->type->ops.prepare_request)
+			eq->type->ops.prepare_request(rq);
+	}
+}
+
+/*
+ * Allocate a request for @bio on @ctx: a scheduler tag with a scheduler,
+ * else a driver tag (from @plug's batch, when the thread has a plug).
+ * Returns NULL when no tag could be had (nowait, dying).
+ */
 static struct rq_request *mq_get_request(struct rq_queue *q, struct rq_sw_ctx *ctx,
 					 struct rq_plug *plug, struct rq_bio *bio,
 					 unsigned nr_segs)
@@ -324,12 +366,7 @@ static struct rq_request *mq_get_request(struct rq_queue *q, struct rq_sw_ctx *c
 				      bio->opf & RQ_BIO_NOWAIT);
 		if (tag < 0)
 			return NULL;
-		rq = hctx->sched_tags->static_rqs[tag];
-		rq_init_common(rq, q, hctx, ctx);
-		rq->internal_tag = tag;
-		rq->tag = -1;
-		rq->rq_flags = RQ_RQF_SCHED_TAGS;
-		rq->start_time_ns = core_clock_ns();
+		rq = sched_rq_take(q, hctx, ctx, tag);
 	} else {
 		struct rq_tags *tags = hctx->tags;
 
@@ -348,24 +385,8 @@ static struct rq_request *mq_get_request(struct rq_queue *q, struct rq_sw_ctx *c
 		rq_priv(rq)->end_io_data = mbox_self();
 	trace_getrq(q, rq, bio);
 
-	if (eq) {
-		struct rq_io_context *ioc = bio->ioc ? bio->ioc : ioc_current();
-
-		rq->ioc = ioc;
-		if (!bio->ioprio && ioc)
-			rq->ioprio = ioc_prio(ioc);
-		/*
-		 * As the kernel: flushes and PREFLUSH writes bypass the
-		 * scheduler (the flush machinery issues their steps); everything
-		 * else, FUA writes included (Linux 6.x), is the scheduler's, from
-		 * prepare_request to finish_request.
-		 */
-		if (!flush) {
-			rq->rq_flags |= RQ_RQF_ELVPRIV;
-			if (eq->type->ops.prepare_request)
-				eq->type->ops.prepare_request(rq);
-		}
-	}
+	if (eq)
+		sched_rq_prepare(rq, eq, bio, bio->ioc ? bio->ioc : ioc_current(), flush);
 	return rq;
 }
 
@@ -1792,6 +1813,14 @@ static inline bool ctx_maybe_staged(const struct rq_sw_ctx *ctx)
 	       (1ull << (ctx->index_hw % 64));
 }
 
+/* The scheduler's bio_merge for @bio, if it has one: true if @bio merged. */
+static inline bool mq_sched_bio_merge(struct rq_queue *q, struct rq_bio *bio, unsigned nr_segs)
+{
+	const struct rq_elevator_type *e = q->elevator->type;
+
+	return e->ops.bio_merge && e->ops.bio_merge(q, bio, nr_segs);
+}
+
 static bool mq_attempt_bio_merge(struct rq_queue *q, struct rq_sw_ctx *ctx,
 				 struct rq_plug *plug, struct rq_bio *bio, unsigned nr_segs)
 {
@@ -1799,11 +1828,8 @@ static bool mq_attempt_bio_merge(struct rq_queue *q, struct rq_sw_ctx *ctx,
 		return false;
 	if (plug_try_merge(plug, q, bio, nr_segs))
 		return true;
-	if (q->elevator) {
-		const struct rq_elevator_type *e = q->elevator->type;
-
-		return e->ops.bio_merge && e->ops.bio_merge(q, bio, nr_segs);
-	}
+	if (q->elevator)
+		return mq_sched_bio_merge(q, bio, nr_segs);
 	if (ctx_maybe_staged(ctx)) {
 		bool merged;
 
@@ -1894,14 +1920,114 @@ mq_submit_plugged_none(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_plug
 	return true;
 }
 
+/*
+ * mq_submit_plugged_sched()'s request when the scheduler limits its depth
+ * (@shallow): the tag from the plug's batch if its lowest is below the
+ * limit, else from the scheduler tags, as mq_get_request() takes it; then
+ * the rest of mq_submit_slow()'s steps.  Return: true (@bio is taken).
+ */
+static __attribute__((noinline)) bool
+mq_submit_sched_limited(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_plug *plug,
+			struct rq_bio *bio, unsigned nr_segs, struct rq_io_context *ioc,
+			unsigned shallow)
+{
+	struct rq_hw_ctx *hctx = ctx->hctx;
+	struct rq_request *rq;
+	int tag = plug_cached_tag_pop(plug, hctx->sched_tags, shallow);
+
+	if (tag < 0)
+		tag = get_tag(q, hctx->sched_tags, ctx->cpu, shallow, bio->opf & RQ_BIO_NOWAIT);
+	if (unlikely(tag < 0)) {
+		stat_add(q, ST_REQUESTS, (uint64_t)-1);
+		queue_exit_ctx(q, ctx);
+		bio_end_with(bio, atomic_load(&q->dying) ? RQ_STS_IOERR : RQ_STS_AGAIN);
+		return true;
+	}
+	rq = sched_rq_take(q, hctx, ctx, tag);
+	rq_take_bio(rq, bio, nr_segs);
+	sched_rq_prepare(rq, q->elevator, bio, ioc, false);
+	plug_add(plug, rq); /* a wait for the tag may have flushed the plug */
+	return true;
+}
+
+/*
+ * mq_submit_slow()'s commonest case with a scheduler, with nothing but the
+ * scheduler's hooks called: a plug that takes the request inline and has a
+ * scheduler tag for it in its batch, a bio that is no flush step and not
+ * polled and does not touch the plug's last request, an io context to hand
+ * (the bio's, or the thread's made already), nothing observed, rq_affinity
+ * below 2, the thread's counters cached.  All of it is checked before
+ * anything changes; then mq_submit_slow()'s steps in its order: count
+ * ST_BIO_REQUESTS, the scheduler's bio_merge, its limit_depth, the tag from
+ * the plug's batch, the request's set-up and io context, prepare_request,
+ * the plug.  Return: false, having done nothing, if mq_submit_slow() must
+ * take @bio.
+ */
+static inline __attribute__((always_inline)) bool
+mq_submit_plugged_sched(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_plug *plug,
+			struct rq_bio *bio, unsigned nr_segs)
+{
+	struct rq_hw_ctx *hctx = ctx->hctx;
+	struct rq_io_context *ioc = bio->ioc ? bio->ioc : ioc_current_cached();
+	struct rq_stats_block *sb;
+	struct rq_request *rq;
+	bool merge;
+	int tag;
+
+	if ((bio->opf & (RQ_BIO_PREFLUSH | RQ_BIO_FUA | RQ_BIO_POLLED)) ||
+	    bio->op == RQ_OP_FLUSH || atomic_load_explicit(&obs_active, memory_order_relaxed) ||
+	    READ_ONCE(q->rq_affinity) == 2 || !ioc || !plug_add_fits(plug, q, hctx) ||
+	    !plug_cached_tag_ready(plug, hctx->sched_tags))
+		return false;
+	merge = READ_ONCE(q->nomerges) != 2 && bio_mergeable(bio);
+	if (merge && plug_merge_candidate(plug, q, bio))
+		return false;
+	sb = stats_block_cached(q);
+	if (unlikely(!sb))
+		return false;
+	stat_block_add(sb, ST_BIO_REQUESTS, 1);
+	/*
+	 * Past a hook's call what the caller's registers do not hold is read
+	 * again (the queue's elevator, the hw queue's tags): fewer values live
+	 * across the calls, fewer spills.
+	 */
+	if (merge && mq_sched_bio_merge(q, bio, nr_segs)) {
+		stat_add(q, ST_REQUESTS, (uint64_t)-1);
+		plug_queue_exit(q, ctx);
+		return true;
+	}
+	tag = sched_limit_depth(q, q->elevator, hctx, bio, false);
+	if (unlikely(tag)) /* a limit: the tag as mq_get_request() would take it */
+		return mq_submit_sched_limited(q, ctx, plug, bio, nr_segs, ioc, (unsigned)tag);
+	tag = plug_cached_tag_pop(plug, hctx->sched_tags, 0);
+	rq = sched_rq_take(q, hctx, ctx, tag);
+	rq_take_bio(rq, bio, nr_segs);
+	sched_rq_prepare(rq, q->elevator, bio, ioc, false);
+	plug_append(plug, rq);
+	return true;
+}
+
+/* A bio on a queue with a scheduler (mq_submit()'s second half). */
+static __attribute__((noinline)) void mq_submit_sched(struct rq_queue *q, struct rq_sw_ctx *ctx,
+						      struct rq_bio *bio, unsigned nr_segs)
+{
+	struct rq_plug *plug = plug_current();
+
+	if (plug && mq_submit_plugged_sched(q, ctx, plug, bio, nr_segs))
+		return;
+	mq_submit_slow(q, ctx, bio, nr_segs);
+}
+
 static void mq_submit(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_bio *bio,
 		      unsigned nr_segs)
 {
 	struct rq_plug *plug;
 
-	/* a scheduler's submission pays one test for this */
-	if (!q->elevator && (plug = plug_current()) &&
-	    mq_submit_plugged_none(q, ctx, plug, bio, nr_segs))
+	if (q->elevator) {
+		mq_submit_sched(q, ctx, bio, nr_segs);
+		return;
+	}
+	if ((plug = plug_current()) && mq_submit_plugged_none(q, ctx, plug, bio, nr_segs))
 		return;
 	mq_submit_slow(q, ctx, bio, nr_segs);
 }

@@ -330,6 +330,64 @@ static void test_plug_merges_with_staged(void **state)
 	pthread_setaffinity_np(pthread_self(), sizeof(old), &old);
 }
 
+/*
+ * With a scheduler, a plugged bio that touches no request of the plug but
+ * one the scheduler holds (inserted while the hw queue was stopped) merges
+ * into it through the scheduler's bio_merge, for mq-deadline, kyber and
+ * bfq: the plugged scheduler submission's inline case (mq.c,
+ * mq_submit_plugged_sched()) asks the scheduler as the full path does.
+ * Pinned to one CPU: kyber merges within the submitting software queue.
+ */
+static void test_plug_sched_bio_merge(void **state)
+{
+	static const char *const scheds[] = { "mq-deadline", "kyber", "bfq" };
+	cpu_set_t set, old;
+	int cpu = sched_getcpu();
+
+	(void)state;
+	assert_true(cpu >= 0);
+	pthread_getaffinity_np(pthread_self(), sizeof(old), &old);
+	CPU_ZERO(&set);
+	CPU_SET(cpu, &set);
+	if (pthread_setaffinity_np(pthread_self(), sizeof(set), &set))
+		skip();
+	for (unsigned s = 0; s < 3; s++) {
+		struct mock_dev *m = defer_dev(false);
+		struct fx_rec rec[4];
+		struct rq_plug plug;
+		struct mock_event ev;
+		unsigned merged = 0;
+
+		assert_int_equal(rq_queue_attr_set(m->q, "scheduler", scheds[s]), 0);
+		rq_mq_stop_hw_queues(m->q);
+		rq_submit_bio(m->q, fx_bio(&rec[0], RQ_OP_READ, 0, bufs[0], 4096)); /* held */
+		rq_start_plug(&plug);
+		rq_submit_bio(m->q, fx_bio(&rec[1], RQ_OP_READ, spread(10), bufs[1], 4096));
+		rq_submit_bio(m->q, fx_bio(&rec[2], RQ_OP_READ, spread(20), bufs[2], 4096));
+		rq_submit_bio(m->q, fx_bio(&rec[3], RQ_OP_READ, 8, bufs[3], 4096)); /* joins rec[0]'s */
+		rq_finish_plug(&plug);
+		assert_int_equal(mock_count(m, MOCK_QUEUE_RQ), 0);
+		rq_mq_start_hw_queues(m->q);
+
+		assert_int_equal(mock_count(m, MOCK_QUEUE_RQ), 3);
+		for (unsigned i = 0; i < 3; i++) {
+			assert_true(mock_find(m, MOCK_QUEUE_RQ, i, &ev));
+			if (ev.sector == 0) {
+				assert_int_equal(ev.bytes, 8192);
+				merged++;
+			}
+		}
+		assert_int_equal(merged, 1);
+		assert_int_equal(mock_complete_all(m, RQ_STS_OK), 3);
+		assert_true(fx_wait(rec, 4, 10000));
+		for (unsigned i = 0; i < 4; i++)
+			assert_int_equal(fx_done(&rec[i]), 1);
+		fx_put(rec, 4);
+		mock_destroy(m);
+	}
+	pthread_setaffinity_np(pthread_self(), sizeof(old), &old);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -343,6 +401,7 @@ int main(void)
 		cmocka_unit_test(test_plug_data),
 		cmocka_unit_test(test_plug_tag_batch),
 		cmocka_unit_test(test_plug_merges_with_staged),
+		cmocka_unit_test(test_plug_sched_bio_merge),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
