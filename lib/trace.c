@@ -765,6 +765,26 @@ out:
 }
 
 /*
+ * Keep @r, the calling thread's (@th) ring in @t, in its step for the
+ * fast ways (event_new()): usable there if stamps are TSC ticks and a
+ * mark needs no fence of its own.  Context: no step open.
+ */
+static void step_cache(struct trace_step *st, struct rq_trace *t, struct trace_ring *r,
+		       struct obs_thread *th)
+{
+	bool fast = false;
+
+#if defined(__x86_64__)
+	fast = t->tsc && atomic_load_explicit(&obs_asym_fence, memory_order_relaxed);
+#endif
+	st->t = t;
+	st->r = r;
+	st->head = &r->head;
+	st->active = fast ? &th->active : NULL;
+	st->id = fast ? t->id : 0;
+}
+
+/*
  * An event outside a step: the thread marks itself before it looks for
  * the trace (a stopper that unpublished it waits for the mark to go) and
  * before it reads the clock (the writer's ordering), writes the record
@@ -795,6 +815,7 @@ TRACE_INLINE void trace_emit_new(struct trace_step *st, struct rq_queue *q, uint
 		atomic_fetch_add(&t->lost, 1);
 		goto out;
 	}
+	step_cache(st, t, r, th);
 	h = atomic_load_explicit(&r->head, memory_order_relaxed);
 	if (unlikely(h >= r->room) && !ring_wait(t, r, h))
 		goto out;
@@ -802,8 +823,11 @@ TRACE_INLINE void trace_emit_new(struct trace_step *st, struct rq_queue *q, uint
 	slot_fill(&r->ev[h % RING_EVENTS], stamp, cpu, sector, bytes, action, error, pdu,
 		  pdu_len);
 	if ((mode & EV_OPEN) && step_queue(q)) {
-		*st = (struct trace_step){ .q = q, .t = t, .r = r, .stamp = stamp, .cpu = cpu,
-					   .pending = (mode & EV_HOLD) != 0 };
+		st->q = q;
+		st->stamp = stamp;
+		st->cpu = cpu;
+		st->pending = (mode & EV_HOLD) != 0;
+		st->d_ok = false;
 		if (!(mode & EV_HOLD))
 			ring_commit(t, r, h);
 		return; /* marked until the step ends */
@@ -902,16 +926,14 @@ slow:
  * needs no wake of the writer.
  */
 TRACE_INLINE void step_fold_arm(struct trace_step *st, const struct rq_bio *bio,
-				struct trace_slot *s, struct obs_thread *th, uint32_t action,
-				uint64_t h)
+				struct trace_slot *s, struct rq_trace *t, struct trace_ring *r,
+				uint32_t action, uint64_t h)
 {
 	st->fold_bio = bio;
 	st->fold = &s->fold;
-	st->head = &st->r->head;
-	st->active = &th->active;
 	st->d_ok = (fold_d_action(action) &
-		    atomic_load_explicit(&st->t->act_mask, memory_order_relaxed)) &&
-		   !(action & TC_ACT(TC_FLUSH | TC_FUA)) && h < st->r->wake_at;
+		    atomic_load_explicit(&t->act_mask, memory_order_relaxed)) &&
+		   !(action & TC_ACT(TC_FLUSH | TC_FUA)) && h < r->wake_at;
 }
 
 /*
@@ -925,27 +947,24 @@ TRACE_INLINE void event_new(struct rq_queue *q, uint64_t sector, uint32_t bytes,
 			    uint32_t action, uint32_t error, const struct rq_bio *bio)
 {
 #if defined(__x86_64__)
-	struct obs_tls *tls = &obs_tls;
-	struct obs_thread *th = tls->th;
+	struct trace_step *st = &obs_tls.step;
+	_Atomic unsigned *active = st->active;
 	struct trace_ring *r;
 	struct rq_trace *t;
 	struct trace_slot *s;
 	uint64_t h, stamp;
-	unsigned slot;
 	uint32_t cpu;
 
-	if (unlikely(tls->step.q || !th ||
-		     !atomic_load_explicit(&obs_asym_fence, memory_order_relaxed)))
+	if (unlikely(st->q || !active))
 		goto slow;
-	atomic_store_explicit(&th->active, 1, memory_order_relaxed);
+	atomic_store_explicit(active, 1, memory_order_relaxed);
 	atomic_signal_fence(memory_order_seq_cst);
 	t = atomic_load_explicit(&q->obs->trace, memory_order_acquire);
 	if (unlikely(!t) ||
 	    unlikely(!(action & atomic_load_explicit(&t->act_mask, memory_order_relaxed))))
 		goto out;
-	slot = (unsigned)(t->id % RING_CACHE);
-	r = tls->rings[slot].ring;
-	if (unlikely(tls->rings[slot].id != t->id || !t->tsc))
+	r = st->r;
+	if (unlikely(t->id != st->id))
 		goto slow_out;
 	h = atomic_load_explicit(&r->head, memory_order_relaxed);
 	if (unlikely(h >= r->room))
@@ -966,23 +985,26 @@ TRACE_INLINE void event_new(struct rq_queue *q, uint64_t sector, uint32_t bytes,
 	}
 	slot_fill(s, stamp, cpu, sector, bytes, action, (uint16_t)error, NULL, 0);
 	if (bio && step_queue(q)) {
-		tls->step = (struct trace_step){ .q = q, .t = t, .r = r, .stamp = stamp,
-						 .cpu = cpu, .pending = true };
-		step_fold_arm(&tls->step, bio, s, th, action, h);
+		/* @t, @r, @head, @active are the step's already; fold_rq is NULL */
+		st->q = q;
+		st->stamp = stamp;
+		st->cpu = cpu;
+		st->pending = true;
+		step_fold_arm(st, bio, s, t, r, action, h);
 		return; /* marked, the slot uncommitted, until the step goes on */
 	}
 	atomic_store_explicit(&r->head, h + 1, memory_order_release);
-	atomic_store_explicit(&th->active, 0, memory_order_release);
+	atomic_store_explicit(active, 0, memory_order_release);
 	if (unlikely(h >= r->wake_at))
 		trace_wake(t, r);
 	return;
 slow_out:
-	atomic_store_explicit(&th->active, 0, memory_order_release);
+	atomic_store_explicit(active, 0, memory_order_release);
 slow:
 	trace_event_slow(q, sector, bytes, action, error);
 	return;
 out:
-	atomic_store_explicit(&th->active, 0, memory_order_release);
+	atomic_store_explicit(active, 0, memory_order_release);
 #else
 	(void)bio;
 	trace_event_slow(q, sector, bytes, action, error);
@@ -1847,11 +1869,17 @@ void obs_bio(struct rq_queue *q, const struct rq_bio *bio, unsigned act, uint64_
 /* Q: a bio entered @q (leaf while only a trace runs). */
 void __attribute__((hot)) obs_queue(struct rq_queue *q, const struct rq_bio *bio)
 {
+	uint32_t action;
+
 	if (unlikely(atomic_load_explicit(&q->obs_flags, memory_order_relaxed) != OBS_TRACE)) {
 		obs_bio(q, bio, TA_QUEUE, 0);
 		return;
 	}
-	trace_queue_bio(q, bio, TA_QUEUE | TC_ACT(TC_QUEUE) | rw_category(bio->op, bio->opf));
+	action = TA_QUEUE | TC_ACT(TC_QUEUE) | rw_category(bio->op, bio->opf);
+	if (unlikely(obs_tls.step.q == q))
+		trace_event_step(q, bio->iter.sector, bio->iter.size, action, 0);
+	else
+		event_new(q, bio->iter.sector, bio->iter.size, action, 0, bio); /* no call more */
 }
 
 TRACE_INLINE void trace_rq(struct rq_request *rq, unsigned act)
@@ -1984,10 +2012,20 @@ void obs_complete(struct rq_request *rq, rq_status_t status, unsigned bytes, uns
 void __attribute__((hot)) obs_complete_all(struct rq_request *rq, rq_status_t status,
 					   unsigned flags)
 {
-	if (likely(atomic_load_explicit(&rq->q->obs_flags, memory_order_relaxed) == OBS_TRACE) &&
-	    !(flags & OBS_C_QUIET))
-		trace_complete_rq(rq, status, rq->bytes);
-	else
+	struct rq_queue *q = rq->q;
+
+	if (likely(atomic_load_explicit(&q->obs_flags, memory_order_relaxed) == OBS_TRACE) &&
+	    !(flags & OBS_C_QUIET)) {
+		uint32_t action = TA_COMPLETE | TC_ACT(TC_COMPLETE) | TC_ACT(TC_FS) |
+				  rw_category(rq->op, rq->opf);
+		uint32_t error = status ? (uint16_t)rq_status_to_errno(status) : 0;
+
+		/* trace_event() with the event's own slot inline: no call more */
+		if (unlikely(obs_tls.step.q == q))
+			trace_event_step(q, rq->sector, rq->bytes, action, error);
+		else
+			event_new(q, rq->sector, rq->bytes, action, error, NULL);
+	} else
 		obs_complete(rq, status, (flags & OBS_C_QUIET) ? 0 : rq->bytes, flags);
 }
 

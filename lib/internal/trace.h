@@ -154,12 +154,19 @@ struct trace_step {
 	const struct rq_bio *fold_bio; /* the pending Q slot's bio, nothing folded yet */
 	struct rq_request *fold_rq;  /* the request whose G folded and whose D may */
 	uint16_t *fold;              /* with either: the pending slot's fold bits */
-	_Atomic uint64_t *head;      /* ... its ring's head (the slot's index) */
-	_Atomic unsigned *active;    /* ... the thread's mark */
+	_Atomic uint64_t *head;      /* @r's head (the pending slot's index) */
+	_Atomic unsigned *active;    /* the thread's mark, NULL until @id is set */
 	bool d_ok;                   /* a D may fold: its action traced, the ring not half full */
 	bool pending;                /* r's slot at head is written, not committed */
 	uint32_t cpu;
 	uint64_t stamp;
+	/*
+	 * Kept when the step ends: the thread's ring in the trace it last
+	 * traced, which the next event's fast way reuses while @id is that
+	 * trace's (0: it may not, the out-of-line code looks the ring up).
+	 * @head and @active above are set with them.
+	 */
+	uint64_t id;
 	struct rq_trace *t;          /* its trace (it cannot stop while the thread is marked) */
 	struct trace_ring *r;
 };
