@@ -19,7 +19,12 @@
 
 #include <librequest/elevator.h>
 
+#include "internal/clock.h"
 #include "internal/compiler.h"
+
+/* The reading a plug keeps, and whether the thread holds one (internal/clock.h). */
+__thread uint64_t tls_plug_now __attribute__((tls_model("initial-exec")));
+__thread bool tls_plug_held __attribute__((tls_model("initial-exec")));
 
 /* Installed source; NULL means CLOCK_MONOTONIC.  Changed only while quiescent. */
 static uint64_t (*clock_source)(void *arg);

@@ -26,13 +26,6 @@
 __thread struct rq_plug *tls_plug __attribute__((tls_model("initial-exec")));
 
 /*
- * The plug's clock reading (core_clock_ns()).  Never set without a plug
- * (it is cleared whenever tls_plug is), so a reading found here is the
- * plug's.  Timestamps thus lag by at most the time a plug lives.
- */
-__thread uint64_t tls_plug_now __attribute__((tls_model("initial-exec")));
-
-/*
  * Batched tag allocation: a plug takes up to PLUG_TAG_BATCH tags of one hw
  * queue (as many as a full plug holds requests, at most one bitmap word)
  * with a single compare-and-swap (sbq_get_batch) and hands them out as its
@@ -222,6 +215,7 @@ RQ_EXPORT void rq_start_plug(struct rq_plug *plug)
 	plug->prev = tls_plug;
 	if (!tls_plug) {
 		tls_plug = plug;
+		tls_plug_held = true; /* core_clock_ns() keeps its reading */
 		tls_plug_now = 0;
 		tls_plug_runs = false;
 	}
@@ -233,7 +227,6 @@ static void plug_flush_list(struct rq_plug *plug)
 	struct rq_request *rq = plug->head;
 	bool runs = tls_plug_runs;
 
-	tls_plug_now = 0; /* a new reading for what happens now */
 	tls_plug_runs = false;
 	plug->head = plug->tail = NULL;
 	plug->count = 0;
@@ -271,6 +264,12 @@ static void plug_flush_list(struct rq_plug *plug)
 		q->fe->plug_issue(&list, first);
 	}
 	trace_step_end();
+	/*
+	 * The reading served the flush too (requests issued, and ended inline,
+	 * at the plug's time, as under the kernel's __blk_flush_plug(), which
+	 * drops plug->cur_ktime only after the flush); what comes next reads anew.
+	 */
+	tls_plug_now = 0;
 }
 
 RQ_EXPORT void rq_flush_plug(void)
@@ -297,6 +296,7 @@ RQ_EXPORT void rq_finish_plug(struct rq_plug *plug)
 	if (plug->head)
 		plug_flush_list(plug);
 	tls_plug = NULL;
+	tls_plug_held = false;
 	tls_plug_now = 0;
 	cpu = cur_cpu();
 	plug_return_tags(plug, cpu);

@@ -76,6 +76,7 @@
 
 #include "lib/internal/alloc.h"
 #include "lib/internal/compiler.h"
+#include "lib/internal/clock.h"
 
 /*
  * DL_TREE_ONLY: this scheduler without sorted runs, registered as
@@ -777,7 +778,7 @@ static inline struct rq_request *dl_fifo_head(struct dl_prio_queue *pq, enum dl_
 static inline uint64_t dl_now(struct dl_clock *clk)
 {
 	if (!clk->valid) {
-		clk->now = rq_clock_ns();
+		clk->now = core_clock_ns(); /* the plug's reading in a plug's flush */
 		clk->valid = true;
 	}
 	return clk->now;
@@ -1182,7 +1183,7 @@ static void dl_insert_requests(struct rq_hw_ctx *hctx, struct rq_list_node *list
 	uint64_t now;
 
 	rq_list_init(&free_list);
-	now = rq_clock_ns(); /* one read for the whole list (a plug's batch) */
+	now = core_clock_ns(); /* one read for the whole list; the plug's in its flush */
 	dl_lock(&hq->lock);
 	if (flags & RQ_INSERT_AT_HEAD) {
 		unsigned n = 0;

@@ -44,6 +44,7 @@
 
 #include <librequest/librequest.h>
 
+#include "clock.h"
 #include "compiler.h"
 #include "tags.h"
 #include "bio.h"
@@ -529,7 +530,6 @@ bool ctx_list_merge(struct rq_queue *q, struct rq_list_node *list, struct rq_bio
 /* ---- lib/plug.c ---- */
 
 extern __thread struct rq_plug *tls_plug __attribute__((tls_model("initial-exec")));
-extern __thread uint64_t tls_plug_now __attribute__((tls_model("initial-exec")));
 
 /* The calling thread's plug, or NULL. */
 static inline struct rq_plug *plug_current(void)
@@ -537,22 +537,6 @@ static inline struct rq_plug *plug_current(void)
 	return tls_plug;
 }
 
-/*
- * Time for request bookkeeping, cached while the thread holds a plug (the
- * kernel's plug->cur_ktime): one clock read serves every request made,
- * issued or completed inline during the plug; a flush starts a new reading.
- */
-static inline uint64_t core_clock_ns(void)
-{
-	uint64_t t = tls_plug_now;
-
-	if (t)
-		return t;
-	t = rq_clock_ns();
-	if (tls_plug)
-		tls_plug_now = t;
-	return t;
-}
 
 #define PLUG_FLUSH_BYTES (128u * 1024u) /* BLK_PLUG_FLUSH_SIZE */
 void plug_add_slow(struct rq_plug *plug, struct rq_request *rq);
