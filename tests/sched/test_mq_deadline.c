@@ -307,6 +307,26 @@ static void pin_to(unsigned cpu)
 }
 
 /*
+ * An mq-deadline queue over two hardware queues (CPU 0 -> hw queue 0,
+ * CPU 1 -> hw queue 1), deferred completion, quiesced, on the virtual
+ * clock at 0; the thread's affinity saved in @old for the caller to put back.
+ */
+static struct dl_dev *two_hwq_dev(cpu_set_t *old)
+{
+	struct mock_config cfg = { .completion = MOCK_COMPLETE_DEFER, .nr_hw_queues = 2 };
+	struct rq_queue_config qc = { RQ_QUEUE_CONFIG_INIT, .scheduler = "mq-deadline" };
+	struct dl_dev *d;
+
+	assert_int_equal(pthread_getaffinity_np(pthread_self(), sizeof(*old), old), 0);
+	d = calloc(1, sizeof(*d));
+	assert_non_null(d);
+	vclock_set_ms(0);
+	d->m = mock_create(&cfg, &qc);
+	rq_queue_quiesce(d->m->q);
+	return d;
+}
+
+/*
  * With two hardware queues (CPU 0 -> hw queue 0, CPU 1 -> hw queue 1),
  * merge state is per hardware queue: a bio submitted on CPU 1 does not
  * merge with a contiguous request queued on hw queue 0, while one
@@ -314,8 +334,6 @@ static void pin_to(unsigned cpu)
  */
 static void test_merges_per_hw_queue(void **state)
 {
-	struct mock_config cfg = { .completion = MOCK_COMPLETE_DEFER, .nr_hw_queues = 2 };
-	struct rq_queue_config qc = { RQ_QUEUE_CONFIG_INIT, .scheduler = "mq-deadline" };
 	struct rq_queue_stats st;
 	struct dl_dev *d;
 	cpu_set_t old;
@@ -325,12 +343,7 @@ static void test_merges_per_hw_queue(void **state)
 	(void)state;
 	if (sysconf(_SC_NPROCESSORS_ONLN) < 2)
 		skip();
-	assert_int_equal(pthread_getaffinity_np(pthread_self(), sizeof(old), &old), 0);
-	d = calloc(1, sizeof(*d));
-	assert_non_null(d);
-	vclock_set_ms(0);
-	d->m = mock_create(&cfg, &qc);
-	rq_queue_quiesce(d->m->q);
+	d = two_hwq_dev(&old);
 	pin_to(0);
 	submit(d, RQ_OP_READ, 100);     /* hw queue 0: sectors 100-107 */
 	pin_to(1);
@@ -364,8 +377,6 @@ static void test_merges_per_hw_queue(void **state)
  */
 static void test_merge_second_hw_queue_only(void **state)
 {
-	struct mock_config cfg = { .completion = MOCK_COMPLETE_DEFER, .nr_hw_queues = 2 };
-	struct rq_queue_config qc = { RQ_QUEUE_CONFIG_INIT, .scheduler = "mq-deadline" };
 	struct rq_queue_stats st;
 	struct mock_event *ev;
 	struct dl_dev *d;
@@ -375,12 +386,7 @@ static void test_merge_second_hw_queue_only(void **state)
 	(void)state;
 	if (sysconf(_SC_NPROCESSORS_ONLN) < 2)
 		skip();
-	assert_int_equal(pthread_getaffinity_np(pthread_self(), sizeof(old), &old), 0);
-	d = calloc(1, sizeof(*d));
-	assert_non_null(d);
-	vclock_set_ms(0);
-	d->m = mock_create(&cfg, &qc);
-	rq_queue_quiesce(d->m->q);
+	d = two_hwq_dev(&old);
 	pin_to(1);
 	submit(d, RQ_OP_READ, 100);     /* hw queue 1: sectors 100-107 */
 	submit(d, RQ_OP_READ, 108);     /* hw queue 1, contiguous: back merge */

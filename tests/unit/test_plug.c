@@ -279,35 +279,28 @@ static void test_plug_tag_batch(void **state)
 }
 
 /*
- * Under a plug that already holds requests of the queue (the shape of
- * mq_submit()'s inline case), a bio that starts where a request staged on
- * the software queue ends (the hw queue is stopped) still merges into it:
- * the inline case leaves it to the full path.  Pinned to one CPU, so the
- * staged request and the plugged submissions share a software queue.
+ * The body both tests below share, on one queue pinned to one CPU: with
+ * the hw queue stopped, a bio at sector 0 is held (staged on the software
+ * queue, or inserted into @sched), then a plug takes two far bios and one
+ * at sector 8, which must join the held request: 3 dispatches, one of
+ * 8192 bytes at sector 0, every bio ended once.
  */
-static void test_plug_merges_with_staged(void **state)
+static void held_merge_case(const char *sched, unsigned op)
 {
-	struct mock_dev *m;
+	struct mock_dev *m = defer_dev(false);
 	struct fx_rec rec[4];
 	struct rq_plug plug;
-	cpu_set_t set, old;
 	struct mock_event ev;
 	unsigned merged = 0;
-	int cpu = sched_getcpu();
 
-	assert_true(cpu >= 0);
-	pthread_getaffinity_np(pthread_self(), sizeof(old), &old);
-	CPU_ZERO(&set);
-	CPU_SET(cpu, &set);
-	if (pthread_setaffinity_np(pthread_self(), sizeof(set), &set))
-		skip();
-	m = defer_dev(false);
+	if (sched)
+		assert_int_equal(rq_queue_attr_set(m->q, "scheduler", sched), 0);
 	rq_mq_stop_hw_queues(m->q);
-	rq_submit_bio(m->q, fx_bio(&rec[0], RQ_OP_WRITE, 0, bufs[0], 4096)); /* staged */
+	rq_submit_bio(m->q, fx_bio(&rec[0], op, 0, bufs[0], 4096)); /* held */
 	rq_start_plug(&plug);
-	rq_submit_bio(m->q, fx_bio(&rec[1], RQ_OP_WRITE, spread(10), bufs[1], 4096));
-	rq_submit_bio(m->q, fx_bio(&rec[2], RQ_OP_WRITE, spread(20), bufs[2], 4096));
-	rq_submit_bio(m->q, fx_bio(&rec[3], RQ_OP_WRITE, 8, bufs[3], 4096)); /* joins rec[0]'s */
+	rq_submit_bio(m->q, fx_bio(&rec[1], op, spread(10), bufs[1], 4096));
+	rq_submit_bio(m->q, fx_bio(&rec[2], op, spread(20), bufs[2], 4096));
+	rq_submit_bio(m->q, fx_bio(&rec[3], op, 8, bufs[3], 4096)); /* joins rec[0]'s */
 	rq_finish_plug(&plug);
 	assert_int_equal(mock_count(m, MOCK_QUEUE_RQ), 0);
 	rq_mq_start_hw_queues(m->q);
@@ -327,6 +320,36 @@ static void test_plug_merges_with_staged(void **state)
 		assert_int_equal(fx_done(&rec[i]), 1);
 	fx_put(rec, 4);
 	mock_destroy(m);
+}
+
+/* Pin the calling thread to its CPU, keeping its old mask in @old; false if it cannot. */
+static bool pin_here(cpu_set_t *old)
+{
+	cpu_set_t set;
+	int cpu = sched_getcpu();
+
+	assert_true(cpu >= 0);
+	pthread_getaffinity_np(pthread_self(), sizeof(*old), old);
+	CPU_ZERO(&set);
+	CPU_SET(cpu, &set);
+	return pthread_setaffinity_np(pthread_self(), sizeof(set), &set) == 0;
+}
+
+/*
+ * Under a plug that already holds requests of the queue (the shape of
+ * mq_submit()'s inline case), a bio that starts where a request staged on
+ * the software queue ends (the hw queue is stopped) still merges into it:
+ * the inline case leaves it to the full path.  Pinned to one CPU, so the
+ * staged request and the plugged submissions share a software queue.
+ */
+static void test_plug_merges_with_staged(void **state)
+{
+	cpu_set_t old;
+
+	(void)state;
+	if (!pin_here(&old))
+		skip();
+	held_merge_case(NULL, RQ_OP_WRITE);
 	pthread_setaffinity_np(pthread_self(), sizeof(old), &old);
 }
 
@@ -341,50 +364,13 @@ static void test_plug_merges_with_staged(void **state)
 static void test_plug_sched_bio_merge(void **state)
 {
 	static const char *const scheds[] = { "mq-deadline", "kyber", "bfq" };
-	cpu_set_t set, old;
-	int cpu = sched_getcpu();
+	cpu_set_t old;
 
 	(void)state;
-	assert_true(cpu >= 0);
-	pthread_getaffinity_np(pthread_self(), sizeof(old), &old);
-	CPU_ZERO(&set);
-	CPU_SET(cpu, &set);
-	if (pthread_setaffinity_np(pthread_self(), sizeof(set), &set))
+	if (!pin_here(&old))
 		skip();
-	for (unsigned s = 0; s < 3; s++) {
-		struct mock_dev *m = defer_dev(false);
-		struct fx_rec rec[4];
-		struct rq_plug plug;
-		struct mock_event ev;
-		unsigned merged = 0;
-
-		assert_int_equal(rq_queue_attr_set(m->q, "scheduler", scheds[s]), 0);
-		rq_mq_stop_hw_queues(m->q);
-		rq_submit_bio(m->q, fx_bio(&rec[0], RQ_OP_READ, 0, bufs[0], 4096)); /* held */
-		rq_start_plug(&plug);
-		rq_submit_bio(m->q, fx_bio(&rec[1], RQ_OP_READ, spread(10), bufs[1], 4096));
-		rq_submit_bio(m->q, fx_bio(&rec[2], RQ_OP_READ, spread(20), bufs[2], 4096));
-		rq_submit_bio(m->q, fx_bio(&rec[3], RQ_OP_READ, 8, bufs[3], 4096)); /* joins rec[0]'s */
-		rq_finish_plug(&plug);
-		assert_int_equal(mock_count(m, MOCK_QUEUE_RQ), 0);
-		rq_mq_start_hw_queues(m->q);
-
-		assert_int_equal(mock_count(m, MOCK_QUEUE_RQ), 3);
-		for (unsigned i = 0; i < 3; i++) {
-			assert_true(mock_find(m, MOCK_QUEUE_RQ, i, &ev));
-			if (ev.sector == 0) {
-				assert_int_equal(ev.bytes, 8192);
-				merged++;
-			}
-		}
-		assert_int_equal(merged, 1);
-		assert_int_equal(mock_complete_all(m, RQ_STS_OK), 3);
-		assert_true(fx_wait(rec, 4, 10000));
-		for (unsigned i = 0; i < 4; i++)
-			assert_int_equal(fx_done(&rec[i]), 1);
-		fx_put(rec, 4);
-		mock_destroy(m);
-	}
+	for (unsigned s = 0; s < 3; s++)
+		held_merge_case(scheds[s], RQ_OP_READ);
 	pthread_setaffinity_np(pthread_self(), sizeof(old), &old);
 }
 
