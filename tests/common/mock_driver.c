@@ -417,6 +417,22 @@ struct mock_dev *mock_create(const struct mock_config *cfg, const struct rq_queu
 	return m;
 }
 
+struct mock_dev *mock_create_unmerged(enum mock_completion how, unsigned nr_hw_queues,
+				      unsigned depth, const char *sched)
+{
+	struct rq_queue_config qcfg = { RQ_QUEUE_CONFIG_INIT, .scheduler = sched };
+	struct mock_config cfg;
+	struct mock_dev *m;
+
+	memset(&cfg, 0, sizeof(cfg));
+	cfg.completion = how;
+	cfg.nr_hw_queues = nr_hw_queues;
+	cfg.queue_depth = depth;
+	m = mock_create(&cfg, &qcfg);
+	assert_int_equal(rq_queue_attr_set(m->q, "nomerges", "2"), 0);
+	return m;
+}
+
 void mock_destroy(struct mock_dev *m)
 {
 	struct mock_priv *p = to_priv(m);

@@ -69,6 +69,13 @@ struct mock_dev {
  * Return: the device; asserts (cmocka) on failure.
  */
 struct mock_dev *mock_create(const struct mock_config *cfg, const struct rq_queue_config *qcfg);
+/**
+ * mock_create_unmerged() - mock_create() for tests that count requests: a
+ * queue of @depth tags on @nr_hw_queues hw queues, completion @how,
+ * scheduler @sched, nomerges 2 (every bio its own request).
+ */
+struct mock_dev *mock_create_unmerged(enum mock_completion how, unsigned nr_hw_queues,
+				      unsigned depth, const char *sched);
 /** mock_destroy() - destroy the queue (ending what is held) and the tag set. */
 void mock_destroy(struct mock_dev *m);
 

@@ -54,17 +54,7 @@ static void slot_end_io(struct rq_bio *bio)
 
 static struct mock_dev *defer_dev(unsigned nr_hw_queues, const char *sched)
 {
-	struct rq_queue_config qcfg = { RQ_QUEUE_CONFIG_INIT, .scheduler = sched };
-	struct mock_config cfg;
-	struct mock_dev *m;
-
-	memset(&cfg, 0, sizeof(cfg));
-	cfg.completion = MOCK_COMPLETE_DEFER;
-	cfg.nr_hw_queues = nr_hw_queues;
-	cfg.queue_depth = DEPTH;
-	m = mock_create(&cfg, &qcfg);
-	assert_int_equal(rq_queue_attr_set(m->q, "nomerges", "2"), 0);
-	return m;
+	return mock_create_unmerged(MOCK_COMPLETE_DEFER, nr_hw_queues, DEPTH, sched);
 }
 
 /* Submit a bio of @len bytes at @sector for slot @i; it is not merged. */

@@ -110,16 +110,8 @@ static bool service_kicked(void)
 
 static struct mock_dev *defer_dev(void)
 {
-	struct rq_queue_config qcfg = { RQ_QUEUE_CONFIG_INIT, .scheduler = "none" };
-	struct mock_config cfg;
-	struct mock_dev *m;
+	struct mock_dev *m = mock_create_unmerged(MOCK_COMPLETE_DEFER, 1, 64, "none");
 
-	memset(&cfg, 0, sizeof(cfg));
-	cfg.completion = MOCK_COMPLETE_DEFER;
-	cfg.nr_hw_queues = 1;
-	cfg.queue_depth = 64;
-	m = mock_create(&cfg, &qcfg);
-	assert_int_equal(rq_queue_attr_set(m->q, "nomerges", "2"), 0);
 	assert_int_equal(rq_queue_attr_set(m->q, "rq_affinity", "2"), 0);
 	return m;
 }

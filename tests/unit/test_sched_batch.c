@@ -202,18 +202,7 @@ static struct fx_rec rec[2 * NR];
 
 static struct mock_dev *probe_dev(enum mock_completion how, unsigned nr_hw_queues)
 {
-	struct rq_queue_config qcfg = { RQ_QUEUE_CONFIG_INIT, .scheduler = PROBE };
-	struct mock_config cfg;
-	struct mock_dev *m;
-
-	memset(&cfg, 0, sizeof(cfg));
-	cfg.completion = how;
-	cfg.nr_hw_queues = nr_hw_queues;
-	cfg.queue_depth = 32;
-	m = mock_create(&cfg, &qcfg);
-	assert_non_null(m);
-	assert_int_equal(rq_queue_attr_set(m->q, "nomerges", "2"), 0);
-	return m;
+	return mock_create_unmerged(how, nr_hw_queues, 32, PROBE);
 }
 
 static void submit(struct rq_queue *q, unsigned i)
