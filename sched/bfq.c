@@ -954,6 +954,17 @@ static inline __attribute__((always_inline)) uint64_t seek_far(uint64_t sector, 
 }
 
 /*
+ * seek_far() for sectors and ends below 2^63 (a run's: bfq_insert_run()
+ * takes none at or above 2^58): |sector - last_end| > BFQ_SEEK_THR as one
+ * unsigned compare, the difference shifted by BFQ_SEEK_THR, no branch.
+ */
+static inline __attribute__((always_inline)) uint64_t seek_far_run(uint64_t sector,
+								   uint64_t last_end)
+{
+	return sector - last_end + BFQ_SEEK_THR > 2 * BFQ_SEEK_THR;
+}
+
+/*
  * bfqq_update_seek() for each request of a run of @n in turn (arrival
  * order), @first the first: @bits holds the seek bits of the other n - 1
  * (bit 0 the last's, each against the end of the one before), @end the
@@ -1988,7 +1999,7 @@ static bool bfq_insert_run(struct rq_queue *q, struct bfq_sched *bs, struct rq_l
 		if (n == BFQ_RUN_MAX || rq_bfqq(rq) || rq->ioc != first->ioc ||
 		    rq_is_sync(rq) != sync)
 			return false;
-		seeks = seeks << 1 | seek_far(rq->sector, end); /* the first's bit goes out below */
+		seeks = seeks << 1 | seek_far_run(rq->sector, end); /* the first's bit goes out below */
 		end = rq_request_end_sector(rq);
 		lo = rq->sector < lo ? rq->sector : lo;
 		hi = rq->sector > hi ? rq->sector : hi;
@@ -2011,10 +2022,13 @@ static bool bfq_insert_run(struct rq_queue *q, struct bfq_sched *bs, struct rq_l
 		rq->elv_priv[0] = bfqq;
 		rq_set_bits(rq, BFQ_RQ_QUEUED);
 		rq->fifo_time = rq->start_time_ns + expire;
-		if (hash && bfq_mergeable(rq)) {
-			rq_sched_hash_add(q, rq);
-			rq_sched_last_merge_fill(q, rq);
+	}
+	for (unsigned i = 0; i < n; i++) { /* the hash up to the first mergeable one */
+		if (bfq_mergeable(v[i])) {
+			rq_sched_hash_add(q, v[i]);
+			rq_sched_last_merge_fill(q, v[i]);
 			hash = false;
+			break;
 		}
 	}
 	bfqq->ref += n;

@@ -867,6 +867,37 @@ static void test_run_seek_history_runs(void **state)
 }
 
 /*
+ * A run's seek bits at the threshold (sched/bfq.c, seek_far_run()): 16
+ * reads of 4 KiB, each starting BFQ_SEEK_THR (800) sectors from the end
+ * of the one before, after it or before it, seek nowhere (idled for: the
+ * other context's read waits); 801 sectors away, every one seeks (seeky:
+ * the other read goes at once).  Fails if the compare counts 800 as a seek
+ * or misses 801, in either direction.
+ */
+static void test_run_seek_threshold(void **state)
+{
+	(void)state;
+	for (unsigned c = 0; c < 4; c++) {
+		struct rq_io_context *a = rq_ioc_create(0), *b = rq_ioc_create(0);
+		struct mock_dev *m = make_dev();
+		static struct fx_rec rec[17];
+		uint64_t run[16], gap = c & 1 ? 801 : 800;
+
+		for (unsigned i = 0; i < 16; i++) /* 8 sectors a read */
+			run[i] = c & 2 ? 100000 - i * (gap - 8) : 100000 + i * (8 + gap);
+		submit_run(m, rec, a, run, 16);
+		for (unsigned i = 0; i < 16; i++) {
+			assert_true(mock_nr_held(m) >= 1);
+			mock_complete_one(m, 0, RQ_STS_OK);
+		}
+		other_context_read(m, rec, 17, b, gap == 800);
+		mock_destroy(m);
+		rq_ioc_put(a);
+		rq_ioc_put(b);
+	}
+}
+
+/*
  * bfq idles for a sync queue whose last request completed, waiting for its
  * context's next one; once the application releases the context (as a
  * process exits in the kernel: bfq_exit_icq -> bfq_exit_bfqq expires it),
@@ -1237,6 +1268,7 @@ int main(void)
 		cmocka_unit_test(test_run_tree_front_merge),
 		cmocka_unit_test(test_run_seek_history),
 		cmocka_unit_test(test_run_seek_history_runs),
+		cmocka_unit_test(test_run_seek_threshold),
 		cmocka_unit_test(test_released_context_ends_idling),
 		cmocka_unit_test(test_async_writer_preempted),
 		cmocka_unit_test(test_rt_reader_preempts),
