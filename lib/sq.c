@@ -692,19 +692,27 @@ static void sq_cache_fill_locked(struct rq_queue *q, unsigned want)
 	sqd->allocated += n;
 }
 
-/* A request of @q from the thread's cache, or NULL.  Lock not needed. */
-static inline struct rq_request *sq_cache_pop(struct rq_queue *q)
+/* The first request of the thread's cache, which holds one.  Lock not needed. */
+static inline struct rq_request *sq_cache_take(void)
 {
 	struct sq_plug_cache *c = &tls_sq_cache;
 	struct rq_request *rq = c->head;
 
-	if (!rq || c->q != q)
-		return NULL;
 	c->head = rq->rq_next;
 	rq->rq_next = NULL;
 	c->nr--;
 	c->used++;
 	return rq;
+}
+
+/* A request of @q from the thread's cache, or NULL.  Lock not needed. */
+static inline struct rq_request *sq_cache_pop(struct rq_queue *q)
+{
+	struct sq_plug_cache *c = &tls_sq_cache;
+
+	if (!c->head || c->q != q)
+		return NULL;
+	return sq_cache_take();
 }
 
 /* The requests of @q the thread took ahead go back to the pool.  Lock held. */
@@ -788,8 +796,8 @@ void sq_rq_init(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_request *rq
 	rq->start_time_ns = core_clock_ns();
 	rq->op = bio->op;
 	rq->opf = bio->opf;
-	rq->ioc = bio->ioc ? bio->ioc : rq_ioc_current();
-	rq->ioprio = bio->ioprio ? bio->ioprio : (rq->ioc ? rq_ioc_prio(rq->ioc) : 0);
+	rq->ioc = bio->ioc ? bio->ioc : ioc_current();
+	rq->ioprio = bio->ioprio ? bio->ioprio : (rq->ioc ? ioc_prio(rq->ioc) : 0);
 	rq->sector = bio->iter.sector;
 	rq->bytes = bio->iter.size;
 	rq->nr_segments = (uint16_t)nr_segs;
@@ -1632,14 +1640,58 @@ static __attribute__((noinline)) void sq_submit_locked(struct rq_queue *q, struc
 	sq_unlock_end(q);
 }
 
+/*
+ * sq_submit()'s commonest case, with no call: a plug that takes the request
+ * inline (plug_add_fits()), a bio that is no flush step and does not touch
+ * the plug's last request, nothing in the scheduler (no bio merge could
+ * succeed), a scheduler that lets plugged requests come from the thread's
+ * cache and a request of @q in it, the thread's counters cached.  All of
+ * it is checked before anything changes; then sq_submit()'s steps in its
+ * order: count ST_BIOS, the cached request, its set-up, count ST_REQUESTS,
+ * the getrq trace point, RQF_ELVPRIV, the plug.  Return: false, having
+ * done nothing, if sq_submit()'s general way must take @bio.
+ */
+static inline __attribute__((always_inline)) bool
+sq_submit_plugged_fast(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_plug *plug,
+		       struct rq_bio *bio, unsigned nr_segs)
+{
+	struct rq_sq_data *sqd = sqd_of(q);
+	const struct sq_plug_cache *c = &tls_sq_cache;
+	struct rq_stats_block *sb;
+	struct rq_request *rq;
+
+	if ((bio->opf & (RQ_BIO_PREFLUSH | RQ_BIO_FUA)) || bio->op == RQ_OP_FLUSH ||
+	    !c->head || c->q != q || !sq_cache_allowed(sqd) || sq_merge_candidates(sqd) ||
+	    !plug_add_fits(plug, q, NULL)) /* the front end's requests have no hctx */
+		return false;
+	if (READ_ONCE(q->nomerges) != 2 && bio_mergeable(bio) &&
+	    plug_merge_candidate(plug, q, bio))
+		return false;
+	sb = stats_block_cached(q);
+	if (unlikely(!sb))
+		return false;
+	stat_block_add(sb, ST_BIOS, 1);
+	rq = sq_cache_take();
+	sq_rq_init(q, ctx, rq, bio, nr_segs);
+	stat_block_add(sb, ST_REQUESTS, 1);
+	trace_getrq(q, rq, bio);
+	rq->rq_flags |= RQ_RQF_ELVPRIV;
+	plug_append(plug, rq);
+	return true;
+}
+
 /* Submit one piece that fits the limits; consumes one usage reference. */
 static void sq_submit(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_bio *bio,
 		      unsigned nr_segs)
 {
 	struct rq_plug *plug = plug_current();
-	bool flush_seq = (bio->opf & (RQ_BIO_PREFLUSH | RQ_BIO_FUA)) || bio->op == RQ_OP_FLUSH;
-	struct rq_stats_block *sb = stats_block(q);
+	bool flush_seq;
+	struct rq_stats_block *sb;
 
+	if (plug && sq_submit_plugged_fast(q, ctx, plug, bio, nr_segs))
+		return;
+	flush_seq = (bio->opf & (RQ_BIO_PREFLUSH | RQ_BIO_FUA)) || bio->op == RQ_OP_FLUSH;
+	sb = stats_block(q);
 	stat_block_add(sb, ST_BIOS, 1);
 	if (!flush_seq && READ_ONCE(q->nomerges) != 2 && bio_mergeable(bio) &&
 	    plug_try_merge(plug, q, bio, nr_segs)) {
