@@ -1671,15 +1671,21 @@ sq_submit_plugged_fast(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_plug
 {
 	struct rq_sq_data *sqd = sqd_of(q);
 	const struct sq_plug_cache *c = &tls_sq_cache;
-	struct rq_io_context *ioc = bio->ioc ? bio->ioc : ioc_current_cached();
-	uint64_t now = tls_plug_now;
+	struct rq_io_context *ioc;
 	struct rq_stats_block *sb;
 	struct rq_request *rq;
+	uint64_t now;
 
-	if ((bio->opf & (RQ_BIO_PREFLUSH | RQ_BIO_FUA)) || bio->op == RQ_OP_FLUSH ||
-	    !c->head || c->q != q || !sq_cache_allowed(sqd) || sq_merge_candidates(sqd) ||
+	/* first what a scheduler with set_request (cfq) fails: no cache */
+	if (!c->head || c->q != q || !sq_cache_allowed(sqd) ||
+	    (bio->opf & (RQ_BIO_PREFLUSH | RQ_BIO_FUA)) || bio->op == RQ_OP_FLUSH ||
+	    sq_merge_candidates(sqd) ||
 	    !plug_add_fits(plug, q, NULL) || /* the front end's requests have no hctx */
-	    !ioc || !now || atomic_load_explicit(&obs_active, memory_order_relaxed))
+	    atomic_load_explicit(&obs_active, memory_order_relaxed))
+		return false;
+	ioc = bio->ioc ? bio->ioc : ioc_current_cached();
+	now = tls_plug_now;
+	if (!ioc || !now)
 		return false;
 	if (READ_ONCE(q->nomerges) != 2 && bio_mergeable(bio) &&
 	    plug_merge_candidate(plug, q, bio))
