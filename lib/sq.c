@@ -692,19 +692,27 @@ static void sq_cache_fill_locked(struct rq_queue *q, unsigned want)
 	sqd->allocated += n;
 }
 
-/* A request of @q from the thread's cache, or NULL.  Lock not needed. */
-static inline struct rq_request *sq_cache_pop(struct rq_queue *q)
+/* The first request of the thread's cache, which holds one.  Lock not needed. */
+static inline struct rq_request *sq_cache_take(void)
 {
 	struct sq_plug_cache *c = &tls_sq_cache;
 	struct rq_request *rq = c->head;
 
-	if (!rq || c->q != q)
-		return NULL;
 	c->head = rq->rq_next;
 	rq->rq_next = NULL;
 	c->nr--;
 	c->used++;
 	return rq;
+}
+
+/* A request of @q from the thread's cache, or NULL.  Lock not needed. */
+static inline struct rq_request *sq_cache_pop(struct rq_queue *q)
+{
+	struct sq_plug_cache *c = &tls_sq_cache;
+
+	if (!c->head || c->q != q)
+		return NULL;
+	return sq_cache_take();
 }
 
 /* The requests of @q the thread took ahead go back to the pool.  Lock held. */
@@ -776,25 +784,38 @@ static int sq_set_nr_requests(struct rq_queue *q, const char *val)
 
 /* ------------------------------------------------------ the scheduler */
 
-/* @rq, from the pool, made for @bio; inline: its stores merge with the caller's. */
+/*
+ * @rq, from the pool, made for @bio at @now for io context @ioc (bio->ioc,
+ * else the thread's; may be NULL); inline: its stores merge with the caller's.
+ */
 static inline __attribute__((always_inline))
-void sq_rq_init(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_request *rq,
-		struct rq_bio *bio, unsigned nr_segs)
+void sq_rq_init_at(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_request *rq,
+		   struct rq_bio *bio, unsigned nr_segs, struct rq_io_context *ioc, uint64_t now)
 {
 	/* the pool slot (internal_tag) and the issue generation stay */
 	rq_init_common(rq, q, NULL, ctx);
 	rq_priv(rq)->complete_status = RQ_STS_OK;
 	rq->tag = -1;
-	rq->start_time_ns = core_clock_ns();
+	rq->start_time_ns = now;
 	rq->op = bio->op;
 	rq->opf = bio->opf;
-	rq->ioc = bio->ioc ? bio->ioc : rq_ioc_current();
-	rq->ioprio = bio->ioprio ? bio->ioprio : (rq->ioc ? rq_ioc_prio(rq->ioc) : 0);
+	rq->ioc = ioc;
+	rq->ioprio = bio->ioprio ? bio->ioprio : (ioc ? ioc_prio(ioc) : 0);
 	rq->sector = bio->iter.sector;
 	rq->bytes = bio->iter.size;
 	rq->nr_segments = (uint16_t)nr_segs;
 	rq->bio = rq->biotail = bio;
 	bio->next = NULL;
+}
+
+/* @rq, from the pool, made for @bio now (sq_rq_init_at()). */
+static inline __attribute__((always_inline))
+void sq_rq_init(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_request *rq,
+		struct rq_bio *bio, unsigned nr_segs)
+{
+	uint64_t now = core_clock_ns();
+
+	sq_rq_init_at(q, ctx, rq, bio, nr_segs, bio->ioc ? bio->ioc : ioc_current(), now);
 }
 
 /*
@@ -1632,9 +1653,62 @@ static __attribute__((noinline)) void sq_submit_locked(struct rq_queue *q, struc
 	sq_unlock_end(q);
 }
 
-/* Submit one piece that fits the limits; consumes one usage reference. */
-static void sq_submit(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_bio *bio,
-		      unsigned nr_segs)
+/*
+ * sq_submit()'s commonest case, with no call: a plug that takes the request
+ * inline (plug_add_fits()), a bio that is no flush step and does not touch
+ * the plug's last request, nothing in the scheduler (no bio merge could
+ * succeed), a scheduler that lets plugged requests come from the thread's
+ * cache and a request of @q in it, the thread's counters, io context and
+ * plug's clock reading at hand, nothing observed (so the getrq trace point
+ * has nothing to do).  All of it is checked before anything changes; then
+ * sq_submit_slow()'s steps in its order: count ST_BIOS, the cached request,
+ * its set-up, count ST_REQUESTS, RQF_ELVPRIV, the plug.  Return: false,
+ * having done nothing, if sq_submit_slow() must take @bio.
+ */
+static inline __attribute__((always_inline)) bool
+sq_submit_plugged_fast(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_plug *plug,
+		       struct rq_bio *bio, unsigned nr_segs)
+{
+	struct rq_sq_data *sqd = sqd_of(q);
+	const struct sq_plug_cache *c = &tls_sq_cache;
+	struct rq_io_context *ioc;
+	struct rq_stats_block *sb;
+	struct rq_request *rq;
+	uint64_t now;
+
+	/* first what a scheduler with set_request (cfq) fails: no cache */
+	if (!c->head || c->q != q || !sq_cache_allowed(sqd) ||
+	    (bio->opf & (RQ_BIO_PREFLUSH | RQ_BIO_FUA)) || bio->op == RQ_OP_FLUSH ||
+	    sq_merge_candidates(sqd) ||
+	    !plug_add_fits(plug, q, NULL) || /* the front end's requests have no hctx */
+	    atomic_load_explicit(&obs_active, memory_order_relaxed))
+		return false;
+	ioc = bio->ioc ? bio->ioc : ioc_current_cached();
+	now = tls_plug_now;
+	if (!ioc || !now)
+		return false;
+	if (READ_ONCE(q->nomerges) != 2 && bio_mergeable(bio) &&
+	    plug_merge_candidate(plug, q, bio))
+		return false;
+	sb = stats_block_cached(q);
+	if (unlikely(!sb))
+		return false;
+	stat_block_add(sb, ST_BIOS, 1);
+	rq = sq_cache_take();
+	sq_rq_init_at(q, ctx, rq, bio, nr_segs, ioc, now);
+	stat_block_add(sb, ST_REQUESTS, 1);
+	rq->rq_flags |= RQ_RQF_ELVPRIV;
+	plug_append(plug, rq);
+	return true;
+}
+
+/*
+ * sq_submit()'s general way: a plug merge, a request the thread took
+ * ahead, else the locked way.  Out of line, so that the fast case needs
+ * no stack frame.
+ */
+static __attribute__((noinline)) void sq_submit_slow(struct rq_queue *q, struct rq_sw_ctx *ctx,
+						     struct rq_bio *bio, unsigned nr_segs)
 {
 	struct rq_plug *plug = plug_current();
 	bool flush_seq = (bio->opf & (RQ_BIO_PREFLUSH | RQ_BIO_FUA)) || bio->op == RQ_OP_FLUSH;
@@ -1649,6 +1723,17 @@ static void sq_submit(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_bio *
 	if (plug && !flush_seq && sq_submit_plugged(q, ctx, plug, bio, nr_segs, sb))
 		return;
 	sq_submit_locked(q, ctx, plug, bio, nr_segs, sb);
+}
+
+/* Submit one piece that fits the limits; consumes one usage reference. */
+static void sq_submit(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_bio *bio,
+		      unsigned nr_segs)
+{
+	struct rq_plug *plug = plug_current();
+
+	if (plug && sq_submit_plugged_fast(q, ctx, plug, bio, nr_segs))
+		return;
+	sq_submit_slow(q, ctx, bio, nr_segs);
 }
 
 /*

@@ -33,6 +33,10 @@
  *       driver stopping after one request: the fetched request takes no
  *       more merges, the ones left in noop's FIFO take back and front
  *       merges, and the driver sees the FIFO order;
+ *   test_plugged_rq_fields  requests made on a plug (after the first,
+ *       sq_submit()'s inline case) carry the thread's io context and its
+ *       priority, or the bio's own, the plug's one clock reading, and
+ *       each bio and request is counted once;
  *   test_sq_ops_old_size  a scheduler built before dispatch_one (its
  *       sq_ops size ends before it) registers and runs through dispatch:
  *       whatever lies past its size is never called.
@@ -68,7 +72,13 @@ static int drv_budget = -1;         /* take at most this many, then pause (-1: n
 static unsigned drv_fail_every;     /* end every Nth taken with IOERR (0: none) */
 static struct rq_request *held[MAX_HELD];
 static unsigned nr_held;
-static struct { uint64_t sector; uint32_t bytes; } seen[MAX_HELD];
+static struct {
+	uint64_t sector;
+	uint32_t bytes;
+	uint16_t ioprio;
+	struct rq_io_context *ioc;
+	uint64_t start_time_ns;
+} seen[MAX_HELD];
 static unsigned nr_seen;
 
 static void drv_request_fn(struct rq_queue *q)
@@ -79,6 +89,9 @@ static void drv_request_fn(struct rq_queue *q)
 		assert_true(nr_seen < MAX_HELD);
 		seen[nr_seen].sector = rq->sector;
 		seen[nr_seen].bytes = rq->bytes;
+		seen[nr_seen].ioprio = rq->ioprio;
+		seen[nr_seen].ioc = rq->ioc;
+		seen[nr_seen].start_time_ns = rq->start_time_ns;
 		nr_seen++;
 		if (drv_budget > 0)
 			drv_budget--;
@@ -698,6 +711,60 @@ static void test_sq_ops_old_size(void **state)
 	destroy(q);
 }
 
+/*
+ * Non-adjacent bios on one plug with noop: every request after the first
+ * is made by sq_submit()'s inline case.  Each carries the thread's io
+ * context (or the bio's own) and its priority unless the bio names one,
+ * all share the plug's clock reading, and bios and requests are counted
+ * once each.
+ */
+static void test_plugged_rq_fields(void **state)
+{
+	uint16_t prio = RQ_IOPRIO_VALUE(RQ_IOPRIO_CLASS_BE, 3);
+	uint16_t own_prio = RQ_IOPRIO_VALUE(RQ_IOPRIO_CLASS_IDLE, 5);
+	uint16_t bio_prio = RQ_IOPRIO_VALUE(RQ_IOPRIO_CLASS_RT, 1);
+	struct rq_io_context *ioc = rq_ioc_create(prio), *own = rq_ioc_create(own_prio);
+	struct rq_queue *q = mkq("noop");
+	struct rq_queue_stats st;
+	struct rq_bio *bios[6];
+	struct rq_plug plug;
+
+	assert_non_null(ioc);
+	assert_non_null(own);
+	rq_ioc_set_current(ioc);
+	drv_paused = true;
+	rq_start_plug(&plug);
+	for (unsigned i = 0; i < 6; i++) {
+		bios[i] = mkbio(i * 1000);
+		if (i == 3)
+			bios[i]->ioprio = bio_prio;
+		if (i == 5) /* 3 and 5 take the requests taken ahead with 2 and 4 */
+			bios[i]->ioc = own;
+		rq_submit_bio(q, bios[i]);
+	}
+	rq_finish_plug(&plug);
+	drv_resume(q);
+	assert_int_equal(nr_seen, 6);
+	for (unsigned i = 0; i < 6; i++) {
+		assert_int_equal(seen[i].sector, i * 1000);
+		assert_ptr_equal(seen[i].ioc, i == 5 ? own : ioc);
+		assert_int_equal(seen[i].ioprio, i == 3 ? bio_prio : i == 5 ? own_prio : prio);
+		assert_true(seen[i].start_time_ns != 0);
+		assert_true(seen[i].start_time_ns == seen[0].start_time_ns);
+	}
+	assert_int_equal(atomic_load(&ended), 6);
+	assert_int_equal(rq_queue_get_stats(q, &st, sizeof(st)), 0);
+	assert_int_equal(st.bios, 6);
+	assert_int_equal(st.requests, 6);
+	assert_int_equal(st.completed, 6);
+	put_bios(bios, 6);
+	destroy(q);
+	rq_ioc_set_current(NULL);
+	rq_ioc_put(own);
+	rq_ioc_put(ioc);
+}
+
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -709,6 +776,7 @@ int main(void)
 		cmocka_unit_test(test_noop_front_lazy),
 		cmocka_unit_test(test_noop_front_looked),
 		cmocka_unit_test(test_noop_fetch_one_merges),
+		cmocka_unit_test(test_plugged_rq_fields),
 		cmocka_unit_test(test_sq_ops_old_size),
 	};
 
