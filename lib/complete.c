@@ -378,7 +378,8 @@ static uint64_t mbox_now_ns(void)
  * back its next chain sooner than a futex round trip.  The budget doubles
  * when a poll finds work and halves when one gives up.  While polling is
  * set, pushes neither wake the owner nor arm the service fallback; the
- * caller looks at the stacks after this returns.  Return: work was found.
+ * caller looks at the stacks after this returns.  Return: work was found,
+ * with polling still set: the caller drains, clears it, and looks again.
  * A poll that gives up leaves polling set: the caller clears it only once
  * sleeping is set (mbox_sleep()) or it has looked a last time, so a push
  * never finds the owner between the two flags and arms the fallback.
@@ -402,7 +403,7 @@ static bool mbox_poll(struct rq_mailbox *mb, uint64_t limit_ns)
 			break;
 	}
 	if (found) {
-		atomic_store(&mb->polling, false);
+		/* polling stays set until the caller has drained (rq_wait_completions()) */
 		mb->poll_ns = mb->poll_ns * 2 < MBOX_POLL_MAX_NS ? mb->poll_ns * 2 : MBOX_POLL_MAX_NS;
 	} else
 		mb->poll_ns = mb->poll_ns / 2 > MBOX_POLL_MIN_NS ? mb->poll_ns / 2 : MBOX_POLL_MIN_NS;
@@ -437,7 +438,18 @@ RQ_EXPORT int rq_wait_completions(uint64_t timeout_ns)
 	if (n || !timeout_ns)
 		return (int)n;
 	start = mbox_now_ns();
-	if (!mbox_poll(mb, timeout_ns)) {
+	if (mbox_poll(mb, timeout_ns)) {
+		/*
+		 * Drain with polling still set: a push whose chain the poll
+		 * found may look at the flags only now, and must not take the
+		 * owner for gone and arm the service.  Then clear it and look
+		 * once more for a push that saw it set after the first drain.
+		 */
+		n = mbox_drain(mb);
+		atomic_store(&mb->polling, false);
+		atomic_thread_fence(memory_order_seq_cst);
+		return (int)(n + mbox_drain(mb));
+	} else {
 		uint64_t spent = mbox_now_ns() - start;
 
 		if (spent >= timeout_ns) {
