@@ -281,7 +281,8 @@ RQ_EXPORT void rq_flush_plug(void)
 		return;
 	if (plug->head)
 		plug_flush_list(plug);
-	/* the thread may sleep next: others may need the tags it took ahead */
+	tls_plug_now = 0; /* the thread may sleep next: its reading would go stale */
+	/* ... and others may need the tags it took ahead */
 	cpu = cur_cpu();
 	plug_return_tags(plug, cpu);
 	plug_return_usage(cpu);
