@@ -85,6 +85,7 @@ struct workload {
 	unsigned depth;      /* 0: the driver ends requests inline; else it holds this many */
 	unsigned cpu_every;  /* > 0: move to the other CPU every so many bios */
 	bool queue_rqs;      /* the driver has the batch hook */
+	const char *nomerges; /* NULL: the default (0); else the attribute's value */
 };
 
 static const struct workload workloads[] = {
@@ -106,6 +107,11 @@ static const struct workload workloads[] = {
 	{ "mixed-plug32-2hw", PAT_MIXED, 256, 32, 1, 2, 0, 5, false },
 	{ "seq-read-plug7-2hw", PAT_SEQ_READ, 224, 7, 1, 2, 0, 3, false },
 	{ "mixed-plug7-2hw-depth4", PAT_MIXED, 224, 7, 1, 2, 4, 4, false },
+	{ "random-read-plug48", PAT_RANDOM_READ, 240, 48, 1, 1, 0, 0, false },
+	{ "seq-read-unplugged-depth2", PAT_SEQ_READ, 192, 0, 1, 1, 2, 0, false },
+	{ "desc-write-unplugged-depth4", PAT_DESC_WRITE, 192, 0, 2, 1, 4, 0, false },
+	{ "mixed-plug32-nomerges1", PAT_MIXED, 256, 32, 1, 1, 0, 0, false, "1" },
+	{ "seq-read-plug7-nomerges2", PAT_SEQ_READ, 224, 7, 1, 1, 0, 0, false, "2" },
 };
 
 /* One bio of a workload, made before the runs so every run submits the same. */
@@ -555,6 +561,8 @@ static void run_workload(const struct workload *w, const struct bio_spec *specs,
 		assert_non_null(iocs[k] = rq_ioc_create(0));
 	rq_ioc_set_current(iocs[0]);
 	d = dev_create(w, sched_name, sched_sq, r);
+	if (w->nomerges)
+		assert_int_equal(rq_queue_attr_set(d->q, "nomerges", w->nomerges), 0);
 	if (mode == MODE_BYSTANDER) {
 		by = dev_create(NULL, "none", false, NULL);
 		assert_int_equal(rq_queue_attr_set(by->q, "iostats", "1"), 0);
