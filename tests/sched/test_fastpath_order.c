@@ -143,6 +143,7 @@ struct run {
 	int done[MAX_BIOS];
 	int status[MAX_BIOS];
 	struct rq_bio *bios[MAX_BIOS];
+	struct rq_queue_stats stats; /* the queue's counters at the end */
 };
 
 /* The recording device behind one queue. */
@@ -574,6 +575,7 @@ static void run_workload(const struct workload *w, const struct bio_spec *specs,
 	assert_int_equal(atomic_load(&d->q->obs_flags) != 0, mode == MODE_TRACED);
 
 	submit_all(w, specs, d, r, iocs);
+	assert_int_equal(rq_queue_get_stats(d->q, &r->stats, sizeof(r->stats)), 0);
 
 	if (mode == MODE_TRACED) {
 		assert_int_equal(rq_queue_trace_stop(d->q, NULL, 0), 0);
@@ -605,6 +607,42 @@ static void print_issue(const char *what, const struct run *r, unsigned i)
 		      "first %u hctx %u via %u last %d\n",
 		      what, i, is->op, is->opf, (unsigned long long)is->sector, is->bytes,
 		      is->nr_segments, is->nr_bios, is->first_bio, is->hctx, is->via, is->last);
+}
+
+#define STAT(f) { #f, offsetof(struct rq_queue_stats, f) }
+static const struct {
+	const char *name;
+	size_t off;
+} stat_fields[] = {
+	STAT(bios), STAT(splits), STAT(requests), STAT(dispatched), STAT(completed),
+	STAT(merges_back), STAT(merges_front), STAT(merges_rq), STAT(plug_merges),
+	STAT(resource), STAT(requeues), STAT(timeouts), STAT(flushes), STAT(errors),
+	STAT(invalid),
+};
+
+static uint64_t stat_of(const struct run *r, unsigned i)
+{
+	uint64_t v;
+
+	memcpy(&v, (const char *)&r->stats + stat_fields[i].off, sizeof(v));
+	return v;
+}
+
+/* The first counter of rq_queue_get_stats() that differs, printed; false if none. */
+static bool stats_differ(const struct workload *w, enum mode mode)
+{
+	for (unsigned i = 0; i < sizeof(stat_fields) / sizeof(stat_fields[0]); i++) {
+		uint64_t a = stat_of(&runs[MODE_PLAIN], i), b = stat_of(&runs[mode], i);
+
+		if (a != b) {
+			print_message("%s %s: counter %s is %llu in the plain run, %llu in the %s "
+				      "one\n", sched_name, w->name, stat_fields[i].name,
+				      (unsigned long long)a, (unsigned long long)b,
+				      mode_names[mode]);
+			return true;
+		}
+	}
+	return false;
 }
 
 /* The first difference between @a and @b, printed; -1 if none. */
@@ -675,8 +713,14 @@ static void print_summary(const struct workload *w, const struct run *r)
 		last += r->issues[i].last;
 	}
 	print_message("%s %s: %u bios, %u requests (%u merged, %u writes, %u sync, "
-		      "%u on hw queue 1, %u last)\n", sched_name, w->name, w->nr_bios,
-		      r->nr_issues, merged, writes, sync, hctx1, last);
+		      "%u on hw queue 1, %u last); counted: %llu requests, %llu plug merges, "
+		      "%llu back, %llu front, %llu request merges\n", sched_name, w->name,
+		      w->nr_bios, r->nr_issues, merged, writes, sync, hctx1, last,
+		      (unsigned long long)r->stats.requests,
+		      (unsigned long long)r->stats.plug_merges,
+		      (unsigned long long)r->stats.merges_back,
+		      (unsigned long long)r->stats.merges_front,
+		      (unsigned long long)r->stats.merges_rq);
 }
 
 static void test_workload(void **state)
@@ -700,6 +744,8 @@ static void test_workload(void **state)
 			report(w, specs, m, at, in_ends);
 			fail();
 		}
+		if (stats_differ(w, m))
+			fail();
 	}
 }
 
