@@ -42,6 +42,7 @@
 #include <errno.h>
 #include <sched.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -119,6 +120,7 @@ struct bio_spec {
 	uint64_t sector;
 	uint32_t seg_bytes;
 	uint8_t op, segs, ioc;
+	uint16_t ioprio;     /* 0: the context's */
 	uint32_t opf;
 };
 
@@ -129,7 +131,7 @@ struct issue {
 	uint64_t sector;
 	uint32_t bytes, opf;
 	uint16_t nr_segments, nr_bios;
-	uint16_t first_bio;
+	uint16_t first_bio, ioprio;
 	uint8_t op, hctx, via;
 	bool last;
 };
@@ -196,7 +198,7 @@ static void record(struct dev *d, struct rq_request *rq, unsigned hctx, enum via
 	*is = (struct issue){
 		.sector = rq->sector, .bytes = rq->bytes, .opf = rq->opf,
 		.nr_segments = rq->nr_segments, .nr_bios = nr_bios,
-		.first_bio = rq->bio ? bio_index(rq->bio) : 0xffff,
+		.first_bio = rq->bio ? bio_index(rq->bio) : 0xffff, .ioprio = rq->ioprio,
 		.op = rq->op, .hctx = (uint8_t)hctx, .via = (uint8_t)via, .last = last,
 	};
 }
@@ -337,7 +339,7 @@ static struct dev *dev_create(const struct workload *w, const char *sched, bool 
 		d->ops.put_budget = drv_put_budget;
 	}
 	struct rq_tag_set_config sc = { RQ_TAG_SET_CONFIG_INIT, .ops = &d->ops,
-					.nr_hw_queues = d->nr_hw_queues, .queue_depth = 64,
+					.nr_hw_queues = d->nr_hw_queues, .queue_depth = 256,
 					.numa_node = -1, .driver_data = d };
 	struct rq_queue_config qc = { RQ_QUEUE_CONFIG_INIT, .limits = &lim,
 				      .capacity = 1ull << 24, .scheduler = sched,
@@ -376,20 +378,24 @@ static void mixed_next(struct bio_spec *b, unsigned k, uint64_t *pos, unsigned *
 	uint32_t len;
 
 	switch (k) {
-	case 0: /* sequential sync reads, the thread's context */
+	case 0: /* sequential sync reads, the thread's context, some at BE 2 */
 		b->op = RQ_OP_READ;
+		if (rng_next(rng) % 5 == 0)
+			b->ioprio = RQ_IOPRIO_VALUE(RQ_IOPRIO_CLASS_BE, 2);
 		break;
 	case 1: /* sequential async writes, context 1 */
 		b->op = RQ_OP_WRITE;
 		b->ioc = 1;
 		break;
-	case 2: /* descending sync writes, context 2 */
+	case 2: /* descending sync writes, context 2 (BE 1) */
 		b->op = RQ_OP_WRITE;
 		b->opf = RQ_BIO_SYNC;
 		b->ioc = 2;
 		break;
-	default: /* small random reads, the thread's context */
+	default: /* small random reads, the thread's context, some real-time */
 		b->op = RQ_OP_READ;
+		if (rng_next(rng) % 4 == 0)
+			b->ioprio = RQ_IOPRIO_VALUE(RQ_IOPRIO_CLASS_RT, 4);
 		b->segs = 1;
 		b->seg_bytes = (1 + rng_next(rng) % 8) * 512;
 		b->sector = (uint64_t)(rng_next(rng) % 65536) * 8;
@@ -486,6 +492,7 @@ static struct rq_bio *make_bio(const struct bio_spec *s, unsigned i,
 	bio->end_io = end_io;
 	bio->private_data = (void *)(uintptr_t)i;
 	bio->ioc = s->ioc ? iocs[s->ioc] : NULL;
+	bio->ioprio = s->ioprio;
 	return bio;
 }
 
@@ -560,6 +567,7 @@ static void run_workload(const struct workload *w, const struct bio_spec *specs,
 	pin(0);
 	for (unsigned k = 0; k < NR_IOCS; k++)
 		assert_non_null(iocs[k] = rq_ioc_create(0));
+	assert_int_equal(rq_ioc_set_prio(iocs[2], RQ_IOPRIO_VALUE(RQ_IOPRIO_CLASS_BE, 1)), 0);
 	rq_ioc_set_current(iocs[0]);
 	d = dev_create(w, sched_name, sched_sq, r);
 	if (w->nomerges)
@@ -603,10 +611,11 @@ static void print_issue(const char *what, const struct run *r, unsigned i)
 		print_message("  %-9s #%u: none (%u requests)\n", what, i, r->nr_issues);
 		return;
 	}
-	print_message("  %-9s #%u: op %u opf %#x sector %llu bytes %u segs %u bios %u "
+	print_message("  %-9s #%u: op %u opf %#x prio %#x sector %llu bytes %u segs %u bios %u "
 		      "first %u hctx %u via %u last %d\n",
-		      what, i, is->op, is->opf, (unsigned long long)is->sector, is->bytes,
-		      is->nr_segments, is->nr_bios, is->first_bio, is->hctx, is->via, is->last);
+		      what, i, is->op, is->opf, is->ioprio, (unsigned long long)is->sector,
+		      is->bytes, is->nr_segments, is->nr_bios, is->first_bio, is->hctx, is->via,
+		      is->last);
 }
 
 #define STAT(f) { #f, offsetof(struct rq_queue_stats, f) }
@@ -749,6 +758,22 @@ static void test_workload(void **state)
 	}
 }
 
+/*
+ * One thread submits and completes: a submission that waits (for a tag,
+ * a request) waits for ever.  Say so rather than leave it to the suite's
+ * timeout.
+ */
+static void watchdog(int sig)
+{
+	static const char msg[] = "fastpath-order: no progress in 60 s: a submission waits "
+				  "for a tag or request only this thread could free\n";
+
+	(void)sig;
+	if (write(2, msg, sizeof(msg) - 1) < 0)
+		_exit(1);
+	_exit(1);
+}
+
 /* The CPUs the thread may use (the first two): two hw queues need two. */
 static void find_cpus(void)
 {
@@ -798,6 +823,8 @@ int main(int argc, char **argv)
 		tests[i] = (struct CMUnitTest){ .name = workloads[i].name,
 						.test_func = test_workload,
 						.initial_state = (void *)&workloads[i] };
+	signal(SIGALRM, watchdog);
+	alarm(60);
 	snprintf(group, sizeof(group), "fastpath-order-%s", sched_name);
 	ret = _cmocka_run_group_tests(group, tests, sizeof(tests) / sizeof(tests[0]), NULL, NULL);
 	rmdir(tmpdir);
