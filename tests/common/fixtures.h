@@ -93,6 +93,20 @@ void fx_vclock_set(uint64_t ns);
  */
 void fx_serve_until(uint64_t t);
 
+/**
+ * fx_xorshift32() - the next of a reproducible pseudo-random sequence
+ * (xorshift32) whose state is *@state (never 0); stores and returns it.
+ */
+static inline unsigned fx_xorshift32(unsigned *state)
+{
+	unsigned x = *state;
+
+	x ^= x << 13;
+	x ^= x >> 17;
+	x ^= x << 5;
+	return *state = x;
+}
+
 /** fixture_realloc() - realloc() that aborts when out of memory (any thread: no cmocka). */
 void *fixture_realloc(void *p, size_t n);
 

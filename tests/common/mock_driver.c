@@ -119,14 +119,9 @@ static void finish_rq(struct mock_dev *m, struct rq_request *rq, rq_status_t sta
 
 static unsigned rng_next_locked(struct mock_dev *m)
 {
-	/* xorshift32 */
-	unsigned x = m->rng ? m->rng : 2463534242u;
-
-	x ^= x << 13;
-	x ^= x >> 17;
-	x ^= x << 5;
-	m->rng = x;
-	return x;
+	if (!m->rng)
+		m->rng = 2463534242u;
+	return fx_xorshift32(&m->rng);
 }
 
 /*

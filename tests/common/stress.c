@@ -58,13 +58,7 @@ static struct {
 
 static unsigned rnd(struct worker *w)
 {
-	unsigned x = w->rng;
-
-	x ^= x << 13;
-	x ^= x >> 17;
-	x ^= x << 5;
-	w->rng = x;
-	return x;
+	return fx_xorshift32(&w->rng);
 }
 
 /* The 32-bit word at absolute byte offset @off for generation @gen. */

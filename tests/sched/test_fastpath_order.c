@@ -361,16 +361,6 @@ static void dev_destroy(struct dev *d)
 
 /* ------------------------------------------------------------ workloads */
 
-static unsigned rng_next(unsigned *s)
-{
-	unsigned x = *s;
-
-	x ^= x << 13;
-	x ^= x >> 17;
-	x ^= x << 5;
-	return *s = x;
-}
-
 /* MIXED: stream @k's next bio (positions in @pos). */
 static void mixed_next(struct bio_spec *b, unsigned k, uint64_t *pos, unsigned *rng,
 		       unsigned segs)
@@ -380,7 +370,7 @@ static void mixed_next(struct bio_spec *b, unsigned k, uint64_t *pos, unsigned *
 	switch (k) {
 	case 0: /* sequential sync reads, the thread's context, some at BE 2 */
 		b->op = RQ_OP_READ;
-		if (rng_next(rng) % 5 == 0)
+		if (fx_xorshift32(rng) % 5 == 0)
 			b->ioprio = RQ_IOPRIO_VALUE(RQ_IOPRIO_CLASS_BE, 2);
 		break;
 	case 1: /* sequential async writes, context 1 */
@@ -394,11 +384,11 @@ static void mixed_next(struct bio_spec *b, unsigned k, uint64_t *pos, unsigned *
 		break;
 	default: /* small random reads, the thread's context, some real-time */
 		b->op = RQ_OP_READ;
-		if (rng_next(rng) % 4 == 0)
+		if (fx_xorshift32(rng) % 4 == 0)
 			b->ioprio = RQ_IOPRIO_VALUE(RQ_IOPRIO_CLASS_RT, 4);
 		b->segs = 1;
-		b->seg_bytes = (1 + rng_next(rng) % 8) * 512;
-		b->sector = (uint64_t)(rng_next(rng) % 65536) * 8;
+		b->seg_bytes = (1 + fx_xorshift32(rng) % 8) * 512;
+		b->sector = (uint64_t)(fx_xorshift32(rng) % 65536) * 8;
 		return;
 	}
 	b->segs = (uint8_t)segs;
@@ -410,9 +400,9 @@ static void mixed_next(struct bio_spec *b, unsigned k, uint64_t *pos, unsigned *
 		b->sector = pos[k];
 		pos[k] += len >> 9;
 	}
-	if (rng_next(rng) % 16 == 0)
+	if (fx_xorshift32(rng) % 16 == 0)
 		b->opf |= RQ_BIO_NOMERGE;
-	if (rng_next(rng) % 24 == 0)
+	if (fx_xorshift32(rng) % 24 == 0)
 		pos[k] += 8; /* a gap: the stream goes on elsewhere */
 }
 
@@ -431,26 +421,26 @@ static void make_specs(const struct workload *w, struct bio_spec *specs)
 		switch (w->pat) {
 		case PAT_RANDOM_READ:
 			b->op = RQ_OP_READ;
-			b->sector = (uint64_t)(rng_next(&rng) % 8192) * 8;
-			if (i && rng_next(&rng) % 6 == 0) /* right after the one before */
+			b->sector = (uint64_t)(fx_xorshift32(&rng) % 8192) * 8;
+			if (i && fx_xorshift32(&rng) % 6 == 0) /* right after the one before */
 				b->sector = specs[i - 1].sector + sectors;
-			else if (i && rng_next(&rng) % 8 == 0 && specs[i - 1].sector >= sectors)
+			else if (i && fx_xorshift32(&rng) % 8 == 0 && specs[i - 1].sector >= sectors)
 				b->sector = specs[i - 1].sector - sectors; /* right before it */
 			break;
 		case PAT_SEQ_READ:
 			if (i % 48 == 0)
-				base = (uint64_t)(rng_next(&rng) % 1024) * 4096 - i * sectors;
+				base = (uint64_t)(fx_xorshift32(&rng) % 1024) * 4096 - i * sectors;
 			b->op = RQ_OP_READ;
 			b->sector = base + (uint64_t)i * sectors;
 			break;
 		case PAT_DESC_WRITE:
 			if (i % 48 == 0)
-				base = (uint64_t)(rng_next(&rng) % 1024 + 1) * 4096 + i * sectors;
+				base = (uint64_t)(fx_xorshift32(&rng) % 1024 + 1) * 4096 + i * sectors;
 			b->op = RQ_OP_WRITE;
 			b->sector = base - (uint64_t)(i + 1) * sectors;
 			break;
 		case PAT_MIXED:
-			mixed_next(b, rng_next(&rng) % 4, pos, &rng, w->segs);
+			mixed_next(b, fx_xorshift32(&rng) % 4, pos, &rng, w->segs);
 			break;
 		}
 	}
