@@ -63,6 +63,7 @@
 
 #define MAX_BIOS 256u
 #define MAX_SEGS 4u
+#define SEG_MAX (48u * 1024)           /* the largest segment a bio here has */
 #define MAX_HELD 64u
 #define MAX_ISSUES (4u * MAX_BIOS) /* the general path may never issue more */
 #define STEP_NS (50 * US)          /* virtual time between two plugs */
@@ -73,6 +74,7 @@ enum pattern {
 	PAT_SEQ_READ,      /* ascending reads (back merges), a new place every 48 */
 	PAT_DESC_WRITE,    /* descending async writes (front merges) */
 	PAT_MIXED,         /* four streams: reads, async writes, sync writes, random */
+	PAT_MIXED_EXTRA,   /* MIXED with FUA and preflush writes, discards, bios to split */
 };
 
 /* One workload: how its bios are made, plugged and issued. */
@@ -109,6 +111,10 @@ static const struct workload workloads[] = {
 	{ "seq-read-plug7-2hw", PAT_SEQ_READ, 224, 7, 1, 2, 0, 3, false },
 	{ "mixed-plug7-2hw-depth4", PAT_MIXED, 224, 7, 1, 2, 4, 4, false },
 	{ "random-read-plug48", PAT_RANDOM_READ, 240, 48, 1, 1, 0, 0, false },
+	{ "mixed-extra-plug32", PAT_MIXED_EXTRA, 256, 32, 1, 1, 0, 0, false },
+	{ "mixed-extra-plug7-depth4", PAT_MIXED_EXTRA, 224, 7, 2, 1, 4, 0, false },
+	{ "mixed-extra-plug32-2hw", PAT_MIXED_EXTRA, 256, 32, 1, 2, 0, 5, false },
+	{ "mixed-extra-unplugged", PAT_MIXED_EXTRA, 128, 0, 1, 1, 0, 0, false },
 	{ "seq-read-unplugged-depth2", PAT_SEQ_READ, 192, 0, 1, 1, 2, 0, false },
 	{ "desc-write-unplugged-depth4", PAT_DESC_WRITE, 192, 0, 2, 1, 4, 0, false },
 	{ "mixed-plug32-nomerges1", PAT_MIXED, 256, 32, 1, 1, 0, 0, false, "1" },
@@ -170,7 +176,7 @@ static bool sched_sq;
 static int cpus[2];
 static unsigned nr_cpus;
 static char tmpdir[] = "/tmp/rq-fastpath-XXXXXX";
-static uint8_t bufs[MAX_SEGS][2 * 4096]; /* one per segment, never adjacent */
+static uint8_t bufs[MAX_SEGS][SEG_MAX + 4096]; /* one per segment, never adjacent */
 static struct run runs[NR_MODES + 1];
 static struct run *cur_run;
 
@@ -307,6 +313,8 @@ static void limits_of_test(struct rq_queue_limits *lim)
 	rq_queue_limits_default(lim);
 	lim->max_sectors = 128;    /* 64 KiB: long merges stop, at different bios */
 	lim->max_segments = 16;
+	lim->max_discard_sectors = 256;
+	lim->features |= RQ_FEAT_WRITE_CACHE | RQ_FEAT_FUA;
 }
 
 static struct dev *dev_create(const struct workload *w, const char *sched, bool sq,
@@ -406,6 +414,50 @@ static void mixed_next(struct bio_spec *b, unsigned k, uint64_t *pos, unsigned *
 		pos[k] += 8; /* a gap: the stream goes on elsewhere */
 }
 
+/*
+ * MIXED_EXTRA: now and then a bio the fast cases never take, amid those
+ * they do: a FUA write, a write with a preflush, a discard, a read of 96
+ * KiB (split at max_sectors).  Return: false for an ordinary bio.
+ */
+static bool extra_next(struct bio_spec *b, uint64_t *pos, unsigned *rng)
+{
+	switch (fx_xorshift32(rng) % 40) {
+	case 0:
+	case 1: /* FUA, on the async write stream */
+		b->op = RQ_OP_WRITE;
+		b->opf = RQ_BIO_FUA;
+		b->ioc = 1;
+		b->segs = 1;
+		b->sector = pos[1];
+		pos[1] += 8;
+		return true;
+	case 2: /* a preflush on the sync write stream */
+		b->op = RQ_OP_WRITE;
+		b->opf = RQ_BIO_SYNC | RQ_BIO_PREFLUSH;
+		b->ioc = 2;
+		b->segs = 1;
+		pos[2] -= 8;
+		b->sector = pos[2];
+		return true;
+	case 3:
+	case 4: /* a discard, 64 sectors, next to the last of the read stream */
+		b->op = RQ_OP_DISCARD;
+		b->segs = 0;
+		b->seg_bytes = 64 * 512;
+		b->sector = pos[0] + 64;
+		return true;
+	case 5: /* 96 KiB in two segments: split at 64 KiB */
+		b->op = RQ_OP_READ;
+		b->segs = 2;
+		b->seg_bytes = SEG_MAX;
+		b->sector = pos[0];
+		pos[0] += 2 * SEG_MAX >> 9;
+		return true;
+	default:
+		return false;
+	}
+}
+
 static void make_specs(const struct workload *w, struct bio_spec *specs)
 {
 	unsigned rng = 0x2545f491u ^ (unsigned)w->pat * 7919u ^ w->plug;
@@ -439,6 +491,10 @@ static void make_specs(const struct workload *w, struct bio_spec *specs)
 			b->op = RQ_OP_WRITE;
 			b->sector = base - (uint64_t)(i + 1) * sectors;
 			break;
+		case PAT_MIXED_EXTRA:
+			if (extra_next(b, pos, &rng))
+				break;
+			/* fall through */
 		case PAT_MIXED:
 			mixed_next(b, fx_xorshift32(&rng) % 4, pos, &rng, w->segs);
 			break;
@@ -479,6 +535,8 @@ static struct rq_bio *make_bio(const struct bio_spec *s, unsigned i,
 	bio->iter.sector = s->sector;
 	for (unsigned k = 0; k < s->segs; k++)
 		assert_int_equal(rq_bio_add_vec(bio, bufs[k], s->seg_bytes), 0);
+	if (!s->segs)
+		bio->iter.size = s->seg_bytes; /* no data: the size alone */
 	bio->end_io = end_io;
 	bio->private_data = (void *)(uintptr_t)i;
 	bio->ioc = s->ioc ? iocs[s->ioc] : NULL;
@@ -702,7 +760,7 @@ static void report(const struct workload *w, const struct bio_spec *specs, enum 
 /* What the plain run issued, for a reader checking that a workload does what it says. */
 static void print_summary(const struct workload *w, const struct run *r)
 {
-	unsigned merged = 0, hctx1 = 0, sync = 0, writes = 0, last = 0;
+	unsigned merged = 0, hctx1 = 0, sync = 0, writes = 0, last = 0, other = 0;
 
 	for (unsigned i = 0; i < r->nr_issues; i++) {
 		merged += r->issues[i].nr_bios > 1;
@@ -710,11 +768,12 @@ static void print_summary(const struct workload *w, const struct run *r)
 		sync += (r->issues[i].opf & RQ_BIO_SYNC) != 0;
 		writes += r->issues[i].op == RQ_OP_WRITE;
 		last += r->issues[i].last;
+		other += r->issues[i].op > RQ_OP_WRITE;
 	}
 	print_message("%s %s: %u bios, %u requests (%u merged, %u writes, %u sync, "
-		      "%u on hw queue 1, %u last); counted: %llu requests, %llu plug merges, "
+		      "%u on hw queue 1, %u last, %u flushes or discards); counted: %llu requests, %llu plug merges, "
 		      "%llu back, %llu front, %llu request merges\n", sched_name, w->name,
-		      w->nr_bios, r->nr_issues, merged, writes, sync, hctx1, last,
+		      w->nr_bios, r->nr_issues, merged, writes, sync, hctx1, last, other,
 		      (unsigned long long)r->stats.requests,
 		      (unsigned long long)r->stats.plug_merges,
 		      (unsigned long long)r->stats.merges_back,
