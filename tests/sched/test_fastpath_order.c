@@ -89,6 +89,7 @@ struct workload {
 	unsigned cpu_every;  /* > 0: move to the other CPU every so many bios */
 	bool queue_rqs;      /* the driver has the batch hook */
 	const char *nomerges; /* NULL: the default (0); else the attribute's value */
+	unsigned peer_every; /* > 0: bio i goes to a second queue when i % it == 1 */
 };
 
 static const struct workload workloads[] = {
@@ -119,6 +120,10 @@ static const struct workload workloads[] = {
 	{ "desc-write-unplugged-depth4", PAT_DESC_WRITE, 192, 0, 2, 1, 4, 0, false },
 	{ "mixed-plug32-nomerges1", PAT_MIXED, 256, 32, 1, 1, 0, 0, false, "1" },
 	{ "seq-read-plug7-nomerges2", PAT_SEQ_READ, 224, 7, 1, 1, 0, 0, false, "2" },
+	{ "mixed-plug32-2queues", PAT_MIXED, 256, 32, 1, 1, 0, 0, false, NULL, 3 },
+	{ "seq-read-plug7-2queues-2hw", PAT_SEQ_READ, 224, 7, 1, 2, 0, 3, false, NULL, 5 },
+	{ "mixed-extra-plug32-2queues-depth4", PAT_MIXED_EXTRA, 256, 32, 1, 1, 4, 0, false,
+	  NULL, 4 },
 };
 
 /* One bio of a workload, made before the runs so every run submits the same. */
@@ -139,6 +144,7 @@ struct issue {
 	uint16_t nr_segments, nr_bios;
 	uint16_t first_bio, ioprio;
 	uint8_t op, hctx, via;
+	uint8_t dev;         /* 0: the queue under test, 1: its peer */
 	bool last;
 };
 
@@ -165,6 +171,7 @@ struct dev {
 	unsigned budget_used;
 	struct rq_request *held[MAX_HELD];
 	unsigned nr_held;
+	uint8_t id;                /* 0: the queue under test, 1: its peer */
 	struct run *run;           /* NULL: a bystander, never given I/O */
 };
 
@@ -205,7 +212,8 @@ static void record(struct dev *d, struct rq_request *rq, unsigned hctx, enum via
 		.sector = rq->sector, .bytes = rq->bytes, .opf = rq->opf,
 		.nr_segments = rq->nr_segments, .nr_bios = nr_bios,
 		.first_bio = rq->bio ? bio_index(rq->bio) : 0xffff, .ioprio = rq->ioprio,
-		.op = rq->op, .hctx = (uint8_t)hctx, .via = (uint8_t)via, .last = last,
+		.op = rq->op, .hctx = (uint8_t)hctx, .via = (uint8_t)via, .dev = d->id,
+		.last = last,
 	};
 }
 
@@ -549,13 +557,15 @@ static struct rq_bio *make_bio(const struct bio_spec *s, unsigned i,
  * driver holds, oldest first, and let idle windows pass, until at most
  * @keep bios are in flight.
  */
-static void settle(struct dev *d, struct run *r, unsigned keep)
+static void settle(struct dev *const *devs, struct run *r, unsigned keep)
 {
 	fx_serve_until(fx_vclock_now() + STEP_NS);
 	for (unsigned n = 0; r->submitted - r->nr_ends > keep; n++) {
 		assert_true(n < 100000);
-		if (d->nr_held)
-			complete_oldest(d);
+		if (devs[0]->nr_held)
+			complete_oldest(devs[0]);
+		else if (devs[1] && devs[1]->nr_held)
+			complete_oldest(devs[1]);
 		else
 			fx_serve_until(fx_vclock_now() + MS);
 	}
@@ -577,8 +587,8 @@ static void trace_files_remove(void)
 	closedir(dir);
 }
 
-static void submit_all(const struct workload *w, const struct bio_spec *specs, struct dev *d,
-		       struct run *r, struct rq_io_context *const *iocs)
+static void submit_all(const struct workload *w, const struct bio_spec *specs,
+		       struct dev *const *devs, struct run *r, struct rq_io_context *const *iocs)
 {
 	unsigned per = w->plug ? w->plug : 1;
 	unsigned keep = w->depth ? 24 : 32;
@@ -593,20 +603,20 @@ static void submit_all(const struct workload *w, const struct bio_spec *specs, s
 				pin(i / w->cpu_every);
 			r->bios[i] = make_bio(&specs[i], i, iocs);
 			r->submitted++;
-			rq_submit_bio(d->q, r->bios[i]);
+			rq_submit_bio(devs[w->peer_every && i % w->peer_every == 1]->q, r->bios[i]);
 		}
 		if (w->plug)
 			rq_finish_plug(&plug);
-		settle(d, r, keep);
+		settle(devs, r, keep);
 	}
-	settle(d, r, 0);
+	settle(devs, r, 0);
 }
 
 static void run_workload(const struct workload *w, const struct bio_spec *specs,
 			 enum mode mode, struct run *r)
 {
 	struct rq_io_context *iocs[NR_IOCS];
-	struct dev *d, *by = NULL;
+	struct dev *d, *devs[2] = { NULL, NULL }, *by = NULL;
 
 	memset(r, 0, sizeof(*r));
 	cur_run = r;
@@ -617,9 +627,14 @@ static void run_workload(const struct workload *w, const struct bio_spec *specs,
 		assert_non_null(iocs[k] = rq_ioc_create(0));
 	assert_int_equal(rq_ioc_set_prio(iocs[2], RQ_IOPRIO_VALUE(RQ_IOPRIO_CLASS_BE, 1)), 0);
 	rq_ioc_set_current(iocs[0]);
-	d = dev_create(w, sched_name, sched_sq, r);
-	if (w->nomerges)
-		assert_int_equal(rq_queue_attr_set(d->q, "nomerges", w->nomerges), 0);
+	for (unsigned k = 0; k < (w->peer_every ? 2u : 1u); k++) {
+		devs[k] = dev_create(w, sched_name, sched_sq, r);
+		devs[k]->id = (uint8_t)k;
+		if (w->nomerges)
+			assert_int_equal(rq_queue_attr_set(devs[k]->q, "nomerges", w->nomerges),
+					 0);
+	}
+	d = devs[0];
 	if (mode == MODE_BYSTANDER) {
 		by = dev_create(NULL, "none", false, NULL);
 		assert_int_equal(rq_queue_attr_set(by->q, "iostats", "1"), 0);
@@ -630,7 +645,7 @@ static void run_workload(const struct workload *w, const struct bio_spec *specs,
 	assert_int_equal(atomic_load(&obs_active) != 0, mode != MODE_PLAIN);
 	assert_int_equal(atomic_load(&d->q->obs_flags) != 0, mode == MODE_TRACED);
 
-	submit_all(w, specs, d, r, iocs);
+	submit_all(w, specs, devs, r, iocs);
 	assert_int_equal(rq_queue_get_stats(d->q, &r->stats, sizeof(r->stats)), 0);
 
 	if (mode == MODE_TRACED) {
@@ -639,6 +654,8 @@ static void run_workload(const struct workload *w, const struct bio_spec *specs,
 	}
 	if (by)
 		dev_destroy(by);
+	if (devs[1])
+		dev_destroy(devs[1]);
 	dev_destroy(d);
 	rq_ioc_set_current(NULL);
 	for (unsigned k = 0; k < NR_IOCS; k++)
@@ -659,11 +676,11 @@ static void print_issue(const char *what, const struct run *r, unsigned i)
 		print_message("  %-9s #%u: none (%u requests)\n", what, i, r->nr_issues);
 		return;
 	}
-	print_message("  %-9s #%u: op %u opf %#x prio %#x sector %llu bytes %u segs %u bios %u "
-		      "first %u hctx %u via %u last %d\n",
-		      what, i, is->op, is->opf, is->ioprio, (unsigned long long)is->sector,
-		      is->bytes, is->nr_segments, is->nr_bios, is->first_bio, is->hctx, is->via,
-		      is->last);
+	print_message("  %-9s #%u: queue %u op %u opf %#x prio %#x sector %llu bytes %u segs %u "
+		      "bios %u first %u hctx %u via %u last %d\n",
+		      what, i, is->dev, is->op, is->opf, is->ioprio,
+		      (unsigned long long)is->sector, is->bytes, is->nr_segments, is->nr_bios,
+		      is->first_bio, is->hctx, is->via, is->last);
 }
 
 #define STAT(f) { #f, offsetof(struct rq_queue_stats, f) }
