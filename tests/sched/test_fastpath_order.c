@@ -23,11 +23,13 @@
  *              directory): the general path with every event point on
  *
  * and the three records must be identical: every request the driver is
- * given (operation, flags, first sector, bytes, segments, bios, the first
- * bio, hw queue, queue_rq's last, queue_rq or queue_rqs), in order, and the
- * order in which the bios end.  On a difference it prints the first one
- * and runs the plain case once more, to tell a non-deterministic run from
- * a path that issues differently.
+ * given (queue, operation, flags, priority, first sector, bytes, segments,
+ * bios, the first bio, hw queue, queue_rq's last, queue_rq or queue_rqs),
+ * in order, the order in which the bios end, and the queue's counters
+ * (rq_queue_get_stats()).  On a difference it prints the first one and
+ * runs the plain case once more, to tell a non-deterministic run from a
+ * path that issues differently.  FASTPATH_ORDER_VERBOSE=1 prints what each
+ * workload's plain run issued.
  *
  * Determinism: the library clock is virtual (fx_vclock_install()) and each
  * run starts on a whole second; there is no service thread
