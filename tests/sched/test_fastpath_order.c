@@ -94,6 +94,7 @@ struct workload {
 	unsigned peer_every; /* > 0: bio i goes to a second queue when i % it == 1 */
 };
 
+/* name, pattern, bios, plug, segments, hw queues, depth, cpu_every, queue_rqs, nomerges, peer */
 static const struct workload workloads[] = {
 	{ "random-read-plug32", PAT_RANDOM_READ, 256, 32, 1, 1, 0, 0, false },
 	{ "random-read-plug1", PAT_RANDOM_READ, 64, 1, 1, 1, 0, 0, false },
