@@ -1012,6 +1012,29 @@ static void mq_end_list_stats(struct rq_request *list)
 }
 
 /*
+ * End mq_end_list()'s batch @cb on the calling thread's CPU: its usage
+ * references are dropped on this CPU's slot and its tags set this CPU's
+ * hint, as a put does on the CPU that makes it (the freezer sums the
+ * slots; sbq_put_mask() wants the caller's CPU).  On the submitter's slot
+ * and hint, a completion thread wrote the submitter's software context
+ * line (read by every submission) and its hint line (read by every tag
+ * batch) once per batch, and the submitter fetched both back from the
+ * completion thread's CPU once per plug.
+ */
+static void mq_end_list_batch_end(struct comp_batch *cb)
+{
+	if (cb->nr_usage) {
+		unsigned cpu = cur_cpu();
+
+		if (cpu != cb->cpu) {
+			cb->ctx = queue_ctx(cb->hctx->q, cpu);
+			cb->cpu = cpu;
+		}
+	}
+	comp_batch_end(cb);
+}
+
+/*
  * End every request of @list (linked by rq_next, each COMPLETE with its
  * status in complete_status), one completion batch per run of requests of
  * one hw queue.  Also the mq front end's end_batch (mailbox drain).
@@ -1033,7 +1056,7 @@ static unsigned mq_end_list(struct rq_request *list)
 		rq->rq_next = NULL;
 		if (rq->hctx != hctx) {
 			if (own)
-				comp_batch_end(&cb);
+				mq_end_list_batch_end(&cb);
 			hctx = rq->hctx;
 			own = comp_batch_start(&cb, hctx);
 		}
@@ -1041,7 +1064,7 @@ static unsigned mq_end_list(struct rq_request *list)
 		n++;
 	}
 	if (own)
-		comp_batch_end(&cb);
+		mq_end_list_batch_end(&cb);
 	return n;
 }
 
