@@ -1012,13 +1012,11 @@ static void mq_end_list_stats(struct rq_request *list)
 }
 
 /*
- * End mq_end_list()'s batch @cb on the calling thread's CPU: its usage
- * references are dropped on this CPU's slot and its tags set this CPU's
- * hint, as a put does on the CPU that makes it (the freezer sums the
- * slots; sbq_put_mask() wants the caller's CPU).  On the submitter's slot
- * and hint, a completion thread wrote the submitter's software context
- * line (read by every submission) and its hint line (read by every tag
- * batch) once per batch, and the submitter fetched both back from the
+ * End mq_end_list()'s batch @cb, dropping its usage references on the
+ * calling thread's CPU slot, as a put does on the CPU that makes it (the
+ * freezer sums the slots).  On the submitter's slot, a completion thread
+ * wrote the submitter's software context line, which every submission
+ * reads, once per batch, and the submitter fetched it back from the
  * completion thread's CPU once per plug.
  */
 static void mq_end_list_batch_end(struct comp_batch *cb)
@@ -1026,10 +1024,8 @@ static void mq_end_list_batch_end(struct comp_batch *cb)
 	if (cb->nr_usage) {
 		unsigned cpu = cur_cpu();
 
-		if (cpu != cb->cpu) {
+		if (cpu != cb->cpu) /* cb->ctx->cpu, without reading its line */
 			cb->ctx = queue_ctx(cb->hctx->q, cpu);
-			cb->cpu = cpu;
-		}
 	}
 	comp_batch_end(cb);
 }
