@@ -41,7 +41,8 @@
 #define NULL_DEFAULT_NSEC 10000ull
 #define NULL_DEFAULT_SIZE (1ull << 30)
 #define NULL_SLEEP_THRESHOLD_NS 20000 /* shorter waits spin on the clock */
-#define NULL_HANDOVER 8             /* requests ended per hand-over (multi-queue) */
+#define NULL_HANDOVER 16            /* requests ended per hand-over (multi-queue):
+				       half a plug of 32 (doc/architecture.md) */
 #define NULL_STEER_MIN 16u         /* NULL_CT_STEER: batches on the submitter's CPU
 				      between tries (about 100 us there), */
 #define NULL_STEER_MAX 16384u      /* doubling per move up to this (about 100 ms), */
