@@ -535,6 +535,7 @@ static uint64_t reap(struct bench_thread *t)
 {
 	struct bench_bio *bb, *next;
 	uint64_t reaped0 = t->reaped;
+	bool remote = t->b->o.completion != NULL_COMPLETE_INLINE;
 
 	if (t->b->o.rq_affinity == 2)
 		rq_process_completions(); /* what the completion thread left us */
@@ -545,7 +546,9 @@ static uint64_t reap(struct bench_thread *t)
 	for (unsigned w = 0; w < t->done_words; w++) {
 		unsigned long mask;
 
-		if (!atomic_load_explicit(&t->done_bits[w], memory_order_relaxed))
+		/* ended elsewhere, the word is on the completing CPU: a load
+		   first would fetch it once to read and once more to write */
+		if (!remote && !atomic_load_explicit(&t->done_bits[w], memory_order_relaxed))
 			continue;
 		mask = atomic_exchange(&t->done_bits[w], 0);
 		for (; mask; mask &= mask - 1)
