@@ -140,6 +140,8 @@ struct bench_thread {
 	uint64_t alloc_bytes;
 	uint32_t poll_ns;             /* adaptive polling budget (wait_completion) */
 	uint64_t sleeps;              /* futex sleeps in wait_completion, measured phase */
+	uint64_t plugs;               /* plugs (batches) issued, measured phase */
+	uint64_t waits;               /* waits for a completion, measured phase */
 	uint64_t wait_cpu_ns;         /* --cpu-busy: thread CPU time in wait_completion */
 	uint64_t busy_ns;             /* --cpu-busy: thread CPU time outside it, measured phase */
 	void *buf;
@@ -533,6 +535,7 @@ static uint64_t reap(struct bench_thread *t)
 {
 	struct bench_bio *bb, *next;
 	uint64_t reaped0 = t->reaped;
+	bool remote = t->b->o.completion != NULL_COMPLETE_INLINE;
 
 	if (t->b->o.rq_affinity == 2)
 		rq_process_completions(); /* what the completion thread left us */
@@ -543,7 +546,9 @@ static uint64_t reap(struct bench_thread *t)
 	for (unsigned w = 0; w < t->done_words; w++) {
 		unsigned long mask;
 
-		if (!atomic_load_explicit(&t->done_bits[w], memory_order_relaxed))
+		/* ended elsewhere, the word is on the completing CPU: a load
+		   first would fetch it once to read and once more to write */
+		if (!remote && !atomic_load_explicit(&t->done_bits[w], memory_order_relaxed))
 			continue;
 		mask = atomic_exchange(&t->done_bits[w], 0);
 		for (; mask; mask &= mask - 1)
@@ -615,6 +620,7 @@ static void wait_completion(struct bench_thread *t)
 {
 	uint64_t c0;
 
+	t->waits++;
 	if (!t->b->o.cpu_busy) {
 		wait_completion_now(t);
 		return;
@@ -732,6 +738,7 @@ run_loop(struct bench_thread *t, const struct submit_ctx *sc, uint64_t nr, bool 
 			submit_one(t, sc, plain, uniform);
 		}
 		issued += n;
+		t->plugs += n != 0;
 		if (batch > 1)
 			rq_finish_plug(&plug);
 	}
@@ -798,19 +805,22 @@ static uint64_t warmup_ops(const struct opts *o, uint64_t per_thread)
 /*
  * The completion threads' side of a run (thread and timer modes): batches
  * taken and their mean size, how many of them on the submitter's CPU,
- * futex sleeps of the completion threads and of the submitters.
+ * futex sleeps of the completion threads; the submitters' mean plug (bios
+ * per batch issued), their waits for a completion and their futex sleeps.
  */
 static void ct_summary(const struct null_stats *s0, const struct null_stats *s1,
-		       uint64_t sub_sleeps)
+		       uint64_t sub_sleeps, uint64_t ops, uint64_t plugs, uint64_t waits)
 {
 	uint64_t batches = s1->batches - s0->batches;
 	uint64_t done = s1->completed - s0->completed;
 
 	printf("; completion: %" PRIu64 " batches of %.1f, %.0f%% colocated, %" PRIu64
-	       " moves, %" PRIu64 " sleeps; submitters slept %" PRIu64, batches,
+	       " moves, %" PRIu64 " sleeps; submitters: plugs of %.1f, %" PRIu64
+	       " waits, slept %" PRIu64, batches,
 	       batches ? (double)done / batches : 0.0,
 	       batches ? 100.0 * (s1->colocated - s0->colocated) / batches : 0.0,
-	       s1->moves - s0->moves, s1->sleeps - s0->sleeps, sub_sleeps);
+	       s1->moves - s0->moves, s1->sleeps - s0->sleeps,
+	       plugs ? (double)ops / plugs : 0.0, waits, sub_sleeps);
 }
 
 static void *bench_thread_fn(void *arg)
@@ -832,6 +842,8 @@ static void *bench_thread_fn(void *arg)
 	pthread_barrier_wait(&b->barrier); /* main took its snapshot */
 	bytes0 = thread_alloc_bytes();
 	t->sleeps = 0;
+	t->plugs = 0;
+	t->waits = 0;
 	t->wait_cpu_ns = 0;
 	cpu0 = b->o.cpu_busy ? thread_cpu_ns() : 0;
 	run_phase(t, per_thread, true);
@@ -1278,6 +1290,7 @@ int main(int argc, char **argv)
 	struct null_stats ns0, ns1;
 	struct hist *all;
 	uint64_t t0, t1, a0, a1, ops = 0, errors = 0, abytes = 0, sleeps = 0, busy = 0;
+	uint64_t plugs = 0, waits = 0;
 	double secs, iops;
 	unsigned i, j;
 
@@ -1389,6 +1402,8 @@ int main(int argc, char **argv)
 		abytes += th[i].alloc_bytes;
 		sleeps += th[i].sleeps;
 		busy += th[i].busy_ns;
+		plugs += th[i].plugs;
+		waits += th[i].waits;
 		hist_merge(all, &th[i].hist);
 	}
 	if (b.o.empty)
@@ -1417,9 +1432,11 @@ int main(int argc, char **argv)
 		if (b.o.completion != NULL_COMPLETE_INLINE)
 			printf("\"ct_batches\":%" PRIu64 ",\"ct_sleeps\":%" PRIu64
 			       ",\"ct_colocated\":%" PRIu64 ",\"ct_moves\":%" PRIu64
-			       ",\"submitter_sleeps\":%" PRIu64 ",",
+			       ",\"submitter_sleeps\":%" PRIu64 ",\"submitter_plugs\":%" PRIu64
+			       ",\"submitter_waits\":%" PRIu64 ",",
 			       ns1.batches - ns0.batches, ns1.sleeps - ns0.sleeps,
-			       ns1.colocated - ns0.colocated, ns1.moves - ns0.moves, sleeps);
+			       ns1.colocated - ns0.colocated, ns1.moves - ns0.moves, sleeps,
+			       plugs, waits);
 		if (b.o.cpu_busy)
 			printf("\"submitter_busy_ns\":%.1f,", ops ? (double)busy / ops : 0.0);
 		if (b.o.cdf) {
@@ -1446,7 +1463,7 @@ int main(int argc, char **argv)
 			       " max %" PRIu64, hist_percentile(all, 50),
 			       hist_percentile(all, 99), hist_percentile(all, 99.9), all->max);
 		if (b.o.completion != NULL_COMPLETE_INLINE)
-			ct_summary(&ns0, &ns1, sleeps);
+			ct_summary(&ns0, &ns1, sleeps, ops, plugs, waits);
 		if (b.o.cpu_busy)
 			printf("; submitters busy %.1f ns/bio", ops ? (double)busy / ops : 0.0);
 		if (alloc_stats_ok)

@@ -1012,6 +1012,25 @@ static void mq_end_list_stats(struct rq_request *list)
 }
 
 /*
+ * End mq_end_list()'s batch @cb, dropping its usage references on the
+ * calling thread's CPU slot, as a put does on the CPU that makes it (the
+ * freezer sums the slots).  On the submitter's slot, a completion thread
+ * wrote the submitter's software context line, which every submission
+ * reads, once per batch, and the submitter fetched it back from the
+ * completion thread's CPU once per plug.
+ */
+static void mq_end_list_batch_end(struct comp_batch *cb)
+{
+	if (cb->nr_usage) {
+		unsigned cpu = cur_cpu();
+
+		if (cpu != cb->cpu) /* cb->ctx->cpu, without reading its line */
+			cb->ctx = queue_ctx(cb->hctx->q, cpu);
+	}
+	comp_batch_end(cb);
+}
+
+/*
  * End every request of @list (linked by rq_next, each COMPLETE with its
  * status in complete_status), one completion batch per run of requests of
  * one hw queue.  Also the mq front end's end_batch (mailbox drain).
@@ -1033,7 +1052,7 @@ static unsigned mq_end_list(struct rq_request *list)
 		rq->rq_next = NULL;
 		if (rq->hctx != hctx) {
 			if (own)
-				comp_batch_end(&cb);
+				mq_end_list_batch_end(&cb);
 			hctx = rq->hctx;
 			own = comp_batch_start(&cb, hctx);
 		}
@@ -1041,7 +1060,7 @@ static unsigned mq_end_list(struct rq_request *list)
 		n++;
 	}
 	if (own)
-		comp_batch_end(&cb);
+		mq_end_list_batch_end(&cb);
 	return n;
 }
 

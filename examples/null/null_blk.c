@@ -41,7 +41,8 @@
 #define NULL_DEFAULT_NSEC 10000ull
 #define NULL_DEFAULT_SIZE (1ull << 30)
 #define NULL_SLEEP_THRESHOLD_NS 20000 /* shorter waits spin on the clock */
-#define NULL_HANDOVER 8             /* requests ended per hand-over (multi-queue) */
+#define NULL_HANDOVER 16            /* requests ended per hand-over (multi-queue):
+				       half a plug of 32 (doc/architecture.md) */
 #define NULL_STEER_MIN 16u         /* NULL_CT_STEER: batches on the submitter's CPU
 				      between tries (about 100 us there), */
 #define NULL_STEER_MAX 16384u      /* doubling per move up to this (about 100 ms), */
@@ -94,9 +95,14 @@ struct null_hq {
 	/* queued since the last push, oldest first (queue_rq only) */
 	struct null_cmd *unpushed, *unpushed_last;
 
-	/* pushed by queue_rq, taken whole by the completion thread */
+	/* pushed by queue_rq, taken whole by the completion thread; every
+	   push reads sleeping, so it lives on this line, which the push
+	   owns already (on the counters' line below, which the thread
+	   writes per batch, it cost each push a second miss) */
 	_Atomic(struct null_cmd *) pending __attribute__((aligned(NULL_CACHELINE)));
 	_Atomic int submit_cpu;     /* CPU of the last push, -1: unknown */
+	_Atomic uint32_t wake_seq;  /* futex word */
+	atomic_bool sleeping;
 
 	/* written by the completion thread (or queue_rq when inline) */
 	uint64_t completed __attribute__((aligned(NULL_CACHELINE)));
@@ -108,8 +114,6 @@ struct null_hq {
 	unsigned steer_wait;        /* colocated batches before the next try */
 	unsigned steer_gap;         /* the wait after that try */
 	unsigned apart_run;         /* batches apart since the last colocated one */
-	_Atomic uint32_t wake_seq;  /* futex word */
-	atomic_bool sleeping;
 	atomic_bool stop;
 	uint32_t poll_ns;           /* idle polling budget (completion thread) */
 } __attribute__((aligned(NULL_CACHELINE)));
@@ -412,16 +416,20 @@ static rq_status_t null_handle_rq(struct null_dev *dev, struct null_hq *hq,
  */
 static void null_hq_push_chain(struct null_hq *hq, struct null_cmd *first, struct null_cmd *last)
 {
-	struct null_cmd *head = atomic_load_explicit(&hq->pending, memory_order_relaxed);
+	/* the thread usually took everything: expect an empty list rather
+	   than load the head first (a load, then the compare-and-swap, moved
+	   the line from the thread's CPU twice per push) */
+	struct null_cmd *head = NULL;
+	int cpu = sched_getcpu();
 
-	/* the completion thread's polling hint, on the line the push writes */
-	atomic_store_explicit(&hq->submit_cpu, sched_getcpu(), memory_order_relaxed);
 	first->chain_last = last;
 	do {
 		last->next = head;
 	} while (!atomic_compare_exchange_weak_explicit(&hq->pending, &head, first,
 							memory_order_seq_cst,
 							memory_order_relaxed));
+	/* the completion thread's polling hint, on the line the push owns now */
+	atomic_store_explicit(&hq->submit_cpu, cpu, memory_order_relaxed);
 	/* only the first pusher after the thread fell asleep wakes it */
 	if (atomic_load(&hq->sleeping) && atomic_exchange(&hq->sleeping, false)) {
 		atomic_fetch_add(&hq->wake_seq, 1);

@@ -13,7 +13,7 @@
  * - an owner whose poll gives up shows sleeping before it stops showing
  *   polling: a push at that moment finds it waiting and kicks nothing;
  * - the null driver's completion thread, with its submitter on another
- *   CPU, hands bios back every 8 requests (early hand-over), never a whole
+ *   CPU, hands bios back every 16 requests (early hand-over), never a whole
  *   plug of 32 at once, and each bio still ends exactly once;
  * - two submitters under rq_affinity 2 waiting in rq_wait_completions()
  *   over the null driver's completion thread: every bio ends exactly
@@ -356,7 +356,7 @@ static struct null_dev *null_thread_dev(void)
 
 /*
  * Submitter and completion thread pinned to two CPUs: each plug of 32
- * comes back in hand-overs of at most 8, every bio exactly once.
+ * comes back in hand-overs of at most 16, every bio exactly once.
  */
 static void test_null_early_handover(void **state)
 {
@@ -391,7 +391,7 @@ static void test_null_early_handover(void **state)
 	null_destroy(dev);
 	pthread_setaffinity_np(pthread_self(), sizeof(old), &old);
 	cpu_a = cpu_b = -1;
-	assert_in_range(atomic_load(&max_batch), 1, 8);
+	assert_in_range(atomic_load(&max_batch), 1, 16);
 }
 
 struct bench_thread {
