@@ -2016,7 +2016,7 @@ mq_submit_plugged_sched(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_plu
 	stat_block_add(sb, ST_BIO_REQUESTS, 1);
 	/*
 	 * Past a hook's call what the caller's registers do not hold is read
-	 * again (the queue's elevator, the hw queue's tags): fewer values live
+	 * again (the hooks, the hw queue and its tags): fewer values live
 	 * across the calls, fewer spills.
 	 */
 	if (merge && mq_sched_bio_merge(q, bio, nr_segs)) {
@@ -2024,9 +2024,10 @@ mq_submit_plugged_sched(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_plu
 		plug_queue_exit(q, ctx);
 		return true;
 	}
-	tag = sched_limit_depth(q, hctx, bio, false);
+	tag = sched_limit_depth(q, ctx->hctx, bio, false);
 	if (unlikely(tag)) /* a limit: the tag as mq_get_request() would take it */
 		return mq_submit_sched_limited(q, ctx, plug, bio, nr_segs, ioc, (unsigned)tag);
+	hctx = ctx->hctx;
 	tag = plug_cached_tag_pop(plug, hctx->sched_tags, 0);
 	rq = sched_rq_take(q, hctx, ctx, tag);
 	rq_take_bio(rq, bio, nr_segs);
