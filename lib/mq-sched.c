@@ -134,6 +134,19 @@ static void sched_merge_hooks(struct elv_merge_hooks *h, const struct rq_elevato
 	h->request_grew = e->ops.request_merged;
 }
 
+/* The per-request hooks of @e (NULL: none) as the queue keeps them. */
+static void sched_request_hooks(struct mq_elv_hooks *h, const struct rq_elevator_type *e)
+{
+	*h = (struct mq_elv_hooks){ 0 };
+	if (!e)
+		return;
+	h->bio_merge = e->ops.bio_merge;
+	h->limit_depth = e->ops.limit_depth;
+	h->prepare_request = e->ops.prepare_request;
+	h->completed_request = e->ops.completed_request;
+	h->finish_request = e->ops.finish_request;
+}
+
 /* Everything one switch needs, made before the queue is frozen. */
 struct sched_switch {
 	const struct rq_elevator_type *e;   /* the new type; NULL: to none */
@@ -280,6 +293,7 @@ static void switch_install(struct rq_queue *q, struct sched_switch *sw)
 	}
 	sw->old_nr_requests = q->nr_requests;
 	q->elevator = sw->eq;
+	sched_request_hooks(&q->elv, sw->e);
 	q->nr_requests = sw->nr_requests;
 }
 
@@ -378,6 +392,7 @@ void mq_elevator_detach(struct rq_queue *q)
 	}
 	sched_tags_free(q, tags);
 	q->elevator = NULL;
+	sched_request_hooks(&q->elv, NULL);
 	elevator_put(eq->type);
 	mem_free(eq, 0);
 }

@@ -254,14 +254,14 @@ static int driver_tag_get_wait(struct rq_queue *q, struct rq_hw_ctx *hctx, unsig
  * The scheduler's limit_depth() for @bio (0: no limit); flushes (@flush:
  * a flush or PREFLUSH bio, which bypasses the scheduler) are not limited.
  */
-static unsigned sched_limit_depth(struct rq_queue *q, struct rq_elevator_queue *eq,
-				  struct rq_hw_ctx *hctx, const struct rq_bio *bio, bool flush)
+static unsigned sched_limit_depth(struct rq_queue *q, struct rq_hw_ctx *hctx,
+				  const struct rq_bio *bio, bool flush)
 {
 	struct rq_alloc_data data = { .q = q, .hctx = hctx, .op = bio->op, .opf = bio->opf };
 
-	if (flush || !eq->type->ops.limit_depth)
+	if (flush || !q->elv.limit_depth)
 		return 0;
-	eq->type->ops.limit_depth(&data);
+	q->elv.limit_depth(&data);
 	return data.shallow_depth;
 }
 
@@ -318,7 +318,7 @@ sched_rq_take(struct rq_queue *q, struct rq_hw_ctx *hctx, struct rq_sw_ctx *ctx,
  * context's; then, unless @flush, the scheduler's prepare_request.
  */
 static inline __attribute__((always_inline)) void
-sched_rq_prepare(struct rq_request *rq, struct rq_elevator_queue *eq,
+sched_rq_prepare(struct rq_request *rq, struct rq_queue *q,
 		 const struct rq_bio *bio, struct rq_io_context *ioc, bool flush)
 {
 	rq->ioc = ioc;
@@ -332,61 +332,71 @@ sched_rq_prepare(struct rq_request *rq, struct rq_elevator_queue *eq,
 	 */
 	if (!flush) {
 		rq->rq_flags |= RQ_RQF_ELVPRIV;
-		if (eq->type->ops.prepare_request)
-			eq->type->ops.prepare_request(rq);
+		if (q->elv.prepare_request)
+			q->elv.prepare_request(rq);
 	}
 }
 
-/*
- * Allocate a request for @bio on @ctx: a scheduler tag with a scheduler,
- * else a driver tag (from @plug's batch, when the thread has a plug).
- * Returns NULL when no tag could be had (nowait, dying).
- */
-static struct rq_request *mq_get_request(struct rq_queue *q, struct rq_sw_ctx *ctx,
-					 struct rq_plug *plug, struct rq_bio *bio,
-					 unsigned nr_segs)
+/* A new request takes @bio (rq_take_bio()), its completion mailbox, its trace. */
+static inline __attribute__((always_inline)) void
+mq_rq_start_bio(struct rq_queue *q, struct rq_request *rq, struct rq_bio *bio, unsigned nr_segs)
 {
-	struct rq_elevator_queue *eq = q->elevator;
-	/* ctx->hctx is map_hctx()'s answer for every bio but a polled one */
-	struct rq_hw_ctx *hctx = likely(!(bio->opf & RQ_BIO_POLLED)) ?
-		ctx->hctx : map_hctx(q, ctx->cpu, bio->opf);
-	bool flush = false; /* with a scheduler: a flush or PREFLUSH bio */
-	struct rq_request *rq;
-	unsigned shallow;
-	int tag;
-
-	if (eq) {
-		flush = (bio->opf & RQ_BIO_PREFLUSH) || bio->op == RQ_OP_FLUSH;
-		shallow = sched_limit_depth(q, eq, hctx, bio, flush);
-		tag = -1;
-		if (plug)
-			tag = plug_cached_tag(plug, hctx->sched_tags, q, ctx, shallow);
-		if (tag < 0)
-			tag = get_tag(q, hctx->sched_tags, ctx->cpu, shallow,
-				      bio->opf & RQ_BIO_NOWAIT);
-		if (tag < 0)
-			return NULL;
-		rq = sched_rq_take(q, hctx, ctx, tag);
-	} else {
-		struct rq_tags *tags = hctx->tags;
-
-		tag = -1;
-		if (plug && !tags_shared(q))
-			tag = plug_cached_tag(plug, tags, NULL, ctx, 0);
-		if (tag < 0)
-			tag = driver_tag_get_wait(q, hctx, ctx->cpu, bio->opf & RQ_BIO_NOWAIT);
-		if (tag < 0)
-			return NULL;
-		rq = none_rq_take(q, hctx, ctx, tags, tag);
-	}
-
 	rq_take_bio(rq, bio, nr_segs);
 	if (unlikely(READ_ONCE(q->rq_affinity) == 2))
 		rq_priv(rq)->end_io_data = mbox_self();
 	trace_getrq(q, rq, bio);
+}
 
-	if (eq)
-		sched_rq_prepare(rq, eq, bio, bio->ioc ? bio->ioc : ioc_current(), flush);
+/* mq_get_request() with a scheduler: a scheduler tag. */
+static inline __attribute__((always_inline)) struct rq_request *
+mq_get_sched_request(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_hw_ctx *hctx,
+		     struct rq_plug *plug, struct rq_bio *bio, unsigned nr_segs)
+{
+	/* a flush or PREFLUSH bio bypasses the scheduler */
+	bool flush = (bio->opf & RQ_BIO_PREFLUSH) || bio->op == RQ_OP_FLUSH;
+	unsigned shallow = sched_limit_depth(q, hctx, bio, flush);
+	struct rq_request *rq;
+	int tag = -1;
+
+	if (plug)
+		tag = plug_cached_tag(plug, hctx->sched_tags, q, ctx, shallow);
+	if (tag < 0)
+		tag = get_tag(q, hctx->sched_tags, ctx->cpu, shallow, bio->opf & RQ_BIO_NOWAIT);
+	if (tag < 0)
+		return NULL;
+	rq = sched_rq_take(q, hctx, ctx, tag);
+	mq_rq_start_bio(q, rq, bio, nr_segs);
+	sched_rq_prepare(rq, q, bio, bio->ioc ? bio->ioc : ioc_current(), flush);
+	return rq;
+}
+
+/*
+ * Allocate a request for @bio on @ctx: a scheduler tag with a scheduler
+ * (@sched: q->elevator, the caller's test), else a driver tag (from
+ * @plug's batch, when the thread has a plug).
+ * Returns NULL when no tag could be had (nowait, dying).
+ */
+static inline __attribute__((always_inline)) struct rq_request *
+mq_get_request(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_plug *plug,
+	       struct rq_bio *bio, unsigned nr_segs, bool sched)
+{
+	/* ctx->hctx is map_hctx()'s answer for every bio but a polled one */
+	struct rq_hw_ctx *hctx = likely(!(bio->opf & RQ_BIO_POLLED)) ?
+		ctx->hctx : map_hctx(q, ctx->cpu, bio->opf);
+	struct rq_tags *tags = hctx->tags;
+	struct rq_request *rq;
+	int tag = -1;
+
+	if (sched)
+		return mq_get_sched_request(q, ctx, hctx, plug, bio, nr_segs);
+	if (plug && !tags_shared(q))
+		tag = plug_cached_tag(plug, tags, NULL, ctx, 0);
+	if (tag < 0)
+		tag = driver_tag_get_wait(q, hctx, ctx->cpu, bio->opf & RQ_BIO_NOWAIT);
+	if (tag < 0)
+		return NULL;
+	rq = none_rq_take(q, hctx, ctx, tags, tag);
+	mq_rq_start_bio(q, rq, bio, nr_segs);
 	return rq;
 }
 
@@ -637,12 +647,8 @@ release_request_bios(struct rq_request *rq, struct comp_batch *cb, bool bios_end
 	struct rq_queue *q = rq->q;
 
 	/* ELVPRIV: the scheduler that prepared it is attached (a switch drains) */
-	if (rq->rq_flags & RQ_RQF_ELVPRIV) {
-		const struct rq_elevator_type *e = q->elevator->type;
-
-		if (e->ops.finish_request)
-			e->ops.finish_request(rq);
-	}
+	if ((rq->rq_flags & RQ_RQF_ELVPRIV) && q->elv.finish_request)
+		q->elv.finish_request(rq);
 	if (unlikely(rq->rq_flags & RQ_RQF_FLUSH_INTERNAL))
 		return NULL; /* owned by the flush queue */
 	if (unlikely(__atomic_load_n(&rq_priv(rq)->core_busy, __ATOMIC_ACQUIRE)) &&
@@ -766,8 +772,8 @@ mq_end_request_inflight(struct rq_request *rq, rq_status_t status)
 			stat_inc(q, ST_ERRORS);
 		stat_inc(q, ST_COMPLETED);
 	}
-	if ((rq->rq_flags & RQ_RQF_ELVPRIV) && q->elevator->type->ops.completed_request)
-		q->elevator->type->ops.completed_request(rq, core_clock_ns());
+	if ((rq->rq_flags & RQ_RQF_ELVPRIV) && q->elv.completed_request)
+		q->elv.completed_request(rq, core_clock_ns());
 	trace_complete_all(rq, status, OBS_C_DONE);
 	request_end_bios(rq, status);
 	if (unlikely(q->mq_flags & MQ_F_PUT_BUDGET))
@@ -1835,19 +1841,19 @@ static inline bool ctx_maybe_staged(const struct rq_sw_ctx *ctx)
 /* The scheduler's bio_merge for @bio, if it has one: true if @bio merged. */
 static inline bool mq_sched_bio_merge(struct rq_queue *q, struct rq_bio *bio, unsigned nr_segs)
 {
-	const struct rq_elevator_type *e = q->elevator->type;
-
-	return e->ops.bio_merge && e->ops.bio_merge(q, bio, nr_segs);
+	return q->elv.bio_merge && q->elv.bio_merge(q, bio, nr_segs);
 }
 
-static bool mq_attempt_bio_merge(struct rq_queue *q, struct rq_sw_ctx *ctx,
-				 struct rq_plug *plug, struct rq_bio *bio, unsigned nr_segs)
+/* @sched: q->elevator (the caller's test) */
+static inline __attribute__((always_inline)) bool
+mq_attempt_bio_merge(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_plug *plug,
+		     struct rq_bio *bio, unsigned nr_segs, bool sched)
 {
 	if (READ_ONCE(q->nomerges) == 2 || !bio_mergeable(bio))
 		return false;
 	if (plug_try_merge(plug, q, bio, nr_segs))
 		return true;
-	if (q->elevator)
+	if (sched)
 		return mq_sched_bio_merge(q, bio, nr_segs);
 	if (ctx_maybe_staged(ctx)) {
 		bool merged;
@@ -1860,9 +1866,15 @@ static bool mq_attempt_bio_merge(struct rq_queue *q, struct rq_sw_ctx *ctx,
 	return false;
 }
 
-/* Submit one piece that fits the limits; consumes one usage reference. */
-static __attribute__((noinline)) void mq_submit_slow(struct rq_queue *q, struct rq_sw_ctx *ctx,
-						     struct rq_bio *bio, unsigned nr_segs)
+/*
+ * Submit one piece that fits the limits; consumes one usage reference.
+ * @sched: q->elevator, which cannot change while the piece holds its usage
+ * reference (a switch freezes the queue): each front half (mq_submit(),
+ * mq_submit_sched()) has a copy made for it, without the other's code.
+ */
+static inline __attribute__((always_inline)) void
+mq_submit_slow(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_bio *bio,
+	       unsigned nr_segs, bool sched)
 {
 	struct rq_plug *plug = plug_current();
 	struct rq_stats_block *sb = stats_block(q); /* one look-up for every count */
@@ -1875,12 +1887,12 @@ static __attribute__((noinline)) void mq_submit_slow(struct rq_queue *q, struct 
 	 * so every bio is counted before it can end.
 	 */
 	stat_block_add(sb, ST_BIO_REQUESTS, 1);
-	if (!flush_seq && mq_attempt_bio_merge(q, ctx, plug, bio, nr_segs)) {
+	if (!flush_seq && mq_attempt_bio_merge(q, ctx, plug, bio, nr_segs, sched)) {
 		stat_block_add(sb, ST_REQUESTS, (uint64_t)-1);
 		plug_queue_exit(q, ctx);
 		return;
 	}
-	rq = mq_get_request(q, ctx, plug, bio, nr_segs);
+	rq = mq_get_request(q, ctx, plug, bio, nr_segs, sched);
 	if (unlikely(!rq)) {
 		stat_block_add(sb, ST_REQUESTS, (uint64_t)-1);
 		queue_exit_ctx(q, ctx);
@@ -1893,12 +1905,28 @@ static __attribute__((noinline)) void mq_submit_slow(struct rq_queue *q, struct 
 		plug_add(plug, rq);
 		return;
 	}
-	if (q->elevator) {
+	if (sched) {
 		mq_insert_request(rq, false, true);
 		return;
 	}
 	rq->rq_next = NULL;
 	issue_chain_directly(rq->hctx, ctx, rq, false);
+}
+
+/* mq_submit_slow() for a queue without a scheduler. */
+static __attribute__((noinline)) void mq_submit_slow_none(struct rq_queue *q,
+							  struct rq_sw_ctx *ctx,
+							  struct rq_bio *bio, unsigned nr_segs)
+{
+	mq_submit_slow(q, ctx, bio, nr_segs, false);
+}
+
+/* mq_submit_slow() for a queue with a scheduler. */
+static __attribute__((noinline)) void mq_submit_slow_sched(struct rq_queue *q,
+							   struct rq_sw_ctx *ctx,
+							   struct rq_bio *bio, unsigned nr_segs)
+{
+	mq_submit_slow(q, ctx, bio, nr_segs, true);
 }
 
 /*
@@ -1964,7 +1992,7 @@ mq_submit_sched_limited(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_plu
 	}
 	rq = sched_rq_take(q, hctx, ctx, tag);
 	rq_take_bio(rq, bio, nr_segs);
-	sched_rq_prepare(rq, q->elevator, bio, ioc, false);
+	sched_rq_prepare(rq, q, bio, ioc, false);
 	plug_add(plug, rq); /* a wait for the tag may have flushed the plug */
 	return true;
 }
@@ -2007,7 +2035,7 @@ mq_submit_plugged_sched(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_plu
 	stat_block_add(sb, ST_BIO_REQUESTS, 1);
 	/*
 	 * Past a hook's call what the caller's registers do not hold is read
-	 * again (the queue's elevator, the hw queue's tags): fewer values live
+	 * again (the hooks, the hw queue and its tags): fewer values live
 	 * across the calls, fewer spills.
 	 */
 	if (merge && mq_sched_bio_merge(q, bio, nr_segs)) {
@@ -2015,13 +2043,14 @@ mq_submit_plugged_sched(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_plu
 		plug_queue_exit(q, ctx);
 		return true;
 	}
-	tag = sched_limit_depth(q, q->elevator, hctx, bio, false);
+	tag = sched_limit_depth(q, ctx->hctx, bio, false);
 	if (unlikely(tag)) /* a limit: the tag as mq_get_request() would take it */
 		return mq_submit_sched_limited(q, ctx, plug, bio, nr_segs, ioc, (unsigned)tag);
+	hctx = ctx->hctx;
 	tag = plug_cached_tag_pop(plug, hctx->sched_tags, 0);
 	rq = sched_rq_take(q, hctx, ctx, tag);
 	rq_take_bio(rq, bio, nr_segs);
-	sched_rq_prepare(rq, q->elevator, bio, ioc, false);
+	sched_rq_prepare(rq, q, bio, ioc, false);
 	plug_append(plug, rq);
 	return true;
 }
@@ -2034,7 +2063,7 @@ static __attribute__((noinline)) void mq_submit_sched(struct rq_queue *q, struct
 
 	if (plug && mq_submit_plugged_sched(q, ctx, plug, bio, nr_segs))
 		return;
-	mq_submit_slow(q, ctx, bio, nr_segs);
+	mq_submit_slow_sched(q, ctx, bio, nr_segs);
 }
 
 static void mq_submit(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_bio *bio,
@@ -2048,7 +2077,7 @@ static void mq_submit(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_bio *
 	}
 	if ((plug = plug_current()) && mq_submit_plugged_none(q, ctx, plug, bio, nr_segs))
 		return;
-	mq_submit_slow(q, ctx, bio, nr_segs);
+	mq_submit_slow_none(q, ctx, bio, nr_segs);
 }
 
 

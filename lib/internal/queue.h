@@ -177,6 +177,21 @@ struct rq_flush_queue {
 	struct rq_request *orig_rq;    /* whose tag the flush borrowed */
 };
 
+/*
+ * The attached multi-queue scheduler's hooks that every request calls (or
+ * tests), copied from its type by the install (mq-sched.c), all NULL
+ * without a scheduler and on the single-queue front end: one load from
+ * the queue on the request paths instead of three (q->elevator->type->ops).
+ * They change only with q->elevator, frozen and quiesced.
+ */
+struct mq_elv_hooks {
+	bool (*bio_merge)(struct rq_queue *q, struct rq_bio *bio, unsigned nr_segs);
+	void (*limit_depth)(struct rq_alloc_data *data);
+	void (*prepare_request)(struct rq_request *rq);
+	void (*completed_request)(struct rq_request *rq, uint64_t now_ns);
+	void (*finish_request)(struct rq_request *rq);
+};
+
 struct rq_fe_ops;
 
 struct rq_queue {
@@ -197,6 +212,7 @@ struct rq_queue {
 	unsigned *map;                 /* cpu -> hctx index (set->map) */
 
 	struct rq_elevator_queue *elevator; /* NULL: none */
+	struct mq_elv_hooks elv;       /* multi-queue: elevator's hooks, copied */
 	unsigned nr_requests;
 
 	/* tunables (attributes) */
