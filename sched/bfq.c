@@ -1408,39 +1408,37 @@ static void sched_unlock_run(struct bfq_sched *bs, unsigned delay, bool kick)
  * themselves already unpinned (the batch holds their queues' pins).
  * @bs: the batch's scheduler; NULL while no batch is open.
  * @n: completions held.
- * @base: completion time of the first; each one's is @base + @done[i].dt.
+ * @bfqq, @t, @sectors: each one's queue, completion time and length, as
+ * arrays (a record is then three stores at one index, no time base to
+ * keep or range to check).
  */
 #define BFQ_BATCH_MAX 32u
 
 struct bfq_batch {
 	struct bfq_sched *bs;
 	unsigned n;
-	uint64_t base;
-	struct {
-		struct bfq_queue *bfqq;
-		uint32_t sectors;
-		uint32_t dt;           /* ns after @base */
-	} done[BFQ_BATCH_MAX];
+	struct bfq_queue *bfqq[BFQ_BATCH_MAX];
+	uint64_t t[BFQ_BATCH_MAX];
+	uint32_t sectors[BFQ_BATCH_MAX];
 };
 
 static __thread struct bfq_batch bfq_batch __attribute__((tls_model("initial-exec")));
 
 /*
  * The rate samples of the batch @b (rate_sample() per record, in order):
- * when every record falls inside the open window, each would only add its
- * sectors, so the sum @sectors is added once.  @dt_max: the latest
- * record's time after b->base.
+ * when every record falls inside the open window (@t_min and @t_max: the
+ * earliest and latest completion times), each would only add its sectors,
+ * so the sum @sectors is added once.
  */
 static void bfq_batch_rate(struct bfq_sched *bs, const struct bfq_batch *b, uint64_t sectors,
-			   uint32_t dt_max)
+			   uint64_t t_min, uint64_t t_max)
 {
-	if (bs->rate_t0 && b->base >= bs->rate_t0 &&
-	    b->base + dt_max - bs->rate_t0 < BFQ_RATE_WINDOW_NS) {
+	if (bs->rate_t0 && t_min >= bs->rate_t0 && t_max - bs->rate_t0 < BFQ_RATE_WINDOW_NS) {
 		bs->rate_sectors += sectors;
 		return;
 	}
 	for (unsigned i = 0; i < b->n; i++)
-		rate_sample(bs, b->done[i].sectors, b->base + b->done[i].dt);
+		rate_sample(bs, b->sectors[i], b->t[i]);
 }
 
 /*
@@ -1458,30 +1456,29 @@ static __attribute__((noinline)) void bfq_batch_flush(void)
 	struct bfq_batch *b = &bfq_batch;
 	struct bfq_sched *bs = b->bs;
 	unsigned delay = 0, k = 0;
-	uint64_t sectors = 0;
-	uint32_t dt_max = 0;
+	uint64_t sectors = 0, t_min = UINT64_MAX, t_max = 0;
 	bool kick = false, strict;
 
 	bfq_lock(&bs->lock);
 	strict = bs->bd->strict_guarantees;
 	for (unsigned i = 0; i < b->n; i++) {
-		struct bfq_queue *bfqq = b->done[i].bfqq;
+		struct bfq_queue *bfqq = b->bfqq[i];
 
-		sectors += b->done[i].sectors;
-		if (b->done[i].dt > dt_max)
-			dt_max = b->done[i].dt;
+		sectors += b->sectors[i];
+		t_min = b->t[i] < t_min ? b->t[i] : t_min;
+		t_max = b->t[i] > t_max ? b->t[i] : t_max;
 		k++;
-		if (i + 1 < b->n && b->done[i + 1].bfqq == bfqq && !strict)
+		if (i + 1 < b->n && b->bfqq[i + 1] == bfqq && !strict)
 			continue;
 		bfqq->dispatched -= k;
 		bs->in_flight -= k;
 		if (unlikely((bs->in_service == bfqq && !bfqq->dispatched) || strict))
-			bfq_completed_turn(bs, bfqq, b->base + b->done[i].dt, &delay, &kick);
+			bfq_completed_turn(bs, bfqq, b->t[i], &delay, &kick);
 		bfqq->ref -= k - 1; /* the run's other pins: not the last (see above) */
 		bfqq_put(bs, bfqq);
 		k = 0;
 	}
-	bfq_batch_rate(bs, b, sectors, dt_max);
+	bfq_batch_rate(bs, b, sectors, t_min, t_max);
 	b->n = 0;
 	sched_unlock_run(bs, delay, kick);
 }
@@ -2456,18 +2453,18 @@ static bool bfq_has_work(struct rq_hw_ctx *hctx)
 static inline void bfq_batch_put(struct bfq_batch *b, struct bfq_queue *bfqq, struct rq_request *rq,
 				 unsigned long bits, uint64_t now)
 {
-	if (!b->n)
-		b->base = now;
-	b->done[b->n].bfqq = bfqq;
-	b->done[b->n].sectors = (uint32_t)(bits >> BFQ_RQ_SECTOR_SHIFT);
-	b->done[b->n].dt = (uint32_t)(now - b->base);
-	b->n++;
+	unsigned n = b->n;
+
+	b->bfqq[n] = bfqq;
+	b->t[n] = now;
+	b->sectors[n] = (uint32_t)(bits >> BFQ_RQ_SECTOR_SHIFT);
+	b->n = n + 1;
 	/* what bfqq_request_done() and bfqq_unpin() do to @rq; the pin stays */
 	rq->elv_priv[0] = NULL;
 	rq_set_bits(rq, 0);
 }
 
-/* bfq_batch_add() on a full batch, or one @now does not fit: apply it first. */
+/* bfq_batch_add() on a full batch: apply it first. */
 static __attribute__((noinline)) void bfq_batch_add_flush(struct bfq_queue *bfqq,
 							  struct rq_request *rq, unsigned long bits,
 							  uint64_t now)
@@ -2478,8 +2475,7 @@ static __attribute__((noinline)) void bfq_batch_add_flush(struct bfq_queue *bfqq
 
 /*
  * Hold the completion of @rq (dispatched, of @bfqq on the open batch's
- * scheduler) for the batch's end; false if it must be applied now.  A
- * time before the batch's base wraps past UINT32_MAX too.
+ * scheduler) for the batch's end; false if it must be applied now.
  */
 static inline bool bfq_batch_add(struct bfq_queue *bfqq, struct rq_request *rq, uint64_t now)
 {
@@ -2488,7 +2484,7 @@ static inline bool bfq_batch_add(struct bfq_queue *bfqq, struct rq_request *rq, 
 
 	if ((bits & (BFQ_RQ_DISPATCHED | BFQ_RQ_QUEUED | BFQ_RQ_HEAD)) != BFQ_RQ_DISPATCHED)
 		return false;
-	if (unlikely(b->n && (b->n == BFQ_BATCH_MAX || now - b->base > UINT32_MAX)))
+	if (unlikely(b->n == BFQ_BATCH_MAX))
 		bfq_batch_add_flush(bfqq, rq, bits, now);
 	else
 		bfq_batch_put(b, bfqq, rq, bits, now);
