@@ -1417,7 +1417,7 @@ static void sched_unlock_run(struct bfq_sched *bs, unsigned delay, bool kick)
 struct bfq_batch {
 	struct bfq_sched *bs;
 	unsigned n;
-	struct bfq_queue *bfqq[BFQ_BATCH_MAX];
+	struct bfq_queue *bfqq[BFQ_BATCH_MAX + 1]; /* [n]: NULL while flushing */
 	uint64_t t[BFQ_BATCH_MAX];
 	uint32_t sectors[BFQ_BATCH_MAX];
 };
@@ -1426,14 +1426,15 @@ static __thread struct bfq_batch bfq_batch __attribute__((tls_model("initial-exe
 
 /*
  * The rate samples of the batch @b (rate_sample() per record, in order):
- * when every record falls inside the open window (@t_min and @t_max: the
- * earliest and latest completion times), each would only add its sectors,
- * so the sum @sectors is added once.
+ * when every record falls inside the open window (@late: the largest
+ * completion time after the window's start, unsigned, so that one before
+ * it counts as very late), each would only add its sectors, so the sum
+ * @sectors is added once.
  */
 static void bfq_batch_rate(struct bfq_sched *bs, const struct bfq_batch *b, uint64_t sectors,
-			   uint64_t t_min, uint64_t t_max)
+			   uint64_t late)
 {
-	if (bs->rate_t0 && t_min >= bs->rate_t0 && t_max - bs->rate_t0 < BFQ_RATE_WINDOW_NS) {
+	if (bs->rate_t0 && late < BFQ_RATE_WINDOW_NS) {
 		bs->rate_sectors += sectors;
 		return;
 	}
@@ -1456,19 +1457,20 @@ static __attribute__((noinline)) void bfq_batch_flush(void)
 	struct bfq_batch *b = &bfq_batch;
 	struct bfq_sched *bs = b->bs;
 	unsigned delay = 0, k = 0;
-	uint64_t sectors = 0, t_min = UINT64_MAX, t_max = 0;
+	uint64_t sectors = 0, late = 0, t0;
 	bool kick = false, strict;
 
 	bfq_lock(&bs->lock);
 	strict = bs->bd->strict_guarantees;
+	t0 = bs->rate_t0; /* nothing in the loop moves the window */
+	b->bfqq[b->n] = NULL; /* ends the last run */
 	for (unsigned i = 0; i < b->n; i++) {
 		struct bfq_queue *bfqq = b->bfqq[i];
 
 		sectors += b->sectors[i];
-		t_min = b->t[i] < t_min ? b->t[i] : t_min;
-		t_max = b->t[i] > t_max ? b->t[i] : t_max;
+		late = b->t[i] - t0 > late ? b->t[i] - t0 : late;
 		k++;
-		if (i + 1 < b->n && b->bfqq[i + 1] == bfqq && !strict)
+		if (b->bfqq[i + 1] == bfqq && !strict)
 			continue;
 		bfqq->dispatched -= k;
 		bs->in_flight -= k;
@@ -1478,7 +1480,7 @@ static __attribute__((noinline)) void bfq_batch_flush(void)
 		bfqq_put(bs, bfqq);
 		k = 0;
 	}
-	bfq_batch_rate(bs, b, sectors, t_min, t_max);
+	bfq_batch_rate(bs, b, sectors, late);
 	b->n = 0;
 	sched_unlock_run(bs, delay, kick);
 }
@@ -2195,6 +2197,8 @@ struct bfq_drain {
 	struct rq_request **v; /* the queue's run[] */
 	uint64_t live;         /* bit i: v[i] still queued (BFQ_RUN_MAX is 64) */
 	unsigned k;            /* requests in v */
+	bool up;               /* the walk goes up past @far (drain_next_up()) */
+	const struct rq_request *far; /* the nearest live request below, or NULL */
 };
 
 /* Append the requests of the subtree @n to d->v in order. */
@@ -2223,12 +2227,41 @@ static unsigned drain_index(const struct bfq_drain *d, const struct rq_request *
  * and its penalised distance is smaller; a tie goes to the higher sector,
  * @next.  A wrapped @prev loses to the unwrapped @next.
  */
+static inline bool drain_far(const struct bfq_data *bd, const struct rq_request *prev,
+			     uint64_t last)
+{
+	return !prev || prev->sector + (uint64_t)bd->back_seek_max_kib * 2 < last;
+}
+
 static inline bool drain_choose_up(const struct bfq_data *bd, const struct rq_request *next,
 				   const struct rq_request *prev, uint64_t last)
 {
-	if (!prev || prev->sector + (uint64_t)bd->back_seek_max_kib * 2 < last)
+	if (drain_far(bd, prev, last))
 		return true;
 	return next->sector - last <= (last - prev->sector) * bd->back_seek_penalty;
+}
+
+/*
+ * drain_find_next() while the walk goes up (d->up): the last step chose
+ * the request above over d->far, the nearest live one below, because
+ * d->far was none or behind back_seek_max (drain_far()).  Going up keeps
+ * both true: nothing live lies between a request and the nearest live one
+ * above it, so d->far stays the nearest below, and the sectors only grow,
+ * so it stays too far behind.  The next is then the nearest live request
+ * above when there is one of d->far's metadata kind (drain_choose_up()
+ * gives it); else BFQ_DRAIN_NONE: ask drain_find_next().
+ */
+static inline unsigned drain_next_up(const struct bfq_drain *d, unsigned cur)
+{
+	uint64_t above = d->live & ~((2ull << cur) - 1);
+	unsigned in;
+
+	if (!above)
+		return BFQ_DRAIN_NONE;
+	in = (unsigned)__builtin_ctzll(above);
+	if (d->far && ((d->v[in]->opf ^ d->far->opf) & RQ_BIO_META))
+		return BFQ_DRAIN_NONE;
+	return in;
 }
 
 /*
@@ -2236,7 +2269,7 @@ static inline bool drain_choose_up(const struct bfq_data *bd, const struct rq_re
  * which is about to leave (still live), as an index.  Its neighbours in
  * sector order are the nearest live bits below and above bit @cur.
  */
-static unsigned drain_find_next(const struct bfq_drain *d, const struct bfq_data *bd,
+static unsigned drain_find_next(struct bfq_drain *d, const struct bfq_data *bd,
 				struct bfq_queue *bfqq, unsigned cur, uint64_t now)
 {
 	struct rq_request *last = d->v[cur], *prev = NULL, *next = NULL, *oldest;
@@ -2256,8 +2289,13 @@ static unsigned drain_find_next(const struct bfq_drain *d, const struct bfq_data
 	if (above) {
 		in = (unsigned)__builtin_ctzll(above);
 		next = d->v[in];
-		if (!prev || !((next->opf ^ prev->opf) & RQ_BIO_META))
-			return drain_choose_up(bd, next, prev, last->sector) ? in : ip;
+		if (!prev || !((next->opf ^ prev->opf) & RQ_BIO_META)) {
+			if (!drain_far(bd, prev, last->sector))
+				return drain_choose_up(bd, next, prev, last->sector) ? in : ip;
+			d->up = true; /* @prev loses from here up: drain_next_up() */
+			d->far = prev;
+			return in;
+		}
 	} else if (below)
 		in = (unsigned)__builtin_ctzll(below); /* after the last: wrap to the first */
 	if (in != BFQ_DRAIN_NONE)
@@ -2279,6 +2317,7 @@ static void drain_load(struct bfq_drain *d, struct bfq_queue *bfqq)
 	bfqq->run_n = 0;
 	bfqq->sort.node = NULL;
 	d->live = d->k == 64 ? ~0ull : (1ull << d->k) - 1;
+	d->up = false;
 }
 
 /*
@@ -2337,9 +2376,14 @@ static unsigned sched_drain_in_turn(struct rq_queue *q, struct bfq_sched *bs,
 
 		if (service && service + s > budget)
 			break;
-		if (n + 1 < queued)
-			nxt = drain_find_next(&d, bs->bd, bfqq, cur, now);
-		else
+		if (n + 1 < queued) {
+			if (d.up)
+				nxt = drain_next_up(&d, cur);
+			if (nxt == BFQ_DRAIN_NONE) {
+				d.up = false;
+				nxt = drain_find_next(&d, bs->bd, bfqq, cur, now);
+			}
+		} else
 			bfqq->fifo_checked = true; /* what looking would have done */
 		d.live &= ~(1ull << cur);
 		rq_rb_clear_node(&rq->rb_node);
