@@ -1763,36 +1763,58 @@ static bool bfqq_has_neighbour(struct bfq_queue *bfqq, const struct rq_request *
  * Sort the keys ks[0, n) (2 <= n <= BFQ_RUN_MAX) of a run, sector << 6 |
  * arrival index, into key[1, n]; key[0] = 0 (stable by construction).  Every sector must
  * fit the key (below 2^58: 128 PiB; the caller checks), @lo and @hi are
- * the lowest and highest.  First a counting sort into 2^b >= n buckets by
- * the top bits of sector - @lo (stable: arrival order within a bucket),
- * then an insertion sort of the keys, which has only the few inversions
- * inside buckets left to undo (key[0] stops every scan).  Whatever the
- * sectors, the result is the keys in order: the buckets only make it
- * cheaper (random sectors are about one per bucket, where the insertion
- * sort alone moved a quarter of the run per request).
+ * the lowest and highest.  A counting sort into 2^b >= n buckets by the
+ * top bits of sector - @lo, each key put in its bucket by insertion among
+ * the bucket's keys placed before it (random sectors are about one per
+ * bucket, so that is usually one compare).  Whatever the sectors, the
+ * result is the keys in order: the buckets only make it cheaper.  The
+ * insertion never leaves the bucket: the slot below a bucket's first is
+ * key[0], a key of a lower bucket (smaller: a lower sector) or a slot of
+ * one not filled yet, zeroed first; 0 is no key's superior.
  */
 #define BFQ_RUN_IDX_BITS 6
+
+/* Turn the bucket counts c[1, nb] into each bucket's first slot c[0, nb). */
+static void run_prefix(uint8_t *c, unsigned nb)
+{
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+	/* 8 counts a word: multiplying by 0x0101...01 sums every byte's lower ones (< 256) */
+	uint64_t carry = 0;
+
+	for (unsigned i = 0; i <= nb; i += 8) {
+		uint64_t w;
+
+		memcpy(&w, c + i, sizeof(w));
+		w = (w + carry) * 0x0101010101010101ull;
+		memcpy(c + i, &w, sizeof(w));
+		carry = w >> 56;
+	}
+#else
+	for (unsigned i = 1; i < nb; i++)
+		c[i] = (uint8_t)(c[i] + c[i - 1]);
+#endif
+}
 
 static void run_sort(uint64_t *key, const uint64_t *ks, unsigned n, uint64_t lo, uint64_t hi)
 {
 	unsigned b = 32u - (unsigned)__builtin_clz(n - 1), width = 0;
-	uint8_t bucket[BFQ_RUN_MAX], start[BFQ_RUN_MAX + 1];
+	uint8_t bucket[BFQ_RUN_MAX], start[BFQ_RUN_MAX + 8] __attribute__((aligned(8)));
+	uint64_t base = lo << BFQ_RUN_IDX_BITS;
 
 	if (hi > lo)
 		width = 64u - (unsigned)__builtin_clzll(hi - lo);
-	width = width > b ? width - b : 0; /* (sector - lo) >> width < 2^b */
+	/* (key - base) >> width == (sector - lo) >> (width - 6) < 2^b */
+	width = (width > b ? width - b : 0) + BFQ_RUN_IDX_BITS;
 	memset(start, 0, sizeof(start));
-	for (unsigned i = 0; i < n; i++) {
-		bucket[i] = (uint8_t)(((ks[i] >> BFQ_RUN_IDX_BITS) - lo) >> width);
-		start[bucket[i] + 1]++;
-	}
-	for (unsigned i = 1; i < 1u << b; i++)
-		start[i] = (uint8_t)(start[i] + start[i - 1]);
 	key[0] = 0;
-	for (unsigned i = 0; i < n; i++)
-		key[1 + start[bucket[i]]++] = ks[i];
-	for (unsigned i = 2; i <= n; i++) {
-		uint64_t k = key[i], *at = &key[i];
+	for (unsigned i = 0; i < n; i++) {
+		bucket[i] = (uint8_t)((ks[i] - base) >> width);
+		start[bucket[i] + 1]++;
+		key[i + 1] = 0;
+	}
+	run_prefix(start, 1u << b);
+	for (unsigned i = 0; i < n; i++) {
+		uint64_t k = ks[i], *at = &key[1 + start[bucket[i]]++];
 
 		for (; at[-1] > k; at--)
 			at[0] = at[-1];
