@@ -1864,24 +1864,38 @@ static void run_build_tree(struct rq_rb_root *root, struct rq_request **v, unsig
 }
 
 /*
- * Put the run v[0, n) into dst[] in the order of its sorted keys
- * key[1, n] (run_sort()); false if a request of it could find another
- * ending where it starts (an insert merge).  Conservative: as soon as one
- * starts at or before the end of a request sorted before it.
+ * Put the run v[0, n) into @bfqq's run[] in the order of its sorted keys
+ * key[1, n] (run_sort()), each request pinned to @bfqq as it goes: queue,
+ * bits and FIFO deadline (@expire after its start), what bfq_pin_rq() and
+ * bfqq_arrive() set (in no particular order: each is the request's own).
+ * False if a request of it could find another ending where it starts (an
+ * insert merge), with the pins undone: the requests are then as they came
+ * (no queue, no bits; bfq_pin_rq() and bfqq_arrive() set the rest again).
+ * Conservative: as soon as one starts at or before the end of a request
+ * sorted before it.
  */
-static bool run_place(struct rq_request **dst, const uint64_t *key, struct rq_request *const *v,
-		      unsigned n)
+static bool run_place(struct bfq_queue *bfqq, const uint64_t *key, struct rq_request *const *v,
+		      unsigned n, uint64_t expire)
 {
+	struct rq_request **dst = bfqq->run;
 	uint64_t end = 0;
 
 	for (unsigned i = 0; i < n; i++) {
 		struct rq_request *rq = v[key[i + 1] & ((1u << BFQ_RUN_IDX_BITS) - 1)];
 
-		if (i && rq->sector <= end && bfq_mergeable(rq))
+		if (i && rq->sector <= end && bfq_mergeable(rq)) {
+			while (i--) {
+				dst[i]->elv_priv[0] = NULL;
+				rq_set_bits(dst[i], 0);
+			}
 			return false;
+		}
 		if (rq_request_end_sector(rq) > end)
 			end = rq_request_end_sector(rq);
 		dst[i] = rq;
+		rq->elv_priv[0] = bfqq;
+		rq_set_bits(rq, BFQ_RQ_QUEUED);
+		rq->fifo_time = rq->start_time_ns + expire;
 	}
 	return true;
 }
@@ -2034,16 +2048,10 @@ static bool bfq_insert_run(struct rq_queue *q, struct bfq_sched *bs, struct rq_l
 	if (bfqq->sort.node || bfqq->run_n)
 		return false;
 	run_sort(key, ks, n, lo, hi);
-	if (!run_place(bfqq->run, key, v, n))
-		return false;
 	expire = bfqq_fifo_expire_ns(bfqq);
+	if (!run_place(bfqq, key, v, n, expire)) /* pinned: bfq_pin_rq(), bfqq_arrive() */
+		return false;
 	bfqq_update_seek_run(bfqq, first, seeks & ((1ull << (n - 1)) - 1), n, end);
-	for (unsigned i = 0; i < n; i++) { /* bfq_pin_rq() and bfqq_arrive(), the list aside */
-		rq = v[i];
-		rq->elv_priv[0] = bfqq;
-		rq_set_bits(rq, BFQ_RQ_QUEUED);
-		rq->fifo_time = rq->start_time_ns + expire;
-	}
 	for (unsigned i = 0; i < n; i++) { /* the hash up to the first mergeable one */
 		if (bfq_mergeable(v[i])) {
 			rq_sched_hash_add(q, v[i]);
