@@ -256,9 +256,11 @@ struct bfq_queue {
 	 * While @run_n is not 0 the queued requests are run[0, run_n) in
 	 * sector order and @sort is empty: the tree is built only when
 	 * something walks it (bfqq_sort()); a plug's run that is drained
-	 * whole is never built.
+	 * whole is never built.  @run_next: where @next_rq was last seen in
+	 * run[] (a hint: drain_index() checks it).
 	 */
 	unsigned run_n;
+	unsigned run_next;
 	struct rq_request *run[BFQ_RUN_MAX];
 };
 
@@ -1902,36 +1904,47 @@ static bool run_place(struct bfq_queue *bfqq, const uint64_t *key, struct rq_req
 
 /*
  * The next request of a queue that had none, after the sorted run v[0, n)
- * was added: what folding bfq_choose_req() over the run from @last gives,
- * in arrival order or (ties are between equal sectors, which the stable
- * sort left in arrival order) in sorted order.  Without metadata requests
- * the winner is one of three: the lowest sector (if behind back_seek_max,
- * wrapped), the first of the nearest sector behind @last, the first at or
- * after @last; the three have different sectors, so no tie is left.
- * @meta: some request of the run is RQ_BIO_META.
+ * was added, as its index: what folding bfq_choose_req() over the run
+ * from @last gives, in arrival order or (ties are between equal sectors,
+ * which the stable sort left in arrival order) in sorted order.  Without
+ * metadata requests the winner is one of three: the lowest sector (if
+ * behind back_seek_max, wrapped), the first of the nearest sector behind
+ * @last, the first at or after @last (a binary search of the sorted
+ * keys, key[i] >> 6 being v[i]'s sector); the three have different
+ * sectors, so no tie is left.  @meta: some request of the run is
+ * RQ_BIO_META.
  */
-static struct rq_request *run_next_rq(const struct bfq_data *bd, struct rq_request **v, unsigned n,
-				      uint64_t last, bool meta)
+static unsigned run_next_idx(const struct bfq_data *bd, struct rq_request **v, const uint64_t *key,
+			     unsigned n, uint64_t last, bool meta)
 {
+	const uint64_t *at = key, t = last << BFQ_RUN_IDX_BITS;
 	struct rq_request *best = NULL;
-	unsigned c = 0, f;
+	unsigned c, f, bi = 0;
 
 	if (meta) {
-		for (unsigned i = 0; i < n; i++)
-			best = bfq_choose_req(bd, best, v[i], last);
-		return best;
+		for (unsigned i = 0; i < n; i++) {
+			if (bfq_choose_req(bd, best, v[i], last) == v[i])
+				bi = i;
+			best = v[bi];
+		}
+		return bi;
 	}
-	while (c < n && v[c]->sector < last)
-		c++;
-	best = v[0];
+	if (last >> (64 - BFQ_RUN_IDX_BITS)) {
+		c = n; /* above every key's sector */
+	} else {
+		for (unsigned len = n; len > 1; len -= len / 2)
+			at += at[len / 2 - 1] < t ? len / 2 : 0;
+		c = (unsigned)(at - key) + (*at < t); /* the first at or after @last */
+	}
 	if (c) {
-		for (f = c - 1; f && v[f - 1]->sector == v[c - 1]->sector; f--)
+		for (f = c - 1; f && key[f - 1] >> BFQ_RUN_IDX_BITS == key[c - 1] >> BFQ_RUN_IDX_BITS; f--)
 			;
-		best = bfq_choose_req(bd, best, v[f], last);
+		if (bfq_choose_req(bd, v[0], v[f], last) == v[f])
+			bi = f;
 	}
-	if (c < n)
-		best = bfq_choose_req(bd, best, v[c], last);
-	return best;
+	if (c < n && bfq_choose_req(bd, v[bi], v[c], last) == v[c])
+		bi = c;
+	return bi;
 }
 
 /* How long a request of @bfqq may wait before its FIFO deadline; lock held. */
@@ -2014,7 +2027,7 @@ static void bfqq_got_request(struct bfq_sched *bs, struct bfq_queue *bfqq, struc
  * The same state as inserting them one by one (the loop of
  * bfq_insert_requests()): the run array (the tree, once built) holds the
  * same requests in the same order, the next request is the same
- * (run_next_rq()), and the FIFO, cache, seek history, pins and activation
+ * (run_next_idx()), and the FIFO, cache, seek history, pins and activation
  * go in arrival order as before, the hash too (the part after the cache's
  * request when it is next used: sched_hash_flush()); activation and
  * preemption look at no tree, so making them after the sort changes
@@ -2066,8 +2079,8 @@ static bool bfq_insert_run(struct rq_queue *q, struct bfq_sched *bs, struct rq_l
 	if (!hash)
 		bs->hash_pending = bfqq; /* the rest of the run: sched_hash_flush() */
 	bfqq->run_n = n; /* the tree is built when needed: bfqq_sort() */
-	bfqq->next_rq = bfq_choose_req(bs->bd, bfqq->next_rq,
-				       run_next_rq(bs->bd, bfqq->run, n, bs->head_pos, opf & RQ_BIO_META), bs->head_pos);
+	bfqq->run_next = run_next_idx(bs->bd, bfqq->run, key + 1, n, bs->head_pos, opf & RQ_BIO_META);
+	bfqq->next_rq = bfq_choose_req(bs->bd, bfqq->next_rq, bfqq->run[bfqq->run_next], bs->head_pos);
 	bfqq->queued += n;
 	WRITE_ONCE(bs->queued, bs->queued + n);
 	bfqq_got_request(bs, bfqq, first);
@@ -2228,7 +2241,7 @@ struct bfq_drain {
 	uint64_t live;         /* bit i: v[i] still queued (BFQ_RUN_MAX is 64) */
 	unsigned k;            /* requests in v */
 	bool up;               /* the walk goes up past @far (drain_next_up()) */
-	const struct rq_request *far; /* the nearest live request below, or NULL */
+	unsigned far_meta;     /* its RQ_BIO_META bit (none: what the next one has) */
 };
 
 /* Append the requests of the subtree @n to d->v in order. */
@@ -2240,9 +2253,12 @@ static void drain_flatten(struct bfq_drain *d, struct rq_rb_node *n)
 	}
 }
 
-static unsigned drain_index(const struct bfq_drain *d, const struct rq_request *rq)
+static unsigned drain_index(const struct bfq_drain *d, const struct rq_request *rq, unsigned hint)
 {
 	unsigned i = 0;
+
+	if (hint < d->k && d->v[hint] == rq)
+		return hint;
 
 	while (d->v[i] != rq)
 		i++;
@@ -2273,23 +2289,25 @@ static inline bool drain_choose_up(const struct bfq_data *bd, const struct rq_re
 
 /*
  * drain_find_next() while the walk goes up (d->up): the last step chose
- * the request above over d->far, the nearest live one below, because
- * d->far was none or behind back_seek_max (drain_far()).  Going up keeps
- * both true: nothing live lies between a request and the nearest live one
- * above it, so d->far stays the nearest below, and the sectors only grow,
- * so it stays too far behind.  The next is then the nearest live request
- * above when there is one of d->far's metadata kind (drain_choose_up()
- * gives it); else BFQ_DRAIN_NONE: ask drain_find_next().
+ * the request above over the nearest live one below, because there was
+ * none or it was behind back_seek_max (drain_far()).  Going up keeps both
+ * true: nothing live lies between a request and the nearest live one
+ * above it, so the one below stays the nearest, and the sectors only
+ * grow, so it stays too far behind.  The next is then the nearest live
+ * request above when it has the metadata kind d->far_meta (the one
+ * below's; with none below, the first chosen one's, which only sends
+ * other kinds the long way) as drain_choose_up() gives it; else
+ * BFQ_DRAIN_NONE: ask drain_find_next().
  */
 static inline unsigned drain_next_up(const struct bfq_drain *d, unsigned cur)
 {
-	uint64_t above = d->live & ~((2ull << cur) - 1);
+	uint64_t above = d->live & (~1ull << cur); /* bits cur + 1 and up (none for 63) */
 	unsigned in;
 
 	if (!above)
 		return BFQ_DRAIN_NONE;
 	in = (unsigned)__builtin_ctzll(above);
-	if (d->far && ((d->v[in]->opf ^ d->far->opf) & RQ_BIO_META))
+	if ((d->v[in]->opf & RQ_BIO_META) != d->far_meta)
 		return BFQ_DRAIN_NONE;
 	return in;
 }
@@ -2310,7 +2328,7 @@ static unsigned drain_find_next(struct bfq_drain *d, const struct bfq_data *bd,
 		bfqq->fifo_checked = true;
 		oldest = rq_list_first_rq(&bfqq->fifo);
 		if (oldest && oldest != last && now >= oldest->fifo_time)
-			return drain_index(d, oldest);
+			return drain_index(d, oldest, BFQ_DRAIN_NONE);
 	}
 	if (below) {
 		ip = 63u - (unsigned)__builtin_clzll(below);
@@ -2323,7 +2341,7 @@ static unsigned drain_find_next(struct bfq_drain *d, const struct bfq_data *bd,
 			if (!drain_far(bd, prev, last->sector))
 				return drain_choose_up(bd, next, prev, last->sector) ? in : ip;
 			d->up = true; /* @prev loses from here up: drain_next_up() */
-			d->far = prev;
+			d->far_meta = (prev ? prev : next)->opf & RQ_BIO_META;
 			return in;
 		}
 	} else if (below)
@@ -2399,7 +2417,7 @@ static unsigned sched_drain_in_turn(struct rq_queue *q, struct bfq_sched *bs,
 	uint64_t total = service;
 
 	drain_load(&d, bfqq);
-	cur = drain_index(&d, bfqq->next_rq);
+	cur = drain_index(&d, bfqq->next_rq, bfqq->run_next);
 	for (;;) {
 		struct rq_request *rq = d.v[cur];
 		unsigned nxt = BFQ_DRAIN_NONE, s = rq_request_sectors(rq);
@@ -2423,8 +2441,8 @@ static unsigned sched_drain_in_turn(struct rq_queue *q, struct bfq_sched *bs,
 		rq_list_add_tail(&rq->queuelist, list);
 		if (rq->rq_flags & RQ_RQF_HASHED)
 			rq_sched_hash_del(q, rq);
-		rq_set_bits(rq, (rq_bits(rq) & 0xff & ~BFQ_RQ_QUEUED) | BFQ_RQ_DISPATCHED |
-				    ((unsigned long)s << BFQ_RQ_SECTOR_SHIFT));
+		/* a queued request's bits are BFQ_RQ_QUEUED alone (bfqq_arrive(), run_place()) */
+		rq_set_bits(rq, BFQ_RQ_DISPATCHED | ((unsigned long)s << BFQ_RQ_SECTOR_SHIFT));
 		if (s != run_s && run_n) {
 			entity_charge_n(&bfqq->entity, run_s, run_n);
 			run_n = 0;
@@ -2441,8 +2459,12 @@ static unsigned sched_drain_in_turn(struct rq_queue *q, struct bfq_sched *bs,
 	/* the next request: the one the budget stopped, or the last one's next */
 	bfqq->next_rq = cur != BFQ_DRAIN_NONE ? d.v[cur] : NULL;
 	drain_account(bs, bfqq, n, total, last, run_s, run_n, now);
-	for (uint64_t m = d.live; m; m &= m - 1)
-		d.v[left++] = d.v[__builtin_ctzll(m)]; /* in order, and left <= the index */
+	for (uint64_t m = d.live; m; m &= m - 1) {
+		unsigned i = (unsigned)__builtin_ctzll(m);
+
+		bfqq->run_next = i == cur ? left : bfqq->run_next;
+		d.v[left++] = d.v[i]; /* in order, and left <= i */
+	}
 	bfqq->run_n = left; /* the rest, a run again: built if someone walks it */
 	return n;
 }
