@@ -648,6 +648,47 @@ static void test_drain_tie_goes_up(void **state)
 }
 
 /*
+ * A drain that walks up past a request too far behind (beyond
+ * back_seek_max) meets a request of another metadata kind (issue 16,
+ * bfq12: drain_next_up()).  The head is at 200000 (a first request
+ * [199992, 200000) went alone), then one plug of one context holds A 100
+ * (META, 199900 behind: more than back_seek_max's 32768 sectors), B1
+ * 200000 and B2 200100 (META), C 200200 and D 200300 (no merges).  B1
+ * goes first (a metadata request, at the head); from it B2 goes up (A is
+ * too far behind).  From B2 the next above, C, is not metadata and A is:
+ * the kernel's bfq_choose_req() prefers the metadata request whatever the
+ * distance, so A goes third, then C and D.  With five driver tags all go
+ * in one drain; a walk up that kept going past A without looking at the
+ * kind would send C, D, then A.
+ */
+static void test_drain_up_meta_below(void **state)
+{
+	static const uint64_t want[] = { 200000, 200100, 100, 200200, 200300 };
+	static const uint64_t batch[] = { 100, 200000, 200100, 200200, 200300 };
+	static const uint32_t meta[] = { RQ_BIO_META, RQ_BIO_META, RQ_BIO_META, 0, 0 };
+	struct rq_io_context *a = rq_ioc_create(0);
+	struct mock_dev *m = make_dev_depth(8);
+	static struct fx_rec rec[6];
+	struct rq_plug plug;
+
+	(void)state;
+	submit_read(m, &rec[0], a, 199992, RQ_BIO_NOMERGE);
+	complete_in_order(m, (const uint64_t[]){ 199992 }, 1);
+	rq_queue_quiesce(m->q);
+	rq_start_plug(&plug);
+	for (unsigned i = 0; i < 5; i++)
+		submit_read(m, &rec[1 + i], a, batch[i], RQ_BIO_NOMERGE | meta[i]);
+	rq_finish_plug(&plug);
+	rq_queue_unquiesce(m->q);
+	assert_int_equal(mock_nr_held(m), 5);
+	complete_in_order(m, want, 5);
+	assert_true(fx_wait(rec, 6, 10000));
+	fx_put(rec, 6);
+	mock_destroy(m);
+	rq_ioc_put(a);
+}
+
+/*
  * An insert merge inside one batch: the plug merges a bio only with its
  * last request, so [100, 108), [500, 508), [108, 116) of one context stay
  * three requests there; at insert [108, 116) finds its own context's
@@ -1263,6 +1304,7 @@ int main(void)
 		cmocka_unit_test(test_insert_fills_merge_cache),
 		cmocka_unit_test(test_run_sorted_order),
 		cmocka_unit_test(test_drain_tie_goes_up),
+		cmocka_unit_test(test_drain_up_meta_below),
 		cmocka_unit_test(test_insert_merge_own_context),
 		cmocka_unit_test(test_run_hash_back_merge),
 		cmocka_unit_test(test_run_tree_front_merge),
