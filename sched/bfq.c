@@ -256,9 +256,11 @@ struct bfq_queue {
 	 * While @run_n is not 0 the queued requests are run[0, run_n) in
 	 * sector order and @sort is empty: the tree is built only when
 	 * something walks it (bfqq_sort()); a plug's run that is drained
-	 * whole is never built.
+	 * whole is never built.  @run_next: where @next_rq was last seen in
+	 * run[] (a hint: drain_index() checks it).
 	 */
 	unsigned run_n;
+	unsigned run_next;
 	struct rq_request *run[BFQ_RUN_MAX];
 };
 
@@ -1408,39 +1410,38 @@ static void sched_unlock_run(struct bfq_sched *bs, unsigned delay, bool kick)
  * themselves already unpinned (the batch holds their queues' pins).
  * @bs: the batch's scheduler; NULL while no batch is open.
  * @n: completions held.
- * @base: completion time of the first; each one's is @base + @done[i].dt.
+ * @bfqq, @t, @sectors: each one's queue, completion time and length, as
+ * arrays (a record is then three stores at one index, no time base to
+ * keep or range to check).
  */
 #define BFQ_BATCH_MAX 32u
 
 struct bfq_batch {
 	struct bfq_sched *bs;
 	unsigned n;
-	uint64_t base;
-	struct {
-		struct bfq_queue *bfqq;
-		uint32_t sectors;
-		uint32_t dt;           /* ns after @base */
-	} done[BFQ_BATCH_MAX];
+	struct bfq_queue *bfqq[BFQ_BATCH_MAX + 1]; /* [n]: NULL while flushing */
+	uint64_t t[BFQ_BATCH_MAX];
+	uint32_t sectors[BFQ_BATCH_MAX];
 };
 
 static __thread struct bfq_batch bfq_batch __attribute__((tls_model("initial-exec")));
 
 /*
  * The rate samples of the batch @b (rate_sample() per record, in order):
- * when every record falls inside the open window, each would only add its
- * sectors, so the sum @sectors is added once.  @dt_max: the latest
- * record's time after b->base.
+ * when every record falls inside the open window (@late: the largest
+ * completion time after the window's start, unsigned, so that one before
+ * it counts as very late), each would only add its sectors, so the sum
+ * @sectors is added once.
  */
 static void bfq_batch_rate(struct bfq_sched *bs, const struct bfq_batch *b, uint64_t sectors,
-			   uint32_t dt_max)
+			   uint64_t late)
 {
-	if (bs->rate_t0 && b->base >= bs->rate_t0 &&
-	    b->base + dt_max - bs->rate_t0 < BFQ_RATE_WINDOW_NS) {
+	if (bs->rate_t0 && late < BFQ_RATE_WINDOW_NS) {
 		bs->rate_sectors += sectors;
 		return;
 	}
 	for (unsigned i = 0; i < b->n; i++)
-		rate_sample(bs, b->done[i].sectors, b->base + b->done[i].dt);
+		rate_sample(bs, b->sectors[i], b->t[i]);
 }
 
 /*
@@ -1458,30 +1459,30 @@ static __attribute__((noinline)) void bfq_batch_flush(void)
 	struct bfq_batch *b = &bfq_batch;
 	struct bfq_sched *bs = b->bs;
 	unsigned delay = 0, k = 0;
-	uint64_t sectors = 0;
-	uint32_t dt_max = 0;
+	uint64_t sectors = 0, late = 0, t0;
 	bool kick = false, strict;
 
 	bfq_lock(&bs->lock);
 	strict = bs->bd->strict_guarantees;
+	t0 = bs->rate_t0; /* nothing in the loop moves the window */
+	b->bfqq[b->n] = NULL; /* ends the last run */
 	for (unsigned i = 0; i < b->n; i++) {
-		struct bfq_queue *bfqq = b->done[i].bfqq;
+		struct bfq_queue *bfqq = b->bfqq[i];
 
-		sectors += b->done[i].sectors;
-		if (b->done[i].dt > dt_max)
-			dt_max = b->done[i].dt;
+		sectors += b->sectors[i];
+		late = b->t[i] - t0 > late ? b->t[i] - t0 : late;
 		k++;
-		if (i + 1 < b->n && b->done[i + 1].bfqq == bfqq && !strict)
+		if (b->bfqq[i + 1] == bfqq && !strict)
 			continue;
 		bfqq->dispatched -= k;
 		bs->in_flight -= k;
 		if (unlikely((bs->in_service == bfqq && !bfqq->dispatched) || strict))
-			bfq_completed_turn(bs, bfqq, b->base + b->done[i].dt, &delay, &kick);
+			bfq_completed_turn(bs, bfqq, b->t[i], &delay, &kick);
 		bfqq->ref -= k - 1; /* the run's other pins: not the last (see above) */
 		bfqq_put(bs, bfqq);
 		k = 0;
 	}
-	bfq_batch_rate(bs, b, sectors, dt_max);
+	bfq_batch_rate(bs, b, sectors, late);
 	b->n = 0;
 	sched_unlock_run(bs, delay, kick);
 }
@@ -1764,36 +1765,58 @@ static bool bfqq_has_neighbour(struct bfq_queue *bfqq, const struct rq_request *
  * Sort the keys ks[0, n) (2 <= n <= BFQ_RUN_MAX) of a run, sector << 6 |
  * arrival index, into key[1, n]; key[0] = 0 (stable by construction).  Every sector must
  * fit the key (below 2^58: 128 PiB; the caller checks), @lo and @hi are
- * the lowest and highest.  First a counting sort into 2^b >= n buckets by
- * the top bits of sector - @lo (stable: arrival order within a bucket),
- * then an insertion sort of the keys, which has only the few inversions
- * inside buckets left to undo (key[0] stops every scan).  Whatever the
- * sectors, the result is the keys in order: the buckets only make it
- * cheaper (random sectors are about one per bucket, where the insertion
- * sort alone moved a quarter of the run per request).
+ * the lowest and highest.  A counting sort into 2^b >= n buckets by the
+ * top bits of sector - @lo, each key put in its bucket by insertion among
+ * the bucket's keys placed before it (random sectors are about one per
+ * bucket, so that is usually one compare).  Whatever the sectors, the
+ * result is the keys in order: the buckets only make it cheaper.  The
+ * insertion never leaves the bucket: the slot below a bucket's first is
+ * key[0], a key of a lower bucket (smaller: a lower sector) or a slot of
+ * one not filled yet, zeroed first; 0 is no key's superior.
  */
 #define BFQ_RUN_IDX_BITS 6
+
+/* Turn the bucket counts c[1, nb] into each bucket's first slot c[0, nb). */
+static void run_prefix(uint8_t *c, unsigned nb)
+{
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+	/* 8 counts a word: multiplying by 0x0101...01 sums every byte's lower ones (< 256) */
+	uint64_t carry = 0;
+
+	for (unsigned i = 0; i <= nb; i += 8) {
+		uint64_t w;
+
+		memcpy(&w, c + i, sizeof(w));
+		w = (w + carry) * 0x0101010101010101ull;
+		memcpy(c + i, &w, sizeof(w));
+		carry = w >> 56;
+	}
+#else
+	for (unsigned i = 1; i < nb; i++)
+		c[i] = (uint8_t)(c[i] + c[i - 1]);
+#endif
+}
 
 static void run_sort(uint64_t *key, const uint64_t *ks, unsigned n, uint64_t lo, uint64_t hi)
 {
 	unsigned b = 32u - (unsigned)__builtin_clz(n - 1), width = 0;
-	uint8_t bucket[BFQ_RUN_MAX], start[BFQ_RUN_MAX + 1];
+	uint8_t bucket[BFQ_RUN_MAX], start[BFQ_RUN_MAX + 8] __attribute__((aligned(8)));
+	uint64_t base = lo << BFQ_RUN_IDX_BITS;
 
 	if (hi > lo)
 		width = 64u - (unsigned)__builtin_clzll(hi - lo);
-	width = width > b ? width - b : 0; /* (sector - lo) >> width < 2^b */
+	/* (key - base) >> width == (sector - lo) >> (width - 6) < 2^b */
+	width = (width > b ? width - b : 0) + BFQ_RUN_IDX_BITS;
 	memset(start, 0, sizeof(start));
-	for (unsigned i = 0; i < n; i++) {
-		bucket[i] = (uint8_t)(((ks[i] >> BFQ_RUN_IDX_BITS) - lo) >> width);
-		start[bucket[i] + 1]++;
-	}
-	for (unsigned i = 1; i < 1u << b; i++)
-		start[i] = (uint8_t)(start[i] + start[i - 1]);
 	key[0] = 0;
-	for (unsigned i = 0; i < n; i++)
-		key[1 + start[bucket[i]]++] = ks[i];
-	for (unsigned i = 2; i <= n; i++) {
-		uint64_t k = key[i], *at = &key[i];
+	for (unsigned i = 0; i < n; i++) {
+		bucket[i] = (uint8_t)((ks[i] - base) >> width);
+		start[bucket[i] + 1]++;
+		key[i + 1] = 0;
+	}
+	run_prefix(start, 1u << b);
+	for (unsigned i = 0; i < n; i++) {
+		uint64_t k = ks[i], *at = &key[1 + start[bucket[i]]++];
 
 		for (; at[-1] > k; at--)
 			at[0] = at[-1];
@@ -1843,60 +1866,85 @@ static void run_build_tree(struct rq_rb_root *root, struct rq_request **v, unsig
 }
 
 /*
- * Put the run v[0, n) into dst[] in the order of its sorted keys
- * key[1, n] (run_sort()); false if a request of it could find another
- * ending where it starts (an insert merge).  Conservative: as soon as one
- * starts at or before the end of a request sorted before it.
+ * Put the run v[0, n) into @bfqq's run[] in the order of its sorted keys
+ * key[1, n] (run_sort()), each request pinned to @bfqq as it goes: queue,
+ * bits and FIFO deadline (@expire after its start), what bfq_pin_rq() and
+ * bfqq_arrive() set (in no particular order: each is the request's own).
+ * False if a request of it could find another ending where it starts (an
+ * insert merge), with the pins undone: the requests are then as they came
+ * (no queue, no bits; bfq_pin_rq() and bfqq_arrive() set the rest again).
+ * Conservative: as soon as one starts at or before the end of a request
+ * sorted before it.
  */
-static bool run_place(struct rq_request **dst, const uint64_t *key, struct rq_request *const *v,
-		      unsigned n)
+static bool run_place(struct bfq_queue *bfqq, const uint64_t *key, struct rq_request *const *v,
+		      unsigned n, uint64_t expire)
 {
+	struct rq_request **dst = bfqq->run;
 	uint64_t end = 0;
 
 	for (unsigned i = 0; i < n; i++) {
 		struct rq_request *rq = v[key[i + 1] & ((1u << BFQ_RUN_IDX_BITS) - 1)];
 
-		if (i && rq->sector <= end && bfq_mergeable(rq))
+		if (i && rq->sector <= end && bfq_mergeable(rq)) {
+			while (i--) {
+				dst[i]->elv_priv[0] = NULL;
+				rq_set_bits(dst[i], 0);
+			}
 			return false;
+		}
 		if (rq_request_end_sector(rq) > end)
 			end = rq_request_end_sector(rq);
 		dst[i] = rq;
+		rq->elv_priv[0] = bfqq;
+		rq_set_bits(rq, BFQ_RQ_QUEUED);
+		rq->fifo_time = rq->start_time_ns + expire;
 	}
 	return true;
 }
 
 /*
  * The next request of a queue that had none, after the sorted run v[0, n)
- * was added: what folding bfq_choose_req() over the run from @last gives,
- * in arrival order or (ties are between equal sectors, which the stable
- * sort left in arrival order) in sorted order.  Without metadata requests
- * the winner is one of three: the lowest sector (if behind back_seek_max,
- * wrapped), the first of the nearest sector behind @last, the first at or
- * after @last; the three have different sectors, so no tie is left.
- * @meta: some request of the run is RQ_BIO_META.
+ * was added, as its index: what folding bfq_choose_req() over the run
+ * from @last gives, in arrival order or (ties are between equal sectors,
+ * which the stable sort left in arrival order) in sorted order.  Without
+ * metadata requests the winner is one of three: the lowest sector (if
+ * behind back_seek_max, wrapped), the first of the nearest sector behind
+ * @last, the first at or after @last (a binary search of the sorted
+ * keys, key[i] >> 6 being v[i]'s sector); the three have different
+ * sectors, so no tie is left.  @meta: some request of the run is
+ * RQ_BIO_META.
  */
-static struct rq_request *run_next_rq(const struct bfq_data *bd, struct rq_request **v, unsigned n,
-				      uint64_t last, bool meta)
+static unsigned run_next_idx(const struct bfq_data *bd, struct rq_request **v, const uint64_t *key,
+			     unsigned n, uint64_t last, bool meta)
 {
+	const uint64_t *at = key, t = last << BFQ_RUN_IDX_BITS;
 	struct rq_request *best = NULL;
-	unsigned c = 0, f;
+	unsigned c, f, bi = 0;
 
 	if (meta) {
-		for (unsigned i = 0; i < n; i++)
-			best = bfq_choose_req(bd, best, v[i], last);
-		return best;
+		for (unsigned i = 0; i < n; i++) {
+			if (bfq_choose_req(bd, best, v[i], last) == v[i])
+				bi = i;
+			best = v[bi];
+		}
+		return bi;
 	}
-	while (c < n && v[c]->sector < last)
-		c++;
-	best = v[0];
+	if (last >> (64 - BFQ_RUN_IDX_BITS)) {
+		c = n; /* above every key's sector */
+	} else {
+		for (unsigned len = n; len > 1; len -= len / 2)
+			at += at[len / 2 - 1] < t ? len / 2 : 0;
+		c = (unsigned)(at - key) + (*at < t); /* the first at or after @last */
+	}
 	if (c) {
-		for (f = c - 1; f && v[f - 1]->sector == v[c - 1]->sector; f--)
+		for (f = c - 1; f && key[f - 1] >> BFQ_RUN_IDX_BITS == key[c - 1] >> BFQ_RUN_IDX_BITS; f--)
 			;
-		best = bfq_choose_req(bd, best, v[f], last);
+		if (bfq_choose_req(bd, v[0], v[f], last) == v[f])
+			bi = f;
 	}
-	if (c < n)
-		best = bfq_choose_req(bd, best, v[c], last);
-	return best;
+	if (c < n && bfq_choose_req(bd, v[bi], v[c], last) == v[c])
+		bi = c;
+	return bi;
 }
 
 /* How long a request of @bfqq may wait before its FIFO deadline; lock held. */
@@ -1979,7 +2027,7 @@ static void bfqq_got_request(struct bfq_sched *bs, struct bfq_queue *bfqq, struc
  * The same state as inserting them one by one (the loop of
  * bfq_insert_requests()): the run array (the tree, once built) holds the
  * same requests in the same order, the next request is the same
- * (run_next_rq()), and the FIFO, cache, seek history, pins and activation
+ * (run_next_idx()), and the FIFO, cache, seek history, pins and activation
  * go in arrival order as before, the hash too (the part after the cache's
  * request when it is next used: sched_hash_flush()); activation and
  * preemption look at no tree, so making them after the sort changes
@@ -2013,16 +2061,10 @@ static bool bfq_insert_run(struct rq_queue *q, struct bfq_sched *bs, struct rq_l
 	if (bfqq->sort.node || bfqq->run_n)
 		return false;
 	run_sort(key, ks, n, lo, hi);
-	if (!run_place(bfqq->run, key, v, n))
-		return false;
 	expire = bfqq_fifo_expire_ns(bfqq);
+	if (!run_place(bfqq, key, v, n, expire)) /* pinned: bfq_pin_rq(), bfqq_arrive() */
+		return false;
 	bfqq_update_seek_run(bfqq, first, seeks & ((1ull << (n - 1)) - 1), n, end);
-	for (unsigned i = 0; i < n; i++) { /* bfq_pin_rq() and bfqq_arrive(), the list aside */
-		rq = v[i];
-		rq->elv_priv[0] = bfqq;
-		rq_set_bits(rq, BFQ_RQ_QUEUED);
-		rq->fifo_time = rq->start_time_ns + expire;
-	}
 	for (unsigned i = 0; i < n; i++) { /* the hash up to the first mergeable one */
 		if (bfq_mergeable(v[i])) {
 			rq_sched_hash_add(q, v[i]);
@@ -2037,8 +2079,8 @@ static bool bfq_insert_run(struct rq_queue *q, struct bfq_sched *bs, struct rq_l
 	if (!hash)
 		bs->hash_pending = bfqq; /* the rest of the run: sched_hash_flush() */
 	bfqq->run_n = n; /* the tree is built when needed: bfqq_sort() */
-	bfqq->next_rq = bfq_choose_req(bs->bd, bfqq->next_rq,
-				       run_next_rq(bs->bd, bfqq->run, n, bs->head_pos, opf & RQ_BIO_META), bs->head_pos);
+	bfqq->run_next = run_next_idx(bs->bd, bfqq->run, key + 1, n, bs->head_pos, opf & RQ_BIO_META);
+	bfqq->next_rq = bfq_choose_req(bs->bd, bfqq->next_rq, bfqq->run[bfqq->run_next], bs->head_pos);
 	bfqq->queued += n;
 	WRITE_ONCE(bs->queued, bs->queued + n);
 	bfqq_got_request(bs, bfqq, first);
@@ -2198,6 +2240,8 @@ struct bfq_drain {
 	struct rq_request **v; /* the queue's run[] */
 	uint64_t live;         /* bit i: v[i] still queued (BFQ_RUN_MAX is 64) */
 	unsigned k;            /* requests in v */
+	bool up;               /* the walk goes up past @far (drain_next_up()) */
+	unsigned far_meta;     /* its RQ_BIO_META bit (none: what the next one has) */
 };
 
 /* Append the requests of the subtree @n to d->v in order. */
@@ -2209,9 +2253,12 @@ static void drain_flatten(struct bfq_drain *d, struct rq_rb_node *n)
 	}
 }
 
-static unsigned drain_index(const struct bfq_drain *d, const struct rq_request *rq)
+static unsigned drain_index(const struct bfq_drain *d, const struct rq_request *rq, unsigned hint)
 {
 	unsigned i = 0;
+
+	if (hint < d->k && d->v[hint] == rq)
+		return hint;
 
 	while (d->v[i] != rq)
 		i++;
@@ -2226,12 +2273,43 @@ static unsigned drain_index(const struct bfq_drain *d, const struct rq_request *
  * and its penalised distance is smaller; a tie goes to the higher sector,
  * @next.  A wrapped @prev loses to the unwrapped @next.
  */
+static inline bool drain_far(const struct bfq_data *bd, const struct rq_request *prev,
+			     uint64_t last)
+{
+	return !prev || prev->sector + (uint64_t)bd->back_seek_max_kib * 2 < last;
+}
+
 static inline bool drain_choose_up(const struct bfq_data *bd, const struct rq_request *next,
 				   const struct rq_request *prev, uint64_t last)
 {
-	if (!prev || prev->sector + (uint64_t)bd->back_seek_max_kib * 2 < last)
+	if (drain_far(bd, prev, last))
 		return true;
 	return next->sector - last <= (last - prev->sector) * bd->back_seek_penalty;
+}
+
+/*
+ * drain_find_next() while the walk goes up (d->up): the last step chose
+ * the request above over the nearest live one below, because there was
+ * none or it was behind back_seek_max (drain_far()).  Going up keeps both
+ * true: nothing live lies between a request and the nearest live one
+ * above it, so the one below stays the nearest, and the sectors only
+ * grow, so it stays too far behind.  The next is then the nearest live
+ * request above when it has the metadata kind d->far_meta (the one
+ * below's; with none below, the first chosen one's, which only sends
+ * other kinds the long way) as drain_choose_up() gives it; else
+ * BFQ_DRAIN_NONE: ask drain_find_next().
+ */
+static inline unsigned drain_next_up(const struct bfq_drain *d, unsigned cur)
+{
+	uint64_t above = d->live & (~1ull << cur); /* bits cur + 1 and up (none for 63) */
+	unsigned in;
+
+	if (!above)
+		return BFQ_DRAIN_NONE;
+	in = (unsigned)__builtin_ctzll(above);
+	if ((d->v[in]->opf & RQ_BIO_META) != d->far_meta)
+		return BFQ_DRAIN_NONE;
+	return in;
 }
 
 /*
@@ -2239,7 +2317,7 @@ static inline bool drain_choose_up(const struct bfq_data *bd, const struct rq_re
  * which is about to leave (still live), as an index.  Its neighbours in
  * sector order are the nearest live bits below and above bit @cur.
  */
-static unsigned drain_find_next(const struct bfq_drain *d, const struct bfq_data *bd,
+static unsigned drain_find_next(struct bfq_drain *d, const struct bfq_data *bd,
 				struct bfq_queue *bfqq, unsigned cur, uint64_t now)
 {
 	struct rq_request *last = d->v[cur], *prev = NULL, *next = NULL, *oldest;
@@ -2250,7 +2328,7 @@ static unsigned drain_find_next(const struct bfq_drain *d, const struct bfq_data
 		bfqq->fifo_checked = true;
 		oldest = rq_list_first_rq(&bfqq->fifo);
 		if (oldest && oldest != last && now >= oldest->fifo_time)
-			return drain_index(d, oldest);
+			return drain_index(d, oldest, BFQ_DRAIN_NONE);
 	}
 	if (below) {
 		ip = 63u - (unsigned)__builtin_clzll(below);
@@ -2259,8 +2337,13 @@ static unsigned drain_find_next(const struct bfq_drain *d, const struct bfq_data
 	if (above) {
 		in = (unsigned)__builtin_ctzll(above);
 		next = d->v[in];
-		if (!prev || !((next->opf ^ prev->opf) & RQ_BIO_META))
-			return drain_choose_up(bd, next, prev, last->sector) ? in : ip;
+		if (!prev || !((next->opf ^ prev->opf) & RQ_BIO_META)) {
+			if (!drain_far(bd, prev, last->sector))
+				return drain_choose_up(bd, next, prev, last->sector) ? in : ip;
+			d->up = true; /* @prev loses from here up: drain_next_up() */
+			d->far_meta = (prev ? prev : next)->opf & RQ_BIO_META;
+			return in;
+		}
 	} else if (below)
 		in = (unsigned)__builtin_ctzll(below); /* after the last: wrap to the first */
 	if (in != BFQ_DRAIN_NONE)
@@ -2282,6 +2365,7 @@ static void drain_load(struct bfq_drain *d, struct bfq_queue *bfqq)
 	bfqq->run_n = 0;
 	bfqq->sort.node = NULL;
 	d->live = d->k == 64 ? ~0ull : (1ull << d->k) - 1;
+	d->up = false;
 }
 
 /*
@@ -2333,16 +2417,21 @@ static unsigned sched_drain_in_turn(struct rq_queue *q, struct bfq_sched *bs,
 	uint64_t total = service;
 
 	drain_load(&d, bfqq);
-	cur = drain_index(&d, bfqq->next_rq);
+	cur = drain_index(&d, bfqq->next_rq, bfqq->run_next);
 	for (;;) {
 		struct rq_request *rq = d.v[cur];
 		unsigned nxt = BFQ_DRAIN_NONE, s = rq_request_sectors(rq);
 
 		if (service && service + s > budget)
 			break;
-		if (n + 1 < queued)
-			nxt = drain_find_next(&d, bs->bd, bfqq, cur, now);
-		else
+		if (n + 1 < queued) {
+			if (d.up)
+				nxt = drain_next_up(&d, cur);
+			if (nxt == BFQ_DRAIN_NONE) {
+				d.up = false;
+				nxt = drain_find_next(&d, bs->bd, bfqq, cur, now);
+			}
+		} else
 			bfqq->fifo_checked = true; /* what looking would have done */
 		d.live &= ~(1ull << cur);
 		rq_rb_clear_node(&rq->rb_node);
@@ -2352,8 +2441,8 @@ static unsigned sched_drain_in_turn(struct rq_queue *q, struct bfq_sched *bs,
 		rq_list_add_tail(&rq->queuelist, list);
 		if (rq->rq_flags & RQ_RQF_HASHED)
 			rq_sched_hash_del(q, rq);
-		rq_set_bits(rq, (rq_bits(rq) & 0xff & ~BFQ_RQ_QUEUED) | BFQ_RQ_DISPATCHED |
-				    ((unsigned long)s << BFQ_RQ_SECTOR_SHIFT));
+		/* a queued request's bits are BFQ_RQ_QUEUED alone (bfqq_arrive(), run_place()) */
+		rq_set_bits(rq, BFQ_RQ_DISPATCHED | ((unsigned long)s << BFQ_RQ_SECTOR_SHIFT));
 		if (s != run_s && run_n) {
 			entity_charge_n(&bfqq->entity, run_s, run_n);
 			run_n = 0;
@@ -2370,8 +2459,12 @@ static unsigned sched_drain_in_turn(struct rq_queue *q, struct bfq_sched *bs,
 	/* the next request: the one the budget stopped, or the last one's next */
 	bfqq->next_rq = cur != BFQ_DRAIN_NONE ? d.v[cur] : NULL;
 	drain_account(bs, bfqq, n, total, last, run_s, run_n, now);
-	for (uint64_t m = d.live; m; m &= m - 1)
-		d.v[left++] = d.v[__builtin_ctzll(m)]; /* in order, and left <= the index */
+	for (uint64_t m = d.live; m; m &= m - 1) {
+		unsigned i = (unsigned)__builtin_ctzll(m);
+
+		bfqq->run_next = i == cur ? left : bfqq->run_next;
+		d.v[left++] = d.v[i]; /* in order, and left <= i */
+	}
 	bfqq->run_n = left; /* the rest, a run again: built if someone walks it */
 	return n;
 }
@@ -2456,18 +2549,18 @@ static bool bfq_has_work(struct rq_hw_ctx *hctx)
 static inline void bfq_batch_put(struct bfq_batch *b, struct bfq_queue *bfqq, struct rq_request *rq,
 				 unsigned long bits, uint64_t now)
 {
-	if (!b->n)
-		b->base = now;
-	b->done[b->n].bfqq = bfqq;
-	b->done[b->n].sectors = (uint32_t)(bits >> BFQ_RQ_SECTOR_SHIFT);
-	b->done[b->n].dt = (uint32_t)(now - b->base);
-	b->n++;
+	unsigned n = b->n;
+
+	b->bfqq[n] = bfqq;
+	b->t[n] = now;
+	b->sectors[n] = (uint32_t)(bits >> BFQ_RQ_SECTOR_SHIFT);
+	b->n = n + 1;
 	/* what bfqq_request_done() and bfqq_unpin() do to @rq; the pin stays */
 	rq->elv_priv[0] = NULL;
 	rq_set_bits(rq, 0);
 }
 
-/* bfq_batch_add() on a full batch, or one @now does not fit: apply it first. */
+/* bfq_batch_add() on a full batch: apply it first. */
 static __attribute__((noinline)) void bfq_batch_add_flush(struct bfq_queue *bfqq,
 							  struct rq_request *rq, unsigned long bits,
 							  uint64_t now)
@@ -2478,8 +2571,7 @@ static __attribute__((noinline)) void bfq_batch_add_flush(struct bfq_queue *bfqq
 
 /*
  * Hold the completion of @rq (dispatched, of @bfqq on the open batch's
- * scheduler) for the batch's end; false if it must be applied now.  A
- * time before the batch's base wraps past UINT32_MAX too.
+ * scheduler) for the batch's end; false if it must be applied now.
  */
 static inline bool bfq_batch_add(struct bfq_queue *bfqq, struct rq_request *rq, uint64_t now)
 {
@@ -2488,7 +2580,7 @@ static inline bool bfq_batch_add(struct bfq_queue *bfqq, struct rq_request *rq, 
 
 	if ((bits & (BFQ_RQ_DISPATCHED | BFQ_RQ_QUEUED | BFQ_RQ_HEAD)) != BFQ_RQ_DISPATCHED)
 		return false;
-	if (unlikely(b->n && (b->n == BFQ_BATCH_MAX || now - b->base > UINT32_MAX)))
+	if (unlikely(b->n == BFQ_BATCH_MAX))
 		bfq_batch_add_flush(bfqq, rq, bits, now);
 	else
 		bfq_batch_put(b, bfqq, rq, bits, now);

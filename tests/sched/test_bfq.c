@@ -611,6 +611,37 @@ static void test_run_sorted_order(void **state)
 }
 
 /*
+ * With @depth driver tags, move the head to @head (a read [@head - 8,
+ * @head) of one context, alone), then submit that context's reads
+ * @batch[0, n) (n < 8), with the flags @opf[i] (if any) and no merges, as
+ * one plug: the requests reach bfq as one batch, and the device, all of
+ * them at once, once the queue is unquiesced, in the order @want.
+ */
+static void check_plug_order(unsigned depth, uint64_t head, const uint64_t *batch,
+			     const uint32_t *opf, const uint64_t *want, unsigned n)
+{
+	struct rq_io_context *a = rq_ioc_create(0);
+	struct mock_dev *m = make_dev_depth(depth);
+	static struct fx_rec rec[8];
+	struct rq_plug plug;
+
+	submit_read(m, &rec[0], a, head - 8, RQ_BIO_NOMERGE);
+	complete_in_order(m, (const uint64_t[]){ head - 8 }, 1);
+	rq_queue_quiesce(m->q);
+	rq_start_plug(&plug);
+	for (unsigned i = 0; i < n; i++)
+		submit_read(m, &rec[1 + i], a, batch[i], RQ_BIO_NOMERGE | (opf ? opf[i] : 0));
+	rq_finish_plug(&plug);
+	rq_queue_unquiesce(m->q);
+	assert_int_equal(mock_nr_held(m), n);
+	complete_in_order(m, want, n);
+	assert_true(fx_wait(rec, n + 1, 10000));
+	fx_put(rec, n + 1);
+	mock_destroy(m);
+	rq_ioc_put(a);
+}
+
+/*
  * A tie in the choice of the next request, inside a drain (several
  * requests of the in-service queue handed out in one dispatch): the head
  * is at 1000 (a first request [992, 1000) went alone), then one plug of
@@ -625,26 +656,33 @@ static void test_drain_tie_goes_up(void **state)
 {
 	static const uint64_t want[] = { 1000, 1016, 992 };
 	static const uint64_t batch[] = { 1000, 1016, 992 };
-	struct rq_io_context *a = rq_ioc_create(0);
-	struct mock_dev *m = make_dev_depth(4);
-	static struct fx_rec rec[4];
-	struct rq_plug plug;
 
 	(void)state;
-	submit_read(m, &rec[0], a, 992, RQ_BIO_NOMERGE);
-	complete_in_order(m, (const uint64_t[]){ 992 }, 1);
-	rq_queue_quiesce(m->q);
-	rq_start_plug(&plug);
-	for (unsigned i = 0; i < 3; i++)
-		submit_read(m, &rec[1 + i], a, batch[i], RQ_BIO_NOMERGE);
-	rq_finish_plug(&plug);
-	rq_queue_unquiesce(m->q);
-	assert_int_equal(mock_nr_held(m), 3);
-	complete_in_order(m, want, 3);
-	assert_true(fx_wait(rec, 4, 10000));
-	fx_put(rec, 4);
-	mock_destroy(m);
-	rq_ioc_put(a);
+	check_plug_order(4, 1000, batch, NULL, want, 3);
+}
+
+/*
+ * A drain that walks up past a request too far behind (beyond
+ * back_seek_max) meets a request of another metadata kind (issue 16,
+ * bfq12: drain_next_up()).  The head is at 200000 (a first request
+ * [199992, 200000) went alone), then one plug of one context holds A 100
+ * (META, 199900 behind: more than back_seek_max's 32768 sectors), B1
+ * 200000 and B2 200100 (META), C 200200 and D 200300 (no merges).  B1
+ * goes first (a metadata request, at the head); from it B2 goes up (A is
+ * too far behind).  From B2 the next above, C, is not metadata and A is:
+ * the kernel's bfq_choose_req() prefers the metadata request whatever the
+ * distance, so A goes third, then C and D.  With five driver tags all go
+ * in one drain; a walk up that kept going past A without looking at the
+ * kind would send C, D, then A.
+ */
+static void test_drain_up_meta_below(void **state)
+{
+	static const uint64_t want[] = { 200000, 200100, 100, 200200, 200300 };
+	static const uint64_t batch[] = { 100, 200000, 200100, 200200, 200300 };
+	static const uint32_t meta[] = { RQ_BIO_META, RQ_BIO_META, RQ_BIO_META, 0, 0 };
+
+	(void)state;
+	check_plug_order(8, 200000, batch, meta, want, 5);
 }
 
 /*
@@ -1263,6 +1301,7 @@ int main(void)
 		cmocka_unit_test(test_insert_fills_merge_cache),
 		cmocka_unit_test(test_run_sorted_order),
 		cmocka_unit_test(test_drain_tie_goes_up),
+		cmocka_unit_test(test_drain_up_meta_below),
 		cmocka_unit_test(test_insert_merge_own_context),
 		cmocka_unit_test(test_run_hash_back_merge),
 		cmocka_unit_test(test_run_tree_front_merge),
