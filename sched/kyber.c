@@ -168,9 +168,15 @@ struct kyber_hctx_data {
  * @window_busy: set while one thread closes a window.
  * @acc: samples gathered into the open verdict (carried over while too few);
  *	touched only by the thread closing a window.
+ * @merge_word: per op, with one hardware queue whose CPU lists fit one
+ *	word of pending bits (nearly always), that word for the op's domain;
+ *	NULL otherwise.  bio_merge's usual answer, "nothing queued to merge
+ *	with", is then one load away from the queue's data.  Set by
+ *	init_hctx, cleared by exit_hctx (the queue's hw queues are fixed).
  */
 struct kyber_queue_data {
 	struct rq_queue *q;
+	const _Atomic uint64_t *merge_word[RQ_OP_LAST];
 	atomic_uint depth[KYBER_NR_DOMAINS];
 	atomic_uint async_depth;
 	_Atomic uint64_t lat_target[KYBER_NR_TARGETS];
@@ -727,6 +733,16 @@ static void kyber_exit_sched(struct rq_queue *q, void *data)
 	mem_free_aligned(data, sizeof(struct kyber_queue_data), RQ_CACHELINE);
 }
 
+/*
+ * Point the queue's merge_word table at @khd's one pending word per
+ * domain (@on: the queue's only hw queue, one word of marks), or clear it.
+ */
+static void kyber_set_merge_words(struct kyber_hctx_data *khd, bool on)
+{
+	for (unsigned op = 0; op < RQ_OP_LAST; op++)
+		khd->kqd->merge_word[op] = on ? &khd->pending[kyber_domain_of_op(op)][0] : NULL;
+}
+
 static void kyber_free_hctx_data(struct kyber_hctx_data *khd)
 {
 	if (!khd)
@@ -782,6 +798,8 @@ static int kyber_init_hctx(struct rq_hw_ctx *hctx, unsigned idx)
 	}
 	atomic_init(&khd->waiting, 0);
 	khd->cur_domain = KYBER_READ;
+	kyber_set_merge_words(khd, rq_queue_nr_hw_queues(rq_hctx_queue(hctx)) == 1 &&
+					   khd->nr_words == 1);
 	rq_sched_set_hctx_data(hctx, khd);
 	return 0;
 fail:
@@ -791,7 +809,11 @@ fail:
 
 static void kyber_exit_hctx(struct rq_hw_ctx *hctx, unsigned idx)
 {
-	kyber_free_hctx_data(kyber_hd(hctx));
+	struct kyber_hctx_data *khd = kyber_hd(hctx);
+
+	if (khd)
+		kyber_set_merge_words(khd, false);
+	kyber_free_hctx_data(khd);
 	rq_sched_set_hctx_data(hctx, NULL);
 }
 
@@ -852,15 +874,20 @@ static __attribute__((noinline)) bool kyber_cpu_list_merge(struct rq_queue *q, s
  */
 static bool kyber_bio_merge(struct rq_queue *q, struct rq_bio *bio, unsigned nr_segs)
 {
-	unsigned domain = kyber_domain_of_op(bio->op);
+	const struct kyber_queue_data *kqd = kyber_qd(q);
+	const _Atomic uint64_t *word;
 
-	if (rq_queue_nr_hw_queues(q) == 1) {
+	/* the usual case: the one word of the domain's marks, via the queue's data */
+	if (likely(bio->op < RQ_OP_LAST && (word = kqd->merge_word[bio->op]))) {
+		if (!atomic_load_explicit(word, memory_order_relaxed))
+			return false;
+	} else if (rq_queue_nr_hw_queues(q) == 1) {
 		const struct kyber_hctx_data *khd = kyber_hd(rq_queue_hctx(q, 0));
 
-		if (!khd || !kyber_cpus_pending(khd, domain))
+		if (!khd || !kyber_cpus_pending(khd, kyber_domain_of_op(bio->op)))
 			return false;
 	}
-	return kyber_cpu_list_merge(q, bio, nr_segs, domain);
+	return kyber_cpu_list_merge(q, bio, nr_segs, kyber_domain_of_op(bio->op));
 }
 
 /* Index in the hctx's CPU lists of the software queue @rq was made on. */
