@@ -496,7 +496,7 @@ static unsigned kyber_take(struct kyber_queue_data *kqd, struct kyber_hctx_data 
 
 	while (n < max) {
 		struct rq_list_node *first, *last;
-		unsigned run = 1, limit;
+		unsigned run, left;
 
 		if (rq_list_empty(queued)) {
 			kyber_flush_domain(khd, domain);
@@ -505,18 +505,24 @@ static unsigned kyber_take(struct kyber_queue_data *kqd, struct kyber_hctx_data 
 		}
 		if (!tokens && !(tokens = kyber_get_tokens(kqd, khd, domain, taken + n)))
 			break;
-		/* as many as are queued, wanted and covered by tokens, in one move */
-		limit = max - n < tokens ? max - n : tokens;
+		/*
+		 * As many as are queued, wanted and covered by tokens, in one
+		 * move: @left counts down what may still go, the walk stops at
+		 * 0 or at the list's end.
+		 */
+		run = left = max - n < tokens ? max - n : tokens;
 		first = last = queued->next;
 		for (;;) {
-			struct rq_request *rq = RQ_CONTAINER_OF(last, struct rq_request, queuelist);
-
-			rq->elv_priv[0] = token;
-			if (run == limit || last->next == queued)
+			RQ_CONTAINER_OF(last, struct rq_request, queuelist)->elv_priv[0] = token;
+			if (!--left)
 				break;
 			last = last->next;
-			run++;
+			if (last == queued) {
+				last = queued->prev;
+				break;
+			}
 		}
+		run -= left;
 		kyber_list_move_tail(first, last, list);
 		n += run;
 		tokens -= run;
@@ -929,13 +935,17 @@ static void kyber_insert_requests(struct rq_hw_ctx *hctx, struct rq_list_node *l
 			rq_list_add(first, &kcq->rq_list[domain]);
 		} else {
 			/* the run: followers made on the same CPU with the same op */
-			while (last->next != list) {
-				const struct rq_request *next =
-					RQ_CONTAINER_OF(last->next, struct rq_request, queuelist);
+			const int32_t cpu = rq->cpu;
+			const uint8_t op = rq->op;
+			struct rq_list_node *next;
 
-				if (next->cpu != rq->cpu || next->op != rq->op)
+			while ((next = last->next) != list) {
+				const struct rq_request *nrq =
+					RQ_CONTAINER_OF(next, struct rq_request, queuelist);
+
+				if (nrq->cpu != cpu || nrq->op != op)
 					break;
-				last = last->next;
+				last = next;
 			}
 			kyber_list_move_tail(first, last, &kcq->rq_list[domain]);
 		}
