@@ -70,6 +70,15 @@
 
 /* ------------------------------------------------------ data structures */
 
+/*
+ * Slots of the per-op table of struct kyber_queue_data, indexed by the op's
+ * low bits: a bio's op is below RQ_OP_LAST (the core refuses others), so
+ * masking it is exact and costs less than a bound check.
+ */
+#define KYBER_OP_SLOTS 8u
+_Static_assert(RQ_OP_LAST <= KYBER_OP_SLOTS && !(KYBER_OP_SLOTS & (KYBER_OP_SLOTS - 1)),
+	       "kyber: every op has a slot");
+
 enum kyber_domain {
 	KYBER_READ,
 	KYBER_WRITE,
@@ -199,7 +208,7 @@ struct kyber_hctx_data {
  */
 struct kyber_queue_data {
 	struct rq_queue *q;
-	const _Atomic uint64_t *merge_word[RQ_OP_LAST];
+	const _Atomic uint64_t *merge_word[KYBER_OP_SLOTS];
 	atomic_uint depth[KYBER_NR_DOMAINS];
 	atomic_uint async_depth;
 	_Atomic uint64_t lat_target[KYBER_NR_TARGETS];
@@ -918,7 +927,7 @@ static bool kyber_bio_merge(struct rq_queue *q, struct rq_bio *bio, unsigned nr_
 	const _Atomic uint64_t *word;
 
 	/* the usual case: the one word of the domain's marks, via the queue's data */
-	if (likely(bio->op < RQ_OP_LAST && (word = kqd->merge_word[bio->op]))) {
+	if (likely((word = kqd->merge_word[bio->op & (KYBER_OP_SLOTS - 1)]))) {
 		if (!atomic_load_explicit(word, memory_order_relaxed))
 			return false;
 	} else if (rq_queue_nr_hw_queues(q) == 1) {
