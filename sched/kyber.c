@@ -1059,6 +1059,13 @@ static unsigned kyber_dispatch_requests(struct rq_hw_ctx *hctx, struct rq_list_n
 			n += got;
 			if (got == want)
 				break;
+			/*
+			 * Nothing queued anywhere (the usual way a run ends): the
+			 * steps below would take nothing more and stop at the
+			 * has_work test; stop here, without the second take.
+			 */
+			if (!kyber_has_work(hctx))
+				break;
 			got = 0;
 		}
 		/* the current domain goes on with its batch */
