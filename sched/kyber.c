@@ -202,9 +202,10 @@ struct kyber_hctx_data {
  *	touched only by the thread closing a window.
  * @merge_word: per op, with one hardware queue whose CPU lists fit one
  *	word of pending bits (nearly always), that word for the op's domain;
- *	NULL otherwise.  bio_merge's usual answer, "nothing queued to merge
- *	with", is then one load away from the queue's data.  Set by
- *	init_hctx, cleared by exit_hctx (the queue's hw queues are fixed).
+ *	else &kyber_maybe_pending.  bio_merge's usual answer on one hardware
+ *	queue, "nothing queued to merge with", is then one load away from the
+ *	queue's data.  Set by init_hctx, reset by exit_hctx (the queue's hw
+ *	queues are fixed).
  */
 struct kyber_queue_data {
 	struct rq_queue *q;
@@ -261,6 +262,9 @@ static inline struct kyber_domain_data *kyber_token(const struct rq_request *rq)
 }
 
 /* -------------------------------------------------------------- helpers */
+
+/* A merge_word that says "look": bio_merge then finds the bio's own list. */
+static const _Atomic uint64_t kyber_maybe_pending = ~0ull;
 
 /* 75% of the scheduler tags in force (at least one). */
 static void kyber_update_async_depth(struct kyber_queue_data *kqd)
@@ -756,6 +760,8 @@ static int kyber_init_sched(struct rq_queue *q, void **data)
 		return -ENOMEM;
 	memset(kqd, 0, sizeof(*kqd));
 	kqd->q = q;
+	for (unsigned op = 0; op < KYBER_OP_SLOTS; op++)
+		kqd->merge_word[op] = &kyber_maybe_pending;
 	for (unsigned d = 0; d < KYBER_NR_DOMAINS; d++)
 		atomic_init(&kqd->depth[d], kyber_default_depth[d]);
 	kyber_set_target(kqd, KYBER_READ, KYBER_READ_LAT_NSEC, false);
@@ -779,7 +785,8 @@ static void kyber_exit_sched(struct rq_queue *q, void *data)
 static void kyber_set_merge_words(struct kyber_hctx_data *khd, bool on)
 {
 	for (unsigned op = 0; op < RQ_OP_LAST; op++)
-		khd->kqd->merge_word[op] = on ? &khd->pending[kyber_domain_of_op(op)][0] : NULL;
+		khd->kqd->merge_word[op] = on ? &khd->pending[kyber_domain_of_op(op)][0] :
+						&kyber_maybe_pending;
 }
 
 static void kyber_free_hctx_data(struct kyber_hctx_data *khd)
@@ -918,24 +925,17 @@ static __attribute__((noinline)) bool kyber_cpu_list_merge(struct rq_queue *q, s
  * Merge @bio into one of the newest requests on this CPU's list of its
  * domain.  With one hw queue every bio maps to it, whatever the CPU: when
  * none of its CPU lists of the domain is marked there is nothing to merge
- * with on any CPU, which one load tells before this CPU's software queue
- * is looked up (out of line, as that lookup is what costs).
+ * with on any CPU, which one load of the word merge_word names for the op
+ * tells before this CPU's software queue is looked up (out of line, as
+ * that lookup is what costs).  With several, the look-up comes first.
  */
 static bool kyber_bio_merge(struct rq_queue *q, struct rq_bio *bio, unsigned nr_segs)
 {
-	const struct kyber_queue_data *kqd = kyber_qd(q);
-	const _Atomic uint64_t *word;
-
-	/* the usual case: the one word of the domain's marks, via the queue's data */
-	if (likely((word = kqd->merge_word[bio->op & (KYBER_OP_SLOTS - 1)]))) {
-		if (!atomic_load_explicit(word, memory_order_relaxed))
-			return false;
-	} else if (rq_queue_nr_hw_queues(q) == 1) {
-		const struct kyber_hctx_data *khd = kyber_hd(rq_queue_hctx(q, 0));
-
-		if (!khd || !kyber_cpus_pending(khd, kyber_domain_of_op(bio->op)))
-			return false;
-	}
+	/* one hw queue: its one word of the domain's marks, via the queue's data */
+	if (rq_queue_nr_hw_queues(q) == 1 &&
+	    !atomic_load_explicit(kyber_qd(q)->merge_word[bio->op & (KYBER_OP_SLOTS - 1)],
+				  memory_order_relaxed))
+		return false;
 	return kyber_cpu_list_merge(q, bio, nr_segs, kyber_domain_of_op(bio->op));
 }
 
