@@ -712,6 +712,17 @@ static void kyber_close_window(struct kyber_queue_data *kqd)
 		atomic_store_explicit(&kqd->depth[d], depth[d], memory_order_relaxed);
 }
 
+/* Copy the window's new end @end into every hctx's domain data (the closer). */
+static void kyber_copy_window_end(struct kyber_queue_data *kqd, uint64_t end)
+{
+	for (unsigned i = 0; i < rq_queue_nr_hw_queues(kqd->q); i++) {
+		struct kyber_hctx_data *khd = kyber_hd(rq_queue_hctx(kqd->q, i));
+
+		for (unsigned d = 0; khd && d < KYBER_NR_DOMAINS; d++)
+			atomic_store_explicit(&khd->dom[d].window_end, end, memory_order_relaxed);
+	}
+}
+
 /*
  * Close the window if @now is past its end and nobody else is closing it.
  * Once per window: kept out of line so that the completion path it is
@@ -728,26 +739,20 @@ static __attribute__((noinline)) void kyber_maybe_close_window(struct kyber_queu
 		kyber_close_window(kqd);
 		atomic_store_explicit(&kqd->window_end, now + KYBER_WINDOW_NSEC,
 				      memory_order_relaxed);
+		/* still the only closer: the copies only ever move forward */
+		kyber_copy_window_end(kqd, now + KYBER_WINDOW_NSEC);
 		raised = true;
 	}
 	atomic_store_explicit(&kqd->window_busy, false, memory_order_release);
-	if (!raised)
-		return;
-	for (unsigned i = 0; i < rq_queue_nr_hw_queues(kqd->q); i++) {
-		struct rq_hw_ctx *hctx = rq_queue_hctx(kqd->q, i);
-		struct kyber_hctx_data *khd = kyber_hd(hctx);
+	/* a raised depth may let waiting requests go */
+	if (raised)
+		for (unsigned i = 0; i < rq_queue_nr_hw_queues(kqd->q); i++) {
+			struct rq_hw_ctx *hctx = rq_queue_hctx(kqd->q, i);
+			struct kyber_hctx_data *khd = kyber_hd(hctx);
 
-		if (!khd)
-			continue;
-		for (unsigned d = 0; d < KYBER_NR_DOMAINS; d++)
-			atomic_store_explicit(&khd->dom[d].window_end,
-					      atomic_load_explicit(&kqd->window_end,
-								   memory_order_relaxed),
-					      memory_order_relaxed);
-		/* a raised depth may let waiting requests go */
-		if (atomic_load_explicit(&khd->waiting, memory_order_relaxed))
-			rq_mq_run_hw_queue(hctx, true);
-	}
+			if (khd && atomic_load_explicit(&khd->waiting, memory_order_relaxed))
+				rq_mq_run_hw_queue(hctx, true);
+		}
 }
 
 /* ------------------------------------------------------------------ ops */
