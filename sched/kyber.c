@@ -70,6 +70,15 @@
 
 /* ------------------------------------------------------ data structures */
 
+/*
+ * Slots of the per-op table of struct kyber_queue_data, indexed by the op's
+ * low bits: a bio's op is below RQ_OP_LAST (the core refuses others), so
+ * masking it is exact and costs less than a bound check.
+ */
+#define KYBER_OP_SLOTS 8u
+_Static_assert(RQ_OP_LAST <= KYBER_OP_SLOTS && !(KYBER_OP_SLOTS & (KYBER_OP_SLOTS - 1)),
+	       "kyber: every op has a slot");
+
 enum kyber_domain {
 	KYBER_READ,
 	KYBER_WRITE,
@@ -107,6 +116,37 @@ struct kyber_ctx_queue {
 } __attribute__((aligned(64)));
 
 /**
+ * struct kyber_domain_data - one domain's part of the hctx data: what a
+ * token of the domain points at (rq->elv_priv[0]), all that the usual
+ * completion reads and writes.
+ * @lat: a joint histogram of completions (target domains only): cell
+ *	[bt][bi] counts those whose total latency fell in bucket bt and
+ *	whose device latency fell in bucket bi, so a completion bumps one
+ *	counter, and cell [0][0] (both under a quarter of the target, the
+ *	usual case on a fast device) is found without a division.  The
+ *	counters only grow.  Completers bump them with a plain load and store
+ *	(a count lost to two completers racing on one hctx does not matter to
+ *	a percentile, and no locked instruction is paid per completion); a
+ *	window close reads the two histograms (total, device) off the rows
+ *	and columns.
+ * @quarter: copy of the queue's lat_quarter of the domain; 0 for a domain
+ *	without target, which sends its completions out of line.
+ * @window_end: copy of the queue's window_end.  The copies are written
+ *	once per window or tunable store, on a line of their own; they follow
+ *	the queue's values (window_end is copied after the queue's is raised,
+ *	so a stale copy only sends a completion to find the window closed).
+ * @khd: the hctx data this is part of.
+ * @domain: which domain.
+ */
+struct kyber_domain_data {
+	_Alignas(64) _Atomic uint64_t lat[KYBER_BUCKETS][KYBER_BUCKETS];
+	_Alignas(64) _Atomic uint64_t quarter;
+	_Atomic uint64_t window_end;
+	struct kyber_hctx_data *khd;
+	unsigned domain;
+};
+
+/**
  * struct kyber_hctx_data - per hardware queue state.
  * @kqd: the queue's data (saves the completion and dispatch paths a walk
  *	through the queue and its elevator).
@@ -126,17 +166,9 @@ struct kyber_ctx_queue {
  *	read-modify-write.
  * @waiting: bit per domain whose dispatch found no token; the next token
  *	returned re-runs the hctx.
- * @lat: per target domain, a joint histogram of completions: cell
- *	[t][bt][bi] counts those whose total latency fell in bucket bt and
- *	whose device latency fell in bucket bi, so a completion bumps one
- *	counter, and cell [t][0][0] (both under a quarter of the target, the
- *	usual case on a fast device) is found without a division.  The
- *	counters only grow.  Completers bump them with a plain load and store
- *	(a count lost to two completers racing on one hctx does not matter to
- *	a percentile, and no locked instruction is paid per completion); a
- *	window close reads the two histograms (total, device) off the rows
- *	and columns.
- * @lat_seen: @lat as the last window close read it (window closer only).
+ * @dom: per domain, what its tokens point at (latency histogram, copies).
+ * @lat_seen: per target domain, @dom[t].lat as the last window close read
+ *	it (window closer only).
  */
 struct kyber_hctx_data {
 	struct kyber_queue_data *kqd;
@@ -153,7 +185,7 @@ struct kyber_hctx_data {
 	_Alignas(64) atomic_uint returned[KYBER_NR_DOMAINS];
 	atomic_uint waiting;
 
-	_Alignas(64) _Atomic uint64_t lat[KYBER_NR_TARGETS][KYBER_BUCKETS][KYBER_BUCKETS];
+	struct kyber_domain_data dom[KYBER_NR_DOMAINS];
 	uint64_t lat_seen[KYBER_NR_TARGETS][KYBER_BUCKETS][KYBER_BUCKETS];
 };
 
@@ -168,9 +200,16 @@ struct kyber_hctx_data {
  * @window_busy: set while one thread closes a window.
  * @acc: samples gathered into the open verdict (carried over while too few);
  *	touched only by the thread closing a window.
+ * @merge_word: per op, with one hardware queue whose CPU lists fit one
+ *	word of pending bits (nearly always), that word for the op's domain;
+ *	else &kyber_maybe_pending.  bio_merge's usual answer on one hardware
+ *	queue, "nothing queued to merge with", is then one load away from the
+ *	queue's data.  Set by init_hctx, reset by exit_hctx (the queue's hw
+ *	queues are fixed).
  */
 struct kyber_queue_data {
 	struct rq_queue *q;
+	const _Atomic uint64_t *merge_word[KYBER_OP_SLOTS];
 	atomic_uint depth[KYBER_NR_DOMAINS];
 	atomic_uint async_depth;
 	_Atomic uint64_t lat_target[KYBER_NR_TARGETS];
@@ -186,14 +225,14 @@ struct kyber_queue_data {
  * hctx meanwhile are counted here, per domain, and returned together at
  * the end (kyber_batch_end()).
  * @khd: the batch's hctx data; NULL while no batch is open.
- * @tokens: per domain + 1 (a token's low bits; [0] unused), tokens given
- *	back inside the batch, not yet returned.
+ * @tokens: per domain, tokens given back inside the batch, not yet
+ *	returned.
  * @bits: domains whose tokens went back to @khd during the batch (the end
  *	wakes a dispatch waiting for any of them).
  */
 struct kyber_batch {
 	struct kyber_hctx_data *khd;
-	unsigned tokens[KYBER_NR_DOMAINS + 1];
+	unsigned tokens[KYBER_NR_DOMAINS];
 	unsigned bits;
 };
 
@@ -209,27 +248,23 @@ enum kyber_verdict {
 };
 
 /*
- * rq->elv_priv[0]: while @rq holds a token, the kyber_hctx_data the token
- * and the latency samples go back to, with the domain + 1 in its low bits
- * (the structure is at least 8-byte aligned, the domains are 4); NULL
- * otherwise.  One store per request at dispatch, and the completion path
- * reaches the hctx data without a lookup.
- * The core clears it when it makes a request (elv_priv is NULL at
- * prepare_request), so kyber needs no prepare_request hook and a new
+ * rq->elv_priv[0]: while @rq holds a token, the struct kyber_domain_data
+ * of the domain and hctx the token and the latency samples go back to;
+ * NULL otherwise.  One store per request at dispatch, and the completion
+ * path reaches the histogram, the target and the window's end without a
+ * lookup.  The core clears it when it makes a request (elv_priv is NULL
+ * at prepare_request), so kyber needs no prepare_request hook and a new
  * request pays no indirect call for it.
  */
-#define KYBER_TOKEN(rq) ((uintptr_t)(rq)->elv_priv[0])
-#define KYBER_TOKEN_DOMAIN 7u /* low bits of a token: its domain + 1 */
-_Static_assert(_Alignof(struct kyber_hctx_data) > KYBER_TOKEN_DOMAIN &&
-	       KYBER_NR_DOMAINS < KYBER_TOKEN_DOMAIN, "kyber: the domain fits under the pointer");
-
-/* The hctx data a token (non-zero) goes back to. */
-static inline struct kyber_hctx_data *kyber_token_hd(uintptr_t token)
+static inline struct kyber_domain_data *kyber_token(const struct rq_request *rq)
 {
-	return (struct kyber_hctx_data *)(token & ~(uintptr_t)KYBER_TOKEN_DOMAIN);
+	return rq->elv_priv[0];
 }
 
 /* -------------------------------------------------------------- helpers */
+
+/* A merge_word that says "look": bio_merge then finds the bio's own list. */
+static const _Atomic uint64_t kyber_maybe_pending = ~0ull;
 
 /* 75% of the scheduler tags in force (at least one). */
 static void kyber_update_async_depth(struct kyber_queue_data *kqd)
@@ -237,15 +272,6 @@ static void kyber_update_async_depth(struct kyber_queue_data *kqd)
 	unsigned d = rq_queue_nr_requests(kqd->q) * KYBER_ASYNC_PERCENT / 100;
 
 	atomic_store_explicit(&kqd->async_depth, d ? d : 1, memory_order_relaxed);
-}
-
-/* Set the latency target of target domain @t to @nsec (> 0). */
-static void kyber_set_target(struct kyber_queue_data *kqd, unsigned t, uint64_t nsec)
-{
-	uint64_t quarter = nsec / KYBER_BUCKETS_PER_TARGET;
-
-	atomic_store_explicit(&kqd->lat_target[t], nsec, memory_order_relaxed);
-	atomic_store_explicit(&kqd->lat_quarter[t], quarter ? quarter : 1, memory_order_relaxed);
 }
 
 /* Domain of each op below RQ_OP_WRITE_ZEROES + 1; every other op is KYBER_OTHER. */
@@ -273,12 +299,24 @@ static inline struct kyber_hctx_data *kyber_hd(const struct rq_hw_ctx *hctx)
 	return rq_sched_hctx_data(hctx);
 }
 
-/* The hctx data of @rq's hardware queue (see rq->elv_priv[0] above). */
-static inline struct kyber_hctx_data *kyber_rq_hd(const struct rq_request *rq)
+/*
+ * Set the latency target of target domain @t to @nsec (> 0), and the hctx
+ * copies of its quarter (@hctxs: false in init_sched, before there are any).
+ */
+static void kyber_set_target(struct kyber_queue_data *kqd, unsigned t, uint64_t nsec, bool hctxs)
 {
-	uintptr_t token = KYBER_TOKEN(rq);
+	uint64_t quarter = nsec / KYBER_BUCKETS_PER_TARGET;
 
-	return likely(token) ? kyber_token_hd(token) : kyber_hd(rq->hctx);
+	if (!quarter)
+		quarter = 1;
+	atomic_store_explicit(&kqd->lat_target[t], nsec, memory_order_relaxed);
+	atomic_store_explicit(&kqd->lat_quarter[t], quarter, memory_order_relaxed);
+	for (unsigned i = 0; hctxs && i < rq_queue_nr_hw_queues(kqd->q); i++) {
+		struct kyber_hctx_data *khd = kyber_hd(rq_queue_hctx(kqd->q, i));
+
+		if (khd && khd->kqd == kqd)
+			atomic_store_explicit(&khd->dom[t].quarter, quarter, memory_order_relaxed);
+	}
 }
 
 /* Note that software queue @idx may hold requests of @domain. */
@@ -409,22 +447,19 @@ static inline void kyber_wake(struct kyber_hctx_data *khd, struct rq_hw_ctx *hct
  */
 static void kyber_put_token(struct rq_request *rq)
 {
-	uintptr_t token = KYBER_TOKEN(rq);
+	struct kyber_domain_data *kd = kyber_token(rq);
 	struct kyber_hctx_data *khd;
-	unsigned domain;
 
-	if (!token)
+	if (!kd)
 		return;
 	rq->elv_priv[0] = NULL;
-	/* of the batch's hctx: the token differs from its address in the low bits only */
-	if ((token ^ (uintptr_t)kyber_batch.khd) <= KYBER_TOKEN_DOMAIN) {
-		kyber_batch.tokens[token & KYBER_TOKEN_DOMAIN]++;
+	khd = kd->khd;
+	if (khd == kyber_batch.khd) {
+		kyber_batch.tokens[kd->domain]++;
 		return;
 	}
-	domain = (unsigned)(token & KYBER_TOKEN_DOMAIN) - 1;
-	khd = kyber_token_hd(token);
-	atomic_fetch_add_explicit(&khd->returned[domain], 1, memory_order_seq_cst);
-	kyber_wake(khd, rq->hctx, 1u << domain);
+	atomic_fetch_add_explicit(&khd->returned[kd->domain], 1, memory_order_seq_cst);
+	kyber_wake(khd, rq->hctx, 1u << kd->domain);
 }
 
 /* completion_batch_begin: tokens of @hctx's requests wait in kyber_batch. */
@@ -442,11 +477,11 @@ static void kyber_batch_return(struct kyber_hctx_data *khd)
 	unsigned bits = 0;
 
 	for (unsigned d = 0; d < KYBER_NR_DOMAINS; d++) {
-		unsigned n = kyber_batch.tokens[d + 1];
+		unsigned n = kyber_batch.tokens[d];
 
 		if (!n)
 			continue;
-		kyber_batch.tokens[d + 1] = 0;
+		kyber_batch.tokens[d] = 0;
 		atomic_fetch_add_explicit(&khd->returned[d], n, memory_order_seq_cst);
 		bits |= 1u << d;
 	}
@@ -484,13 +519,13 @@ static unsigned kyber_take(struct kyber_queue_data *kqd, struct kyber_hctx_data 
 			   unsigned domain, unsigned max, struct rq_list_node *list)
 {
 	struct rq_list_node *queued = &khd->rqs[domain];
-	void *token = (void *)((uintptr_t)khd | (domain + 1));
+	void *token = &khd->dom[domain];
 	unsigned taken = atomic_load_explicit(&khd->dispatched[domain], memory_order_relaxed);
 	unsigned n = 0, tokens = 0;
 
 	while (n < max) {
 		struct rq_list_node *first, *last;
-		unsigned run = 1, limit;
+		unsigned run, left;
 
 		if (rq_list_empty(queued)) {
 			kyber_flush_domain(khd, domain);
@@ -499,18 +534,24 @@ static unsigned kyber_take(struct kyber_queue_data *kqd, struct kyber_hctx_data 
 		}
 		if (!tokens && !(tokens = kyber_get_tokens(kqd, khd, domain, taken + n)))
 			break;
-		/* as many as are queued, wanted and covered by tokens, in one move */
-		limit = max - n < tokens ? max - n : tokens;
+		/*
+		 * As many as are queued, wanted and covered by tokens, in one
+		 * move: @left counts down what may still go, the walk stops at
+		 * 0 or at the list's end.
+		 */
+		run = left = max - n < tokens ? max - n : tokens;
 		first = last = queued->next;
 		for (;;) {
-			struct rq_request *rq = RQ_CONTAINER_OF(last, struct rq_request, queuelist);
-
-			rq->elv_priv[0] = token;
-			if (run == limit || last->next == queued)
+			RQ_CONTAINER_OF(last, struct rq_request, queuelist)->elv_priv[0] = token;
+			if (!--left)
 				break;
 			last = last->next;
-			run++;
+			if (last == queued) {
+				last = queued->prev;
+				break;
+			}
 		}
+		run -= left;
 		kyber_list_move_tail(first, last, list);
 		n += run;
 		tokens -= run;
@@ -610,7 +651,7 @@ static void kyber_close_window(struct kyber_queue_data *kqd)
 		for (unsigned t = 0; t < KYBER_NR_TARGETS; t++)
 			for (unsigned bt = 0; bt < KYBER_BUCKETS; bt++)
 				for (unsigned bi = 0; bi < KYBER_BUCKETS; bi++) {
-					uint64_t n = kyber_counted(&khd->lat[t][bt][bi],
+					uint64_t n = kyber_counted(&khd->dom[t].lat[bt][bi],
 								   &khd->lat_seen[t][bt][bi]);
 
 					kqd->acc[t][KYBER_LAT_TOTAL][bt] += n;
@@ -671,6 +712,17 @@ static void kyber_close_window(struct kyber_queue_data *kqd)
 		atomic_store_explicit(&kqd->depth[d], depth[d], memory_order_relaxed);
 }
 
+/* Copy the window's new end @end into every hctx's domain data (the closer). */
+static void kyber_copy_window_end(struct kyber_queue_data *kqd, uint64_t end)
+{
+	for (unsigned i = 0; i < rq_queue_nr_hw_queues(kqd->q); i++) {
+		struct kyber_hctx_data *khd = kyber_hd(rq_queue_hctx(kqd->q, i));
+
+		for (unsigned d = 0; khd && d < KYBER_NR_DOMAINS; d++)
+			atomic_store_explicit(&khd->dom[d].window_end, end, memory_order_relaxed);
+	}
+}
+
 /*
  * Close the window if @now is past its end and nobody else is closing it.
  * Once per window: kept out of line so that the completion path it is
@@ -687,6 +739,8 @@ static __attribute__((noinline)) void kyber_maybe_close_window(struct kyber_queu
 		kyber_close_window(kqd);
 		atomic_store_explicit(&kqd->window_end, now + KYBER_WINDOW_NSEC,
 				      memory_order_relaxed);
+		/* still the only closer: the copies only ever move forward */
+		kyber_copy_window_end(kqd, now + KYBER_WINDOW_NSEC);
 		raised = true;
 	}
 	atomic_store_explicit(&kqd->window_busy, false, memory_order_release);
@@ -711,10 +765,12 @@ static int kyber_init_sched(struct rq_queue *q, void **data)
 		return -ENOMEM;
 	memset(kqd, 0, sizeof(*kqd));
 	kqd->q = q;
+	for (unsigned op = 0; op < KYBER_OP_SLOTS; op++)
+		kqd->merge_word[op] = &kyber_maybe_pending;
 	for (unsigned d = 0; d < KYBER_NR_DOMAINS; d++)
 		atomic_init(&kqd->depth[d], kyber_default_depth[d]);
-	kyber_set_target(kqd, KYBER_READ, KYBER_READ_LAT_NSEC);
-	kyber_set_target(kqd, KYBER_WRITE, KYBER_WRITE_LAT_NSEC);
+	kyber_set_target(kqd, KYBER_READ, KYBER_READ_LAT_NSEC, false);
+	kyber_set_target(kqd, KYBER_WRITE, KYBER_WRITE_LAT_NSEC, false);
 	atomic_init(&kqd->window_end, rq_clock_ns() + KYBER_WINDOW_NSEC);
 	atomic_init(&kqd->window_busy, false);
 	kyber_update_async_depth(kqd);
@@ -725,6 +781,17 @@ static int kyber_init_sched(struct rq_queue *q, void **data)
 static void kyber_exit_sched(struct rq_queue *q, void *data)
 {
 	mem_free_aligned(data, sizeof(struct kyber_queue_data), RQ_CACHELINE);
+}
+
+/*
+ * Point the queue's merge_word table at @khd's one pending word per
+ * domain (@on: the queue's only hw queue, one word of marks), or clear it.
+ */
+static void kyber_set_merge_words(struct kyber_hctx_data *khd, bool on)
+{
+	for (unsigned op = 0; op < RQ_OP_LAST; op++)
+		khd->kqd->merge_word[op] = on ? &khd->pending[kyber_domain_of_op(op)][0] :
+						&kyber_maybe_pending;
 }
 
 static void kyber_free_hctx_data(struct kyber_hctx_data *khd)
@@ -781,7 +848,19 @@ static int kyber_init_hctx(struct rq_hw_ctx *hctx, unsigned idx)
 			rq_list_init(&khd->kcqs[i].rq_list[d]);
 	}
 	atomic_init(&khd->waiting, 0);
+	for (unsigned d = 0; d < KYBER_NR_DOMAINS; d++) {
+		struct kyber_domain_data *kd = &khd->dom[d];
+
+		kd->khd = khd;
+		kd->domain = d;
+		atomic_init(&kd->quarter, d < KYBER_NR_TARGETS ?
+			    atomic_load_explicit(&khd->kqd->lat_quarter[d], memory_order_relaxed) : 0);
+		atomic_init(&kd->window_end,
+			    atomic_load_explicit(&khd->kqd->window_end, memory_order_relaxed));
+	}
 	khd->cur_domain = KYBER_READ;
+	kyber_set_merge_words(khd, rq_queue_nr_hw_queues(rq_hctx_queue(hctx)) == 1 &&
+					   khd->nr_words == 1);
 	rq_sched_set_hctx_data(hctx, khd);
 	return 0;
 fail:
@@ -791,7 +870,11 @@ fail:
 
 static void kyber_exit_hctx(struct rq_hw_ctx *hctx, unsigned idx)
 {
-	kyber_free_hctx_data(kyber_hd(hctx));
+	struct kyber_hctx_data *khd = kyber_hd(hctx);
+
+	if (khd)
+		kyber_set_merge_words(khd, false);
+	kyber_free_hctx_data(khd);
 	rq_sched_set_hctx_data(hctx, NULL);
 }
 
@@ -847,20 +930,18 @@ static __attribute__((noinline)) bool kyber_cpu_list_merge(struct rq_queue *q, s
  * Merge @bio into one of the newest requests on this CPU's list of its
  * domain.  With one hw queue every bio maps to it, whatever the CPU: when
  * none of its CPU lists of the domain is marked there is nothing to merge
- * with on any CPU, which one load tells before this CPU's software queue
- * is looked up (out of line, as that lookup is what costs).
+ * with on any CPU, which one load of the word merge_word names for the op
+ * tells before this CPU's software queue is looked up (out of line, as
+ * that lookup is what costs).  With several, the look-up comes first.
  */
 static bool kyber_bio_merge(struct rq_queue *q, struct rq_bio *bio, unsigned nr_segs)
 {
-	unsigned domain = kyber_domain_of_op(bio->op);
-
-	if (rq_queue_nr_hw_queues(q) == 1) {
-		const struct kyber_hctx_data *khd = kyber_hd(rq_queue_hctx(q, 0));
-
-		if (!khd || !kyber_cpus_pending(khd, domain))
-			return false;
-	}
-	return kyber_cpu_list_merge(q, bio, nr_segs, domain);
+	/* one hw queue: its one word of the domain's marks, via the queue's data */
+	if (rq_queue_nr_hw_queues(q) == 1 &&
+	    !atomic_load_explicit(kyber_qd(q)->merge_word[bio->op & (KYBER_OP_SLOTS - 1)],
+				  memory_order_relaxed))
+		return false;
+	return kyber_cpu_list_merge(q, bio, nr_segs, kyber_domain_of_op(bio->op));
 }
 
 /* Index in the hctx's CPU lists of the software queue @rq was made on. */
@@ -902,13 +983,17 @@ static void kyber_insert_requests(struct rq_hw_ctx *hctx, struct rq_list_node *l
 			rq_list_add(first, &kcq->rq_list[domain]);
 		} else {
 			/* the run: followers made on the same CPU with the same op */
-			while (last->next != list) {
-				const struct rq_request *next =
-					RQ_CONTAINER_OF(last->next, struct rq_request, queuelist);
+			const int32_t cpu = rq->cpu;
+			const uint8_t op = rq->op;
+			struct rq_list_node *next;
 
-				if (next->cpu != rq->cpu || next->op != rq->op)
+			while ((next = last->next) != list) {
+				const struct rq_request *nrq =
+					RQ_CONTAINER_OF(next, struct rq_request, queuelist);
+
+				if (nrq->cpu != cpu || nrq->op != op)
 					break;
-				last = last->next;
+				last = next;
 			}
 			kyber_list_move_tail(first, last, &kcq->rq_list[domain]);
 		}
@@ -978,6 +1063,13 @@ static unsigned kyber_dispatch_requests(struct rq_hw_ctx *hctx, struct rq_list_n
 							     kyber_batch_size[domain]);
 			n += got;
 			if (got == want)
+				break;
+			/*
+			 * Nothing queued anywhere (the usual way a run ends): the
+			 * steps below would take nothing more and stop at the
+			 * has_work test; stop here, without the second take.
+			 */
+			if (!kyber_has_work(hctx))
 				break;
 			got = 0;
 		}
@@ -1055,73 +1147,76 @@ static bool kyber_has_work(struct rq_hw_ctx *hctx)
 _Static_assert((int)RQ_OP_READ == (int)KYBER_READ && (int)RQ_OP_WRITE == (int)KYBER_WRITE &&
 	       KYBER_NR_TARGETS == 2, "kyber: target domains are the ops");
 
-/* Count one completion in @cell; close the window if @now is past its end. */
-static inline void kyber_sample(struct kyber_queue_data *kqd, _Atomic uint64_t *cell, uint64_t now)
+/*
+ * Count one completion in @cell of @kd's histogram; close the window if
+ * @now is past its end (@kd's copy of it: see struct kyber_domain_data).
+ */
+static inline void kyber_sample(struct kyber_domain_data *kd, _Atomic uint64_t *cell, uint64_t now)
 {
 	kyber_count(cell);
-	if (unlikely(now >= atomic_load_explicit(&kqd->window_end, memory_order_relaxed)))
-		kyber_maybe_close_window(kqd, now);
+	if (unlikely(now >= atomic_load_explicit(&kd->window_end, memory_order_relaxed)))
+		kyber_maybe_close_window(kd->khd->kqd, now);
 }
 
 /*
- * kyber_completed_request() for the other cases: a request of target
- * domain @t that kyber did not dispatch (no hctx data noted), one whose
- * latency reached a quarter of the target, or a clock behind one of its
- * times (an unsigned difference wrapped): a latency below zero counts as
- * zero.  A request never issued (issue time 0) has no device latency and
- * counts nothing.  Out of line and called last, so that the usual case
- * saves no register across a call.
+ * kyber_completed_request() for the other cases, @kd the domain data of
+ * the token or, for a request kyber did not dispatch, of its op on its
+ * hctx: a domain without target counts nothing; else a latency that
+ * reached a quarter of the target, or a clock behind one of its times (an
+ * unsigned difference wrapped): a latency below zero counts as zero.  A
+ * request never issued (issue time 0) has no device latency and counts
+ * nothing.  Out of line and called last, so that the usual case saves no
+ * register across a call.
  */
-static __attribute__((noinline)) void kyber_sample_late(struct rq_request *rq, unsigned t,
-							uint64_t now)
+static __attribute__((noinline)) void kyber_sample_late(struct rq_request *rq,
+							struct kyber_domain_data *kd, uint64_t now)
 {
-	struct kyber_hctx_data *khd = kyber_rq_hd(rq);
-	struct kyber_queue_data *kqd = khd->kqd;
-	uint64_t quarter = atomic_load_explicit(&kqd->lat_quarter[t], memory_order_relaxed);
+	uint64_t quarter = atomic_load_explicit(&kd->quarter, memory_order_relaxed);
 	uint64_t total, io;
 
-	if (!rq->io_start_time_ns)
+	if (kd->domain >= KYBER_NR_TARGETS || !rq->io_start_time_ns)
 		return;
 	total = now > rq->start_time_ns ? now - rq->start_time_ns : 0;
 	io = now > rq->io_start_time_ns ? now - rq->io_start_time_ns : 0;
-	kyber_sample(kqd, &khd->lat[t][kyber_bucket(total, quarter)][kyber_bucket(io, quarter)],
-		     now);
+	kyber_sample(kd, &kd->lat[kyber_bucket(total, quarter)][kyber_bucket(io, quarter)], now);
 }
 
-/* Reads and writes are their own target domains: the op is the domain. */
-_Static_assert((int)RQ_OP_READ == (int)KYBER_READ && (int)RQ_OP_WRITE == (int)KYBER_WRITE &&
-	       KYBER_NR_TARGETS == 2, "kyber: target domains are the ops");
+/* A completion without a token: only a read or a write is counted. */
+static __attribute__((noinline)) void kyber_sample_untokened(struct rq_request *rq, uint64_t now)
+{
+	struct kyber_hctx_data *khd = kyber_hd(rq->hctx);
+
+	if (rq->op < KYBER_NR_TARGETS && khd)
+		kyber_sample_late(rq, &khd->dom[kyber_domain_of_op(rq->op)], now);
+}
 
 /*
- * Count the request's latencies: one counter of the joint histogram (see
- * struct kyber_hctx_data); maybe close the window.  Both latencies under
- * a quarter of the target (the usual case) is cell [t][0][0], found
- * without a division; the unsigned differences send a clock behind the
- * request's times to kyber_sample_late(), and a request never issued
- * (issue time 0) goes there too.
+ * Count the request's latencies: one counter of its domain's joint
+ * histogram (see struct kyber_domain_data); maybe close the window.  The
+ * token is the domain's data on its hctx, whose copies of the target's
+ * quarter and the window's end are all the usual case reads.  Both
+ * latencies under a quarter of the target (the usual case) is cell
+ * [0][0], found without a division; the unsigned differences send a
+ * clock behind the request's times to kyber_sample_late(), and a request
+ * never issued (issue time 0) and a domain without target (quarter 0)
+ * go there too.
  */
 static void kyber_completed_request(struct rq_request *rq, uint64_t now)
 {
-	unsigned t = rq->op; /* see the assertion above */
-	uintptr_t token = KYBER_TOKEN(rq); /* kyber_rq_hd()'s usual case */
-	struct kyber_hctx_data *khd = kyber_token_hd(token);
-	struct kyber_queue_data *kqd;
-	uint64_t quarter;
+	struct kyber_domain_data *kd = kyber_token(rq);
+	uint64_t quarter, io;
 
-	if (t >= KYBER_NR_TARGETS)
-		return;
-	if (unlikely(!token)) {
-		kyber_sample_late(rq, t, now);
+	if (unlikely(!kd)) {
+		kyber_sample_untokened(rq, now);
 		return;
 	}
-	kqd = khd->kqd;
-	quarter = atomic_load_explicit(&kqd->lat_quarter[t], memory_order_relaxed);
-	if (unlikely(now - rq->start_time_ns >= quarter || now - rq->io_start_time_ns >= quarter ||
-		     !rq->io_start_time_ns)) {
-		kyber_sample_late(rq, t, now);
+	quarter = atomic_load_explicit(&kd->quarter, memory_order_relaxed);
+	io = rq->io_start_time_ns;
+	if (unlikely(now - rq->start_time_ns >= quarter || now - io >= quarter || !io)) {
+		kyber_sample_late(rq, kd, now);
 		return;
 	}
-	kyber_sample(kqd, &khd->lat[t][0][0], now);
+	kyber_sample(kd, &kd->lat[0][0], now);
 }
 
 /* ----------------------------------------------------------- attributes */
@@ -1170,7 +1265,7 @@ static int kyber_lat_store(void *data, const char *buf, unsigned t)
 
 	if (kyber_parse_nsec(buf, &v))
 		return -EINVAL;
-	kyber_set_target(kqd, t, v);
+	kyber_set_target(kqd, t, v, true);
 	return 0;
 }
 

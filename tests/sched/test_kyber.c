@@ -460,6 +460,69 @@ static void test_fast_samples_count(void **state)
 	mock_destroy(m);
 }
 
+/*
+ * A latency target stored while the queue runs applies to the next
+ * completions (each hw queue's copy of it follows the store): reads at
+ * 3 ms under a 40 ms target are fast (bucket 0, no depth moves); back at
+ * 2 ms the same reads are late (bucket 6 of 0.5 ms quarters): writes
+ * halved, reads x 4/7.  A copy left at the 2 ms quarter would cut the
+ * depths in the first window already; one left at 10 ms, not in the second.
+ */
+static void test_target_store_applies(void **state)
+{
+	struct mock_dev *m = make_dev(256);
+
+	assert_int_equal(rq_queue_attr_set(m->q, "iosched/read_lat_nsec", "40000000"), 0);
+	for (unsigned i = 0; i < 8; i++)
+		reads_after(m, 1, 3 * MS);
+	advance(WINDOW_NS);
+	reads_after(m, 1, 3 * MS); /* closes the first window */
+	assert_int_equal(attr_u64(m->q, "iosched/read_depth"), READ_DEPTH);
+	assert_int_equal(attr_u64(m->q, "iosched/write_depth"), WRITE_DEPTH);
+
+	assert_int_equal(rq_queue_attr_set(m->q, "iosched/read_lat_nsec", "2000000"), 0);
+	for (unsigned i = 0; i < 8; i++)
+		reads_after(m, 1, 3 * MS);
+	advance(WINDOW_NS);
+	reads_after(m, 1, 3 * MS); /* closes the second */
+	assert_int_equal(attr_u64(m->q, "iosched/write_depth"), WRITE_DEPTH / 2);
+	assert_int_equal(attr_u64(m->q, "iosched/read_depth"), READ_DEPTH * 4 / 7);
+	mock_destroy(m);
+}
+
+/*
+ * A bio merges with the queued request of its own op on its CPU's list,
+ * in every domain that merges (write-zeroes never do), each queued while
+ * the domains after it hold nothing: discards, writes, then reads, two
+ * contiguous 4 KiB bios each, reach the driver as one 8 KiB request each.
+ * bio_merge's one-word answer ("nothing queued in the domain") must look
+ * at the bio's own domain: a look at another domain's marks turns some of
+ * the second bios away unmerged.
+ */
+static void test_merge_each_domain(void **state)
+{
+	static const unsigned ops[] = { RQ_OP_DISCARD, RQ_OP_WRITE, RQ_OP_READ };
+	struct mock_dev *m = make_dev(256);
+	static struct fx_rec rec[6];
+
+	rq_queue_quiesce(m->q);
+	for (unsigned k = 0; k < 3; k++) {
+		bool data = ops[k] == RQ_OP_READ || ops[k] == RQ_OP_WRITE;
+
+		for (unsigned j = 0; j < 2; j++)
+			rq_submit_bio(m->q, fx_bio(&rec[2 * k + j], ops[k], k * 1024ull + j * 8,
+						   data ? buf : NULL, 4096));
+	}
+	rq_queue_unquiesce(m->q);
+	assert_true(mock_wait_held(m, 3, 10000));
+	assert_int_equal(mock_nr_held(m), 3);
+	for (unsigned i = 0; i < 3; i++)
+		assert_int_equal(mock_held(m, i)->bytes, 8192);
+	drain(m);
+	expect_all_ok(rec, 6);
+	mock_destroy(m);
+}
+
 /* The latency targets round-trip; bad values are refused, changing nothing. */
 static void test_tunables(void **state)
 {
@@ -756,6 +819,8 @@ int main(void)
 		cmocka_unit_test(test_write_own_latency),
 		cmocka_unit_test(test_fast_samples_count),
 		cmocka_unit_test(test_tunables),
+		cmocka_unit_test(test_target_store_applies),
+		cmocka_unit_test(test_merge_each_domain),
 		cmocka_unit_test(test_async_limit),
 		cmocka_unit_test(test_async_limit_deep),
 		cmocka_unit_test(test_batch_end_tokens),
