@@ -968,7 +968,6 @@ static void mq_end_request_batched(struct rq_request *rq, rq_status_t status, ui
 {
 	struct rq_hw_ctx *hctx = rq->hctx;
 	struct rq_queue *q = rq->q;
-	struct rq_elevator_queue *eq = q->elevator;
 	struct comp_batch *cb;
 	struct rq_sw_ctx *ctx;
 	long taken;
@@ -977,10 +976,10 @@ static void mq_end_request_batched(struct rq_request *rq, rq_status_t status, ui
 		mq_end_request_seq(rq, status);
 		return;
 	}
-	if (eq && eq->type->ops.completed_request && (rq->rq_flags & RQ_RQF_ELVPRIV)) {
+	if ((rq->rq_flags & RQ_RQF_ELVPRIV) && q->elv.completed_request) {
 		if (!*now)
 			*now = core_clock_ns();
-		eq->type->ops.completed_request(rq, *now);
+		q->elv.completed_request(rq, *now);
 	}
 	trace_complete_all(rq, status, OBS_C_DONE);
 	request_end_bios(rq, status);
