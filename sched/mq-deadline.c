@@ -223,11 +223,13 @@ struct dl_clock {
  * @starved: read batches started while writes were waiting.
  * @nr_runs: class queues and directions using a run instead of the tree.
  * @run_first: the first mergeable request of the list the runs were made
- *	from, while it is still in a run: the one the kernel, inserting one by
- *	one, would have made the one-hit merge cache.
+ *	from (NULL: none): the one the kernel, inserting one by one, would
+ *	have made the one-hit merge cache.  It counts only while its entry
+ *	is live: dispatch leaves it set.
  * @run_first_run: the run @run_first was put in, and @run_first_bit its
- *	entry's bit there (a streak clears @run_first without a branch on
- *	which entries it took).
+ *	entry's bit there; the runs of @hq all come from the last list made
+ *	into runs (they are only made on an empty hardware queue), so while
+ *	that bit is set in the run's @live_mask the entry is @run_first.
  */
 struct dl_hctx_queue {
 	rq_spinlock_t lock;
@@ -410,8 +412,6 @@ static void dl_remove(struct dl_data *dd, struct rq_request *rq)
 
 	if (pq->next_hint[dir] == rq)
 		pq->next_hint[dir] = NULL;
-	if (hq->run_first == rq)
-		hq->run_first = NULL;
 	if (dl_in_run(rq)) {
 		dl_run_del(hq, &pq->run[dir], dl_run_index(rq));
 	} else {
@@ -445,6 +445,10 @@ static struct rq_request *dl_sorted_latter(struct rq_request *rq)
  */
 static void dl_materialise(struct dl_data *dd, struct dl_hctx_queue *hq)
 {
+	struct rq_request *first = hq->run_first;
+
+	if (first && !(hq->run_first_run->live_mask & hq->run_first_bit))
+		first = NULL; /* dispatched since */
 	for (unsigned p = 0; p < DL_NR_PRIOS && hq->nr_runs; p++) {
 		struct dl_prio_queue *pq = &hq->prio[p];
 
@@ -467,8 +471,8 @@ static void dl_materialise(struct dl_data *dd, struct dl_hctx_queue *hq)
 			hq->nr_runs--;
 		}
 	}
-	if (hq->run_first)
-		rq_sched_last_merge_fill(dd->q, hq->run_first);
+	if (first)
+		rq_sched_last_merge_fill(dd->q, first);
 	hq->run_first = NULL;
 }
 
@@ -1322,7 +1326,6 @@ static unsigned dl_run_take(struct dl_hctx_queue *hq, struct dl_prio_queue *pq, 
 	uint64_t from = ~0ull << dl_run_index(pq->next_hint[dir]);
 	uint64_t live = run->live_mask, left = live & from;
 	struct rq_request *const *rqs = run->rq, *last;
-	uint64_t first_hit;
 	unsigned n = 0;
 
 	/*
@@ -1350,10 +1353,7 @@ static unsigned dl_run_take(struct dl_hctx_queue *hq, struct dl_prio_queue *pq, 
 	last = RQ_CONTAINER_OF(tail, struct rq_request, queuelist);
 	tail->next = list;
 	list->prev = tail;
-	/* what dl_run_del() does per entry, once; @run_first may be among them */
-	first_hit = hq->run_first_run == run ? hq->run_first_bit : 0;
-	first_hit &= live & from & ~left;
-	hq->run_first = first_hit ? NULL : hq->run_first;
+	/* what dl_run_del() does per entry, once (@run_first: its bit goes) */
 	live = (live & ~from) | left;
 	pq->latest_pos[dir] = last->sector;
 	run->live_mask = live;
