@@ -222,6 +222,7 @@ struct dl_clock {
  *	it survives the queue running empty (the next burst continues it).
  * @starved: read batches started while writes were waiting.
  * @nr_runs: class queues and directions using a run instead of the tree.
+ * @sort_shift: the bucket shift of the last list sorted (see dl_sort()).
  * @run_first: the first mergeable request of the list the runs were made
  *	from (NULL: none): the one the kernel, inserting one by one, would
  *	have made the one-hit merge cache.  It counts only while its entry
@@ -239,6 +240,7 @@ struct dl_hctx_queue {
 	unsigned batching;
 	unsigned starved;
 	unsigned nr_runs;
+	unsigned sort_shift;
 	struct rq_request *run_first;
 	const struct dl_run *run_first_run;
 	uint64_t run_first_bit;
@@ -485,10 +487,12 @@ static inline struct dl_prio_queue *dl_pq_of(struct dl_hctx_queue *hq, const str
 /*
  * The requests of one dl_insert_runs() and their order: @rq and @sector in
  * list order, with one more entry past the list's (sector UINT64_MAX, a
- * sentinel for dl_fill_run()); dl_sort() puts the list indices into @ord
- * by the bucket of their sectors (@bucket: per index; @cnt: per bucket,
- * the requests in it, then where the next goes in @ord), requests sharing
- * a bucket in list order.
+ * sentinel for dl_fill_run()); the list walk puts each into a bucket of
+ * its sector (@bucket: per index; @cnt: per bucket, the requests in it),
+ * and dl_sort() turns the counts into places (where the next of the
+ * bucket goes in @ord) and puts the list indices into @ord by bucket,
+ * requests sharing a bucket in list order.  @ord has room for the
+ * buckets' order to be read from any place on (see dl_sort()).
  */
 #define DL_SORT_BITS 7
 #define DL_SORT_BUCKETS (1u << DL_SORT_BITS)
@@ -497,7 +501,7 @@ struct dl_sort {
 	struct rq_request *rq[DL_RUN_MAX + 1];
 	uint64_t sector[DL_RUN_MAX + 1];
 	uint8_t bucket[DL_RUN_MAX];
-	uint8_t ord[DL_RUN_MAX + 1];
+	uint8_t ord[2 * DL_RUN_MAX + 1];
 	union {
 		uint8_t b[DL_SORT_BUCKETS];
 		uint64_t w[DL_SORT_BUCKETS / 8];
@@ -567,7 +571,7 @@ static __attribute__((noinline)) bool dl_run_fix(struct dl_run *run, unsigned n)
 
 /*
  * Put the @n requests of @s into the empty run of @pq and @dir in the
- * order of @s->ord, with FIFO deadline @due, but each time the smaller of
+ * order of @ord (from dl_sort()), with FIFO deadline @due, but each time the smaller of
  * the next in @ord and the larger one held back from before (one pass of
  * a bubble sort: two requests sharing a bucket come out in sector order
  * whatever their list order).  No branch depends on the sectors.  The
@@ -577,16 +581,16 @@ static __attribute__((noinline)) bool dl_run_fix(struct dl_run *run, unsigned n)
  * and requests written, which the tree path overwrites).  Lock held.
  */
 static bool dl_fill_run(struct dl_hctx_queue *hq, struct dl_prio_queue *pq, enum dl_dir dir,
-			const struct dl_sort *s, unsigned n, uint64_t due)
+			const struct dl_sort *s, const uint8_t *ord, unsigned n, uint64_t due)
 {
 	struct dl_run *run = &pq->run[dir];
-	struct rq_request *held = s->rq[s->ord[0]];
-	uint64_t held_sector = s->sector[s->ord[0]];
+	struct rq_request *held = s->rq[ord[0]];
+	uint64_t held_sector = s->sector[ord[0]];
 	uint64_t lim = 0; /* one past the end of the last one: the next must start after */
 	bool bad = false;
 
 	for (unsigned m = 0; m < n; m++) {
-		unsigned k = s->ord[m + 1];
+		unsigned k = ord[m + 1];
 		struct rq_request *rq = s->rq[k], *out;
 		uint64_t sector = s->sector[k], out_sector;
 		bool lower = sector < held_sector;
@@ -617,37 +621,67 @@ static void dl_append_run(struct dl_hctx_queue *hq, struct dl_prio_queue *pq, en
 	dl_run_grow(hq, pq, dir, base, 1);
 }
 
-/*
- * Put the @n (at most DL_RUN_MAX) list indices of @s into @s->ord by
- * bucket of their sectors, which lie in [@lo, @hi]: the span is cut into
- * DL_SORT_BUCKETS buckets of a power of two sectors each, and a counting
- * sort (count per bucket, prefix sums, scatter) orders the buckets; within
- * a bucket the list order stays.  No branch depends on the sectors (a
- * random plug's sort used to mispredict about once per request).  Also
- * sets the sentinel after the list's entries.
- */
-static void dl_sort(struct dl_sort *s, unsigned n, uint64_t lo, uint64_t hi)
+/* The bucket of a start sector: its bits from @shift up, modulo the buckets. */
+static inline unsigned dl_bucket(uint64_t sector, unsigned shift)
 {
-	uint64_t span = hi - lo;
-	unsigned shift = 0, carry = 0;
+	return (unsigned)(sector >> shift) & (DL_SORT_BUCKETS - 1);
+}
 
-	if (span >> DL_SORT_BITS)
-		shift = 64 - (unsigned)__builtin_clzll(span) - DL_SORT_BITS;
+/*
+ * Count the @n requests of @s by bucket (dl_bucket() with @shift) and
+ * record each one's; lock held.
+ */
+static void dl_sort_count(struct dl_sort *s, unsigned n, unsigned shift)
+{
 	memset(&s->cnt, 0, sizeof(s->cnt));
 	for (unsigned i = 0; i < n; i++) {
-		unsigned b = (unsigned)((s->sector[i] - lo) >> shift);
+		unsigned b = dl_bucket(s->sector[i], shift);
 
 		s->bucket[i] = (uint8_t)b;
 		s->cnt.b[b]++;
 	}
+}
+
+/*
+ * Order the @n (at most DL_RUN_MAX) list indices of @s by bucket of their
+ * sectors, which lie in [@lo, @hi], and return where that order starts in
+ * @s->ord (@n entries and a sentinel index: the sentinel's sector
+ * UINT64_MAX and request NULL are set too).  A counting sort with no
+ * branch on the sectors: the buckets (DL_SORT_BUCKETS of them) are the
+ * sectors' bits from a shift up, modulo the buckets, with the shift that
+ * makes the span from @lo to @hi go round the buckets at most once (only
+ * its two ends may share a bucket), so the buckets' order by sector
+ * starts at @lo's bucket and wraps round; within a bucket the
+ * list order stays.  The list walk counted the buckets with @hq's shift,
+ * the one of the list before (a plug's span changes little): only when
+ * this list's span needs another are the buckets counted again.  Lock
+ * held.
+ */
+static uint8_t *dl_sort(struct dl_hctx_queue *hq, struct dl_sort *s, unsigned n,
+			uint64_t lo, uint64_t hi)
+{
+	uint64_t span = hi - lo;
+	unsigned shift = 0, carry = 0, start;
+
+	if (span >> DL_SORT_BITS)
+		shift = 64 - (unsigned)__builtin_clzll(span) - DL_SORT_BITS;
+	if (unlikely(shift != hq->sort_shift)) {
+		hq->sort_shift = shift;
+		dl_sort_count(s, n, shift);
+	}
 	/* each bucket's count becomes the place of its first request */
 #if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
 	for (unsigned w = 0; w < DL_SORT_BUCKETS / 8; w++) {
-		/* bytes: a word times 0x01..01 sums each byte with those below it */
+		/*
+		 * bytes: a word times 0x01..01 sums each byte with those below
+		 * it; the top byte of that plus the places so far is the
+		 * place after the word (no byte carries: n <= 64)
+		 */
 		uint64_t sums = s->cnt.w[w] * 0x0101010101010101ull;
+		uint64_t base = carry * 0x0101010101010101ull;
 
-		s->cnt.w[w] = (sums << 8) + carry * 0x0101010101010101ull;
-		carry += (unsigned)(sums >> 56);
+		s->cnt.w[w] = (sums << 8) + base;
+		carry = (unsigned)((sums + base) >> 56);
 	}
 #else
 	for (unsigned b = 0; b < DL_SORT_BUCKETS; b++) {
@@ -657,29 +691,42 @@ static void dl_sort(struct dl_sort *s, unsigned n, uint64_t lo, uint64_t hi)
 		carry += c;
 	}
 #endif
+	/* the order from @lo's bucket on, then the buckets before it */
+	start = s->cnt.b[dl_bucket(lo, shift)];
 	for (unsigned i = 0; i < n; i++)
 		s->ord[s->cnt.b[s->bucket[i]]++] = (uint8_t)i;
-	s->ord[n] = (uint8_t)n;
+	memcpy(&s->ord[n], s->ord, DL_RUN_MAX); /* the wrapped part follows the rest */
+	s->ord[n + start] = (uint8_t)n;
 	s->sector[n] = UINT64_MAX;
 	s->rq[n] = NULL;
+	return &s->ord[start];
 }
 
-/* Finish @s->ord's sort by sector (insertion sort: it is nearly sorted). */
-static void dl_sort_exact(struct dl_sort *s, unsigned n)
+/* Finish @ord's sort by sector (insertion sort: it is nearly sorted). */
+static void dl_sort_exact(const struct dl_sort *s, uint8_t *ord, unsigned n)
 {
 	for (unsigned i = 1; i < n; i++) {
-		uint8_t k = s->ord[i];
+		uint8_t k = ord[i];
 		uint64_t sector = s->sector[k];
 		unsigned j = i;
 
-		for (; j && s->sector[s->ord[j - 1]] > sector; j--)
-			s->ord[j] = s->ord[j - 1];
-		s->ord[j] = k;
+		for (; j && s->sector[ord[j - 1]] > sector; j--)
+			ord[j] = ord[j - 1];
+		ord[j] = k;
 	}
 }
 
-/* The bits of an I/O priority value that name its class. */
-#define DL_CLASS_BITS (~0u << RQ_IOPRIO_CLASS_SHIFT)
+/*
+ * A request's op and I/O priority in one word; two requests share op and
+ * priority class when their keys agree in DL_KEY_SAME (the class bits of
+ * the priority, and the op).
+ */
+static inline unsigned dl_key(const struct rq_request *rq)
+{
+	return rq->op | (unsigned)rq->ioprio << 8;
+}
+
+#define DL_KEY_SAME (0xffu | (~0u << RQ_IOPRIO_CLASS_SHIFT) << 8)
 
 /*
  * Insert @list into @hq as sorted runs if that is the same as inserting it
@@ -697,7 +744,8 @@ static bool dl_insert_runs(struct dl_data *dd, struct dl_hctx_queue *hq,
 	struct rq_request *rq, *first_mergeable = NULL;
 	struct dl_sort s;
 	uint64_t lo = UINT64_MAX, hi = 0, end = 0, due[DL_NR_DIRS];
-	unsigned n = 0, mixed = 0, prios = 0, first_op, first_prio;
+	unsigned n = 0, mixed = 0, first_key, shift = hq->sort_shift;
+	uint8_t *ord;
 
 	if (hq->nr_queued || rq_list_empty(list))
 		return false;
@@ -705,37 +753,40 @@ static bool dl_insert_runs(struct dl_data *dd, struct dl_hctx_queue *hq,
 	due[DL_WRITE] = now + READ_ONCE(dd->write_expire_ms) * NSEC_PER_MSEC;
 	rq = rq_list_first_rq(list);
 	/* one op and class (not just direction): the one-pass fill */
-	first_op = rq->op;
-	first_prio = rq->ioprio;
+	first_key = dl_key(rq);
+	memset(&s.cnt, 0, sizeof(s.cnt));
 	for (struct rq_list_node *it = list->next; it != list; it = it->next) {
 		uint64_t sector;
+		unsigned b;
 
 		if (n == DL_RUN_MAX)
 			return false;
 		rq = RQ_CONTAINER_OF(it, struct rq_request, queuelist);
 		sector = rq->sector;
-		mixed |= rq->op ^ first_op;
-		prios |= rq->ioprio ^ first_prio; /* only the class bits count (below) */
+		b = dl_bucket(sector, shift); /* counted with the last list's shift */
+		mixed |= dl_key(rq) ^ first_key;
 		s.rq[n] = rq;
 		s.sector[n] = sector;
+		s.bucket[n] = (uint8_t)b;
+		s.cnt.b[b]++;
 		lo = min_t(uint64_t, lo, sector);
 		hi = max_t(uint64_t, hi, sector);
 		n++;
 	}
-	mixed |= prios & DL_CLASS_BITS;
+	mixed &= DL_KEY_SAME;
 	for (unsigned i = 0; i < n && !first_mergeable; i++)
 		first_mergeable = dl_mergeable(s.rq[i]) ? s.rq[i] : NULL;
-	dl_sort(&s, n, lo, hi);
+	ord = dl_sort(hq, &s, n, lo, hi);
 	if (!mixed) {
 		enum dl_dir dir = dl_dir_of(s.rq[0]->op);
 		struct dl_prio_queue *pq = dl_pq_of(hq, s.rq[0]);
 
-		if (!dl_fill_run(hq, pq, dir, &s, n, due[dir]))
+		if (!dl_fill_run(hq, pq, dir, &s, ord, n, due[dir]))
 			return false;
 	} else {
-		dl_sort_exact(&s, n);
+		dl_sort_exact(&s, ord, n);
 		for (unsigned i = 0; i < n; i++) {
-			rq = s.rq[s.ord[i]];
+			rq = s.rq[ord[i]];
 			if (i && rq->sector <= end)
 				return false;
 			end = max_t(uint64_t, end, rq_request_end_sector(rq));
@@ -743,7 +794,7 @@ static bool dl_insert_runs(struct dl_data *dd, struct dl_hctx_queue *hq,
 		for (unsigned i = 0; i < n; i++) {
 			enum dl_dir dir;
 
-			rq = s.rq[s.ord[i]];
+			rq = s.rq[ord[i]];
 			dir = dl_dir_of(rq->op);
 			dl_append_run(hq, dl_pq_of(hq, rq), dir, rq, due[dir]);
 		}
