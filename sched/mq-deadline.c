@@ -1365,47 +1365,50 @@ static struct dl_prio_queue *dl_only_class(struct dl_hctx_queue *hq)
 }
 
 /*
- * Take up to @max requests of the run of @pq and @dir onto @list in sector
- * order, from its hint (not NULL) on, as part of the batch in progress.
- * Lock held.  Return: how many.
+ * Chain up to @room (>= 1) entries of @rqs, those of the bits of *@left
+ * (not 0) from the lowest up, after *@tail, each out of the FIFO and no
+ * longer ours; their bits leave *@left and *@tail becomes the last one's
+ * link.  The list is left open (its owner closes it once: no
+ * re-initialising of links about to be overwritten).  Return: how many.
  */
-static unsigned dl_run_take(struct dl_hctx_queue *hq, struct dl_prio_queue *pq, enum dl_dir dir,
-			    struct rq_list_node *list, unsigned max)
+static inline __attribute__((always_inline)) unsigned
+dl_run_chain(struct rq_request *const *rqs, uint64_t *left, struct rq_list_node **tail,
+	     unsigned room)
 {
-	struct dl_run *run = &pq->run[dir];
-	struct rq_list_node *tail = list->prev;
-	uint64_t from = ~0ull << dl_run_index(pq->next_hint[dir]);
-	uint64_t live = run->live_mask, left = live & from;
-	struct rq_request *const *rqs = run->rq, *last;
+	uint64_t l = *left;
+	struct rq_list_node *t = *tail;
 	unsigned n = 0;
 
-	/*
-	 * The live entries from the hint up, in order, while there is room:
-	 * each leaves the FIFO and is chained after @tail; @list is closed
-	 * once at the end (no re-initialising of links about to be
-	 * overwritten, no reloading of the list's tail).
-	 */
-	if (!left || !max)
-		return 0;
 	do {
-		struct rq_request *rq = rqs[__builtin_ctzll(left)];
+		struct rq_request *rq = rqs[__builtin_ctzll(l)];
 		struct rq_list_node *node = &rq->queuelist;
 		struct rq_list_node *next = node->next, *prev = node->prev;
 
-		left &= left - 1;
+		l &= l - 1;
 		rq->elv_priv[0] = NULL;
 		next->prev = prev;
 		prev->next = next;
-		node->prev = tail;
-		tail->next = node;
-		tail = node;
-	} while (left && ++n < max);
-	n += !left;
-	last = RQ_CONTAINER_OF(tail, struct rq_request, queuelist);
-	tail->next = list;
-	list->prev = tail;
-	/* what dl_run_del() does per entry, once (@run_first: its bit goes) */
-	live = (live & ~from) | left;
+		node->prev = t;
+		t->next = node;
+		t = node;
+	} while (l && ++n < room);
+	*left = l;
+	*tail = t;
+	return n + !l;
+}
+
+/*
+ * The bookkeeping of @n entries of @pq's run of @dir taken, once for all
+ * of them (what dl_run_del() does per entry): @live the live entries
+ * left, @left those after @last, the last one taken (@run_first: its bit
+ * goes with it).  Lock held.
+ */
+static inline void dl_run_took(struct dl_hctx_queue *hq, struct dl_prio_queue *pq, enum dl_dir dir,
+			       unsigned n, uint64_t live, uint64_t left,
+			       const struct rq_request *last)
+{
+	struct dl_run *run = &pq->run[dir];
+
 	pq->latest_pos[dir] = last->sector;
 	run->live_mask = live;
 	run->live -= n;
@@ -1417,7 +1420,80 @@ static unsigned dl_run_take(struct dl_hctx_queue *hq, struct dl_prio_queue *pq, 
 	}
 	pq->next_hint[dir] = left ? run->rq[__builtin_ctzll(left)] : NULL;
 	pq->nr_queued -= n;
+}
+
+/*
+ * Take up to @max requests of the run of @pq and @dir onto @list in sector
+ * order, from its hint (not NULL) on, as part of the batch in progress.
+ * Lock held.  Return: how many.
+ */
+static unsigned dl_run_take(struct dl_hctx_queue *hq, struct dl_prio_queue *pq, enum dl_dir dir,
+			    struct rq_list_node *list, unsigned max)
+{
+	struct dl_run *run = &pq->run[dir];
+	struct rq_list_node *tail = list->prev;
+	uint64_t from = ~0ull << dl_run_index(pq->next_hint[dir]);
+	uint64_t live = run->live_mask, left = live & from;
+	unsigned n;
+
+	if (!left || !max)
+		return 0;
+	n = dl_run_chain(run->rq, &left, &tail, max);
+	tail->next = list;
+	list->prev = tail;
+	live = (live & ~from) | left;
+	dl_run_took(hq, pq, dir, n, live, left, RQ_CONTAINER_OF(tail, struct rq_request, queuelist));
 	hq->batching += n;
+	return n;
+}
+
+/*
+ * dl_dispatch_run_streak()'s loop when the other direction of @pq has
+ * nothing queued either, @rq (an entry of @pq's run of @dir) its first
+ * request: every batch decision until @max are taken or the run is empty
+ * is then foregone (dl_streak_next()'s: continue the batch with the next
+ * live entry, else a new batch of @dir at the next live entry if the batch
+ * is full and the FIFO head not due, else at the FIFO head), so they are
+ * made here from the live mask, the batch count kept in a register and
+ * the run's bookkeeping done once.  Lock held.  Return: how many (>= 1).
+ */
+static unsigned dl_run_streak_alone(struct dl_hctx_queue *hq, struct dl_prio_queue *pq,
+				    enum dl_dir dir, struct rq_list_node *list, unsigned max,
+				    struct dl_clock *clk, unsigned fifo_batch, struct rq_request *rq)
+{
+	struct dl_run *run = &pq->run[dir];
+	struct rq_list_node *tail = list->prev;
+	uint64_t live = run->live_mask, left, from;
+	unsigned batching = hq->batching, n = 0, start = dl_run_index(rq);
+
+	for (;;) {
+		unsigned room = min_t(unsigned, max - n, fifo_batch - batching), k;
+
+		from = ~0ull << start;
+		left = live & from;
+		k = dl_run_chain(run->rq, &left, &tail, room);
+		n += k;
+		batching += k;
+		live = (live & ~from) | left;
+		if (n == max || !live)
+			break;
+		if (batching < fifo_batch && left) {
+			start = (unsigned)__builtin_ctzll(left); /* the batch goes on */
+			continue;
+		}
+		/* a new batch of @dir (the other direction has nothing queued) */
+		if (batching >= fifo_batch && left && dl_now(clk) < run->due)
+			start = (unsigned)__builtin_ctzll(left);
+		else
+			start = dl_run_index(dl_fifo_head(pq, dir));
+		if (dir == DL_WRITE)
+			hq->starved = 0;
+		batching = 0;
+	}
+	tail->next = list;
+	list->prev = tail;
+	dl_run_took(hq, pq, dir, n, live, left, RQ_CONTAINER_OF(tail, struct rq_request, queuelist));
+	hq->batching = batching;
 	return n;
 }
 
@@ -1483,6 +1559,10 @@ static unsigned dl_dispatch_run_streak(struct dl_data *dd, struct dl_hctx_queue 
 
 		if (!rq)
 			break;
+		if (rq_list_empty(&pq->fifo[dir == DL_READ ? DL_WRITE : DL_READ])) {
+			n += dl_run_streak_alone(hq, pq, dir, list, max - n, clk, fifo_batch, rq);
+			break;
+		}
 		pq->next_hint[dir] = rq;
 		n += dl_run_take(hq, pq, dir, list,
 				 min_t(unsigned, max - n, fifo_batch - hq->batching));
