@@ -1455,7 +1455,10 @@ static unsigned dl_run_take(struct dl_hctx_queue *hq, struct dl_prio_queue *pq, 
  * live entry, else a new batch of @dir at the next live entry if the batch
  * is full and the FIFO head not due, else at the FIFO head), so they are
  * made here from the live mask, the batch count kept in a register and
- * the run's bookkeeping done once.  Lock held.  Return: how many (>= 1).
+ * the run's bookkeeping done once.  A new write batch leaves the
+ * starvation count as it is: only a read batch raises it, and one of @dir
+ * started last, so when that is writes it is 0 already.  Lock held.
+ * Return: how many (>= 1).
  */
 static unsigned dl_run_streak_alone(struct dl_hctx_queue *hq, struct dl_prio_queue *pq,
 				    enum dl_dir dir, struct rq_list_node *list, unsigned max,
@@ -1486,9 +1489,7 @@ static unsigned dl_run_streak_alone(struct dl_hctx_queue *hq, struct dl_prio_que
 			start = (unsigned)__builtin_ctzll(left);
 		else
 			start = dl_run_index(dl_fifo_head(pq, dir));
-		if (dir == DL_WRITE)
-			hq->starved = 0;
-		batching = 0;
+		batching = 0; /* (a write batch's starvation count is 0 already) */
 	}
 	tail->next = list;
 	list->prev = tail;
