@@ -509,6 +509,7 @@ struct dl_sort {
 };
 
 _Static_assert(DL_RUN_MAX < 255, "a list index and a bucket's count fit a byte");
+_Static_assert(DL_RUN_MAX % 8 == 0, "dl_sort() copies the order by 64-bit words");
 
 /* Record @rq, with start sector @sector, as entry @i of @pq's @run. */
 static inline void dl_run_set(struct dl_run *run, struct dl_prio_queue *pq, unsigned i,
@@ -537,35 +538,39 @@ static void dl_run_grow(struct dl_hctx_queue *hq, struct dl_prio_queue *pq, enum
 /*
  * Finish the @n entries of a @run that dl_fill_run() left out of order
  * (a bucket of three or more, nearly sorted after its one bubble pass):
- * an insertion sort of the entries in place, each request told its new
- * slot, then the test that they neither overlap nor touch.  Return: false
+ * an insertion sort of the entries in place, each request that moved
+ * told its new slot, then the test that they neither overlap nor touch.  Return: false
  * when two do (the run stays empty; the tree path overwrites what was
  * written).  Lock held.
  */
 static __attribute__((noinline)) bool dl_run_fix(struct dl_run *run, unsigned n)
 {
 	uint64_t lim = 0;
+	unsigned moved = n; /* the first entry that moved */
 
 	for (unsigned i = 1; i < n; i++) {
-		struct rq_request *rq = run->rq[i];
 		uint64_t sector = run->sector[i];
+		struct rq_request *rq;
 		unsigned j = i;
 
-		for (; j && run->sector[j - 1] > sector; j--) {
+		if (run->sector[i - 1] <= sector)
+			continue; /* in place */
+		rq = run->rq[i];
+		do {
 			run->sector[j] = run->sector[j - 1];
 			run->rq[j] = run->rq[j - 1];
-		}
+		} while (--j && run->sector[j - 1] > sector);
 		run->sector[j] = sector;
 		run->rq[j] = rq;
+		moved = min_t(unsigned, moved, j);
 	}
 	for (unsigned i = 0; i < n; i++) {
-		struct rq_request *rq = run->rq[i];
-
 		if (run->sector[i] < lim)
 			return false;
-		lim = run->sector[i] + rq_request_sectors(rq) + 1;
-		rq->elv_priv[0] = DL_RUN_SLOT(i);
+		lim = run->sector[i] + rq_request_sectors(run->rq[i]) + 1;
 	}
+	for (unsigned i = moved; i < n; i++)
+		run->rq[i]->elv_priv[0] = DL_RUN_SLOT(i);
 	return true;
 }
 
@@ -660,7 +665,7 @@ static void dl_sort_count(struct dl_sort *s, unsigned n, unsigned shift)
 static uint8_t *dl_sort(struct dl_hctx_queue *hq, struct dl_sort *s, unsigned n,
 			uint64_t lo, uint64_t hi)
 {
-	uint64_t span = hi - lo;
+	uint64_t span = hi - lo, wrap[DL_RUN_MAX / 8];
 	unsigned shift = 0, carry = 0, start;
 
 	if (span >> DL_SORT_BITS)
@@ -695,7 +700,9 @@ static uint8_t *dl_sort(struct dl_hctx_queue *hq, struct dl_sort *s, unsigned n,
 	start = s->cnt.b[dl_bucket(lo, shift)];
 	for (unsigned i = 0; i < n; i++)
 		s->ord[s->cnt.b[s->bucket[i]]++] = (uint8_t)i;
-	memcpy(&s->ord[n], s->ord, DL_RUN_MAX); /* the wrapped part follows the rest */
+	/* the wrapped part after the rest (only @n bytes of @ord count: the two may overlap) */
+	memcpy(wrap, s->ord, sizeof(wrap));
+	memcpy(&s->ord[n], wrap, sizeof(wrap));
 	s->ord[n + start] = (uint8_t)n;
 	s->sector[n] = UINT64_MAX;
 	s->rq[n] = NULL;
@@ -1377,7 +1384,7 @@ dl_run_chain(struct rq_request *const *rqs, uint64_t *left, struct rq_list_node 
 {
 	uint64_t l = *left;
 	struct rq_list_node *t = *tail;
-	unsigned n = 0;
+	unsigned n = room;
 
 	do {
 		struct rq_request *rq = rqs[__builtin_ctzll(l)];
@@ -1391,10 +1398,10 @@ dl_run_chain(struct rq_request *const *rqs, uint64_t *left, struct rq_list_node 
 		node->prev = t;
 		t->next = node;
 		t = node;
-	} while (l && ++n < room);
+	} while (l && --n);
 	*left = l;
 	*tail = t;
-	return n + !l;
+	return room - n + !l;
 }
 
 /*
