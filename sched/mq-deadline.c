@@ -222,12 +222,15 @@ struct dl_clock {
  *	it survives the queue running empty (the next burst continues it).
  * @starved: read batches started while writes were waiting.
  * @nr_runs: class queues and directions using a run instead of the tree.
+ * @sort_shift: the bucket shift of the last list sorted (see dl_sort()).
  * @run_first: the first mergeable request of the list the runs were made
- *	from, while it is still in a run: the one the kernel, inserting one by
- *	one, would have made the one-hit merge cache.
+ *	from (NULL: none): the one the kernel, inserting one by one, would
+ *	have made the one-hit merge cache.  It counts only while its entry
+ *	is live: dispatch leaves it set.
  * @run_first_run: the run @run_first was put in, and @run_first_bit its
- *	entry's bit there (a streak clears @run_first without a branch on
- *	which entries it took).
+ *	entry's bit there; the runs of @hq all come from the last list made
+ *	into runs (they are only made on an empty hardware queue), so while
+ *	that bit is set in the run's @live_mask the entry is @run_first.
  */
 struct dl_hctx_queue {
 	rq_spinlock_t lock;
@@ -237,6 +240,7 @@ struct dl_hctx_queue {
 	unsigned batching;
 	unsigned starved;
 	unsigned nr_runs;
+	unsigned sort_shift;
 	struct rq_request *run_first;
 	const struct dl_run *run_first_run;
 	uint64_t run_first_bit;
@@ -410,8 +414,6 @@ static void dl_remove(struct dl_data *dd, struct rq_request *rq)
 
 	if (pq->next_hint[dir] == rq)
 		pq->next_hint[dir] = NULL;
-	if (hq->run_first == rq)
-		hq->run_first = NULL;
 	if (dl_in_run(rq)) {
 		dl_run_del(hq, &pq->run[dir], dl_run_index(rq));
 	} else {
@@ -445,6 +447,10 @@ static struct rq_request *dl_sorted_latter(struct rq_request *rq)
  */
 static void dl_materialise(struct dl_data *dd, struct dl_hctx_queue *hq)
 {
+	struct rq_request *first = hq->run_first;
+
+	if (first && !(hq->run_first_run->live_mask & hq->run_first_bit))
+		first = NULL; /* dispatched since */
 	for (unsigned p = 0; p < DL_NR_PRIOS && hq->nr_runs; p++) {
 		struct dl_prio_queue *pq = &hq->prio[p];
 
@@ -467,8 +473,8 @@ static void dl_materialise(struct dl_data *dd, struct dl_hctx_queue *hq)
 			hq->nr_runs--;
 		}
 	}
-	if (hq->run_first)
-		rq_sched_last_merge_fill(dd->q, hq->run_first);
+	if (first)
+		rq_sched_last_merge_fill(dd->q, first);
 	hq->run_first = NULL;
 }
 
@@ -481,10 +487,12 @@ static inline struct dl_prio_queue *dl_pq_of(struct dl_hctx_queue *hq, const str
 /*
  * The requests of one dl_insert_runs() and their order: @rq and @sector in
  * list order, with one more entry past the list's (sector UINT64_MAX, a
- * sentinel for dl_fill_run()); dl_sort() puts the list indices into @ord
- * by the bucket of their sectors (@bucket: per index; @cnt: per bucket,
- * the requests in it, then where the next goes in @ord), requests sharing
- * a bucket in list order.
+ * sentinel for dl_fill_run()); the list walk puts each into a bucket of
+ * its sector (@bucket: per index; @cnt: per bucket, the requests in it),
+ * and dl_sort() turns the counts into places (where the next of the
+ * bucket goes in @ord) and puts the list indices into @ord by bucket,
+ * requests sharing a bucket in list order.  @ord has room for the
+ * buckets' order to be read from any place on (see dl_sort()).
  */
 #define DL_SORT_BITS 7
 #define DL_SORT_BUCKETS (1u << DL_SORT_BITS)
@@ -493,7 +501,7 @@ struct dl_sort {
 	struct rq_request *rq[DL_RUN_MAX + 1];
 	uint64_t sector[DL_RUN_MAX + 1];
 	uint8_t bucket[DL_RUN_MAX];
-	uint8_t ord[DL_RUN_MAX + 1];
+	uint8_t ord[2 * DL_RUN_MAX + 1];
 	union {
 		uint8_t b[DL_SORT_BUCKETS];
 		uint64_t w[DL_SORT_BUCKETS / 8];
@@ -501,6 +509,7 @@ struct dl_sort {
 };
 
 _Static_assert(DL_RUN_MAX < 255, "a list index and a bucket's count fit a byte");
+_Static_assert(DL_RUN_MAX % 8 == 0, "dl_sort() copies the order by 64-bit words");
 
 /* Record @rq, with start sector @sector, as entry @i of @pq's @run. */
 static inline void dl_run_set(struct dl_run *run, struct dl_prio_queue *pq, unsigned i,
@@ -529,41 +538,45 @@ static void dl_run_grow(struct dl_hctx_queue *hq, struct dl_prio_queue *pq, enum
 /*
  * Finish the @n entries of a @run that dl_fill_run() left out of order
  * (a bucket of three or more, nearly sorted after its one bubble pass):
- * an insertion sort of the entries in place, each request told its new
- * slot, then the test that they neither overlap nor touch.  Return: false
+ * an insertion sort of the entries in place, each request that moved
+ * told its new slot, then the test that they neither overlap nor touch.  Return: false
  * when two do (the run stays empty; the tree path overwrites what was
  * written).  Lock held.
  */
 static __attribute__((noinline)) bool dl_run_fix(struct dl_run *run, unsigned n)
 {
 	uint64_t lim = 0;
+	unsigned moved = n; /* the first entry that moved */
 
 	for (unsigned i = 1; i < n; i++) {
-		struct rq_request *rq = run->rq[i];
 		uint64_t sector = run->sector[i];
+		struct rq_request *rq;
 		unsigned j = i;
 
-		for (; j && run->sector[j - 1] > sector; j--) {
+		if (run->sector[i - 1] <= sector)
+			continue; /* in place */
+		rq = run->rq[i];
+		do {
 			run->sector[j] = run->sector[j - 1];
 			run->rq[j] = run->rq[j - 1];
-		}
+		} while (--j && run->sector[j - 1] > sector);
 		run->sector[j] = sector;
 		run->rq[j] = rq;
+		moved = min_t(unsigned, moved, j);
 	}
 	for (unsigned i = 0; i < n; i++) {
-		struct rq_request *rq = run->rq[i];
-
 		if (run->sector[i] < lim)
 			return false;
-		lim = run->sector[i] + rq_request_sectors(rq) + 1;
-		rq->elv_priv[0] = DL_RUN_SLOT(i);
+		lim = run->sector[i] + rq_request_sectors(run->rq[i]) + 1;
 	}
+	for (unsigned i = moved; i < n; i++)
+		run->rq[i]->elv_priv[0] = DL_RUN_SLOT(i);
 	return true;
 }
 
 /*
  * Put the @n requests of @s into the empty run of @pq and @dir in the
- * order of @s->ord, with FIFO deadline @due, but each time the smaller of
+ * order of @ord (from dl_sort()), with FIFO deadline @due, but each time the smaller of
  * the next in @ord and the larger one held back from before (one pass of
  * a bubble sort: two requests sharing a bucket come out in sector order
  * whatever their list order).  No branch depends on the sectors.  The
@@ -573,16 +586,16 @@ static __attribute__((noinline)) bool dl_run_fix(struct dl_run *run, unsigned n)
  * and requests written, which the tree path overwrites).  Lock held.
  */
 static bool dl_fill_run(struct dl_hctx_queue *hq, struct dl_prio_queue *pq, enum dl_dir dir,
-			const struct dl_sort *s, unsigned n, uint64_t due)
+			const struct dl_sort *s, const uint8_t *ord, unsigned n, uint64_t due)
 {
 	struct dl_run *run = &pq->run[dir];
-	struct rq_request *held = s->rq[s->ord[0]];
-	uint64_t held_sector = s->sector[s->ord[0]];
+	struct rq_request *held = s->rq[ord[0]];
+	uint64_t held_sector = s->sector[ord[0]];
 	uint64_t lim = 0; /* one past the end of the last one: the next must start after */
 	bool bad = false;
 
 	for (unsigned m = 0; m < n; m++) {
-		unsigned k = s->ord[m + 1];
+		unsigned k = ord[m + 1];
 		struct rq_request *rq = s->rq[k], *out;
 		uint64_t sector = s->sector[k], out_sector;
 		bool lower = sector < held_sector;
@@ -613,37 +626,67 @@ static void dl_append_run(struct dl_hctx_queue *hq, struct dl_prio_queue *pq, en
 	dl_run_grow(hq, pq, dir, base, 1);
 }
 
-/*
- * Put the @n (at most DL_RUN_MAX) list indices of @s into @s->ord by
- * bucket of their sectors, which lie in [@lo, @hi]: the span is cut into
- * DL_SORT_BUCKETS buckets of a power of two sectors each, and a counting
- * sort (count per bucket, prefix sums, scatter) orders the buckets; within
- * a bucket the list order stays.  No branch depends on the sectors (a
- * random plug's sort used to mispredict about once per request).  Also
- * sets the sentinel after the list's entries.
- */
-static void dl_sort(struct dl_sort *s, unsigned n, uint64_t lo, uint64_t hi)
+/* The bucket of a start sector: its bits from @shift up, modulo the buckets. */
+static inline unsigned dl_bucket(uint64_t sector, unsigned shift)
 {
-	uint64_t span = hi - lo;
-	unsigned shift = 0, carry = 0;
+	return (unsigned)(sector >> shift) & (DL_SORT_BUCKETS - 1);
+}
 
-	if (span >> DL_SORT_BITS)
-		shift = 64 - (unsigned)__builtin_clzll(span) - DL_SORT_BITS;
+/*
+ * Count the @n requests of @s by bucket (dl_bucket() with @shift) and
+ * record each one's; lock held.
+ */
+static void dl_sort_count(struct dl_sort *s, unsigned n, unsigned shift)
+{
 	memset(&s->cnt, 0, sizeof(s->cnt));
 	for (unsigned i = 0; i < n; i++) {
-		unsigned b = (unsigned)((s->sector[i] - lo) >> shift);
+		unsigned b = dl_bucket(s->sector[i], shift);
 
 		s->bucket[i] = (uint8_t)b;
 		s->cnt.b[b]++;
 	}
+}
+
+/*
+ * Order the @n (at most DL_RUN_MAX) list indices of @s by bucket of their
+ * sectors, which lie in [@lo, @hi], and return where that order starts in
+ * @s->ord (@n entries and a sentinel index: the sentinel's sector
+ * UINT64_MAX and request NULL are set too).  A counting sort with no
+ * branch on the sectors: the buckets (DL_SORT_BUCKETS of them) are the
+ * sectors' bits from a shift up, modulo the buckets, with the shift that
+ * makes the span from @lo to @hi go round the buckets at most once (only
+ * its two ends may share a bucket), so the buckets' order by sector
+ * starts at @lo's bucket and wraps round; within a bucket the
+ * list order stays.  The list walk counted the buckets with @hq's shift,
+ * the one of the list before (a plug's span changes little): only when
+ * this list's span needs another are the buckets counted again.  Lock
+ * held.
+ */
+static uint8_t *dl_sort(struct dl_hctx_queue *hq, struct dl_sort *s, unsigned n,
+			uint64_t lo, uint64_t hi)
+{
+	uint64_t span = hi - lo, wrap[DL_RUN_MAX / 8];
+	unsigned shift = 0, carry = 0, start;
+
+	if (span >> DL_SORT_BITS)
+		shift = 64 - (unsigned)__builtin_clzll(span) - DL_SORT_BITS;
+	if (unlikely(shift != hq->sort_shift)) {
+		hq->sort_shift = shift;
+		dl_sort_count(s, n, shift);
+	}
 	/* each bucket's count becomes the place of its first request */
 #if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
 	for (unsigned w = 0; w < DL_SORT_BUCKETS / 8; w++) {
-		/* bytes: a word times 0x01..01 sums each byte with those below it */
+		/*
+		 * bytes: a word times 0x01..01 sums each byte with those below
+		 * it; the top byte of that plus the places so far is the
+		 * place after the word (no byte carries: n <= 64)
+		 */
 		uint64_t sums = s->cnt.w[w] * 0x0101010101010101ull;
+		uint64_t base = carry * 0x0101010101010101ull;
 
-		s->cnt.w[w] = (sums << 8) + carry * 0x0101010101010101ull;
-		carry += (unsigned)(sums >> 56);
+		s->cnt.w[w] = (sums << 8) + base;
+		carry = (unsigned)((sums + base) >> 56);
 	}
 #else
 	for (unsigned b = 0; b < DL_SORT_BUCKETS; b++) {
@@ -653,29 +696,44 @@ static void dl_sort(struct dl_sort *s, unsigned n, uint64_t lo, uint64_t hi)
 		carry += c;
 	}
 #endif
+	/* the order from @lo's bucket on, then the buckets before it */
+	start = s->cnt.b[dl_bucket(lo, shift)];
 	for (unsigned i = 0; i < n; i++)
 		s->ord[s->cnt.b[s->bucket[i]]++] = (uint8_t)i;
-	s->ord[n] = (uint8_t)n;
+	/* the wrapped part after the rest (only @n bytes of @ord count: the two may overlap) */
+	memcpy(wrap, s->ord, sizeof(wrap));
+	memcpy(&s->ord[n], wrap, sizeof(wrap));
+	s->ord[n + start] = (uint8_t)n;
 	s->sector[n] = UINT64_MAX;
 	s->rq[n] = NULL;
+	return &s->ord[start];
 }
 
-/* Finish @s->ord's sort by sector (insertion sort: it is nearly sorted). */
-static void dl_sort_exact(struct dl_sort *s, unsigned n)
+/* Finish @ord's sort by sector (insertion sort: it is nearly sorted). */
+static void dl_sort_exact(const struct dl_sort *s, uint8_t *ord, unsigned n)
 {
 	for (unsigned i = 1; i < n; i++) {
-		uint8_t k = s->ord[i];
+		uint8_t k = ord[i];
 		uint64_t sector = s->sector[k];
 		unsigned j = i;
 
-		for (; j && s->sector[s->ord[j - 1]] > sector; j--)
-			s->ord[j] = s->ord[j - 1];
-		s->ord[j] = k;
+		for (; j && s->sector[ord[j - 1]] > sector; j--)
+			ord[j] = ord[j - 1];
+		ord[j] = k;
 	}
 }
 
-/* The bits of an I/O priority value that name its class. */
-#define DL_CLASS_BITS (~0u << RQ_IOPRIO_CLASS_SHIFT)
+/*
+ * A request's op and I/O priority in one word; two requests share op and
+ * priority class when their keys agree in DL_KEY_SAME (the class bits of
+ * the priority, and the op).
+ */
+static inline unsigned dl_key(const struct rq_request *rq)
+{
+	return rq->op | (unsigned)rq->ioprio << 8;
+}
+
+#define DL_KEY_SAME (0xffu | (~0u << RQ_IOPRIO_CLASS_SHIFT) << 8)
 
 /*
  * Insert @list into @hq as sorted runs if that is the same as inserting it
@@ -693,7 +751,8 @@ static bool dl_insert_runs(struct dl_data *dd, struct dl_hctx_queue *hq,
 	struct rq_request *rq, *first_mergeable = NULL;
 	struct dl_sort s;
 	uint64_t lo = UINT64_MAX, hi = 0, end = 0, due[DL_NR_DIRS];
-	unsigned n = 0, mixed = 0, prios = 0, first_op, first_prio;
+	unsigned n = 0, mixed = 0, first_key, shift = hq->sort_shift;
+	uint8_t *ord;
 
 	if (hq->nr_queued || rq_list_empty(list))
 		return false;
@@ -701,37 +760,40 @@ static bool dl_insert_runs(struct dl_data *dd, struct dl_hctx_queue *hq,
 	due[DL_WRITE] = now + READ_ONCE(dd->write_expire_ms) * NSEC_PER_MSEC;
 	rq = rq_list_first_rq(list);
 	/* one op and class (not just direction): the one-pass fill */
-	first_op = rq->op;
-	first_prio = rq->ioprio;
+	first_key = dl_key(rq);
+	memset(&s.cnt, 0, sizeof(s.cnt));
 	for (struct rq_list_node *it = list->next; it != list; it = it->next) {
 		uint64_t sector;
+		unsigned b;
 
 		if (n == DL_RUN_MAX)
 			return false;
 		rq = RQ_CONTAINER_OF(it, struct rq_request, queuelist);
 		sector = rq->sector;
-		mixed |= rq->op ^ first_op;
-		prios |= rq->ioprio ^ first_prio; /* only the class bits count (below) */
+		b = dl_bucket(sector, shift); /* counted with the last list's shift */
+		mixed |= dl_key(rq) ^ first_key;
 		s.rq[n] = rq;
 		s.sector[n] = sector;
+		s.bucket[n] = (uint8_t)b;
+		s.cnt.b[b]++;
 		lo = min_t(uint64_t, lo, sector);
 		hi = max_t(uint64_t, hi, sector);
 		n++;
 	}
-	mixed |= prios & DL_CLASS_BITS;
+	mixed &= DL_KEY_SAME;
 	for (unsigned i = 0; i < n && !first_mergeable; i++)
 		first_mergeable = dl_mergeable(s.rq[i]) ? s.rq[i] : NULL;
-	dl_sort(&s, n, lo, hi);
+	ord = dl_sort(hq, &s, n, lo, hi);
 	if (!mixed) {
 		enum dl_dir dir = dl_dir_of(s.rq[0]->op);
 		struct dl_prio_queue *pq = dl_pq_of(hq, s.rq[0]);
 
-		if (!dl_fill_run(hq, pq, dir, &s, n, due[dir]))
+		if (!dl_fill_run(hq, pq, dir, &s, ord, n, due[dir]))
 			return false;
 	} else {
-		dl_sort_exact(&s, n);
+		dl_sort_exact(&s, ord, n);
 		for (unsigned i = 0; i < n; i++) {
-			rq = s.rq[s.ord[i]];
+			rq = s.rq[ord[i]];
 			if (i && rq->sector <= end)
 				return false;
 			end = max_t(uint64_t, end, rq_request_end_sector(rq));
@@ -739,7 +801,7 @@ static bool dl_insert_runs(struct dl_data *dd, struct dl_hctx_queue *hq,
 		for (unsigned i = 0; i < n; i++) {
 			enum dl_dir dir;
 
-			rq = s.rq[s.ord[i]];
+			rq = s.rq[ord[i]];
 			dir = dl_dir_of(rq->op);
 			dl_append_run(hq, dl_pq_of(hq, rq), dir, rq, due[dir]);
 		}
@@ -1310,51 +1372,50 @@ static struct dl_prio_queue *dl_only_class(struct dl_hctx_queue *hq)
 }
 
 /*
- * Take up to @max requests of the run of @pq and @dir onto @list in sector
- * order, from its hint (not NULL) on, as part of the batch in progress.
- * Lock held.  Return: how many.
+ * Chain up to @room (>= 1) entries of @rqs, those of the bits of *@left
+ * (not 0) from the lowest up, after *@tail, each out of the FIFO and no
+ * longer ours; their bits leave *@left and *@tail becomes the last one's
+ * link.  The list is left open (its owner closes it once: no
+ * re-initialising of links about to be overwritten).  Return: how many.
  */
-static unsigned dl_run_take(struct dl_hctx_queue *hq, struct dl_prio_queue *pq, enum dl_dir dir,
-			    struct rq_list_node *list, unsigned max)
+static inline __attribute__((always_inline)) unsigned
+dl_run_chain(struct rq_request *const *rqs, uint64_t *left, struct rq_list_node **tail,
+	     unsigned room)
 {
-	struct dl_run *run = &pq->run[dir];
-	struct rq_list_node *tail = list->prev;
-	uint64_t from = ~0ull << dl_run_index(pq->next_hint[dir]);
-	uint64_t live = run->live_mask, left = live & from;
-	struct rq_request *const *rqs = run->rq, *last;
-	uint64_t first_hit;
-	unsigned n = 0;
+	uint64_t l = *left;
+	struct rq_list_node *t = *tail;
+	unsigned n = room;
 
-	/*
-	 * The live entries from the hint up, in order, while there is room:
-	 * each leaves the FIFO and is chained after @tail; @list is closed
-	 * once at the end (no re-initialising of links about to be
-	 * overwritten, no reloading of the list's tail).
-	 */
-	if (!left || !max)
-		return 0;
 	do {
-		struct rq_request *rq = rqs[__builtin_ctzll(left)];
+		struct rq_request *rq = rqs[__builtin_ctzll(l)];
 		struct rq_list_node *node = &rq->queuelist;
 		struct rq_list_node *next = node->next, *prev = node->prev;
 
-		left &= left - 1;
+		l &= l - 1;
 		rq->elv_priv[0] = NULL;
 		next->prev = prev;
 		prev->next = next;
-		node->prev = tail;
-		tail->next = node;
-		tail = node;
-	} while (left && ++n < max);
-	n += !left;
-	last = RQ_CONTAINER_OF(tail, struct rq_request, queuelist);
-	tail->next = list;
-	list->prev = tail;
-	/* what dl_run_del() does per entry, once; @run_first may be among them */
-	first_hit = hq->run_first_run == run ? hq->run_first_bit : 0;
-	first_hit &= live & from & ~left;
-	hq->run_first = first_hit ? NULL : hq->run_first;
-	live = (live & ~from) | left;
+		node->prev = t;
+		t->next = node;
+		t = node;
+	} while (l && --n);
+	*left = l;
+	*tail = t;
+	return room - n + !l;
+}
+
+/*
+ * The bookkeeping of @n entries of @pq's run of @dir taken, once for all
+ * of them (what dl_run_del() does per entry): @live the live entries
+ * left, @left those after @last, the last one taken (@run_first: its bit
+ * goes with it).  Lock held.
+ */
+static inline void dl_run_took(struct dl_hctx_queue *hq, struct dl_prio_queue *pq, enum dl_dir dir,
+			       unsigned n, uint64_t live, uint64_t left,
+			       const struct rq_request *last)
+{
+	struct dl_run *run = &pq->run[dir];
+
 	pq->latest_pos[dir] = last->sector;
 	run->live_mask = live;
 	run->live -= n;
@@ -1366,7 +1427,81 @@ static unsigned dl_run_take(struct dl_hctx_queue *hq, struct dl_prio_queue *pq, 
 	}
 	pq->next_hint[dir] = left ? run->rq[__builtin_ctzll(left)] : NULL;
 	pq->nr_queued -= n;
+}
+
+/*
+ * Take up to @max requests of the run of @pq and @dir onto @list in sector
+ * order, from its hint (not NULL) on, as part of the batch in progress.
+ * Lock held.  Return: how many.
+ */
+static unsigned dl_run_take(struct dl_hctx_queue *hq, struct dl_prio_queue *pq, enum dl_dir dir,
+			    struct rq_list_node *list, unsigned max)
+{
+	struct dl_run *run = &pq->run[dir];
+	struct rq_list_node *tail = list->prev;
+	uint64_t from = ~0ull << dl_run_index(pq->next_hint[dir]);
+	uint64_t live = run->live_mask, left = live & from;
+	unsigned n;
+
+	if (!left || !max)
+		return 0;
+	n = dl_run_chain(run->rq, &left, &tail, max);
+	tail->next = list;
+	list->prev = tail;
+	live = (live & ~from) | left;
+	dl_run_took(hq, pq, dir, n, live, left, RQ_CONTAINER_OF(tail, struct rq_request, queuelist));
 	hq->batching += n;
+	return n;
+}
+
+/*
+ * dl_dispatch_run_streak()'s loop when the other direction of @pq has
+ * nothing queued either, @rq (an entry of @pq's run of @dir) its first
+ * request: every batch decision until @max are taken or the run is empty
+ * is then foregone (dl_streak_next()'s: continue the batch with the next
+ * live entry, else a new batch of @dir at the next live entry if the batch
+ * is full and the FIFO head not due, else at the FIFO head), so they are
+ * made here from the live mask, the batch count kept in a register and
+ * the run's bookkeeping done once.  A new write batch leaves the
+ * starvation count as it is: only a read batch raises it, and one of @dir
+ * started last, so when that is writes it is 0 already.  Lock held.
+ * Return: how many (>= 1).
+ */
+static unsigned dl_run_streak_alone(struct dl_hctx_queue *hq, struct dl_prio_queue *pq,
+				    enum dl_dir dir, struct rq_list_node *list, unsigned max,
+				    struct dl_clock *clk, unsigned fifo_batch, struct rq_request *rq)
+{
+	struct dl_run *run = &pq->run[dir];
+	struct rq_list_node *tail = list->prev;
+	uint64_t live = run->live_mask, left, from;
+	unsigned batching = hq->batching, n = 0, start = dl_run_index(rq);
+
+	for (;;) {
+		unsigned room = min_t(unsigned, max - n, fifo_batch - batching), k;
+
+		from = ~0ull << start;
+		left = live & from;
+		k = dl_run_chain(run->rq, &left, &tail, room);
+		n += k;
+		batching += k;
+		live = (live & ~from) | left;
+		if (n == max || !live)
+			break;
+		if (batching < fifo_batch && left) {
+			start = (unsigned)__builtin_ctzll(left); /* the batch goes on */
+			continue;
+		}
+		/* a new batch of @dir (the other direction has nothing queued) */
+		if (batching >= fifo_batch && left && dl_now(clk) < run->due)
+			start = (unsigned)__builtin_ctzll(left);
+		else
+			start = dl_run_index(dl_fifo_head(pq, dir));
+		batching = 0; /* (a write batch's starvation count is 0 already) */
+	}
+	tail->next = list;
+	list->prev = tail;
+	dl_run_took(hq, pq, dir, n, live, left, RQ_CONTAINER_OF(tail, struct rq_request, queuelist));
+	hq->batching = batching;
 	return n;
 }
 
@@ -1432,6 +1567,10 @@ static unsigned dl_dispatch_run_streak(struct dl_data *dd, struct dl_hctx_queue 
 
 		if (!rq)
 			break;
+		if (rq_list_empty(&pq->fifo[dir == DL_READ ? DL_WRITE : DL_READ])) {
+			n += dl_run_streak_alone(hq, pq, dir, list, max - n, clk, fifo_batch, rq);
+			break;
+		}
 		pq->next_hint[dir] = rq;
 		n += dl_run_take(hq, pq, dir, list,
 				 min_t(unsigned, max - n, fifo_batch - hq->batching));
