@@ -90,7 +90,6 @@ struct rq_sq_data {
 	/* dispatch and completion side, under the lock */
 	struct rq_list_node queue_head rq_cacheline_aligned; /* the dispatch queue */
 	uint64_t end_sector;             /* where the last dispatched request ended */
-	struct rq_request *boundary_rq;
 	unsigned in_flight[2];           /* started: [async, sync] */
 	bool stopped;
 	int request_fn_active;           /* request_fn is running (no recursion) */
@@ -934,7 +933,6 @@ RQ_EXPORT void rq_sq_dispatch_add_tail(struct rq_queue *q, struct rq_request *rq
 
 	sq_leave_scheduler(q, rq);
 	sqd->end_sector = rq_request_end_sector(rq);
-	sqd->boundary_rq = rq;
 	rq_list_add_tail(&rq->queuelist, &sqd->queue_head);
 }
 
@@ -1133,14 +1131,11 @@ static __attribute__((noinline)) struct rq_request *sq_fetch_one(struct rq_queue
 
 	if (rq || unlikely(!now || !sqd->request_fn_active))
 		return sq_fetch_plain(q, sqd);
-	if (!sqd->nr_sorted)
-		return NULL;
-	rq = sqd->eops.dispatch_one(q);
+	rq = sqd->eops.dispatch_one(q); /* NULL when empty: nr_sorted is tested after */
 	if (!rq)
-		return sq_fetch_held_back(q);
+		return sqd->nr_sorted ? sq_fetch_held_back(q) : NULL;
 	sq_leave_scheduler(q, rq);
 	sqd->end_sector = rq_request_end_sector(rq);
-	sqd->boundary_rq = rq;
 	if (likely(!obs_rq_on(rq)))
 		return sq_start_plain(sqd, rq, now);
 	rq_list_add_tail(&rq->queuelist, &sqd->queue_head);
@@ -1413,15 +1408,15 @@ static __attribute__((noinline)) void sq_end_all_slow(struct rq_request *rq, rq_
  * in-flight request with bios, each of them advanced inline
  * (sq_bio_advance_all() without bio_advance()), no flush sequencing, no
  * driver tag, untraced, while request_fn runs (counts in the queue), no
- * scheduler hook to call (sqd->plain_hooks, tested first), nobody waiting for the
- * pool, and the bios-to-end mark already set.  Lock held.
+ * scheduler hook to call (sqd->plain_hooks, tested first) and nobody
+ * waiting for the pool.  Lock held.
  */
 sq_inline bool sq_end_plain(struct rq_sq_data *sqd, const struct rq_request *rq)
 {
 	if (!sqd->plain_hooks ||
 	    __atomic_load_n(&rq->state, __ATOMIC_ACQUIRE) != RQ_STATE_IN_FLIGHT || !rq->bio ||
 	    rq_priv(rq)->end_io || obs_rq_on(rq) || rq->tag >= 0 || !sqd->request_fn_active ||
-	    sqd->wait_head || !atomic_load_explicit(&sqd->deferred_pending, memory_order_relaxed))
+	    sqd->wait_head)
 		return false;
 	for (const struct rq_bio *bio = rq->bio; bio; bio = bio->next)
 		if (!sq_bio_advance_inline_ok(bio))
@@ -1432,7 +1427,9 @@ sq_inline bool sq_end_plain(struct rq_sq_data *sqd, const struct rq_request *rq)
 /*
  * sq_end_whole() for the shape sq_end_plain() admits, with no call on the
  * way (so no registers saved): bios advanced and queued, in-flight and
- * completion counts, back to the pool, its usage reference deferred.
+ * completion counts, back to the pool, its usage reference deferred, and
+ * the bios-to-end mark set if this is the first end since the lock was
+ * taken (sq_deferred_mark()).
  */
 RQ_EXPORT void rq_sq_end_request_all_locked(struct rq_request *rq, rq_status_t status)
 {
@@ -1452,6 +1449,9 @@ RQ_EXPORT void rq_sq_end_request_all_locked(struct rq_request *rq, rq_status_t s
 	rq->rq_next = sqd->free_list;
 	sqd->free_list = rq;
 	sqd->deferred_refs++;
+	/* the run's first end marks the bios to end (a tail call: no frame here) */
+	if (unlikely(!atomic_load_explicit(&sqd->deferred_pending, memory_order_relaxed)))
+		sq_deferred_mark_slow(sqd);
 }
 
 RQ_EXPORT void rq_sq_end_request_all(struct rq_request *rq, rq_status_t status)
