@@ -1126,18 +1126,18 @@ static __attribute__((noinline)) struct rq_request *sq_fetch_plain(struct rq_que
 static __attribute__((noinline)) struct rq_request *sq_fetch_one(struct rq_queue *q,
 								 struct rq_sq_data *sqd)
 {
-	struct rq_request *rq = rq_list_first_rq(&sqd->queue_head);
-	uint64_t now = tls_plug_now;
+	struct rq_request *rq;
 
-	if (rq || unlikely(!now || !sqd->request_fn_active))
+	if (!rq_list_empty(&sqd->queue_head) || unlikely(!tls_plug_now || !sqd->request_fn_active))
 		return sq_fetch_plain(q, sqd);
 	rq = sqd->eops.dispatch_one(q); /* NULL when empty: nr_sorted is tested after */
+	sqd = sqd_of(q); /* read again rather than kept across the call: a smaller frame */
 	if (!rq)
 		return sqd->nr_sorted ? sq_fetch_held_back(q) : NULL;
 	sq_leave_scheduler(q, rq);
 	sqd->end_sector = rq_request_end_sector(rq);
 	if (likely(!obs_rq_on(rq)))
-		return sq_start_plain(sqd, rq, now);
+		return sq_start_plain(sqd, rq, tls_plug_now);
 	rq_list_add_tail(&rq->queuelist, &sqd->queue_head);
 	return sq_fetch_slow(q, sqd);
 }
@@ -1740,13 +1740,19 @@ sq_submit_plugged_fast(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_plug
 	struct rq_request *rq;
 	uint64_t now;
 
-	/* first what a scheduler with set_request (cfq) fails: no cache */
-	if (!c->head || c->q != q || !sq_cache_allowed(sqd) ||
+	/*
+	 * First what a scheduler with set_request (cfq) fails: no cache.  A
+	 * cache of @q implies sq_cache_allowed(): it is filled only then, and
+	 * only while the plug holds a request of @q (and so a usage reference,
+	 * which keeps a scheduler switch out) until the unplug returns it.
+	 */
+	if (!c->head || c->q != q ||
 	    (bio->opf & (RQ_BIO_PREFLUSH | RQ_BIO_FUA)) || bio->op == RQ_OP_FLUSH ||
 	    sq_merge_candidates(sqd) ||
 	    !plug_add_fits(plug, q, NULL) || /* the front end's requests have no hctx */
 	    atomic_load_explicit(&obs_active, memory_order_relaxed))
 		return false;
+	assert(sq_cache_allowed(sqd));
 	ioc = bio->ioc ? bio->ioc : ioc_current_cached();
 	now = tls_plug_now;
 	if (!ioc || !now)
