@@ -257,7 +257,7 @@ RQ_EXPORT void rq_sq_unlock(struct rq_queue *q)
  * request_fn) it drains on the way out; otherwise the driver took the lock
  * itself, so the service thread drains within a millisecond.  Lock held.
  */
-static void sq_deferred_mark_slow(struct rq_sq_data *sqd)
+static __attribute__((noinline)) void sq_deferred_mark_slow(struct rq_sq_data *sqd)
 {
 	bool kick = !sqd->lib_locked && !sqd->request_fn_active;
 
