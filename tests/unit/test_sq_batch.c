@@ -51,6 +51,8 @@
  *   test_hash_lazy_bucket_order  two requests ending at one sector (a
  *       read and a write): the newer one is found first, as an eager hash
  *       has it, so a read bio there merges only when the read is newer;
+ *       and an unplug X, A, B, A+1 joins A+1 to A, found in the hash (the
+ *       one-hit cache holds X);
  *   test_hash_lazy_one_hit  with nomerges 1 (the one-hit cache only) the
  *       cache is the one eager inserts leave: a request inserted while it
  *       was full never becomes it when the hash catches up.
@@ -913,6 +915,8 @@ static void test_hash_lazy_many(void **state)
  */
 static void test_hash_lazy_bucket_order(void **state)
 {
+	static const uint64_t xaba[] = { 1000, 0, 500, 1 };
+	static const struct want want_xaba[] = { { 1000, 1 }, { 0, 2 }, { 500, 1 } };
 	static const uint64_t units[] = { 10000, 0, 0 };
 	static const enum rq_op rw[] = { RQ_OP_READ, RQ_OP_READ, RQ_OP_WRITE };
 	static const enum rq_op wr[] = { RQ_OP_READ, RQ_OP_WRITE, RQ_OP_READ };
@@ -929,6 +933,13 @@ static void test_hash_lazy_bucket_order(void **state)
 		drv_take(q, -1);
 		assert_int_equal(atomic_load(&ended), 4);
 		put_bios(bios, 4);
+		destroy(q);
+	}
+	/* an insert merge the one-hit cache (X) cannot make: A+1 finds A in the hash */
+	{
+		struct rq_queue *q = mkq("noop");
+
+		unplug_expect(q, xaba, 4, want_xaba, 3);
 		destroy(q);
 	}
 }
