@@ -34,6 +34,7 @@
 #define SQ_DEFAULT_NR_REQUESTS 128 /* BLKDEV_MAX_RQ */
 #define SQ_MIN_NR_REQUESTS 4       /* BLKDEV_MIN_RQ */
 #define SQ_MAX_TAGS 4096
+#define SQ_HASH_LATER 64           /* inserted requests hashed at the next lookup */
 
 /* A submitter waiting for a pool request. */
 struct sq_waiter {
@@ -80,11 +81,15 @@ struct rq_sq_data {
 	unsigned nr_sorted;              /* requests inside the scheduler (written
 					    under the lock, read without it by
 					    sq_merge_candidates()) */
+	unsigned nr_hash_later;          /* slots of hash_later in use */
+	struct rq_request *hash_later[SQ_HASH_LATER]; /* inserted, not yet in the
+					    back-merge hash, in insert order; a
+					    request still waiting has its slot + 1
+					    in reserved16 (sq_hash_later()) */
 
 	/* dispatch and completion side, under the lock */
 	struct rq_list_node queue_head rq_cacheline_aligned; /* the dispatch queue */
 	uint64_t end_sector;             /* where the last dispatched request ended */
-	struct rq_request *boundary_rq;
 	unsigned in_flight[2];           /* started: [async, sync] */
 	bool stopped;
 	int request_fn_active;           /* request_fn is running (no recursion) */
@@ -252,7 +257,7 @@ RQ_EXPORT void rq_sq_unlock(struct rq_queue *q)
  * request_fn) it drains on the way out; otherwise the driver took the lock
  * itself, so the service thread drains within a millisecond.  Lock held.
  */
-static void sq_deferred_mark_slow(struct rq_sq_data *sqd)
+static __attribute__((noinline)) void sq_deferred_mark_slow(struct rq_sq_data *sqd)
 {
 	bool kick = !sqd->lib_locked && !sqd->request_fn_active;
 
@@ -485,6 +490,7 @@ static int pool_grow(struct rq_queue *q, unsigned cap)
 		request_layout_init(rq);
 		rq->internal_tag = (int32_t)slot; /* the pool slot */
 		rq->tag = -1;
+		rq->reserved16 = 0; /* no sq_hash_later() slot */
 		rq->q = q;
 		if (sqd->ops.init_request && sqd->ops.init_request(q, rq)) {
 			/* keep what was set up so far */
@@ -819,6 +825,60 @@ void sq_rq_init(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_request *rq
 }
 
 /*
+ * The back-merge hash, lazily.  A request inserted into the scheduler
+ * gets the one-hit cache at once (when it is empty, as the kernel's
+ * elv_rqhash_add() and one-hit fill), but enters the hash only at the
+ * next lookup: every merge attempt of the front end (sq_attempt_merge(),
+ * sq_insert_merge()) first hashes the requests inserted since, in insert
+ * order, so a lookup sees the hash an eager insert would have built
+ * (merges run only after a catch-up, so nothing reorders a bucket in
+ * between), and a request that leaves for the driver first (nearly every
+ * request of an unplug, fetched in the same lock hold) is never hashed
+ * nor unhashed.
+ *
+ * sqd->hash_later[] holds the requests inserted since the last catch-up,
+ * in insert order; a request waiting in slot i has reserved16 == i + 1,
+ * and leaving the scheduler zeroes it (one store, no test), so a slot
+ * whose request's reserved16 no longer names it is stale: the request
+ * left (and may be anywhere now, even on another thread's plug, which
+ * writes other fields without the lock; reserved16 is written only under
+ * it).  Lock held throughout.
+ */
+
+/* Hash every request inserted since the last lookup, oldest first. */
+static void sq_hash_catch_up(struct rq_queue *q, struct rq_sq_data *sqd)
+{
+	struct elv_merge_state *ems = &q->elevator->merge[0];
+	struct rq_request *keep = ems->last_merge;
+
+	for (unsigned i = 0; i < sqd->nr_hash_later; i++) {
+		struct rq_request *rq = sqd->hash_later[i];
+
+		if (rq->reserved16 != i + 1)
+			continue; /* it left the scheduler */
+		rq->reserved16 = 0;
+		if (rq_mergeable(rq))
+			elv_sq_hash_insert(q, rq);
+	}
+	ems->last_merge = keep; /* filled at insert, not here */
+	sqd->nr_hash_later = 0;
+}
+
+/* @rq enters the scheduler: the one-hit cache now, the hash at the next lookup. */
+static inline __attribute__((always_inline))
+void sq_hash_later(struct rq_queue *q, struct rq_sq_data *sqd, struct rq_request *rq)
+{
+	struct elv_merge_state *ems = &q->elevator->merge[0];
+
+	if (!ems->last_merge && rq_mergeable(rq))
+		ems->last_merge = rq;
+	if (unlikely(sqd->nr_hash_later == SQ_HASH_LATER))
+		sq_hash_catch_up(q, sqd);
+	sqd->hash_later[sqd->nr_hash_later++] = rq;
+	rq->reserved16 = (uint16_t)sqd->nr_hash_later;
+}
+
+/*
  * Add a request to the scheduler (ELEVATOR_INSERT_SORT).  Lock held.
  * Inline: an unplug's loop inserts a plug's requests with no call but
  * the scheduler's add_request.
@@ -831,8 +891,7 @@ void sq_insert_sorted(struct rq_queue *q, struct rq_request *rq)
 	rq->rq_flags |= RQ_RQF_SORTED;
 	trace_insert(rq);
 	sq_sorted_add(sqd, 1);
-	if (rq_mergeable(rq))
-		elv_sq_hash_insert(q, rq);
+	sq_hash_later(q, sqd, rq);
 	sqd->eops.add_request(q, rq);
 }
 
@@ -841,6 +900,7 @@ static void sq_insert_merge(struct rq_queue *q, struct rq_request *rq)
 {
 	struct rq_list_node freed;
 
+	sq_hash_catch_up(q, sqd_of(q));
 	rq_list_init(&freed);
 	if (rq_sched_try_insert_merge(q, rq, &freed)) {
 		while (!rq_list_empty(&freed)) {
@@ -855,11 +915,12 @@ static void sq_insert_merge(struct rq_queue *q, struct rq_request *rq)
 }
 
 /* Forget @rq as a merge candidate as it leaves the scheduler.  Lock held. */
-static void sq_leave_scheduler(struct rq_queue *q, struct rq_request *rq)
+static inline __attribute__((always_inline)) void sq_leave_scheduler(struct rq_queue *q, struct rq_request *rq)
 {
 	struct rq_sq_data *sqd = sqd_of(q);
 
 	elv_sq_hash_leave(q, rq);
+	rq->reserved16 = 0; /* out of sq_hash_later()'s slot, if in one */
 	if (rq->rq_flags & RQ_RQF_SORTED) {
 		rq->rq_flags &= ~RQ_RQF_SORTED;
 		sq_sorted_add(sqd, -1);
@@ -872,7 +933,6 @@ RQ_EXPORT void rq_sq_dispatch_add_tail(struct rq_queue *q, struct rq_request *rq
 
 	sq_leave_scheduler(q, rq);
 	sqd->end_sector = rq_request_end_sector(rq);
-	sqd->boundary_rq = rq;
 	rq_list_add_tail(&rq->queuelist, &sqd->queue_head);
 }
 
@@ -920,6 +980,7 @@ static void sq_requests_merged(struct rq_queue *q, struct rq_request *rq,
 		return;
 	if (sqd->eops.merge_req)
 		sqd->eops.merge_req(q, rq, next);
+	next->reserved16 = 0; /* out of sq_hash_later()'s slot (the core unhashes it) */
 	next->rq_flags &= ~RQ_RQF_SORTED;
 	sq_sorted_add(sqd, -1);
 }
@@ -1065,21 +1126,18 @@ static __attribute__((noinline)) struct rq_request *sq_fetch_plain(struct rq_que
 static __attribute__((noinline)) struct rq_request *sq_fetch_one(struct rq_queue *q,
 								 struct rq_sq_data *sqd)
 {
-	struct rq_request *rq = rq_list_first_rq(&sqd->queue_head);
-	uint64_t now = tls_plug_now;
+	struct rq_request *rq;
 
-	if (rq || unlikely(!now || !sqd->request_fn_active))
+	if (!rq_list_empty(&sqd->queue_head) || unlikely(!tls_plug_now || !sqd->request_fn_active))
 		return sq_fetch_plain(q, sqd);
-	if (!sqd->nr_sorted)
-		return NULL;
-	rq = sqd->eops.dispatch_one(q);
+	rq = sqd->eops.dispatch_one(q); /* NULL when empty: nr_sorted is tested after */
+	sqd = sqd_of(q); /* read again rather than kept across the call: a smaller frame */
 	if (!rq)
-		return sq_fetch_held_back(q);
+		return sqd->nr_sorted ? sq_fetch_held_back(q) : NULL;
 	sq_leave_scheduler(q, rq);
 	sqd->end_sector = rq_request_end_sector(rq);
-	sqd->boundary_rq = rq;
 	if (likely(!obs_rq_on(rq)))
-		return sq_start_plain(sqd, rq, now);
+		return sq_start_plain(sqd, rq, tls_plug_now);
 	rq_list_add_tail(&rq->queuelist, &sqd->queue_head);
 	return sq_fetch_slow(q, sqd);
 }
@@ -1350,15 +1408,15 @@ static __attribute__((noinline)) void sq_end_all_slow(struct rq_request *rq, rq_
  * in-flight request with bios, each of them advanced inline
  * (sq_bio_advance_all() without bio_advance()), no flush sequencing, no
  * driver tag, untraced, while request_fn runs (counts in the queue), no
- * scheduler hook to call (sqd->plain_hooks, tested first), nobody waiting for the
- * pool, and the bios-to-end mark already set.  Lock held.
+ * scheduler hook to call (sqd->plain_hooks, tested first) and nobody
+ * waiting for the pool.  Lock held.
  */
 sq_inline bool sq_end_plain(struct rq_sq_data *sqd, const struct rq_request *rq)
 {
 	if (!sqd->plain_hooks ||
 	    __atomic_load_n(&rq->state, __ATOMIC_ACQUIRE) != RQ_STATE_IN_FLIGHT || !rq->bio ||
 	    rq_priv(rq)->end_io || obs_rq_on(rq) || rq->tag >= 0 || !sqd->request_fn_active ||
-	    sqd->wait_head || !atomic_load_explicit(&sqd->deferred_pending, memory_order_relaxed))
+	    sqd->wait_head)
 		return false;
 	for (const struct rq_bio *bio = rq->bio; bio; bio = bio->next)
 		if (!sq_bio_advance_inline_ok(bio))
@@ -1369,7 +1427,9 @@ sq_inline bool sq_end_plain(struct rq_sq_data *sqd, const struct rq_request *rq)
 /*
  * sq_end_whole() for the shape sq_end_plain() admits, with no call on the
  * way (so no registers saved): bios advanced and queued, in-flight and
- * completion counts, back to the pool, its usage reference deferred.
+ * completion counts, back to the pool, its usage reference deferred, and
+ * the bios-to-end mark set if this is the first end since the lock was
+ * taken (sq_deferred_mark()).
  */
 RQ_EXPORT void rq_sq_end_request_all_locked(struct rq_request *rq, rq_status_t status)
 {
@@ -1389,6 +1449,9 @@ RQ_EXPORT void rq_sq_end_request_all_locked(struct rq_request *rq, rq_status_t s
 	rq->rq_next = sqd->free_list;
 	sqd->free_list = rq;
 	sqd->deferred_refs++;
+	/* the run's first end marks the bios to end (a tail call: no frame here) */
+	if (unlikely(!atomic_load_explicit(&sqd->deferred_pending, memory_order_relaxed)))
+		sq_deferred_mark_slow(sqd);
 }
 
 RQ_EXPORT void rq_sq_end_request_all(struct rq_request *rq, rq_status_t status)
@@ -1526,6 +1589,7 @@ static bool sq_attempt_merge(struct rq_queue *q, struct rq_bio *bio, unsigned nr
 {
 	struct rq_request *freed = NULL;
 
+	sq_hash_catch_up(q, sqd_of(q));
 	if (!rq_sched_try_merge(q, bio, nr_segs, &freed))
 		return false;
 	if (freed)
@@ -1676,13 +1740,19 @@ sq_submit_plugged_fast(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_plug
 	struct rq_request *rq;
 	uint64_t now;
 
-	/* first what a scheduler with set_request (cfq) fails: no cache */
-	if (!c->head || c->q != q || !sq_cache_allowed(sqd) ||
+	/*
+	 * First what a scheduler with set_request (cfq) fails: no cache.  A
+	 * cache of @q implies sq_cache_allowed(): it is filled only then, and
+	 * only while the plug holds a request of @q (and so a usage reference,
+	 * which keeps a scheduler switch out) until the unplug returns it.
+	 */
+	if (!c->head || c->q != q ||
 	    (bio->opf & (RQ_BIO_PREFLUSH | RQ_BIO_FUA)) || bio->op == RQ_OP_FLUSH ||
 	    sq_merge_candidates(sqd) ||
 	    !plug_add_fits(plug, q, NULL) || /* the front end's requests have no hctx */
 	    atomic_load_explicit(&obs_active, memory_order_relaxed))
 		return false;
+	assert(sq_cache_allowed(sqd));
 	ioc = bio->ioc ? bio->ioc : ioc_current_cached();
 	now = tls_plug_now;
 	if (!ioc || !now)
@@ -1742,13 +1812,15 @@ static void sq_submit(struct rq_queue *q, struct rq_sw_ctx *ctx, struct rq_bio *
  * When the scheduler was empty as the unplug began, those are the unplug's
  * own requests inserted before it, or requests that took some of them in
  * and so end where one of them ended.  The unplug notes each end sector in
- * a 1024-bit filter (false positives only: about 1 insert in 60 of a full
- * plug of random I/O); a request whose start is not in it is inserted
- * without the attempt, which would find nothing.  A plug's
+ * a 4096-bit filter (false positives only: about 1 insert in 270 of full
+ * plugs of random I/O; an attempt costs more than its lookup since it
+ * hashes the requests inserted before it, sq_hash_catch_up()); a request
+ * whose start is not in it is inserted without the attempt, which would
+ * find nothing.  A plug's
  * requests thus still join each other (A, B, A+1: A+1 joins A), and with
  * requests queued before the unplug every insert tries as before.
  */
-#define SQ_ENDS_BITS 10
+#define SQ_ENDS_BITS 12
 
 struct sq_ends {
 	uint64_t w[(1u << SQ_ENDS_BITS) / 64];
@@ -1794,6 +1866,7 @@ static struct sq_ends *sq_unplug_begin(struct rq_queue *q, struct sq_ends *ends)
 	sq_cache_return_locked(q);
 	if (sqd->nr_sorted)
 		return NULL;
+	sqd->nr_hash_later = 0; /* nothing in the scheduler: every slot is stale */
 	memset(ends, 0, sizeof(*ends));
 	return ends;
 }

@@ -39,6 +39,7 @@
 #include <librequest/elevator.h>
 #include <librequest/sq.h>
 #include "lib/internal/alloc.h"
+#include "lib/internal/clock.h"
 
 /* -------------------------------------------------------- tunable defaults */
 
@@ -118,12 +119,15 @@ static void dl_remove(struct dl_data *dd, struct rq_request *rq)
 	dl_sort_del(dd, rq);
 }
 
-/* Has the oldest request of @dir passed its expiry time? */
+/*
+ * Has the oldest request of @dir passed its expiry time?  Now is the
+ * plug's clock reading inside a plug's unplug, else a fresh one.
+ */
 static bool dl_fifo_expired(struct dl_data *dd, unsigned dir)
 {
 	struct rq_request *head = rq_list_first_rq(&dd->fifo[dir]);
 
-	return head && rq_clock_ns() >= head->fifo_time;
+	return head && core_clock_ns() >= head->fifo_time;
 }
 
 /*
@@ -229,7 +233,8 @@ static void dl_add_request(struct rq_queue *q, struct rq_request *rq)
 	unsigned dir = dl_dir(rq->op);
 
 	rq_sched_rb_add(&dd->sort[dir], rq);
-	rq->fifo_time = rq_clock_ns() + dl_tunable(&dd->fifo_expire_ms[dir]) * NSEC_PER_MSEC;
+	/* the plug's one clock reading in an unplug (as mq-deadline; 4.x: jiffies) */
+	rq->fifo_time = core_clock_ns() + dl_tunable(&dd->fifo_expire_ms[dir]) * NSEC_PER_MSEC;
 	rq_list_add_tail(&rq->queuelist, &dd->fifo[dir]);
 	/* the core hashed @rq already when it was mergeable (as the kernel) */
 }

@@ -39,7 +39,23 @@
  *       each bio and request is counted once;
  *   test_sq_ops_old_size  a scheduler built before dispatch_one (its
  *       sq_ops size ends before it) registers and runs through dispatch:
- *       whatever lies past its size is never called.
+ *       whatever lies past its size is never called;
+ *   test_hash_lazy_early_stop  the back-merge hash, filled at the next
+ *       merge attempt (sq_hash_catch_up()), holds what an eager one would
+ *       after a driver that stopped early: a bio continuing a request left
+ *       in the scheduler merges into it (noop, deadline, cfq), one
+ *       continuing a fetched request does not;
+ *   test_hash_lazy_many  more requests waiting than the lazy hash's slots
+ *       (64), some fetched in between: every one still waiting takes its
+ *       back merge, no fetched one does;
+ *   test_hash_lazy_bucket_order  two requests ending at one sector (a
+ *       read and a write): the newer one is found first, as an eager hash
+ *       has it, so a read bio there merges only when the read is newer;
+ *       and an unplug X, A, B, A+1 joins A+1 to A, found in the hash (the
+ *       one-hit cache holds X);
+ *   test_hash_lazy_one_hit  with nomerges 1 (the one-hit cache only) the
+ *       cache is the one eager inserts leave: a request inserted while it
+ *       was full never becomes it when the hash catches up.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -60,8 +76,8 @@
 
 /* ------------------------------------------------------------ driver */
 
-#define MAX_HELD 64
-#define MAX_ENDS 256
+#define MAX_HELD 160
+#define MAX_ENDS 512
 #define BS 4096u
 #define SECS (BS >> 9)
 
@@ -765,6 +781,203 @@ static void test_plugged_rq_fields(void **state)
 }
 
 
+/* A bio of @op at @sector (sectors), one block. */
+static struct rq_bio *mkbio_op(uint64_t sector, enum rq_op op)
+{
+	struct rq_bio *bio = mkbio(sector);
+
+	bio->op = op;
+	return bio;
+}
+
+/* Bios at @units (units of SECS) on one plug, the driver paused. */
+static void plug_paused(struct rq_queue *q, struct rq_bio **bios, const uint64_t *units,
+			const enum rq_op *ops, unsigned n)
+{
+	struct rq_plug plug;
+
+	drv_paused = true;
+	rq_start_plug(&plug);
+	for (unsigned i = 0; i < n; i++)
+		rq_submit_bio(q, bios[i] = mkbio_op(units[i] * SECS, ops ? ops[i] : RQ_OP_READ));
+	rq_finish_plug(&plug);
+}
+
+/* The driver takes @n requests now (and then none until drv_budget changes). */
+static void drv_take(struct rq_queue *q, int n)
+{
+	drv_paused = false;
+	drv_budget = n;
+	rq_sq_run_queue(q);
+}
+
+static uint64_t merges_back(struct rq_queue *q)
+{
+	struct rq_queue_stats st;
+
+	assert_int_equal(rq_queue_get_stats(q, &st, sizeof(st)), 0);
+	return st.merges_back;
+}
+
+/*
+ * One unplug of ten requests; the driver takes three and stops.  A bio
+ * continuing a request still in the scheduler merges into it, one
+ * continuing a fetched one does not, under every single-queue scheduler.
+ * A front end that left the unplug's requests out of the hash at a merge
+ * attempt (no catch-up), or hashed a fetched one, fails.
+ */
+static void test_hash_lazy_early_stop(void **state)
+{
+	static const char *const scheds[] = { "noop", "deadline", "cfq" };
+	static const uint64_t units[] = { 0, 100, 200, 300, 400, 500, 600, 700, 800, 900 };
+
+	for (unsigned s = 0; s < 3; s++) {
+		struct rq_queue *q = mkq(scheds[s]);
+		struct rq_bio *bios[20];
+		unsigned taken, n = 10;
+
+		plug_paused(q, bios, units, NULL, 10);
+		assert_int_equal(rq_sq_nr_sorted(q), 10);
+		drv_take(q, 3);
+		taken = nr_seen;
+		assert_int_equal(taken, 3);
+		assert_int_equal(rq_sq_nr_sorted(q), 7);
+		/* continuing each fetched request: a new request each */
+		for (unsigned i = 0; i < taken; i++)
+			rq_submit_bio(q, bios[n++] = mkbio(seen[i].sector + SECS));
+		assert_int_equal(merges_back(q), 0);
+		assert_int_equal(rq_sq_nr_sorted(q), 10);
+		/* continuing each waiting one: back merges */
+		for (unsigned i = 0; i < 10; i++) {
+			bool fetched = false;
+
+			for (unsigned j = 0; j < taken; j++)
+				fetched |= seen[j].sector == units[i] * SECS;
+			if (!fetched)
+				rq_submit_bio(q, bios[n++] = mkbio(units[i] * SECS + SECS));
+		}
+		assert_int_equal(n, 20);
+		assert_int_equal(merges_back(q), 7);
+		assert_int_equal(rq_sq_nr_sorted(q), 10);
+		drv_take(q, -1);
+		assert_int_equal(nr_seen, 13);
+		assert_int_equal(atomic_load(&ended), 20);
+		assert_int_equal(atomic_load(&bad), 0);
+		put_bios(bios, 20);
+		destroy(q);
+	}
+}
+
+/*
+ * A hundred requests wait (five unplugs of twenty), more than the lazy
+ * hash's 64 slots, so it catches up once while they are inserted; the
+ * driver takes ten, leaving stale slots.  Each waiting request takes the
+ * bio that continues it; no fetched one does.
+ */
+static void test_hash_lazy_many(void **state)
+{
+	struct rq_queue *q = mkq("noop");
+	struct rq_bio *bios[200];
+	uint64_t units[20];
+
+	assert_int_equal(rq_queue_attr_set(q, "nr_requests", "256"), 0);
+	for (unsigned p = 0; p < 5; p++) {
+		for (unsigned i = 0; i < 20; i++)
+			units[i] = (p * 20 + i) * 100;
+		plug_paused(q, bios + p * 20, units, NULL, 20);
+		if (p == 2)
+			drv_take(q, 10); /* the first ten, FIFO */
+		drv_paused = true;
+	}
+	assert_int_equal(nr_seen, 10);
+	assert_int_equal(rq_sq_nr_sorted(q), 90);
+	for (unsigned i = 0; i < 100; i++)
+		rq_submit_bio(q, bios[100 + i] = mkbio(i * 100 * SECS + SECS));
+	assert_int_equal(merges_back(q), 90);
+	assert_int_equal(rq_sq_nr_sorted(q), 100);
+	drv_take(q, -1);
+	assert_int_equal(nr_seen, 110);
+	for (unsigned i = 10; i < 100; i++) { /* noop: FIFO order, merged ones two bios */
+		assert_int_equal(seen[i].sector, i * 100 * SECS);
+		assert_int_equal(seen[i].bytes, 2 * BS);
+	}
+	assert_int_equal(atomic_load(&ended), 200);
+	put_bios(bios, 200);
+	destroy(q);
+}
+
+/*
+ * X first (so the one-hit cache holds X), then a read and a write that
+ * both end at sector SECS, in one unplug; a read bio at SECS.  An eager
+ * hash finds the newer of the two first: the write shadows the read (no
+ * back merge: the op differs) when it came second, and the read takes the
+ * bio when it came second.  A catch-up in any other order fails one case.
+ */
+static void test_hash_lazy_bucket_order(void **state)
+{
+	static const uint64_t xaba[] = { 1000, 0, 500, 1 };
+	static const struct want want_xaba[] = { { 1000, 1 }, { 0, 2 }, { 500, 1 } };
+	static const uint64_t units[] = { 10000, 0, 0 };
+	static const enum rq_op rw[] = { RQ_OP_READ, RQ_OP_READ, RQ_OP_WRITE };
+	static const enum rq_op wr[] = { RQ_OP_READ, RQ_OP_WRITE, RQ_OP_READ };
+
+	for (int read_newer = 0; read_newer < 2; read_newer++) {
+		struct rq_queue *q = mkq("noop");
+		struct rq_bio *bios[4];
+
+		plug_paused(q, bios, units, read_newer ? wr : rw, 3);
+		assert_int_equal(rq_sq_nr_sorted(q), 3);
+		rq_submit_bio(q, bios[3] = mkbio(SECS));
+		assert_int_equal(merges_back(q), read_newer ? 1 : 0);
+		assert_int_equal(rq_sq_nr_sorted(q), read_newer ? 3 : 4);
+		drv_take(q, -1);
+		assert_int_equal(atomic_load(&ended), 4);
+		put_bios(bios, 4);
+		destroy(q);
+	}
+	/* an insert merge the one-hit cache (X) cannot make: A+1 finds A in the hash */
+	{
+		struct rq_queue *q = mkq("noop");
+
+		unplug_expect(q, xaba, 4, want_xaba, 3);
+		destroy(q);
+	}
+}
+
+/*
+ * nomerges 1: only the one-hit cache merges.  A and B in one unplug (the
+ * cache is A, the first); the driver takes A, which empties the cache.  A
+ * bio continuing B must not merge: B was inserted while the cache was
+ * full, so an eager insert never made it the cache, and hashing it later
+ * must not either.  A bio continuing a new request inserted with the
+ * cache empty does merge.
+ */
+static void test_hash_lazy_one_hit(void **state)
+{
+	static const uint64_t units[] = { 0, 100 };
+	struct rq_queue *q = mkq("noop");
+	struct rq_bio *bios[5];
+
+	assert_int_equal(rq_queue_attr_set(q, "nomerges", "1"), 0);
+	plug_paused(q, bios, units, NULL, 2);
+	drv_take(q, 1);
+	assert_int_equal(nr_seen, 1);
+	assert_int_equal(seen[0].sector, 0);
+	rq_submit_bio(q, bios[2] = mkbio(101 * SECS));
+	assert_int_equal(merges_back(q), 0);
+	assert_int_equal(rq_sq_nr_sorted(q), 2);
+	/* the cache is the first request inserted while it was empty: 101 */
+	rq_submit_bio(q, bios[3] = mkbio(102 * SECS));
+	assert_int_equal(merges_back(q), 1);
+	rq_submit_bio(q, bios[4] = mkbio(101 * SECS + 2 * SECS)); /* 103: 101 grew to 103 */
+	assert_int_equal(merges_back(q), 2);
+	assert_int_equal(rq_sq_nr_sorted(q), 2);
+	drv_take(q, -1);
+	assert_int_equal(atomic_load(&ended), 5);
+	put_bios(bios, 5);
+	destroy(q);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -778,6 +991,10 @@ int main(void)
 		cmocka_unit_test(test_noop_fetch_one_merges),
 		cmocka_unit_test(test_plugged_rq_fields),
 		cmocka_unit_test(test_sq_ops_old_size),
+		cmocka_unit_test(test_hash_lazy_early_stop),
+		cmocka_unit_test(test_hash_lazy_many),
+		cmocka_unit_test(test_hash_lazy_bucket_order),
+		cmocka_unit_test(test_hash_lazy_one_hit),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
