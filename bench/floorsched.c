@@ -14,7 +14,8 @@
  *	- depth_updated: recompute the async share (the whole depth);
  *	- limit_depth: async writes get that share (no limit in effect);
  *	- bio_merge: nothing queued on the bio's hw queue (one lockless
- *	  look) means no merge; otherwise the newest requests of the FIFO
+ *	  look; with one hw queue its data is found through the queue's,
+ *	  as kyber does) means no merge; otherwise the newest requests of the FIFO
  *	  under its lock (rq_sched_list_merge);
  *	- prepare_request / finish_request / requeue_request: mark and
  *	  unmark the request as the scheduler's (elv_priv[0]);
@@ -43,6 +44,7 @@ struct floor_hd {
 
 struct floor_qd {
 	_Atomic unsigned async_depth; /* tags async writes may use */
+	struct floor_hd *only;        /* the hw queue's data when there is one */
 };
 
 static inline struct floor_hd *floor_hd(const struct rq_hw_ctx *hctx)
@@ -141,6 +143,7 @@ static int floor_init_sched(struct rq_queue *q, void **data)
 	if (!fqd)
 		return -ENOMEM;
 	atomic_init(&fqd->async_depth, rq_queue_nr_requests(q));
+	fqd->only = NULL;
 	*data = fqd;
 	return 0;
 }
@@ -163,11 +166,15 @@ static void floor_depth_updated(struct rq_hw_ctx *hctx)
 
 static int floor_hooks_init_hctx(struct rq_hw_ctx *hctx, unsigned idx)
 {
+	struct rq_queue *q = rq_hctx_queue(hctx);
 	int ret = floor_init_hctx(hctx, idx);
 
-	if (!ret)
-		floor_depth_updated(hctx);
-	return ret;
+	if (ret)
+		return ret;
+	floor_depth_updated(hctx);
+	if (rq_queue_nr_hw_queues(q) == 1)
+		((struct floor_qd *)rq_sched_data(q))->only = floor_hd(hctx);
+	return 0;
 }
 
 static void floor_limit_depth(struct rq_alloc_data *data)
@@ -179,8 +186,12 @@ static void floor_limit_depth(struct rq_alloc_data *data)
 
 static bool floor_bio_merge(struct rq_queue *q, struct rq_bio *bio, unsigned nr_segs)
 {
-	struct floor_hd *fhd = floor_hd(rq_sched_bio_hctx(q, bio, NULL));
+	struct floor_hd *fhd = ((struct floor_qd *)rq_sched_data(q))->only;
 	bool merged;
+
+	/* one hw queue: its data without the look-up of the bio's */
+	if (!fhd)
+		fhd = floor_hd(rq_sched_bio_hctx(q, bio, NULL));
 
 	if (!floor_fifo_busy(fhd))
 		return false;
