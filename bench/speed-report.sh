@@ -8,7 +8,9 @@
 # callback), mq/none with inline completion and with the driver's
 # completion thread, mq-deadline, kyber and bfq, and the single-queue
 # front end with noop, deadline and cfq, each with 1 and 2 submitting
-# threads; then qemu-img bench (null-co) and fio (null engine).  Each
+# threads, and rqbench's floor schedulers floor-min and floor-hooks (1
+# thread; the scheduler contract's cost with no scheduling, as a ratio
+# to none without a target: doc/benchmarks.md); then qemu-img bench (null-co) and fio (null engine).  Each
 # round runs every configuration once, in the same order, so a machine
 # whose speed drifts drifts for all of them alike; a cell is the median of
 # the rounds.  Prints a markdown table of M IOPS with the ratios the issue
