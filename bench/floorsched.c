@@ -38,6 +38,7 @@
 struct floor_hd {
 	pthread_spinlock_t lock;
 	struct rq_list_node fifo;  /* queuelist, oldest first */
+	_Atomic bool busy;         /* fifo not empty: stored under the lock */
 	unsigned async_shallow;    /* floor-hooks: limit_depth's answer */
 	_Atomic uint64_t last_lat; /* floor-hooks: completed_request's */
 } __attribute__((aligned(64)));
@@ -55,7 +56,13 @@ static inline struct floor_hd *floor_hd(const struct rq_hw_ctx *hctx)
 /* The lockless look: anything on the FIFO (the lock orders the rest). */
 static inline bool floor_fifo_busy(struct floor_hd *fhd)
 {
-	return __atomic_load_n(&fhd->fifo.next, __ATOMIC_RELAXED) != &fhd->fifo;
+	return atomic_load_explicit(&fhd->busy, memory_order_relaxed);
+}
+
+/* Under the lock, after the FIFO changed: what the lockless look sees. */
+static inline void floor_fifo_mark(struct floor_hd *fhd)
+{
+	atomic_store_explicit(&fhd->busy, !rq_list_empty(&fhd->fifo), memory_order_relaxed);
 }
 
 static int floor_init_hctx(struct rq_hw_ctx *hctx, unsigned idx)
@@ -67,6 +74,7 @@ static int floor_init_hctx(struct rq_hw_ctx *hctx, unsigned idx)
 		return -ENOMEM;
 	pthread_spin_init(&fhd->lock, PTHREAD_PROCESS_PRIVATE);
 	rq_list_init(&fhd->fifo);
+	atomic_init(&fhd->busy, false);
 	fhd->async_shallow = 0;
 	atomic_init(&fhd->last_lat, 0);
 	rq_sched_set_hctx_data(hctx, fhd);
@@ -93,6 +101,7 @@ static void floor_insert_requests(struct rq_hw_ctx *hctx, struct rq_list_node *l
 		rq_list_splice_init(list, &fhd->fifo);
 	else
 		rq_list_splice_tail_init(list, &fhd->fifo);
+	floor_fifo_mark(fhd);
 	pthread_spin_unlock(&fhd->lock);
 }
 
@@ -112,6 +121,7 @@ static unsigned floor_dispatch_requests(struct rq_hw_ctx *hctx, struct rq_list_n
 		rq_list_add_tail(node, list);
 		n++;
 	}
+	floor_fifo_mark(fhd);
 	pthread_spin_unlock(&fhd->lock);
 	return n;
 }
