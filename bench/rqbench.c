@@ -49,6 +49,7 @@
 #include <librequest/mq.h>
 #include <librequest/trace.h>
 
+#include "floorsched.h"
 #include "hist.h"
 #include "null_blk.h"
 #include "null_poll.h"
@@ -977,6 +978,9 @@ static void usage(FILE *f)
 "        --bio-alloc (rq_bio_alloc/rq_bio_put per bio), --memory-backed,\n"
 "        --tcache (keep jemalloc's thread cache: allocs undercounts),\n"
 "        --list-scheds (print the schedulers the queue offers),\n"
+"        --sched floor-min|floor-hooks (rqbench's own: a FIFO per hw queue\n"
+"        with the required hooks only / plus every hook kyber has, each doing\n"
+"        the least; the scheduler contract's floor, doc/benchmarks.md),\n"
 "        --cdf (with --json: the latency CDF as \"cdf\": [[ns, fraction], ...]),\n"
 
 "        --trace DIR (blktrace files DIR/rqbench.blktrace.CPU: blkparse -i rqbench),\n"
@@ -1300,8 +1304,16 @@ int main(int argc, char **argv)
 		lat_clock_init();
 	if (!b.o.tcache)
 		tcache_off();
-	if (!b.o.empty)
+	if (!b.o.empty) {
+		int ret = floor_sched_register();
+
+		if (ret) {
+			fprintf(stderr, "rqbench: registering the floor schedulers: %s\n",
+				strerror(-ret));
+			return 1;
+		}
 		bench_setup(&b);
+	}
 	if (b.o.trace_dir) {
 		int ret = b.o.trace_actions ?
 				  rq_queue_attr_set(b.q, "trace_actions", b.o.trace_actions) : 0;
@@ -1321,6 +1333,7 @@ int main(int argc, char **argv)
 		int ret = list_scheds(&b);
 
 		null_destroy(b.dev);
+		floor_sched_unregister();
 		return ret;
 	}
 
@@ -1484,8 +1497,10 @@ int main(int argc, char **argv)
 		fprintf(stderr, "rqbench: trace %s/rqbench: %" PRIu64 " events, %" PRIu64
 			" dropped; queue %s", b.o.trace_dir, ti.events, ti.dropped, cnt);
 	}
-	if (!b.o.empty)
+	if (!b.o.empty) {
 		null_destroy(b.dev);
+		floor_sched_unregister();
+	}
 	for (i = 0; i < b.o.threads; i++) {
 		free(th[i].slots);
 		free(th[i].buf);

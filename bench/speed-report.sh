@@ -8,7 +8,9 @@
 # callback), mq/none with inline completion and with the driver's
 # completion thread, mq-deadline, kyber and bfq, and the single-queue
 # front end with noop, deadline and cfq, each with 1 and 2 submitting
-# threads; then qemu-img bench (null-co) and fio (null engine).  Each
+# threads, and rqbench's floor schedulers floor-min and floor-hooks (1
+# thread; the scheduler contract's cost with no scheduling, as a ratio
+# to none without a target: doc/benchmarks.md); then qemu-img bench (null-co) and fio (null engine).  Each
 # round runs every configuration once, in the same order, so a machine
 # whose speed drifts drifts for all of them alike; a cell is the median of
 # the rounds.  Prints a markdown table of M IOPS with the ratios the issue
@@ -83,6 +85,9 @@ rqbench="$build/bench/rqbench"
 if [ -n "$baseline" ]; then
 	base_rqbench="$baseline/bench/rqbench"
 	[ -x "$base_rqbench" ] || usage_error "--baseline: no $base_rqbench"
+	# rqbench's floor schedulers (doc/benchmarks.md) are newer than some baselines
+	base_floor=0
+	"$base_rqbench" --sched floor-min --threads 1 --ops 1 --warmup 0 >/dev/null 2>&1 && base_floor=1
 fi
 results_in "$build"
 
@@ -113,6 +118,8 @@ configs=(
 	"mqdl2|mq-deadline, 2 threads|--sched mq-deadline --threads 2"
 	"kyber1|kyber, 1 thread|--sched kyber --threads 1"
 	"kyber2|kyber, 2 threads|--sched kyber --threads 2"
+	"floormin1|floor-min, 1 thread|--sched floor-min --threads 1"
+	"floorhooks1|floor-hooks, 1 thread|--sched floor-hooks --threads 1"
 	"bfq1|bfq, 1 thread|--sched bfq --threads 1"
 	"bfq2|bfq, 2 threads|--sched bfq --threads 2"
 	"sqnoop1|sq/noop, 1 thread|--front sq --sched noop --threads 1"
@@ -141,6 +148,8 @@ ratios=(
 	"mqdl2|mqdl2|mqdl1|2-thread scaling|1.7"
 	"kyber1|kyber1|none1|kyber / none|0.9"
 	"kyber2|kyber2|kyber1|2-thread scaling|1.7"
+	"floormin1|floormin1|none1|floor / none: required hooks only|"
+	"floorhooks1|floorhooks1|none1|floor / none: every hook kyber has|"
 	"bfq1|bfq1|none1|bfq / none|0.5"
 	"bfq2|bfq2|bfq1|2-thread scaling|1.7"
 	"sqnoop1|sqnoop1|none1|sq / mq (1 thread)|0.8"
@@ -224,6 +233,7 @@ for ((r = 1; r <= rounds; r++)); do
 		for which in $order; do
 			if [ "$which" = base ]; then
 				[ -n "$baseline" ] || continue
+				[ "$base_floor" = 0 ] && [[ $id == floor* ]] && continue
 				progress "round $r: $lab (baseline)"
 				v=$(run_rqbench "$base_rqbench" "${argv[@]}")
 				base_vals[$id]="${base_vals[$id]} ${v:-nan}"

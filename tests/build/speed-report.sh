@@ -45,7 +45,7 @@ python3 - "$tmp/r.md" "$tmp/r.json" "$tmp/r.csv" <<'PY' || fail "the report's sh
 import csv, json, sys
 md, js, cs = sys.argv[1:4]
 ids = ["empty1", "empty2", "none1", "none2", "none2:scale", "ct1", "ct2", "mqdl1", "mqdl2",
-       "kyber1", "kyber2", "bfq1", "bfq2", "sqnoop1", "sqnoop2", "sqdl1", "sqdl2",
+       "kyber1", "kyber2", "floormin1", "floorhooks1", "bfq1", "bfq2", "sqnoop1", "sqnoop2", "sqdl1", "sqdl2",
        "sqcfq1", "sqcfq2", "qemu", "fio"]
 rows = [l for l in open(md) if l.startswith("| ")]
 head, body = rows[0], rows[1:]

@@ -10,11 +10,19 @@
 #   - "errors" is 0 and "requests" is at least 1 and at most "ops";
 #   - "lat_samples" is ops without --no-lat, ops / N with --lat-sample N,
 #     0 with --no-lat.
+# With "floor": instead, rqbench's floor schedulers (bench/floorsched.c:
+# floor-min, floor-hooks) over one and two hw queues and threads, inline
+# and thread completion, reads, writes (limit_depth's async path) and
+# sequential writes (bio_merge finding queued requests), the same checks
+# and "allocs" 0 (nothing allocated per I/O; null without jemalloc): real
+# schedulers, every request dispatched once.  Fails on a rqbench without
+# them (unknown scheduler).
 # Skipped (77) without python3.
 #
-#   rqbench-modes.sh RQBENCH
+#   rqbench-modes.sh RQBENCH [floor]
 set -u
 rqbench=$1
+set=${2:-modes}
 command -v python3 >/dev/null || { echo "SKIP: no python3"; exit 77; }
 tmp=$(mktemp -d /tmp/rq-rqbench-modes.XXXXXX) || exit 1
 trap 'rm -rf "$tmp"' EXIT
@@ -32,11 +40,13 @@ check() {
 		failed=1
 		return
 	fi
-	python3 - "$tmp/out.json" $ops "$samples" <<'PY' || { echo "FAIL: rqbench $*"; failed=1; }
+	python3 - "$tmp/out.json" $ops "$samples" "$set" <<'PY' || { echo "FAIL: rqbench $*"; failed=1; }
 import json, sys
 d = json.load(open(sys.argv[1]))
 ops, samples = int(sys.argv[2]), int(sys.argv[3])
 bad = []
+if sys.argv[4] == "floor" and d["allocs"] is not None and d["allocs"] != 0:
+    bad.append("allocs %d" % d["allocs"])
 if d["ops"] != ops:
     bad.append("ops %d, not %d" % (d["ops"], ops))
 if d["errors"] != 0:
@@ -51,6 +61,18 @@ if bad:
 PY
 	echo "ok: rqbench $*"
 }
+
+if [ "$set" = floor ]; then
+	for s in floor-min floor-hooks; do
+		check 0 --sched $s --threads 1 --hw-queues 1 --no-lat --batch 32
+		check 0 --sched $s --threads 2 --hw-queues 2 --no-lat --batch 32
+		check $ops --sched $s --threads 2 --hw-queues 1 --batch 8
+		check 0 --sched $s --threads 2 --hw-queues 2 --no-lat --completion thread
+		check 0 --sched $s --threads 1 --hw-queues 1 --no-lat --pattern randrw
+		check 0 --sched $s --threads 2 --hw-queues 1 --no-lat --pattern write --batch 16
+	done
+	exit $failed
+fi
 
 check $ops --threads 1 --hw-queues 1
 check 0 --threads 1 --no-lat --batch 32
