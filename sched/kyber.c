@@ -223,7 +223,8 @@ struct kyber_queue_data {
 	atomic_bool window_busy;
 	uint64_t acc[KYBER_NR_TARGETS][KYBER_NR_LAT_KINDS][KYBER_BUCKETS];
 } rq_cacheline_aligned; /* read on every bio: no line shared with other data */
-_Static_assert(offsetof(struct kyber_queue_data, merge_word[RQ_OP_WRITE + 1]) <= RQ_CACHELINE,
+_Static_assert(offsetof(struct kyber_queue_data, depth) == 0 &&
+	       offsetof(struct kyber_queue_data, merge_word[RQ_OP_WRITE + 1]) <= RQ_CACHELINE,
 	       "kyber: depth and the read and write merge words share the first line");
 
 /*
