@@ -35,6 +35,7 @@
  */
 #include <errno.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -191,8 +192,11 @@ struct kyber_hctx_data {
 
 /**
  * struct kyber_queue_data - per queue state (the iosched attributes' data).
- * @q: the queue.
  * @depth: per domain, the token depth in force (changed at window ends).
+ *	Read by every take (once per run of requests), so it shares the first
+ *	line with @merge_word's usual slots (read per bio on one hw queue):
+ *	with it on a line of its own, that line was evicted by the requests
+ *	between two plugs and missed once per take (doc/sched-kyber.md).
  * @async_depth: scheduler tags an async request may use (75% of them).
  * @lat_target: read and write latency targets (ns), tunables.
  * @lat_quarter: a quarter of each target (at least 1): the bucket width.
@@ -206,18 +210,22 @@ struct kyber_hctx_data {
  *	queue, "nothing queued to merge with", is then one load away from the
  *	queue's data.  Set by init_hctx, reset by exit_hctx (the queue's hw
  *	queues are fixed).
+ * @q: the queue.
  */
 struct kyber_queue_data {
-	struct rq_queue *q;
-	const _Atomic uint64_t *merge_word[KYBER_OP_SLOTS];
 	atomic_uint depth[KYBER_NR_DOMAINS];
 	atomic_uint async_depth;
+	const _Atomic uint64_t *merge_word[KYBER_OP_SLOTS];
+	struct rq_queue *q;
 	_Atomic uint64_t lat_target[KYBER_NR_TARGETS];
 	_Atomic uint64_t lat_quarter[KYBER_NR_TARGETS];
 	_Atomic uint64_t window_end;
 	atomic_bool window_busy;
 	uint64_t acc[KYBER_NR_TARGETS][KYBER_NR_LAT_KINDS][KYBER_BUCKETS];
-} rq_cacheline_aligned; /* read on every completion: no line shared with other data */
+} rq_cacheline_aligned; /* read on every bio: no line shared with other data */
+_Static_assert(offsetof(struct kyber_queue_data, depth) == 0 &&
+	       offsetof(struct kyber_queue_data, merge_word[RQ_OP_WRITE + 1]) <= RQ_CACHELINE,
+	       "kyber: depth and the read and write merge words share the first line");
 
 /*
  * struct kyber_batch - the completion batch open on this thread, if any
