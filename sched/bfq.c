@@ -87,6 +87,7 @@
 #include <librequest/elevator.h>
 
 #include "lib/internal/alloc.h"
+#include "lib/internal/clock.h"
 #include "lib/internal/mq.h"
 #include "lib/internal/ioc.h"
 
@@ -1652,7 +1653,7 @@ static __attribute__((noinline)) void bfq_finish_pinned(struct rq_request *rq,
 	bfq_batch_sync(bs);
 	bfq_lock(&bs->lock);
 	if (rq_bits(rq) & BFQ_RQ_QUEUED) {
-		bfqq_del_rq(rq->q, bfqq, rq, rq_clock_ns());
+		bfqq_del_rq(rq->q, bfqq, rq, core_clock_ns());
 		if (!bfqq->queued && bs->in_service != bfqq) {
 			entity_deactivate(&bfqq->entity);
 			bfqq_wr_account(bfqq);
@@ -2180,7 +2181,7 @@ static bool sched_has_work_locked(struct bfq_sched *bs, uint64_t *now, unsigned 
 	if (bs->in_service ? bs->in_service->queued : bs->queued)
 		return true; /* dispatch finds a request without waiting: no clock read */
 	if (!*now)
-		*now = rq_clock_ns();
+		*now = core_clock_ns();
 	return sched_ready(bs, *now, &rq, delay);
 }
 
@@ -2188,7 +2189,7 @@ static struct rq_request *bfq_dispatch_request(struct rq_hw_ctx *hctx)
 {
 	struct bfq_data *bd = bfq_of(rq_hctx_queue(hctx));
 	struct bfq_sched *bs = sched_of_hctx(bd, hctx);
-	uint64_t now = rq_clock_ns();
+	uint64_t now = core_clock_ns();
 	struct rq_request *rq;
 	unsigned delay = 0;
 
@@ -2488,7 +2489,7 @@ static unsigned bfq_dispatch_requests(struct rq_hw_ctx *hctx, struct rq_list_nod
 	bfq_batch_sync(bs);
 	if (!READ_ONCE(bs->queued) && !READ_ONCE(bs->nr_head))
 		return 0; /* as has_work: whoever adds a request runs the queue after */
-	now = rq_clock_ns();
+	now = core_clock_ns(); /* the plug's reading in its flush */
 	bfq_lock(&bs->lock);
 	cap = bd->strict_guarantees ? 1 : bd->inflight_cap; /* tunables: any lock held */
 	while (n < max) {
@@ -2766,7 +2767,7 @@ static void bfq_requests_merged(struct rq_queue *q, struct rq_request *rq, struc
 	}
 	if (bfqq && bfqq->next_rq == next)
 		bfqq->next_rq = rq;
-	bfqq_del_rq(q, nq, next, rq_clock_ns());
+	bfqq_del_rq(q, nq, next, core_clock_ns());
 	if (!nq->queued && nq->bs->in_service != nq)
 		entity_deactivate(&nq->entity);
 }

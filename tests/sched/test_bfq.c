@@ -610,6 +610,50 @@ static void test_run_sorted_order(void **state)
 	rq_ioc_put(a);
 }
 
+static __thread unsigned vclock_reads; /* this thread's clock reads (vclock_counted()) */
+
+static uint64_t vclock_counted(void *arg)
+{
+	vclock_reads++;
+	return vclock_read(arg);
+}
+
+/*
+ * Clock reads per plug: a plug of five reads of one context, dispatched
+ * in its flush, reads the clock once on this thread besides the mock
+ * driver's own stamps (the plug's reading, which the core takes for the
+ * requests' start and bfq's dispatch shares), not once more for bfq's
+ * dispatch; and the five still
+ * reach the device in sector order.  Fails if bfq reads a clock of its
+ * own in a plug's flush.
+ */
+static void test_plug_one_clock_read(void **state)
+{
+	static const uint64_t batch[] = { 4000, 1000, 3000, 2000, 5000 };
+	struct rq_io_context *a = rq_ioc_create(0);
+	struct mock_dev *m = make_dev_depth(8);
+	static struct fx_rec rec[5];
+	struct rq_plug plug;
+	unsigned reads;
+
+	(void)state;
+	rq_clock_set_source(vclock_counted, NULL);
+	rq_start_plug(&plug);
+	vclock_reads = 0;
+	for (unsigned i = 0; i < 5; i++)
+		submit_read(m, &rec[i], a, batch[i], RQ_BIO_NOMERGE);
+	rq_finish_plug(&plug);
+	reads = vclock_reads;
+	rq_clock_set_source(vclock_read, NULL);
+	assert_int_equal(mock_nr_held(m), 5);
+	assert_int_equal(reads, 1 + 5); /* the mock's recorder stamps each request it is handed */
+	complete_in_order(m, (const uint64_t[]){ 1000, 2000, 3000, 4000, 5000 }, 5);
+	assert_true(fx_wait(rec, 5, 10000));
+	fx_put(rec, 5);
+	mock_destroy(m);
+	rq_ioc_put(a);
+}
+
 /*
  * With @depth driver tags, move the head to @head (a read [@head - 8,
  * @head) of one context, alone), then submit that context's reads
@@ -1315,6 +1359,7 @@ int main(void)
 		cmocka_unit_test(test_idle_class_not_idled),
 		cmocka_unit_test(test_async_depth),
 		cmocka_unit_test(test_batch_completions),
+		cmocka_unit_test(test_plug_one_clock_read),
 	};
 
 	/* before any queue: no service thread (see the top) */
